@@ -1,0 +1,52 @@
+# Trawl developer entry points. `make test` is what CI runs (after .ci/run installs everything).
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+
+.PHONY: setup k8s-binaries test test-unit test-redis test-cluster lint typecheck crd demo bench e2e-kind images clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+setup: $(VENV)/.installed
+
+# Builds kube-apiserver and etcd once (cached under ~/.cache/trawl/k8s) and exports the folder.
+k8s-binaries:
+	@hack/build-k8s-binaries.sh
+
+KUBEBUILDER_ASSETS ?= $(shell hack/build-k8s-binaries.sh 2>/dev/null)
+export KUBEBUILDER_ASSETS
+
+test: setup
+	@test -n "$(KUBEBUILDER_ASSETS)" || { echo "kube-apiserver/etcd missing: run hack/build-k8s-binaries.sh"; exit 1; }
+	$(PY) -m pytest -p no:cacheprovider
+
+test-unit: setup
+	$(PY) -m pytest -m unit
+
+test-redis: setup
+	$(PY) -m pytest -m redis
+
+test-cluster: setup
+	$(PY) -m pytest -m cluster
+
+lint: setup
+	$(VENV)/bin/ruff check operator tests bench hack
+	$(VENV)/bin/ruff format --check operator tests bench hack || true
+
+typecheck: setup
+	$(VENV)/bin/mypy
+
+crd: setup
+	$(VENV)/bin/trawl crd
+
+demo: setup
+	@test -n "$(KUBEBUILDER_ASSETS)" || { echo "kube-apiserver/etcd missing: run hack/build-k8s-binaries.sh"; exit 1; }
+	$(VENV)/bin/trawl dev up
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,119 @@
+"""Shared building blocks of the Trawl API: the base model, conditions, references.
+
+Every model here is also the source of a CRD schema (see :mod:`trawl.api.crd`), so field
+descriptions are user documentation: they appear in ``kubectl explain``.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+GROUP = "trawl.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+# Kubernetes object names that end up in labels and Redis keys: DNS-1123 labels.
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# RE2 and Rust regex both accept this; kept simple so the API server and pydantic agree.
+HTTP_URL_PATTERN = r"^https?://[^\s/?#]+([/?#][^\s]*)?$"
+_HTTP_URL_RE = re.compile(HTTP_URL_PATTERN, re.IGNORECASE)
+CAMEL_REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+
+
+class TrawlModel(BaseModel):
+    """Base of all API models: camelCase on the wire, unknown fields rejected."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        use_enum_values=False,
+        validate_default=True,
+    )
+
+    def to_wire(self) -> dict[str, Any]:
+        """The object as the API server stores it: camelCase, only fields that were set or differ."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def _check_http_url(value: str) -> str:
+    if not _HTTP_URL_RE.match(value):
+        raise ValueError(f"{value!r} is not an http(s) URL: only http:// and https:// URLs can be scraped")
+    return value
+
+
+HttpURL = Annotated[
+    str,
+    Field(min_length=8, max_length=2048, pattern=HTTP_URL_PATTERN),
+    AfterValidator(_check_http_url),
+]
+"""An absolute http:// or https:// URL."""
+
+DNSLabel = Annotated[str, Field(min_length=1, max_length=63, pattern=DNS_LABEL_PATTERN)]
+
+
+class ConditionStatus(StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class Condition(TrawlModel):
+    """A condition in the shape of metav1.Condition, read by kubectl wait, kstatus, Argo CD and Flux."""
+
+    type: str = Field(
+        max_length=316,
+        pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+        r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$",
+        description="Type of condition in CamelCase, e.g. Ready, Complete.",
+    )
+    status: ConditionStatus = Field(description="Status of the condition: True, False or Unknown.")
+    reason: str = Field(
+        min_length=1,
+        max_length=1024,
+        pattern=CAMEL_REASON_PATTERN,
+        description="Programmatic identifier of the last transition, in CamelCase.",
+    )
+    message: str = Field(default="", max_length=32768, description="Human-readable details of the transition.")
+    last_transition_time: datetime = Field(
+        description="When the condition last changed status (RFC 3339).",
+    )
+    observed_generation: int | None = Field(
+        default=None,
+        ge=0,
+        description="The .metadata.generation the condition was computed from.",
+    )
+
+
+class SecretKeyRef(TrawlModel):
+    """A key of a Secret in the same namespace as the referring object."""
+
+    name: DNSLabel = Field(description="Name of the Secret.")
+    key: str = Field(
+        min_length=1,
+        max_length=253,
+        pattern=r"^[-._a-zA-Z0-9]+$",
+        description="Key within the Secret.",
+    )
+
+
+class LocalObjectReference(TrawlModel):
+    """A reference to an object by name in the same namespace."""
+
+    name: DNSLabel = Field(description="Name of the object.")
+
+
+def utcnow() -> datetime:
+    """Now, timezone-aware, truncated to seconds (Kubernetes timestamps carry no fraction)."""
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+def format_time(value: datetime) -> str:
+    """RFC 3339 in UTC with a Z suffix, as Kubernetes writes timestamps."""
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,118 @@
+"""CronScrapeJob: creates ScrapeJobs on a schedule, with the CronJob contract."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import croniter
+from pydantic import Field, field_validator
+
+from .common import Condition, LocalObjectReference, TrawlModel
+from .scrapejob import ScrapeJobSpec
+
+
+def _cron_field(value: str) -> str:
+    item = rf"(\*|{value}(-{value})?)(/[0-9]+)?"
+    return rf"{item}(,{item})*"
+
+
+_MONTHS = "jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec"
+_DAYS = "sun|mon|tue|wed|thu|fri|sat"
+# A shape check the API server can run (RE2); croniter then checks the full semantics.
+CRON_PATTERN = (
+    r"^(?i)(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|"
+    + r"\s+".join(
+        [
+            _cron_field(r"[0-5]?[0-9]"),
+            _cron_field(r"([01]?[0-9]|2[0-3])"),
+            rf"(\?|{_cron_field(r'(0?[1-9]|[12][0-9]|3[01])')})",
+            _cron_field(rf"(0?[1-9]|1[0-2]|{_MONTHS})"),
+            rf"(\?|{_cron_field(rf'([0-7]|{_DAYS})')})",
+        ]
+    )
+    + r")$"
+)
+# IANA zone names: Area/Location[/Sub], or UTC-like single words.
+TIMEZONE_PATTERN = r"^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+){0,2}$"
+
+
+class ConcurrencyPolicy(StrEnum):
+    ALLOW = "Allow"
+    FORBID = "Forbid"
+    REPLACE = "Replace"
+
+
+class JobTemplateMetadata(TrawlModel):
+    """Labels and annotations copied onto each created ScrapeJob."""
+
+    labels: dict[str, str] | None = Field(default=None, description="Labels of created jobs.")
+    annotations: dict[str, str] | None = Field(default=None, description="Annotations of created jobs.")
+
+
+class ScrapeJobTemplate(TrawlModel):
+    """The ScrapeJob created at each scheduled time."""
+
+    metadata: JobTemplateMetadata | None = Field(default=None, description="Metadata of created jobs.")
+    spec: ScrapeJobSpec = Field(description="Spec of created jobs.")
+
+
+class CronScrapeJobSpec(TrawlModel):
+    """Desired state of a CronScrapeJob."""
+
+    schedule: str = Field(
+        min_length=1,
+        max_length=256,
+        json_schema_extra={"pattern": CRON_PATTERN},
+        description="Cron schedule in the five-field format (minute hour day-of-month month day-of-week), "
+        "or @hourly, @daily, @weekly, @monthly, @yearly.",
+    )
+    time_zone: str | None = Field(
+        default=None,
+        max_length=64,
+        pattern=TIMEZONE_PATTERN,
+        description="IANA time zone of the schedule, e.g. Europe/Paris. Default: UTC.",
+    )
+    concurrency_policy: ConcurrencyPolicy = Field(
+        default=ConcurrencyPolicy.ALLOW,
+        description="Allow: jobs may overlap. Forbid: skip a run while the previous job is active. "
+        "Replace: delete the active job and start the new one.",
+    )
+    starting_deadline_seconds: int | None = Field(
+        default=None, ge=0, description="A run missed by more than this is skipped (counted as missed)."
+    )
+    suspend: bool = Field(default=False, description="Create no new jobs while true.")
+    successful_jobs_history_limit: int = Field(default=3, ge=0, le=100, description="Succeeded jobs kept.")
+    failed_jobs_history_limit: int = Field(default=1, ge=0, le=100, description="Failed jobs kept.")
+    job_template: ScrapeJobTemplate = Field(description="Template of the created ScrapeJobs.")
+
+    @field_validator("schedule")
+    @classmethod
+    def _valid_schedule(cls, value: str) -> str:
+        if not croniter.is_valid(value):
+            raise ValueError(f"{value!r} is not a valid cron schedule")
+        if len(value.split()) not in (1, 5):
+            raise ValueError(f"{value!r}: use five fields (minute hour day-of-month month day-of-week)")
+        return value
+
+    @field_validator("time_zone")
+    @classmethod
+    def _valid_zone(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(f"{value!r} is not a known IANA time zone") from exc
+        return value
+
+
+class CronScrapeJobStatus(TrawlModel):
+    """Observed state of a CronScrapeJob."""
+
+    observed_generation: int = Field(default=-1, description="The .metadata.generation the status reflects.")
+    last_schedule_time: datetime | None = Field(default=None, description="When a job was last scheduled.")
+    last_successful_time: datetime | None = Field(default=None, description="When a job last succeeded.")
+    active: list[LocalObjectReference] | None = Field(default=None, description="Jobs created and not finished.")
+    conditions: list[Condition] | None = Field(default=None, description="Ready, Reconciling, Stalled.")

@@ -1,0 +1,330 @@
+"""ScrapeJob: a set of URLs (or crawl seeds) to fetch and extract, and its observed state."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Self
+
+from pydantic import Field, field_validator, model_validator
+
+from .common import Condition, DNSLabel, HttpURL, SecretKeyRef, TrawlModel
+from .policies import FailureClass, PolitenessSpec, RequestSpec, RetrySpec
+
+MAX_INLINE_URLS = 5000
+MAX_GENERATED_URLS = 1_000_000
+MAX_DEAD_LETTERS_ON_STATUS = 20
+
+
+class CrawlScope(StrEnum):
+    SAME_HOST = "SameHost"
+    SAME_DOMAIN = "SameDomain"
+
+
+def _check_regexes(patterns: list[str] | None) -> list[str] | None:
+    for pattern in patterns or []:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"{pattern!r} is not a valid regular expression: {exc}") from exc
+    return patterns
+
+
+Pattern = Annotated[str, Field(min_length=1, max_length=512)]
+
+
+class CrawlSpec(TrawlModel):
+    """Follow links from the seed URLs. Without it only the listed URLs are fetched."""
+
+    max_depth: int = Field(default=2, ge=0, le=100, description="Link hops followed from a seed (seeds are depth 0).")
+    max_pages: int = Field(
+        default=100,
+        ge=1,
+        le=MAX_GENERATED_URLS,
+        description="Most pages fetched by the whole job, seeds included.",
+    )
+    scope: CrawlScope = Field(
+        default=CrawlScope.SAME_HOST,
+        description="Which discovered links are followed: SameHost (the seed's host) or SameDomain "
+        "(the seed's registrable domain and its subdomains).",
+    )
+    include: list[Pattern] | None = Field(
+        default=None,
+        max_length=50,
+        description="Regular expressions; when set, a discovered URL is followed only if one matches.",
+    )
+    exclude: list[Pattern] | None = Field(
+        default=None,
+        max_length=50,
+        description="Regular expressions; a discovered URL that matches one is skipped.",
+    )
+
+    _valid_include = field_validator("include")(_check_regexes)
+    _valid_exclude = field_validator("exclude")(_check_regexes)
+
+
+class SelectorKind(StrEnum):
+    CSS = "CSS"
+    XPATH = "XPath"
+
+
+class FieldRule(TrawlModel):
+    """One named value extracted from each page."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=63,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="Key of the value in the result.",
+    )
+    selector: str = Field(min_length=1, max_length=1024, description="CSS selector or XPath expression.")
+    kind: SelectorKind = Field(default=SelectorKind.CSS, description="Selector language: CSS or XPath.")
+    attribute: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        description="Take this attribute of the matched element instead of its text (e.g. href).",
+    )
+    multiple: bool = Field(default=False, description="Return every match as a list instead of the first one.")
+
+
+class ExtractSpec(TrawlModel):
+    """What each result record holds besides the URL and HTTP status."""
+
+    fields: list[FieldRule] | None = Field(
+        default=None, max_length=100, description="Named values extracted by selector."
+    )
+    links: bool = Field(default=False, description="Include the page's absolute links.")
+    images: bool = Field(default=False, description="Include the page's absolute image URLs.")
+    title: bool = Field(default=True, description="Include the page title.")
+    text: bool = Field(default=False, description="Include the page's readable text.")
+    only_matching: str | None = Field(
+        default=None,
+        max_length=512,
+        description="Regular expression; results are written only for pages whose URL matches "
+        "(pages that do not match are still crawled for links).",
+    )
+
+    @field_validator("fields")
+    @classmethod
+    def _unique_names(cls, value: list[FieldRule] | None) -> list[FieldRule] | None:
+        names = [rule.name for rule in value or []]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"field names must be unique, repeated: {', '.join(duplicates)}")
+        return value
+
+    @field_validator("only_matching")
+    @classmethod
+    def _valid_regex(cls, value: str | None) -> str | None:
+        _check_regexes([value] if value else None)
+        return value
+
+
+class UrlRange(TrawlModel):
+    """A numbered sequence of URLs, e.g. listing pages: template with {n}, from start to end inclusive."""
+
+    template: str = Field(
+        min_length=8,
+        max_length=2048,
+        pattern=r"^https?://.*\{n\}.*$",
+        description="http(s) URL containing {n}, replaced by each number of the range.",
+    )
+    start: int = Field(ge=0, description="First number.")
+    end: int = Field(ge=0, description="Last number (inclusive).")
+    step: int = Field(default=1, ge=1, description="Increment.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if self.end < self.start:
+            raise ValueError("end must be greater than or equal to start")
+        return self
+
+    def __len__(self) -> int:
+        return (self.end - self.start) // self.step + 1
+
+    def expand(self) -> list[str]:
+        return [self.template.replace("{n}", str(n)) for n in range(self.start, self.end + 1, self.step)]
+
+
+class SinkKind(StrEnum):
+    REDIS_STREAM = "RedisStream"
+    JSON_LINES = "JsonLines"
+    WEBHOOK = "Webhook"
+
+
+class JsonLinesSink(TrawlModel):
+    """Results appended as JSON Lines files under a directory mounted into the workers."""
+
+    directory: str = Field(
+        min_length=1,
+        max_length=1024,
+        pattern=r"^/",
+        description="Absolute directory; one file per job is written.",
+    )
+
+
+class WebhookSink(TrawlModel):
+    """Results POSTed in batches as JSON, with an HMAC-SHA256 signature header."""
+
+    url: HttpURL = Field(description="Endpoint receiving POSTed batches.")
+    secret_ref: SecretKeyRef | None = Field(
+        default=None,
+        description="Secret key holding the HMAC key; the X-Trawl-Signature header carries the digest.",
+    )
+    batch_size: int = Field(default=50, ge=1, le=1000, description="Results per POST.")
+
+
+class RedisStreamSink(TrawlModel):
+    """Results in a Redis stream of the pool's Redis, kept with the job's other keys."""
+
+    max_len: int = Field(default=100000, ge=1, le=10_000_000, description="Most entries kept; older ones are trimmed.")
+
+
+class OutputSpec(TrawlModel):
+    """Where results go."""
+
+    sink: SinkKind = Field(default=SinkKind.REDIS_STREAM, description="RedisStream, JsonLines or Webhook.")
+    redis_stream: RedisStreamSink | None = Field(default=None, description="Settings for sink RedisStream.")
+    json_lines: JsonLinesSink | None = Field(default=None, description="Settings for sink JsonLines (required then).")
+    webhook: WebhookSink | None = Field(default=None, description="Settings for sink Webhook (required then).")
+
+    @model_validator(mode="after")
+    def _settings_for_sink(self) -> Self:
+        if self.sink == SinkKind.JSON_LINES and self.json_lines is None:
+            raise ValueError("output.jsonLines is required when sink is JsonLines")
+        if self.sink == SinkKind.WEBHOOK and self.webhook is None:
+            raise ValueError("output.webhook is required when sink is Webhook")
+        return self
+
+
+class DedupeSpec(TrawlModel):
+    """Skip URLs seen recently by other jobs of the pool. Within one job URLs are always deduplicated."""
+
+    across_jobs: bool = Field(default=False, description="Skip URLs that another job of the pool fetched.")
+    window_seconds: int = Field(
+        default=3600, ge=1, le=30 * 86400, description="How long a fetched URL counts as seen across jobs."
+    )
+
+
+class ScrapeJobSpec(TrawlModel):
+    """Desired state of a ScrapeJob: what to fetch, how, and where results go."""
+
+    pool: DNSLabel = Field(description="Name of the ScrapePool (same namespace) whose workers run this job. Immutable.")
+    urls: list[HttpURL] | None = Field(
+        default=None,
+        max_length=MAX_INLINE_URLS,
+        description=f"URLs to fetch (crawl seeds in crawl mode). At most {MAX_INLINE_URLS}; use urlRanges for more. "
+        "Immutable.",
+    )
+    url_ranges: list[UrlRange] | None = Field(
+        default=None, max_length=100, description="Numbered URL sequences added to urls. Immutable."
+    )
+    crawl: CrawlSpec | None = Field(default=None, description="Follow links from the URLs.")
+    extract: ExtractSpec | None = Field(default=None, description="What to extract from each page.")
+    request: RequestSpec | None = Field(default=None, description="Request settings; unset fields use the pool's.")
+    politeness: PolitenessSpec | None = Field(
+        default=None, description="Politeness settings; unset fields use the pool's."
+    )
+    retry: RetrySpec | None = Field(default=None, description="Retry policy; unset fields use the pool's.")
+    priority: int = Field(default=5, ge=0, le=9, description="0 (lowest) to 9 (highest); higher is claimed first.")
+    dedupe: DedupeSpec | None = Field(default=None, description="Deduplication across jobs of the pool.")
+    active_deadline_seconds: int | None = Field(
+        default=None, ge=1, description="The job fails when it has run longer than this."
+    )
+    suspend: bool = Field(default=False, description="Pause the job: workers claim none of its tasks while true.")
+    ttl_seconds_after_finished: int | None = Field(
+        default=None, ge=0, description="Delete the job and its results this long after it finished."
+    )
+    output: OutputSpec | None = Field(default=None, description="Result sink. Default: a Redis stream.")
+
+    @model_validator(mode="after")
+    def _has_urls(self) -> Self:
+        if not self.urls and not self.url_ranges:
+            raise ValueError("a ScrapeJob needs urls or urlRanges")
+        if self.total_seed_count() > MAX_GENERATED_URLS:
+            raise ValueError(f"a ScrapeJob may list at most {MAX_GENERATED_URLS} URLs (urls plus urlRanges)")
+        return self
+
+    def total_seed_count(self) -> int:
+        return len(self.urls or []) + sum(len(r) for r in self.url_ranges or [])
+
+    def seed_urls(self) -> list[str]:
+        """urls then every urlRanges entry, in order, without duplicates."""
+        seen: set[str] = set()
+        out: list[str] = []
+        for url in [*(self.urls or []), *(u for r in self.url_ranges or [] for u in r.expand())]:
+            if url not in seen:
+                seen.add(url)
+                out.append(url)
+        return out
+
+
+class JobPhase(StrEnum):
+    PENDING = "Pending"
+    QUEUED = "Queued"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    SUSPENDED = "Suspended"
+
+
+class TaskCounts(TrawlModel):
+    """How many tasks (URLs) are in each state."""
+
+    total: int = Field(default=0, ge=0, description="Tasks in the job, discovered crawl links included.")
+    pending: int = Field(default=0, ge=0, description="Waiting to be claimed.")
+    in_flight: int = Field(default=0, ge=0, description="Claimed by a worker.")
+    succeeded: int = Field(default=0, ge=0, description="Fetched and written to the sink.")
+    retrying: int = Field(default=0, ge=0, description="Failed and waiting for another attempt.")
+    dead_lettered: int = Field(default=0, ge=0, description="Failed for good.")
+
+
+class DeadLetter(TrawlModel):
+    """A URL that failed for good."""
+
+    url: str = Field(max_length=2048, description="The URL.")
+    attempts: int = Field(ge=0, description="Attempts made.")
+    error_class: FailureClass | None = Field(default=None, description="Class of the last failure.")
+    last_error: str = Field(default="", max_length=1024, description="The last failure's message.")
+    time: datetime | None = Field(default=None, description="When it was dead-lettered.")
+
+
+class ResultsLocation(TrawlModel):
+    """Where the results are."""
+
+    sink: SinkKind = Field(description="Kind of sink.")
+    location: str = Field(max_length=2048, description="Redis key, file path or webhook URL.")
+    count: int = Field(default=0, ge=0, description="Results written.")
+
+
+class ScrapeJobStatus(TrawlModel):
+    """Observed state of a ScrapeJob, written by the operator."""
+
+    observed_generation: int = Field(
+        default=-1, description="The .metadata.generation the status reflects; -1 until first reconciled."
+    )
+    phase: JobPhase | None = Field(
+        default=None, description="Pending, Queued, Running, Succeeded, Failed or Suspended."
+    )
+    conditions: list[Condition] | None = Field(
+        default=None,
+        description="Ready, Reconciling, Stalled, Accepted, Running, Complete, Failed, Suspended, DeadLettered.",
+    )
+    counts: TaskCounts | None = Field(default=None, description="Tasks by state.")
+    progress: int | None = Field(default=None, ge=0, le=100, description="Finished tasks as a percentage of all.")
+    eta: datetime | None = Field(default=None, description="Estimated completion time at the current rate.")
+    start_time: datetime | None = Field(default=None, description="When the first task was claimed.")
+    completion_time: datetime | None = Field(default=None, description="When the job finished.")
+    enqueued: int | None = Field(default=None, ge=0, description="Seed tasks enqueued so far.")
+    dead_letters: list[DeadLetter] | None = Field(
+        default=None,
+        max_length=MAX_DEAD_LETTERS_ON_STATUS,
+        description=f"The latest {MAX_DEAD_LETTERS_ON_STATUS} dead letters; `trawl dlq list` shows all.",
+    )
+    results: ResultsLocation | None = Field(default=None, description="Where the results are.")
+    retry_dead_letters_handled: str | None = Field(
+        default=None, description="The last trawl.dev/retry-dead-letters annotation value acted on."
+    )
+    message: str | None = Field(default=None, max_length=32768, description="Summary of the current state.")

@@ -1,0 +1,222 @@
+"""ScrapePool: a Redis queue, the worker Deployment that consumes it, and how it scales."""
+
+from __future__ import annotations
+
+import ipaddress
+from datetime import datetime
+from typing import Any, Self
+
+from pydantic import Field, field_validator, model_validator
+
+from .common import Condition, SecretKeyRef, TrawlModel
+from .policies import PolitenessSpec, RequestSpec, RetrySpec
+
+DEFAULT_WORKER_IMAGE = "ghcr.io/trawl-dev/trawl:0.1.0"
+
+
+class RedisTLS(TrawlModel):
+    """TLS to Redis (rediss://)."""
+
+    enabled: bool = Field(default=False, description="Connect with TLS.")
+    ca_secret_ref: SecretKeyRef | None = Field(
+        default=None, description="Secret key holding the PEM CA bundle that signs the server certificate."
+    )
+    insecure_skip_verify: bool = Field(
+        default=False, description="Do not verify the server certificate. For testing only."
+    )
+
+
+class RedisSpec(TrawlModel):
+    """How the operator and the workers reach the pool's Redis."""
+
+    url: str | None = Field(
+        default=None,
+        max_length=1024,
+        pattern=r"^rediss?://[^\s]+$",
+        description="redis:// or rediss:// URL without a password (use passwordSecretRef).",
+    )
+    url_secret_ref: SecretKeyRef | None = Field(
+        default=None, description="Secret key holding the whole Redis URL (which may include a password)."
+    )
+    password_secret_ref: SecretKeyRef | None = Field(default=None, description="Secret key holding the password.")
+    tls: RedisTLS | None = Field(default=None, description="TLS settings.")
+    key_prefix: str | None = Field(
+        default=None,
+        max_length=128,
+        pattern=r"^[A-Za-z0-9:_.-]+$",
+        description="Prefix of the pool's keys. Default: trawl:<namespace>/<pool>.",
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Self:
+        if (self.url is None) == (self.url_secret_ref is None):
+            raise ValueError("redis needs exactly one of url or urlSecretRef")
+        if self.url is not None and "@" in self.url.split("//", 1)[-1].split("/", 1)[0]:
+            raise ValueError("redis.url must not carry credentials; use passwordSecretRef or urlSecretRef")
+        return self
+
+
+class Resources(TrawlModel):
+    """Compute resources of each worker container."""
+
+    requests: dict[str, str] | None = Field(default=None, description="Minimum resources, e.g. cpu: 500m.")
+    limits: dict[str, str] | None = Field(default=None, description="Maximum resources, e.g. memory: 512Mi.")
+
+
+class EnvVar(TrawlModel):
+    """An environment variable with a literal value."""
+
+    name: str = Field(min_length=1, max_length=256, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$", description="Name.")
+    value: str = Field(default="", max_length=32768, description="Value.")
+
+
+class WorkerSpec(TrawlModel):
+    """The worker pods of the pool."""
+
+    image: str = Field(default=DEFAULT_WORKER_IMAGE, min_length=1, max_length=512, description="Worker image.")
+    image_pull_policy: str | None = Field(
+        default=None, pattern=r"^(Always|IfNotPresent|Never)$", description="Always, IfNotPresent or Never."
+    )
+    concurrency: int = Field(default=32, ge=1, le=2048, description="Tasks in flight per worker pod.")
+    resources: Resources | None = Field(default=None, description="Container resources.")
+    env: list[EnvVar] | None = Field(default=None, max_length=100, description="Extra environment variables.")
+    drain_seconds: int = Field(
+        default=30,
+        ge=1,
+        le=3600,
+        description="Time a worker gets on SIGTERM to finish in-flight tasks; the pod's grace period adds 10 s.",
+    )
+    allowed_cidrs: list[str] | None = Field(
+        default=None,
+        max_length=64,
+        description="Private or loopback networks the workers may fetch from (blocked by default against SSRF).",
+    )
+    node_selector: dict[str, str] | None = Field(default=None, description="Node selector of the pods.")
+    tolerations: list[dict[str, Any]] | None = Field(
+        default=None,
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+        description="Tolerations of the pods (core/v1 Toleration objects).",
+    )
+    service_account_name: str | None = Field(
+        default=None, max_length=253, description="Service account of the pods. Workers need no API access."
+    )
+    pod_annotations: dict[str, str] | None = Field(default=None, description="Extra annotations on the pods.")
+    pod_labels: dict[str, str] | None = Field(default=None, description="Extra labels on the pods.")
+    metrics_port: int = Field(default=9090, ge=1024, le=65535, description="Port of the Prometheus metrics endpoint.")
+
+    @field_validator("allowed_cidrs")
+    @classmethod
+    def _cidrs(cls, value: list[str] | None) -> list[str] | None:
+        for cidr in value or []:
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError as exc:
+                raise ValueError(f"{cidr!r} is not a CIDR: {exc}") from exc
+        return value
+
+
+class AutoscalingSpec(TrawlModel):
+    """How the operator sizes the worker Deployment from the queue."""
+
+    enabled: bool = Field(default=True, description="Scale from queue signals; when false, spec.replicas is used.")
+    min_replicas: int = Field(default=0, ge=0, le=1000, description="Fewest workers; 0 allows scale to zero.")
+    max_replicas: int = Field(default=10, ge=1, le=1000, description="Most workers.")
+    target_drain_seconds: int = Field(
+        default=60, ge=1, le=86400, description="Aim to drain the backlog within this many seconds."
+    )
+    failure_rate_threshold: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="Above this share of failed tasks, do not scale up: the target is failing, more workers would "
+        "only hit it harder.",
+    )
+    scale_down_delay_seconds: int = Field(
+        default=60, ge=0, le=3600, description="Time the lower answer must hold before replicas go down."
+    )
+    idle_seconds_before_zero: int = Field(
+        default=120, ge=0, le=86400, description="Idle time before scaling to zero (when minReplicas is 0)."
+    )
+    poll_seconds: float = Field(default=5, ge=1, le=60, description="How often the queue is read.")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Self:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError("minReplicas must not exceed maxReplicas")
+        return self
+
+
+class PoolDefaults(TrawlModel):
+    """Settings jobs of this pool inherit where they leave a field unset."""
+
+    request: RequestSpec | None = Field(default=None, description="Default request settings.")
+    politeness: PolitenessSpec | None = Field(default=None, description="Default politeness settings.")
+    retry: RetrySpec | None = Field(default=None, description="Default retry policy.")
+
+
+class QueueSpec(TrawlModel):
+    """Queue behaviour shared by the pool's jobs."""
+
+    lease_seconds: float = Field(
+        default=30,
+        ge=2,
+        le=3600,
+        description="A claimed task returns to the queue if not heartbeated this long.",
+    )
+    max_stalls: int = Field(default=3, ge=1, le=100, description="Lease expiries after which a task is dead-lettered.")
+    finished_job_retention_seconds: int = Field(
+        default=7 * 86400,
+        ge=60,
+        description="How long a finished job's queue data is kept when the job sets no ttlSecondsAfterFinished.",
+    )
+
+
+class ScrapePoolSpec(TrawlModel):
+    """Desired state of a ScrapePool."""
+
+    redis: RedisSpec = Field(description="The pool's Redis.")
+    worker: WorkerSpec = Field(default_factory=WorkerSpec, description="Worker pods.")
+    replicas: int | None = Field(
+        default=None, ge=0, le=1000, description="Fixed worker count, used when autoscaling is disabled."
+    )
+    autoscaling: AutoscalingSpec = Field(default_factory=AutoscalingSpec, description="Autoscaling policy.")
+    queue: QueueSpec = Field(default_factory=QueueSpec, description="Queue behaviour.")
+    defaults: PoolDefaults | None = Field(default=None, description="Defaults inherited by the pool's jobs.")
+
+
+class QueueSignals(TrawlModel):
+    """What the queue looked like at the last poll."""
+
+    ready: int = Field(default=0, ge=0, description="Tasks waiting to be claimed.")
+    delayed: int = Field(default=0, ge=0, description="Tasks waiting for a retry or a rate limit.")
+    in_flight: int = Field(default=0, ge=0, description="Tasks claimed by workers.")
+    dead: int = Field(default=0, ge=0, description="Dead-lettered tasks of live jobs.")
+    throughput_per_second: float = Field(default=0, ge=0, description="Tasks finished per second, recently.")
+    failure_rate: float = Field(default=0, ge=0, le=1, description="Share of recent attempts that failed.")
+    mean_task_seconds: float = Field(default=0, ge=0, description="Mean time a worker spends per task.")
+
+
+class ScalingDecision(TrawlModel):
+    """The autoscaler's latest change."""
+
+    time: datetime | None = Field(default=None, description="When replicas last changed.")
+    from_replicas: int = Field(default=0, ge=0, description="Replicas before.")
+    to_replicas: int = Field(default=0, ge=0, description="Replicas after.")
+    reason: str = Field(default="", max_length=1024, description="Why.")
+
+
+class ScrapePoolStatus(TrawlModel):
+    """Observed state of a ScrapePool, written by the operator."""
+
+    observed_generation: int = Field(default=-1, description="The .metadata.generation the status reflects.")
+    replicas: int = Field(default=0, ge=0, description="Worker pods that exist.")
+    ready_replicas: int = Field(default=0, ge=0, description="Worker pods that are ready.")
+    desired_replicas: int = Field(default=0, ge=0, description="Replicas the autoscaler asks for.")
+    selector: str | None = Field(default=None, description="Label selector of the worker pods (scale subresource).")
+    queue: QueueSignals | None = Field(default=None, description="Queue signals.")
+    last_scale: ScalingDecision | None = Field(default=None, description="The last scaling decision.")
+    scaling_reason: str | None = Field(default=None, max_length=1024, description="Why replicas are what they are.")
+    deployment: str | None = Field(default=None, description="Name of the worker Deployment.")
+    conditions: list[Condition] | None = Field(
+        default=None, description="Ready, Reconciling, Stalled, Degraded, ScalingLimited."
+    )

@@ -1,0 +1,1 @@
+"""Local development and test infrastructure: real processes (etcd, kube-apiserver, redis-server)."""

@@ -1,0 +1,172 @@
+"""The queue's data types and its client contract, shared by the operator, the workers and tests.
+
+The implementation is :class:`trawl.queue.client.Queue`; this module only says what crosses the
+boundary so the worker, the operator and the autoscaler can rely on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """A job's resolved retry policy as the queue applies it (see trawl.api.policies.ResolvedRetry)."""
+
+    max_attempts: int = 3
+    backoff: str = "Exponential"  # or "Fixed"
+    initial_delay: float = 1.0
+    max_delay: float = 300.0
+    jitter: float = 0.2
+    retry_on: tuple[str, ...] = ("Timeout", "Connection", "HTTP429", "HTTP5xx", "Stalled")
+    honor_retry_after: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class JobConfig:
+    """What the queue needs to know about a job; registered once, before its first enqueue."""
+
+    job_id: str  # the ScrapeJob's metadata.uid: stable across renames, unique across re-creations
+    priority: int = 5  # 0..9, higher first
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    max_pages: int | None = None  # crawl mode: the exact cap on tasks the job may ever hold
+    max_depth: int = 0
+    dedupe_across_jobs: bool = False
+    dedupe_window_seconds: int = 3600
+    # Everything the workers need to process the job's tasks (resolved request/politeness/extract/
+    # crawl/output settings), stored as JSON so workers never talk to the Kubernetes API.
+    spec: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Task:
+    """A claimed task. ``attempt`` counts from 1; ``depth`` is 0 for seeds."""
+
+    job_id: str
+    task_id: str
+    url: str
+    depth: int
+    attempt: int
+    lease_deadline: float  # unix seconds
+
+
+@dataclass(frozen=True, slots=True)
+class FailOutcome:
+    dead_lettered: bool
+    retry_at: float | None  # unix seconds, when rescheduled
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterRecord:
+    task_id: str
+    url: str
+    attempts: int
+    error_class: str
+    message: str
+    time: float
+    history: list[dict[str, Any]]  # one entry per failed attempt: {attempt, errorClass, message, time}
+
+
+@dataclass(frozen=True, slots=True)
+class JobStats:
+    """Per-job counters, read without scanning. pending+in_flight+retrying+succeeded+dead == total."""
+
+    total: int
+    pending: int
+    in_flight: int
+    retrying: int
+    succeeded: int
+    dead: int
+    enqueue_done: bool  # the seed enqueue finished (crawl links may still be discovered)
+    suspended: bool
+    first_claim_at: float | None
+    last_finish_at: float | None
+    exists: bool = True  # False when the job was never registered or was cancelled/expired
+
+    @property
+    def finished(self) -> bool:
+        return self.exists and self.enqueue_done and self.pending == self.in_flight == self.retrying == 0
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSignals:
+    """A snapshot of a pool's queue for the autoscaler; counters are monotonic, rates are the caller's job."""
+
+    ready: int
+    delayed: int
+    delayed_due_soon: int  # delayed tasks due within the next few seconds
+    in_flight: int
+    dead: int
+    completed_total: int
+    failed_total: int  # failed attempts (retried or dead-lettered)
+    service_seconds_total: float  # summed claim-to-finish time of completed and failed attempts
+    workers: dict[str, WorkerActivity]
+    time: float
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerActivity:
+    worker_id: str
+    in_flight: int
+    last_seen: float
+    draining: bool = False
+
+
+class QueueClient(Protocol):
+    """The operations every part of Trawl uses. All are atomic (one Lua script each)."""
+
+    async def register_job(self, job: JobConfig) -> None: ...
+
+    async def enqueue(self, job_id: str, urls: Sequence[str], *, start_index: int = 0) -> int:
+        """Enqueue seed URLs (depth 0). Idempotent per (job, index): re-running after a crash adds nothing
+        twice. Returns how many were newly added."""
+        ...
+
+    async def mark_enqueue_done(self, job_id: str) -> None: ...
+
+    async def enqueue_discovered(self, parent: Task, urls: Sequence[str]) -> int:
+        """Crawl mode: add links found on ``parent``'s page at depth+1, deduplicated within the job and
+        never beyond max_pages in total. Returns how many were added."""
+        ...
+
+    async def claim(self, worker_id: str, count: int) -> list[Task]: ...
+
+    async def heartbeat(self, worker_id: str, *, in_flight: int, draining: bool = False) -> int:
+        """Extend every lease the worker holds; returns how many."""
+        ...
+
+    async def ack(self, task: Task, worker_id: str) -> bool:
+        """Success. False when the lease was lost (expired and re-claimed, or the job was cancelled)."""
+        ...
+
+    async def fail(
+        self, task: Task, worker_id: str, error_class: str, message: str, *, retry_after: float | None = None
+    ) -> FailOutcome: ...
+
+    async def release(self, task: Task, worker_id: str, *, delay: float = 0.0) -> bool:
+        """Give the task back without spending an attempt, optionally not before ``delay`` seconds."""
+        ...
+
+    async def job_stats(self, job_id: str) -> JobStats: ...
+
+    async def job_spec(self, job_id: str) -> dict[str, Any] | None: ...
+
+    async def dead_letters(self, job_id: str, limit: int = 100) -> list[DeadLetterRecord]: ...
+
+    async def requeue_dead(self, job_id: str, task_ids: Sequence[str] | None = None) -> int: ...
+
+    async def suspend(self, job_id: str) -> None: ...
+
+    async def resume(self, job_id: str) -> None: ...
+
+    async def cancel(self, job_id: str) -> None:
+        """Delete every key of the job (tasks, counters, dead letters, results); late acks are discarded."""
+        ...
+
+    async def expire_job(self, job_id: str, ttl_seconds: int) -> None:
+        """Retention: every key of the finished job expires after ``ttl_seconds``."""
+        ...
+
+    async def pool_signals(self) -> PoolSignals: ...
