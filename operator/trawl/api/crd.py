@@ -190,7 +190,7 @@ def model_schema(model: type[BaseModel]) -> Schema:
     raw = model.model_json_schema(by_alias=True, mode="validation")
     defs = raw.pop("$defs", {})
     raw["x-trawl-model"] = model.__name__
-    schema = _structural(_inline(raw, defs))
+    schema: Schema = _structural(_inline(raw, defs))
     _mark_condition_lists(schema)
     return schema
 
