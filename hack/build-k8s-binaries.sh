@@ -97,7 +97,13 @@ package tools
 import _ "k8s.io/kubernetes/cmd/kube-apiserver"
 GOF
 "$GO" mod tidy
-"$GO" build -trimpath -ldflags "-s -w" -o "$ASSETS/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
+MINOR="${KUBE_VERSION#v1.}"; MINOR="${MINOR%%.*}"
+VERSION_FLAGS=""
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  VERSION_FLAGS+=" -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$MINOR"
+  VERSION_FLAGS+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+done
+"$GO" build -trimpath -ldflags "-s -w $VERSION_FLAGS" -o "$ASSETS/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
 mv "$ASSETS/kube-apiserver.tmp" "$ASSETS/kube-apiserver"
 
 log "built in $(( $(date +%s) - start ))s into $ASSETS"

@@ -1,0 +1,46 @@
+"""The permissions the operator uses, and nothing more.
+
+This list is the source of ``manifests/rbac`` and of the Helm chart's ClusterRole/Role; a test
+checks the three agree, and the cluster tests run the operator impersonating its ServiceAccount
+so a missing permission fails a test instead of a production rollout.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Rules the operator needs in every namespace it watches.
+NAMESPACED_RULES: list[dict[str, Any]] = [
+    {
+        "apiGroups": ["trawl.dev"],
+        "resources": ["scrapejobs", "scrapepools", "cronscrapejobs"],
+        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+    },
+    {
+        "apiGroups": ["trawl.dev"],
+        "resources": ["scrapejobs/status", "scrapepools/status", "cronscrapejobs/status"],
+        "verbs": ["get", "update", "patch"],
+    },
+    {
+        "apiGroups": ["apps"],
+        "resources": ["deployments"],
+        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+    },
+    {"apiGroups": ["apps"], "resources": ["deployments/scale"], "verbs": ["get", "update", "patch"]},
+    # Pods: read readiness and set controller.kubernetes.io/pod-deletion-cost on idle workers.
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
+    # Secrets: only `get` by name (the Redis Secret a pool names); never list or watch.
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
+    {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+]
+
+# Cluster-scoped reads kopf needs to run: CRD discovery for its resource scan, and namespaces
+# when it watches all of them.
+CLUSTER_RULES: list[dict[str, Any]] = [
+    {
+        "apiGroups": ["apiextensions.k8s.io"],
+        "resources": ["customresourcedefinitions"],
+        "verbs": ["get", "list", "watch"],
+    },
+    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
+]
