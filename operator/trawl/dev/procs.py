@@ -9,17 +9,34 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
+import functools
 import os
 import signal
 import socket
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 _live: set[subprocess.Popen[bytes]] = set()
 _lock = threading.Lock()
+
+_PR_SET_PDEATHSIG = 1
+_prctl: Callable[..., int] | None
+try:  # Resolved before any fork: the child must not dlopen between fork and exec.
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):  # not Linux
+    _prctl = None
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Runs in the child between fork and exec: SIGKILL it when the parent dies, even by SIGKILL."""
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -35,8 +52,19 @@ def start(
     log_path: Path | None = None,
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
+    die_with_parent: bool = True,
 ) -> subprocess.Popen[bytes]:
-    """Start a process in a new session, logging to ``log_path`` (or discarding output)."""
+    """Start a process in a new session, logging to ``log_path`` (or discarding output).
+
+    With ``die_with_parent`` (Linux) the kernel SIGKILLs the process when this Python process
+    dies, however it dies (SIGKILL included), so no server outlives a killed test run. The
+    kernel ties this to the *thread* that started the child, so it is only armed when called
+    from the main thread: a worker thread that exits would otherwise take the server with it.
+    """
+    preexec: Callable[[], None] | None = None
+    if die_with_parent and _prctl is not None and threading.current_thread() is threading.main_thread():
+        preexec = functools.partial(_die_with_parent, os.getpid())
+
     out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - owned by the child
     try:
         proc = subprocess.Popen(
@@ -47,6 +75,7 @@ def start(
             env=env,
             cwd=cwd,
             start_new_session=True,
+            preexec_fn=preexec,
         )
     finally:
         if log_path:
