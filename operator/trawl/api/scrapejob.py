@@ -234,6 +234,11 @@ class ScrapeJobSpec(TrawlModel):
         default=None, ge=1, description="The job fails when it has run longer than this."
     )
     suspend: bool = Field(default=False, description="Pause the job: workers claim none of its tasks while true.")
+    max_dead_letters: int = Field(
+        default=0,
+        ge=0,
+        description="The job still succeeds with at most this many dead-lettered URLs (e.g. 404s found by a crawl).",
+    )
     ttl_seconds_after_finished: int | None = Field(
         default=None, ge=0, description="Delete the job and its results this long after it finished."
     )
