@@ -114,5 +114,9 @@ class CronScrapeJobStatus(TrawlModel):
     observed_generation: int = Field(default=-1, description="The .metadata.generation the status reflects.")
     last_schedule_time: datetime | None = Field(default=None, description="When a job was last scheduled.")
     last_successful_time: datetime | None = Field(default=None, description="When a job last succeeded.")
+    next_schedule_time: datetime | None = Field(default=None, description="When the next job is due.")
+    skipped_reason: str | None = Field(
+        default=None, max_length=256, description="Why the latest due run was skipped (ConcurrencyForbidden, ...)."
+    )
     active: list[LocalObjectReference] | None = Field(default=None, description="Jobs created and not finished.")
     conditions: list[Condition] | None = Field(default=None, description="Ready, Reconciling, Stalled.")
