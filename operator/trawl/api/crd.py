@@ -30,7 +30,11 @@ Schema = dict[str, Any]
 # CEL rules that need the whole object or old/new comparison, keyed by the model they guard.
 _RULES: dict[str, list[dict[str, str]]] = {
     "ScrapeJobSpec": [
-        {"rule": "has(self.urls) || has(self.urlRanges)", "message": "a ScrapeJob needs urls or urlRanges"},
+        {
+            "rule": "has(self.urls) || has(self.urlRanges)",
+            "message": "a ScrapeJob needs urls or urlRanges",
+            "fieldPath": ".urls",
+        },
     ],
     "UrlRange": [{"rule": "self.end >= self.start", "message": "end must be greater than or equal to start"}],
     "OutputSpec": [
@@ -83,6 +87,12 @@ _SCRAPEJOB_IMMUTABLE = [
         "fieldPath": ".urlRanges",
     },
 ]
+
+
+def _name_at_most(length: int) -> list[dict[str, str]]:
+    """Names end up in labels and Redis keys; the message names the field, as a root rule cannot."""
+    message = f"metadata.name must be no more than {length} characters"
+    return [{"rule": f"self.metadata.name.size() <= {length}", "message": message}]
 
 
 def _inline(node: Any, defs: dict[str, Schema], stack: tuple[str, ...] = ()) -> Any:
@@ -244,7 +254,7 @@ KINDS: list[Kind] = [
             _AGE,
         ],
         spec_rules=_SCRAPEJOB_IMMUTABLE,
-        root_rules=[{"rule": "self.metadata.name.size() <= 63", "message": "name must be no more than 63 characters"}],
+        root_rules=_name_at_most(63),
     ),
     Kind(
         kind="ScrapePool",
@@ -263,7 +273,7 @@ KINDS: list[Kind] = [
             {"name": "Reason", "type": "string", "jsonPath": ".status.scalingReason", "priority": 1},
             _AGE,
         ],
-        root_rules=[{"rule": "self.metadata.name.size() <= 50", "message": "name must be no more than 50 characters"}],
+        root_rules=_name_at_most(50),
         scale={
             "specReplicasPath": ".spec.replicas",
             "statusReplicasPath": ".status.replicas",
@@ -285,7 +295,7 @@ KINDS: list[Kind] = [
             {"name": "Last Schedule", "type": "date", "jsonPath": ".status.lastScheduleTime"},
             _AGE,
         ],
-        root_rules=[{"rule": "self.metadata.name.size() <= 52", "message": "name must be no more than 52 characters"}],
+        root_rules=_name_at_most(52),
     ),
 ]
 
