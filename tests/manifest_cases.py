@@ -1,0 +1,115 @@
+"""Invalid manifests shared by the model tests (pydantic) and the CRD tests (the real API server).
+
+Each case is one small change to a valid object and the field path an error must name. Some
+mistakes only the API server can see (a change to an immutable field, an over-long object name);
+those have ``pydantic_field=None``.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+GROUP_VERSION = "trawl.dev/v1alpha1"
+
+VALID_JOB: dict[str, Any] = {"pool": "default", "urls": ["https://example.com/"]}
+VALID_POOL: dict[str, Any] = {"redis": {"url": "redis://redis.trawl-system.svc:6379/0"}}
+VALID_CRON: dict[str, Any] = {"schedule": "*/5 * * * *", "jobTemplate": {"spec": VALID_JOB}}
+VALID = {"ScrapeJob": VALID_JOB, "ScrapePool": VALID_POOL, "CronScrapeJob": VALID_CRON}
+
+_DELETE = object()
+
+
+def changed(base: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    """A deep copy of ``base`` with dotted paths set (``crawl.maxPages=0``) or removed (``_DELETE``)."""
+    out = copy.deepcopy(base)
+    for dotted, value in changes.items():
+        *parents, leaf = dotted.split("__")
+        node = out
+        for key in parents:
+            node = node.setdefault(key, {})
+        if value is _DELETE:
+            node.pop(leaf, None)
+        else:
+            node[leaf] = value
+    return out
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    kind: str
+    spec: dict[str, Any]
+    server_field: str
+    """Substring of the API server's error: the field path it names."""
+    pydantic_field: str | None
+    """Substring of pydantic's error (location or message), or None when pydantic cannot see it."""
+    name: str = "bad"
+    update: dict[str, Any] | None = None
+    """For immutability: the object is created with ``spec``, then merge-patched with this spec."""
+
+    def manifest(self, name: str | None = None) -> dict[str, Any]:
+        metadata = {"name": name or self.name}
+        return {"apiVersion": GROUP_VERSION, "kind": self.kind, "metadata": metadata, "spec": self.spec}
+
+
+def _job(**changes: Any) -> dict[str, Any]:
+    return changed(VALID_JOB, **changes)
+
+
+def _pool(**changes: Any) -> dict[str, Any]:
+    return changed(VALID_POOL, **changes)
+
+
+def _cron(**changes: Any) -> dict[str, Any]:
+    return changed(VALID_CRON, **changes)
+
+
+MANY_URLS = [f"https://example.com/p/{i}" for i in range(5001)]
+
+INVALID: list[Case] = [
+    Case("url-scheme-ftp", "ScrapeJob", _job(urls=["ftp://example.com/file"]), "spec.urls[0]", "urls.0"),
+    Case("url-javascript", "ScrapeJob", _job(urls=["javascript:alert(1)"]), "spec.urls[0]", "urls.0"),
+    Case("max-pages-zero", "ScrapeJob", _job(crawl={"maxPages": 0}), "spec.crawl.maxPages", "crawl.maxPages"),
+    Case("max-pages-negative", "ScrapeJob", _job(crawl={"maxPages": -5}), "spec.crawl.maxPages", "crawl.maxPages"),
+    Case("crawl-scope-enum", "ScrapeJob", _job(crawl={"scope": "Everywhere"}), "spec.crawl.scope", "crawl.scope"),
+    Case("pool-missing", "ScrapeJob", _job(pool=_DELETE), "spec.pool", "pool"),
+    Case("pool-not-dns-label", "ScrapeJob", _job(pool="Bad_Pool"), "spec.pool", "pool"),
+    Case("no-urls", "ScrapeJob", _job(urls=_DELETE), "spec.urls: Invalid value", "urls or urlRanges"),
+    Case("too-many-urls", "ScrapeJob", _job(urls=MANY_URLS), "spec.urls", "urls"),
+    Case("url-range-reversed", "ScrapeJob", _job(urlRanges=[{"template": "https://e.com/{n}", "start": 5, "end": 1}]),
+         "spec.urlRanges[0]", "urlRanges.0"),
+    Case("priority-10", "ScrapeJob", _job(priority=10), "spec.priority", "priority"),
+    Case("jitter-2", "ScrapeJob", _job(retry={"jitter": 2}), "spec.retry.jitter", "retry.jitter"),
+    Case("retry-on-enum", "ScrapeJob", _job(retry={"retryOn": ["Sometimes"]}), "spec.retry.retryOn[0]",
+         "retry.retryOn.0"),
+    Case("delays-reversed", "ScrapeJob", _job(retry={"initialDelaySeconds": 60, "maxDelaySeconds": 10}),
+         "spec.retry.initialDelaySeconds", "initialDelaySeconds"),
+    Case("rps-zero", "ScrapeJob", _job(politeness={"requestsPerSecond": 0}), "spec.politeness.requestsPerSecond",
+         "politeness.requestsPerSecond"),
+    Case("sink-jsonlines-without-settings", "ScrapeJob", _job(output={"sink": "JsonLines"}), "spec.output.jsonLines",
+         "jsonLines"),
+    Case("webhook-url-scheme", "ScrapeJob",
+         _job(output={"sink": "Webhook", "webhook": {"url": "file:///etc/passwd"}}), "spec.output.webhook.url",
+         "output.webhook.url"),
+    Case("field-name-pattern", "ScrapeJob", _job(extract={"fields": [{"name": "1bad", "selector": "h1"}]}),
+         "spec.extract.fields[0].name", "extract.fields.0.name"),
+    Case("unknown-field", "ScrapeJob", _job(colour="blue"), "spec.colour", "colour"),
+    Case("job-name-too-long", "ScrapeJob", VALID_JOB, "metadata.name", None, name="j" * 64),
+    Case("pool-immutable", "ScrapeJob", VALID_JOB, "spec.pool", None, update={"pool": "other"}),
+    Case("urls-immutable", "ScrapeJob", VALID_JOB, "spec.urls", None, update={"urls": ["https://example.org/"]}),
+    Case("min-above-max-replicas", "ScrapePool", _pool(autoscaling={"minReplicas": 5, "maxReplicas": 2}),
+         "spec.autoscaling.minReplicas", "minReplicas"),
+    Case("redis-url-and-secret", "ScrapePool",
+         _pool(redis={"url": "redis://r:6379/0", "urlSecretRef": {"name": "redis", "key": "url"}}), "spec.redis",
+         "urlSecretRef"),
+    Case("redis-url-scheme", "ScrapePool", _pool(redis={"url": "http://redis:6379"}), "spec.redis.url", "redis.url"),
+    Case("bad-cron", "CronScrapeJob", _cron(schedule="61 * * * *"), "spec.schedule", "schedule"),
+    Case("cron-six-fields", "CronScrapeJob", _cron(schedule="0 0 * * * *"), "spec.schedule", "schedule"),
+    Case("bad-timezone-shape", "CronScrapeJob", _cron(timeZone="Not A/Zone!"), "spec.timeZone", "timeZone"),
+    Case("concurrency-policy-enum", "CronScrapeJob", _cron(concurrencyPolicy="Sometimes"), "spec.concurrencyPolicy",
+         "concurrencyPolicy"),
+    Case("template-priority", "CronScrapeJob", _cron(jobTemplate={"spec": _job(priority=10)}),
+         "spec.jobTemplate.spec.priority", "jobTemplate.spec.priority"),
+]
