@@ -1,0 +1,304 @@
+"""The Helm chart, rendered by a real helm: lint, RBAC equal to the operator's rule list, CRDs equal to
+the generated ones, restricted pods, and the value combinations it refuses."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from helm_chart import (
+    CHART,
+    CI_VALUES,
+    VALUE_SETS,
+    HelmError,
+    by_kind,
+    helm,
+    one,
+    operator_deployment,
+    operator_rbac_objects,
+    render,
+    service_account_name,
+)
+from trawl.api.crd import all_crds
+from trawl.operator.rbac import CLUSTER_RULES, NAMESPACED_RULES
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _rules(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(obj["rules"])
+
+
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+def test_helm_lint_strict(value_set: str) -> None:
+    args = ["lint", "--strict", str(CHART)]
+    for name in VALUE_SETS[value_set]:
+        args += ["-f", str(CI_VALUES / name)]
+    out = helm(*args)
+    assert "0 chart(s) failed" in out.stdout, out.stdout
+    assert "[WARNING]" not in out.stdout and "[ERROR]" not in out.stdout, out.stdout
+
+
+def test_every_ci_values_file_is_a_value_set() -> None:
+    listed = {name for files in VALUE_SETS.values() for name in files}
+    assert listed == {p.name for p in CI_VALUES.glob("*.yaml")}
+
+
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+def test_renders_and_every_object_is_labelled(value_set: str) -> None:
+    docs = render(value_set, namespace="team-a")
+    assert docs
+    for doc in docs:
+        labels = doc["metadata"].get("labels", {})
+        assert labels.get("app.kubernetes.io/part-of") == "trawl", doc["metadata"]
+        assert labels.get("app.kubernetes.io/instance") == "trawl", doc["metadata"]
+        if doc["kind"] not in {"ClusterRole", "ClusterRoleBinding"}:
+            assert doc["metadata"].get("namespace"), f"{doc['kind']} {doc['metadata']['name']} has no namespace"
+
+
+def test_cluster_wide_rbac_equals_the_operator_rule_list() -> None:
+    docs = render()
+    role = one(docs, "ClusterRole")
+    assert _rules(role) == [*NAMESPACED_RULES, *CLUSTER_RULES]
+    binding = one(docs, "ClusterRoleBinding")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": role["metadata"]["name"],
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": service_account_name(docs), "namespace": "trawl-system"}
+    ]
+    assert not by_kind(docs, "Role") and not by_kind(docs, "RoleBinding")
+    args = operator_deployment(docs)["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--all-namespaces" in args and not any(a.startswith("--namespace") for a in args)
+
+
+def test_namespaced_rbac_is_a_role_per_watched_namespace() -> None:
+    docs = render("namespaced")
+    roles = by_kind(docs, "Role")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    for role in roles:
+        assert _rules(role) == NAMESPACED_RULES
+    bindings = by_kind(docs, "RoleBinding")
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
+    sa = service_account_name(docs)
+    for binding in bindings:
+        assert binding["roleRef"]["kind"] == "Role"
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": "trawl-system"}]
+    # Cluster-wide, only what kopf needs: no Secret, pod or Deployment access outside the watched namespaces.
+    cluster_role = one(docs, "ClusterRole")
+    assert _rules(cluster_role) == CLUSTER_RULES
+    assert one(docs, "ClusterRoleBinding")["roleRef"]["name"] == cluster_role["metadata"]["name"]
+    args = operator_deployment(docs)["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--namespace=team-a" in args and "--namespace=team-b" in args and "--all-namespaces" not in args
+
+
+def test_rbac_create_false_renders_no_rbac() -> None:
+    docs = render("minimal")
+    assert not [d for d in docs if d["kind"] in {"ServiceAccount", "ClusterRole", "Role", "RoleBinding"}]
+    assert service_account_name(docs) == "trawl-operator"
+
+
+def test_operator_rbac_objects_are_ordered_for_apply() -> None:
+    kinds = [d["kind"] for d in operator_rbac_objects(render("namespaced"))]
+    assert kinds == [
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "Role",
+        "RoleBinding",
+        "RoleBinding",
+    ]
+
+
+def test_chart_crds_equal_the_generated_ones() -> None:
+    generated = all_crds()
+    committed = {p.name: p.read_text() for p in (CHART / "crds").glob("*.yaml")}
+    assert committed == generated, "charts/trawl/crds drifted from the models: run `trawl crd`"
+    # And helm ships exactly those: --include-crds renders the same objects.
+    rendered = [d for d in render(include_crds=True) if d["kind"] == "CustomResourceDefinition"]
+    expected = [yaml.safe_load(text) for text in generated.values()]
+    key = lambda d: d["metadata"]["name"]  # noqa: E731
+    assert sorted(rendered, key=key) == sorted(expected, key=key)
+
+
+def _restricted(pod_spec: dict[str, Any]) -> None:
+    psc = pod_spec["securityContext"]
+    assert psc["runAsNonRoot"] is True
+    assert psc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert psc.get("runAsUser", 1) != 0
+    for container in [*pod_spec["containers"], *pod_spec.get("initContainers", [])]:
+        sc = container["securityContext"]
+        assert sc["allowPrivilegeEscalation"] is False, container["name"]
+        assert sc["capabilities"] == {"drop": ["ALL"]}, container["name"]
+        assert sc["readOnlyRootFilesystem"] is True, container["name"]
+        assert sc["runAsNonRoot"] is True, container["name"]
+        assert "resources" in container, container["name"]
+    assert not pod_spec.get("hostNetwork") and not pod_spec.get("hostPID") and not pod_spec.get("hostIPC")
+
+
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+def test_pods_are_restricted(value_set: str) -> None:
+    docs = render(value_set, namespace="team-a")
+    workloads = by_kind(docs, "Deployment") + by_kind(docs, "StatefulSet")
+    assert workloads
+    for workload in workloads:
+        _restricted(workload["spec"]["template"]["spec"])
+
+
+def test_operator_deployment_shape() -> None:
+    deployment = operator_deployment(render("metrics"))
+    spec = deployment["spec"]
+    assert spec["replicas"] == 1
+    assert spec["strategy"] == {"type": "Recreate"}
+    pod = spec["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["command"] == ["trawl"] and container["args"][0] == "operator"
+    assert "--metrics-port=9100" in container["args"] and "--health-port=8081" in container["args"]
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"health": 8081, "metrics": 9100}
+    assert container["image"].startswith("ghcr.io/trawl-dev/trawl@sha256:")
+    assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+
+
+def test_default_image_is_the_app_version() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    container = operator_deployment(render())["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == f"ghcr.io/trawl-dev/trawl:{chart['appVersion']}"
+    from trawl.api.scrapepool import DEFAULT_WORKER_IMAGE
+
+    assert container["image"] == DEFAULT_WORKER_IMAGE, "the operator's default worker image must match the chart"
+
+
+def test_bundled_redis_has_password_persistence_and_aof() -> None:
+    docs = render()
+    secret = one(docs, "Secret")
+    password = secret["stringData"]["password"]
+    assert len(password) == 32 and password.isalnum()
+    assert secret["stringData"]["url"] == f"redis://:{password}@trawl-redis.trawl-system.svc:6379/0"
+    sts = one(docs, "StatefulSet")
+    (container,) = sts["spec"]["template"]["spec"]["containers"]
+    command = " ".join(container["args"])
+    assert "--appendonly yes" in command and '--requirepass "$REDIS_PASSWORD"' in command
+    assert password not in json.dumps(sts), "the password must come from the Secret, not the pod spec"
+    (claim,) = sts["spec"]["volumeClaimTemplates"]
+    assert claim["spec"]["resources"]["requests"]["storage"] == "2Gi"
+    pool = one(docs, "ScrapePool")
+    assert pool["spec"]["redis"] == {"urlSecretRef": {"name": secret["metadata"]["name"], "key": "url"}}
+
+
+def test_redis_password_is_generated_per_render_unless_given() -> None:
+    first, second = (one(render(), "Secret")["stringData"]["password"] for _ in range(2))
+    assert first != second  # helm template has no cluster to look the old one up in; install/upgrade does
+    fixed = one(render(set_values={"redis.bundled.password": "s3cret"}), "Secret")["stringData"]
+    assert fixed["password"] == "s3cret"
+
+
+def test_external_redis_pool() -> None:
+    pool = one(render("external-redis"), "ScrapePool")
+    assert pool["spec"]["redis"] == {
+        "url": "rediss://redis.example.internal:6380/0",
+        "passwordSecretRef": {"name": "trawl-redis-password", "key": "password"},
+        "tls": {"enabled": True},
+    }
+    pool = one(render("external-redis-secret"), "ScrapePool")
+    assert pool["spec"]["redis"] == {"urlSecretRef": {"name": "trawl-redis-url", "key": "url"}}
+
+
+def test_default_pool_validates_against_the_model() -> None:
+    from trawl.api.scrapepool import ScrapePoolSpec
+
+    for value_set in ("default", "external-redis", "external-redis-secret", "metrics"):
+        pool = one(render(value_set), "ScrapePool")
+        ScrapePoolSpec.model_validate(pool["spec"])
+
+
+def test_worker_selectors_match_the_operator_labels() -> None:
+    from trawl.operator.naming import pool_selector
+
+    docs = render("metrics")
+    worker_labels = pool_selector("default")
+    pdb = one(docs, "PodDisruptionBudget")
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= worker_labels.items()
+    for policy in by_kind(docs, "NetworkPolicy"):
+        if policy["metadata"]["labels"]["app.kubernetes.io/component"] == "worker":
+            assert policy["spec"]["podSelector"]["matchLabels"].items() <= worker_labels.items()
+    monitor = one(docs, "PodMonitor")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= worker_labels.items()
+    assert monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
+
+
+def test_worker_network_policy_denies_internal_ranges() -> None:
+    docs = render()
+    policy = one(docs, "NetworkPolicy", "trawl-workers")
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    web = [rule for rule in policy["spec"]["egress"] if any("ipBlock" in peer for peer in rule["to"])]
+    (rule,) = web
+    v4 = next(p["ipBlock"] for p in rule["to"] if p["ipBlock"]["cidr"] == "0.0.0.0/0")
+    for cidr in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "127.0.0.0/8", "100.64.0.0/10"):
+        assert cidr in v4["except"]
+    assert {p["port"] for p in rule["ports"]} == {80, 443}
+    redis_policy = one(docs, "NetworkPolicy", "trawl-redis")
+    assert redis_policy["spec"]["policyTypes"] == ["Ingress"]
+
+
+def test_namespaced_network_policies_follow_watched_namespaces() -> None:
+    docs = render("namespaced")
+    workers = [p for p in by_kind(docs, "NetworkPolicy") if p["metadata"]["name"] == "trawl-workers"]
+    assert sorted(p["metadata"]["namespace"] for p in workers) == ["team-a", "team-b"]
+
+
+def test_no_redis_renders_no_pool_and_no_redis() -> None:
+    docs = render("no-redis")
+    assert not by_kind(docs, "StatefulSet") and not by_kind(docs, "ScrapePool") and not by_kind(docs, "Secret")
+
+
+def test_service_monitor() -> None:
+    docs = render("metrics")
+    monitor = one(docs, "ServiceMonitor")
+    service = one(docs, "Service", "trawl-operator-metrics")
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["spec"]["selector"].items() or (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+    assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"] == "metrics"
+
+
+@pytest.mark.parametrize(
+    ("set_values", "message"),
+    [
+        ({"redis.bundled.enabled": "false"}, "defaultPool needs a Redis"),
+        ({"redis.external.url": "redis://r:6379"}, "disable redis.bundled.enabled"),
+        ({"watchNamespaces[0]": "elsewhere"}, "which watchNamespaces does not list"),
+        ({"image.pullPolicy": "Sometimes"}, "pullPolicy"),
+        ({"nosuchvalue": "1"}, "nosuchvalue"),
+        ({"redis.external.url": "redis://user:pw@r:6379", "redis.bundled.enabled": "false"}, "url"),
+        ({"serviceAccount.create": "false"}, "serviceAccount.name is required"),
+    ],
+)
+def test_refuses_values_that_cannot_work(set_values: dict[str, str], message: str) -> None:
+    with pytest.raises(HelmError, match=message):
+        render(set_values=set_values)
+
+
+def test_values_schema_covers_every_value() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+
+    def walk(value: Any, node: dict[str, Any], path: str) -> None:
+        if isinstance(value, dict) and node.get("additionalProperties") is False:
+            for key, sub in value.items():
+                assert key in node["properties"], f"{path}.{key} is not in values.schema.json"
+                walk(sub, node["properties"][key], f"{path}.{key}")
+
+    walk(values, schema, "")
+    # Every schema leaf has a description or is a plain container.
+    assert schema["additionalProperties"] is False
