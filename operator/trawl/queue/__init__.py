@@ -1,0 +1,34 @@
+"""Trawl's Redis queue: leases, priorities with fairness among jobs, delayed retries, dead letters."""
+
+from .client import Queue
+from .errors import QueueError, QueueUnavailable, UnknownJob
+from .keys import Keys, pool_prefix
+from .model import (
+    DeadLetterRecord,
+    FailOutcome,
+    JobConfig,
+    JobStats,
+    PoolSignals,
+    QueueClient,
+    RetryPolicy,
+    Task,
+    WorkerActivity,
+)
+
+__all__ = [
+    "DeadLetterRecord",
+    "FailOutcome",
+    "JobConfig",
+    "JobStats",
+    "Keys",
+    "PoolSignals",
+    "Queue",
+    "QueueClient",
+    "QueueError",
+    "QueueUnavailable",
+    "RetryPolicy",
+    "Task",
+    "UnknownJob",
+    "WorkerActivity",
+    "pool_prefix",
+]

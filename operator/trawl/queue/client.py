@@ -1,0 +1,508 @@
+"""The asyncio client of Trawl's Redis queue: every state change is one Lua script (see ``lua/``).
+
+Usage::
+
+    q = Queue(redis, keys.pool_prefix("ns", "pool"), lease_seconds=30)
+    await q.register_job(JobConfig(job_id=uid, priority=5))
+    await q.enqueue(uid, urls)              # batched, idempotent per seed index
+    await q.mark_enqueue_done(uid)
+    tasks = await q.claim("worker-1", 100)  # leases; heartbeat() extends them
+    await q.ack_many(tasks, "worker-1")     # or ack / fail / release one by one
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import asdict
+from importlib import resources
+from typing import Any, TypeVar
+
+import redis.asyncio as aioredis
+import redis.exceptions as rexc
+
+from . import backoff
+from .errors import QueueUnavailable, UnknownJob
+from .keys import PRIORITIES, Keys
+from .model import (
+    DeadLetterRecord,
+    FailOutcome,
+    JobConfig,
+    JobStats,
+    PoolSignals,
+    RetryPolicy,
+    Task,
+    WorkerActivity,
+)
+
+T = TypeVar("T")
+
+SCRIPT_NAMES = (
+    "register",
+    "enqueue",
+    "enqueue_discovered",
+    "mark_enqueue_done",
+    "claim",
+    "heartbeat",
+    "ack",
+    "fail",
+    "release",
+    "requeue_dead",
+    "suspend",
+    "resume",
+    "cancel",
+    "expire_job",
+    "reap",
+    "retire_worker",
+    "signals",
+)
+
+_FORBIDDEN_ID_CHARS = frozenset("|{}")
+_RETRYABLE_ERRORS = (rexc.ConnectionError, rexc.TimeoutError, ConnectionError, TimeoutError, OSError)
+
+
+def load_script_source(name: str) -> str:
+    """The full source of a transition's script: ``lib.lua`` followed by ``<name>.lua``."""
+    base = resources.files("trawl.queue") / "lua"
+    return (base / "lib.lua").read_text(encoding="utf-8") + "\n" + (base / f"{name}.lua").read_text(encoding="utf-8")
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _check_id(kind: str, value: str) -> str:
+    if not value or any(c in _FORBIDDEN_ID_CHARS for c in value):
+        raise ValueError(f"invalid {kind} {value!r}: must be non-empty without '|', '{{' or '}}'")
+    return value
+
+
+def _parse_task(job_id: str, payload: str, deadline: float) -> Task:
+    tid, attempts, _stalls, depth, url = payload.split("|", 4)
+    return Task(
+        job_id=job_id, task_id=tid, url=url, depth=int(depth), attempt=int(attempts) + 1, lease_deadline=deadline
+    )
+
+
+def policy_to_json(policy: RetryPolicy) -> str:
+    data = asdict(policy)
+    data["retry_on"] = list(policy.retry_on)
+    return json.dumps(data, separators=(",", ":"))
+
+
+def policy_from_json(text: str | bytes | None) -> RetryPolicy:
+    if not text:
+        return RetryPolicy()
+    data = json.loads(text)
+    data["retry_on"] = tuple(data.get("retry_on", ()))
+    return RetryPolicy(**data)
+
+
+class Queue:
+    """Trawl's queue for one pool: implements :class:`trawl.queue.model.QueueClient` plus batch calls.
+
+    ``prefix`` must contain the pool's hash tag (see :func:`trawl.queue.keys.pool_prefix`). All of a
+    worker's leases share one deadline, pushed to now + ``lease_seconds`` by each claim and heartbeat;
+    once it passes, the next claim (or :meth:`reap`) returns the worker's tasks to their queues, and a task
+    whose lease expired more than ``max_stalls`` times is dead-lettered. Times come from ``clock``
+    (unix seconds) so every process of a pool must have a synchronised clock (NTP), as pods do.
+    Connection errors are retried ``retries`` times with exponential backoff, then :class:`QueueUnavailable`.
+    """
+
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        prefix: str,
+        *,
+        lease_seconds: float = 30.0,
+        max_stalls: int = 3,
+        events_maxlen: int = 10000,
+        history_limit: int = 20,
+        enqueue_batch: int = 2000,
+        retries: int = 5,
+        retry_base_delay: float = 0.05,
+        clock: Callable[[], float] = time.time,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        if lease_seconds <= 0:
+            raise ValueError("lease_seconds must be positive")
+        self.redis = redis
+        self.keys = Keys(prefix)
+        self.prefix = prefix
+        self.lease_seconds = lease_seconds
+        self.max_stalls = max_stalls
+        self.events_maxlen = events_maxlen
+        self.history_limit = history_limit
+        self.enqueue_batch = enqueue_batch
+        self.retries = retries
+        self.retry_base_delay = retry_base_delay
+        self.clock = clock
+        self.rand = rand
+        self._scripts = {name: redis.register_script(load_script_source(name)) for name in SCRIPT_NAMES}
+        self._policies: dict[str, RetryPolicy] = {}
+        self._rings = [self.keys.ring(p) for p in PRIORITIES]
+
+    @classmethod
+    def for_pool(cls, redis: aioredis.Redis, namespace: str, pool: str, **kwargs: Any) -> Queue:
+        from .keys import pool_prefix
+
+        return cls(redis, pool_prefix(namespace, pool), **kwargs)
+
+    # ------------------------------------------------------------------ plumbing
+
+    async def _retrying(self, op: Callable[[], Awaitable[T]]) -> T:
+        delay = self.retry_base_delay
+        for attempt in range(self.retries + 1):
+            try:
+                return await op()
+            except _RETRYABLE_ERRORS as exc:
+                if attempt >= self.retries:
+                    raise QueueUnavailable(f"Redis unreachable after {attempt + 1} attempts: {exc}") from exc
+                await asyncio.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, 2.0)
+        raise AssertionError("unreachable")
+
+    async def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        script = self._scripts[name]
+
+        async def op() -> Any:
+            return await script(keys=list(keys), args=list(args))
+
+        return await self._retrying(op)
+
+    def _now(self) -> str:
+        return repr(float(self.clock()))
+
+    # ------------------------------------------------------------------ jobs
+
+    async def register_job(self, job: JobConfig) -> None:
+        _check_id("job id", job.job_id)
+        if not 0 <= job.priority <= 9:
+            raise ValueError("priority must be 0..9")
+        k = self.keys
+        await self._run(
+            "register",
+            [k.job(job.job_id), k.spec(job.job_id), k.events],
+            [
+                self._now(),
+                self.events_maxlen,
+                job.job_id,
+                json.dumps(job.spec, separators=(",", ":")),
+                job.priority,
+                "" if job.max_pages is None else job.max_pages,
+                job.max_depth,
+                1 if (job.max_depth > 0 or job.max_pages is not None) else 0,
+                1 if job.dedupe_across_jobs else 0,
+                job.dedupe_window_seconds,
+                policy_to_json(job.retry),
+            ],
+        )
+        self._policies[job.job_id] = job.retry
+
+    async def enqueue(self, job_id: str, urls: Sequence[str], *, start_index: int = 0) -> int:
+        """Enqueue seed URLs (depth 0) in batches of ``enqueue_batch``; idempotent per (job, seed index)."""
+        k = self.keys
+        keys = [k.job(job_id), k.ready(job_id), k.seen(job_id), k.cross_dedupe, k.events, *self._rings]
+        added = 0
+        for off in range(0, len(urls), self.enqueue_batch):
+            batch = urls[off : off + self.enqueue_batch]
+            n = int(
+                await self._run("enqueue", keys, [self._now(), self.events_maxlen, job_id, start_index + off, *batch])
+            )
+            if n < 0:
+                raise UnknownJob(job_id)
+            added += n
+        return added
+
+    async def mark_enqueue_done(self, job_id: str) -> None:
+        k = self.keys
+        n = await self._run("mark_enqueue_done", [k.job(job_id), k.events], [self._now(), self.events_maxlen, job_id])
+        if int(n) == 0:
+            raise UnknownJob(job_id)
+
+    async def enqueue_discovered(self, parent: Task, urls: Sequence[str]) -> int:
+        if not urls:
+            return 0
+        k = self.keys
+        job_id = parent.job_id
+        keys = [k.job(job_id), k.ready(job_id), k.seen(job_id), k.cross_dedupe, k.events, *self._rings]
+        added = 0
+        for off in range(0, len(urls), self.enqueue_batch):
+            batch = urls[off : off + self.enqueue_batch]
+            n = int(
+                await self._run(
+                    "enqueue_discovered", keys, [self._now(), self.events_maxlen, job_id, parent.depth + 1, *batch]
+                )
+            )
+            if n < 0:
+                return added  # the job was cancelled meanwhile: nothing to add to
+            added += n
+        return added
+
+    # ------------------------------------------------------------------ workers
+
+    async def claim(self, worker_id: str, count: int) -> list[Task]:
+        """Lease up to ``count`` (1..1000) tasks: highest priority first, round-robin over jobs within one."""
+        _check_id("worker id", worker_id)
+        count = max(0, min(int(count), 1000))
+        k = self.keys
+        nonce = os.urandom(8).hex()
+        keys = [
+            k.worker(worker_id),
+            k.worker_claim(worker_id),
+            k.worker_deadlines,
+            k.worker_info,
+            k.delayed_jobs,
+            k.stats,
+            k.events,
+            *self._rings,
+        ]
+        args = [
+            self.prefix,
+            self._now(),
+            worker_id,
+            count,
+            self.lease_seconds,
+            self.max_stalls,
+            nonce,
+            self.events_maxlen,
+        ]
+        out = await self._run("claim", keys, args)
+        deadline = float(_s(out[0]))
+        return [_parse_task(_s(out[i]), _s(out[i + 1]), deadline) for i in range(1, len(out), 2)]
+
+    async def heartbeat(self, worker_id: str, *, in_flight: int, draining: bool = False) -> int:
+        k = self.keys
+        n = await self._run(
+            "heartbeat",
+            [k.worker(worker_id), k.worker_deadlines, k.worker_info],
+            [self._now(), worker_id, self.lease_seconds, in_flight, 1 if draining else 0],
+        )
+        return int(n)
+
+    async def ack(self, task: Task, worker_id: str) -> bool:
+        return (await self.ack_many([task], worker_id))[0]
+
+    async def ack_many(self, tasks: Sequence[Task], worker_id: str) -> list[bool]:
+        """Success of many tasks in one script; False for a task whose lease was lost or job cancelled."""
+        if not tasks:
+            return []
+        k = self.keys
+        job_index: dict[str, int] = {}
+        pairs: list[Any] = []
+        for t in tasks:
+            ji = job_index.setdefault(t.job_id, len(job_index) + 1)
+            pairs.append(ji)
+            pairs.append(t.task_id)
+        keys = [k.worker(worker_id), k.stats, k.events]
+        for job_id in job_index:
+            keys.append(k.job(job_id))
+            keys.append(k.history(job_id))
+        args = [self._now(), self.events_maxlen, len(job_index), *job_index, *pairs]
+        res = await self._run("ack", keys, args)
+        return [int(x) == 1 for x in res]
+
+    async def _policy(self, job_id: str) -> RetryPolicy:
+        policy = self._policies.get(job_id)
+        if policy is None:
+            raw = await self._retrying(lambda: self.redis.hget(self.keys.job(job_id), "retry"))  # type: ignore[arg-type,return-value]
+            policy = policy_from_json(raw)
+            self._policies[job_id] = policy
+        return policy
+
+    async def fail(
+        self, task: Task, worker_id: str, error_class: str, message: str, *, retry_after: float | None = None
+    ) -> FailOutcome:
+        """A failed attempt: rescheduled by the job's backoff policy (``retry_after`` seconds win when the
+        policy honours it) or dead-lettered with its history. FailOutcome(False, None) if the lease was lost."""
+        policy = await self._policy(task.job_id)
+        decision = backoff.decide_failure(policy, task.attempt, error_class, self.rand, retry_after=retry_after)
+        now = float(self.clock())
+        retry_at = now + decision.delay
+        k = self.keys
+        j = task.job_id
+        res = await self._run(
+            "fail",
+            [k.worker(worker_id), k.job(j), k.delayed(j), k.delayed_jobs, k.history(j), k.stats, k.events],
+            [
+                repr(now),
+                self.events_maxlen,
+                j,
+                task.task_id,
+                "retry" if decision.retry else "dead",
+                repr(retry_at),
+                error_class,
+                message[:2000],
+                self.history_limit,
+            ],
+        )
+        held, dead = int(res[0]), int(res[1])
+        if not held:
+            return FailOutcome(dead_lettered=False, retry_at=None)
+        return FailOutcome(dead_lettered=bool(dead), retry_at=None if dead else retry_at)
+
+    async def release(self, task: Task, worker_id: str, *, delay: float = 0.0) -> bool:
+        k = self.keys
+        j = task.job_id
+        res = await self._run(
+            "release",
+            [k.worker(worker_id), k.job(j), k.ready(j), k.delayed(j), k.delayed_jobs, *self._rings],
+            [self._now(), j, task.task_id, repr(max(0.0, float(delay)))],
+        )
+        return int(res) == 1
+
+    async def reap(self) -> int:
+        """Return the tasks of workers whose lease expired (claim does this too)."""
+        k = self.keys
+        res = await self._run(
+            "reap",
+            [k.worker_deadlines, k.worker_info, k.stats, k.events],
+            [self.prefix, self._now(), self.max_stalls, self.events_maxlen],
+        )
+        return int(res)
+
+    async def retire_worker(self, worker_id: str) -> bool:
+        """Forget a worker that holds no lease any more (after a graceful shutdown)."""
+        k = self.keys
+        res = await self._run(
+            "retire_worker",
+            [k.worker(worker_id), k.worker_claim(worker_id), k.worker_deadlines, k.worker_info],
+            [worker_id],
+        )
+        return int(res) == 1
+
+    # ------------------------------------------------------------------ status
+
+    async def job_stats(self, job_id: str) -> JobStats:
+        fields = ("tot", "pen", "inf", "ret", "suc", "dead", "ed", "sus", "fc", "lf")
+        raw = await self._retrying(lambda: self.redis.hmget(self.keys.job(job_id), fields))  # type: ignore[arg-type,return-value]
+        if raw[0] is None:
+            return JobStats(0, 0, 0, 0, 0, 0, False, False, None, None, exists=False)
+        v = [None if x is None else _s(x) for x in raw]
+        return JobStats(
+            total=int(v[0] or 0),
+            pending=int(v[1] or 0),
+            in_flight=int(v[2] or 0),
+            retrying=int(v[3] or 0),
+            succeeded=int(v[4] or 0),
+            dead=int(v[5] or 0),
+            enqueue_done=v[6] == "1",
+            suspended=v[7] == "1",
+            first_claim_at=float(v[8]) if v[8] else None,
+            last_finish_at=float(v[9]) if v[9] else None,
+        )
+
+    async def job_spec(self, job_id: str) -> dict[str, Any] | None:
+        raw = await self._retrying(lambda: self.redis.get(self.keys.spec(job_id)))  # type: ignore[arg-type,return-value]
+        if raw is None:
+            return None
+        spec: dict[str, Any] = json.loads(raw)
+        return spec
+
+    async def dead_letters(self, job_id: str, limit: int = 100) -> list[DeadLetterRecord]:
+        """Up to ``limit`` dead letters of the job, latest first (reads at most ``limit`` records plus one page)."""
+        records: list[DeadLetterRecord] = []
+
+        async def read() -> list[tuple[Any, Any]]:
+            found: list[tuple[Any, Any]] = []
+            async for item in self.redis.hscan_iter(self.keys.dead(job_id), count=max(limit, 10)):
+                found.append(item)
+                if len(found) >= limit:
+                    break
+            return found
+
+        for tid, raw in await self._retrying(read):
+            rec = json.loads(raw)
+            hist = rec.get("h") or []
+            records.append(
+                DeadLetterRecord(
+                    task_id=_s(tid),
+                    url=rec["u"],
+                    attempts=int(rec["a"]),
+                    error_class=rec["e"],
+                    message=rec["m"],
+                    time=float(rec["t"]),
+                    history=list(hist) if isinstance(hist, list) else [],
+                )
+            )
+        records.sort(key=lambda r: r.time, reverse=True)
+        return records
+
+    async def requeue_dead(self, job_id: str, task_ids: Sequence[str] | None = None) -> int:
+        if task_ids is not None and not task_ids:
+            return 0
+        k = self.keys
+        res = await self._run(
+            "requeue_dead",
+            [k.job(job_id), k.dead(job_id), k.ready(job_id), k.stats, k.events, *self._rings],
+            [self._now(), self.events_maxlen, job_id, *(task_ids or ())],
+        )
+        return int(res)
+
+    async def suspend(self, job_id: str) -> None:
+        k = self.keys
+        await self._run("suspend", [k.job(job_id), k.events, *self._rings], [self._now(), self.events_maxlen, job_id])
+
+    async def resume(self, job_id: str) -> None:
+        k = self.keys
+        await self._run(
+            "resume",
+            [k.job(job_id), k.ready(job_id), k.events, *self._rings],
+            [self._now(), self.events_maxlen, job_id],
+        )
+
+    async def cancel(self, job_id: str) -> None:
+        k = self.keys
+        await self._run(
+            "cancel",
+            [*k.job_keys(job_id), k.delayed_jobs, k.stats, k.events, *self._rings],
+            [self._now(), self.events_maxlen, job_id],
+        )
+        self._policies.pop(job_id, None)
+
+    async def expire_job(self, job_id: str, ttl_seconds: int) -> None:
+        k = self.keys
+        await self._run("expire_job", [*k.job_keys(job_id), k.stats], [max(1, int(ttl_seconds))])
+
+    async def pool_signals(self, *, due_soon_seconds: float = 5.0, reap: bool = True) -> PoolSignals:
+        if reap:
+            await self.reap()
+        k = self.keys
+        now = float(self.clock())
+        res = await self._run(
+            "signals",
+            [k.delayed_jobs, k.worker_deadlines, k.worker_info, k.stats, *self._rings],
+            [self.prefix, repr(now), repr(due_soon_seconds)],
+        )
+        ready, delayed, soon, in_flight = (int(x) for x in res[:4])
+        info_flat = [_s(x) for x in res[4]]
+        stats_flat = [_s(x) for x in res[5]]
+        stats = dict(zip(stats_flat[::2], stats_flat[1::2], strict=True))
+        workers: dict[str, WorkerActivity] = {}
+        for wid, value in zip(info_flat[::2], info_flat[1::2], strict=True):
+            inflight_s, seen_s, draining_s = value.split("|")
+            workers[wid] = WorkerActivity(
+                worker_id=wid, in_flight=int(inflight_s), last_seen=float(seen_s), draining=draining_s == "1"
+            )
+        return PoolSignals(
+            ready=ready,
+            delayed=delayed,
+            delayed_due_soon=soon,
+            in_flight=in_flight,
+            dead=int(stats.get("dead", 0)),
+            completed_total=int(stats.get("completed", 0)),
+            failed_total=int(stats.get("failed", 0)),
+            service_seconds_total=int(stats.get("svc", 0)) / 1e6,
+            workers=workers,
+            time=now,
+        )
+
+    async def events(self, last_id: str = "0-0", count: int = 1000) -> list[tuple[str, dict[str, str]]]:
+        """Events after ``last_id`` from the pool's bounded stream (registered, started, enqueued, finished,
+        deadletter, requeued, suspended, resumed, cancelled, workerlost)."""
+        raw = await self._retrying(lambda: self.redis.xrange(self.keys.events, min=f"({last_id}", count=count))  # type: ignore[arg-type,return-value]
+        return [(_s(eid), {_s(a): _s(b) for a, b in fields.items()}) for eid, fields in raw]

@@ -1,0 +1,152 @@
+"""The Redis key layout of one pool.
+
+Every key of a pool starts with the pool prefix ``trawl:{<namespace>/<pool>}``; the part in braces is
+the Redis Cluster hash tag, so every key of a pool lives in one slot and every script touches one slot.
+
+Pool-wide keys (``P`` is the prefix)::
+
+    P:ring:<0-9>     list    jobs of that priority with ready tasks, not suspended (the round-robin ring)
+    P:dj             zset    job -> earliest due time of its delayed tasks (promotion index)
+    P:wd             zset    worker -> lease deadline (a worker's leases all share its deadline)
+    P:wi             hash    worker -> "in_flight|last_seen|draining" (heartbeat reports)
+    P:w:<worker>     hash    "<job>|<task>" -> "<claimed_at>|<task payload>": the worker's leased tasks
+    P:wc:<worker>    hash    the worker's last claim (nonce and reply), so a claim retried after a lost reply
+                             returns the same tasks instead of leaking leases
+    P:st             hash    pool counters: completed, failed, svc (service microseconds), dead
+    P:ev             stream  bounded event stream (MAXLEN ~): job-level transitions for the operator
+    P:xd             zset    url -> end of its dedupe window (dedupe across jobs of the pool)
+    P:rl:<kind>:<d>  any     per-domain politeness state (rate limit, concurrency) shared by the pool's workers
+
+Per-job keys (``J`` is ``P:j:<job_id>``)::
+
+    J                hash    config (priority, retry policy, caps) and counters (tot, pen, inf, ret, suc, dead, ...)
+    J:spec           string  the job's resolved spec as JSON, for workers
+    J:r              list    ready tasks, each a compact payload "<task>|<attempts>|<stalls>|<depth>|<url>"
+    J:z              zset    delayed tasks (payload -> due time)
+    J:dl             hash    dead letters: task -> JSON record with the attempt history
+    J:h              hash    failure history of tasks still being retried: task -> JSON list
+    J:u              set     URLs already enqueued (crawl jobs only: within-job dedupe)
+    J:res            stream  results written by the worker's Redis sink (deleted on cancel, expired on retention)
+
+Job and worker ids must not contain ``|``, ``{`` or ``}``; URLs must not contain line breaks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PRIORITIES = range(10)
+
+
+def pool_prefix(namespace: str, pool: str) -> str:
+    """The prefix of a pool's keys, including the hash tag ``{namespace/pool}``."""
+    for part in (namespace, pool):
+        if not part or any(c in part for c in "{}|"):
+            raise ValueError(f"invalid namespace or pool name: {part!r}")
+    return f"trawl:{{{namespace}/{pool}}}"
+
+
+def hash_tag(prefix: str) -> str:
+    """The hash tag of a prefix (the text between the first ``{`` and the next ``}``)."""
+    start = prefix.find("{")
+    end = prefix.find("}", start + 1)
+    if start < 0 or end <= start + 1:
+        raise ValueError(f"prefix {prefix!r} has no hash tag: Redis Cluster would scatter its keys")
+    return prefix[start + 1 : end]
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """Key names of one pool. Scripts receive these names in KEYS (see each ``.lua`` header)."""
+
+    prefix: str
+
+    def __post_init__(self) -> None:
+        hash_tag(self.prefix)
+
+    # pool-wide
+    def ring(self, priority: int) -> str:
+        return f"{self.prefix}:ring:{priority}"
+
+    @property
+    def delayed_jobs(self) -> str:
+        return f"{self.prefix}:dj"
+
+    @property
+    def worker_deadlines(self) -> str:
+        return f"{self.prefix}:wd"
+
+    @property
+    def worker_info(self) -> str:
+        return f"{self.prefix}:wi"
+
+    def worker(self, worker_id: str) -> str:
+        return f"{self.prefix}:w:{worker_id}"
+
+    def worker_claim(self, worker_id: str) -> str:
+        return f"{self.prefix}:wc:{worker_id}"
+
+    @property
+    def stats(self) -> str:
+        return f"{self.prefix}:st"
+
+    @property
+    def events(self) -> str:
+        return f"{self.prefix}:ev"
+
+    @property
+    def cross_dedupe(self) -> str:
+        return f"{self.prefix}:xd"
+
+    # per job
+    def job(self, job_id: str) -> str:
+        return f"{self.prefix}:j:{job_id}"
+
+    def spec(self, job_id: str) -> str:
+        return f"{self.prefix}:j:{job_id}:spec"
+
+    def ready(self, job_id: str) -> str:
+        return f"{self.prefix}:j:{job_id}:r"
+
+    def delayed(self, job_id: str) -> str:
+        return f"{self.prefix}:j:{job_id}:z"
+
+    def dead(self, job_id: str) -> str:
+        return f"{self.prefix}:j:{job_id}:dl"
+
+    def history(self, job_id: str) -> str:
+        return f"{self.prefix}:j:{job_id}:h"
+
+    def seen(self, job_id: str) -> str:
+        return f"{self.prefix}:j:{job_id}:u"
+
+    def results(self, job_id: str) -> str:
+        return f"{self.prefix}:j:{job_id}:res"
+
+    def rate_limit(self, domain: str, kind: str = "rate") -> str:
+        """Per-domain politeness state shared by a pool's workers (``kind``: e.g. ``rate``, ``conc``)."""
+        return f"{self.prefix}:rl:{kind}:{domain}"
+
+    def job_keys(self, job_id: str) -> list[str]:
+        """Every key a job owns (cancel deletes them, retention expires them)."""
+        return [
+            self.job(job_id),
+            self.spec(job_id),
+            self.ready(job_id),
+            self.delayed(job_id),
+            self.dead(job_id),
+            self.history(job_id),
+            self.seen(job_id),
+            self.results(job_id),
+        ]
+
+    def pool_keys(self) -> list[str]:
+        return [
+            *(self.ring(p) for p in PRIORITIES),
+            self.delayed_jobs,
+            self.worker_deadlines,
+            self.worker_info,
+            self.stats,
+            self.events,
+            self.cross_dedupe,
+        ]

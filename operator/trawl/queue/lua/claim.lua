@@ -1,0 +1,73 @@
+-- claim: lease up to N tasks to a worker. In one script: return the tasks of workers whose lease expired
+-- (stalled detection), promote due delayed tasks, then pop across priority levels (highest first) and,
+-- within a level, round-robin over the jobs in that level's ring (each job in the ring gets an equal
+-- share of what is left), so a small job is served in the next claim however big the others are.
+-- A worker's leases share one deadline (its own): claiming and heartbeats push it to now + lease.
+-- A retried claim with the same nonce replays the previous reply instead of leasing more tasks.
+-- KEYS: 1 worker hash, 2 worker claim-replay hash, 3 worker deadlines, 4 worker info, 5 delayed-jobs index,
+--       6 pool stats, 7 events, 8..17 rings 0..9
+-- ARGV: 1 prefix, 2 now, 3 worker id, 4 count, 5 lease seconds, 6 max stalls, 7 nonce, 8 events maxlen
+-- Returns {deadline, job id, payload, job id, payload, ...}
+local prefix, now, worker = ARGV[1], ARGV[2], ARGV[3]
+local wk, ck = KEYS[1], KEYS[2]
+local nonce = ARGV[7]
+if nonce ~= '' then
+  local prev = redis.call('HMGET', ck, 'n', 'r')
+  if prev[1] == nonce then return cjson.decode(prev[2]) end
+end
+reap(prefix, KEYS[3], KEYS[4], KEYS[6], KEYS[7], ARGV[8], now, tonumber(ARGV[6]), 16)
+promote(prefix, KEYS[5], now, 16, 1000)
+local deadline = tostring(tonumber(now) + tonumber(ARGV[5]))
+local need = tonumber(ARGV[4])
+local out = { deadline }
+local fields = {}
+for r = 17, 8, -1 do
+  if need <= 0 then break end
+  local ring = KEYS[r]
+  while need > 0 do
+    local len = redis.call('LLEN', ring)
+    if len == 0 then break end
+    local job_id = redis.call('LINDEX', ring, 0)
+    local jk = prefix .. ':j:' .. job_id
+    local rk = jk .. ':r'
+    local items = false
+    if redis.call('EXISTS', jk) == 1 then
+      items = redis.call('LPOP', rk, math.ceil(need / len))
+    else
+      redis.call('DEL', rk)
+    end
+    if not items then
+      redis.call('LPOP', ring)
+    else
+      local k = #items
+      for i = 1, k do
+        local p = items[i]
+        fields[#fields + 1] = job_id .. '|' .. task_id_of(p)
+        fields[#fields + 1] = now .. '|' .. p
+        out[#out + 1] = job_id
+        out[#out + 1] = p
+      end
+      redis.call('HINCRBY', jk, 'pen', -k)
+      redis.call('HINCRBY', jk, 'inf', k)
+      if redis.call('HSETNX', jk, 'fc', now) == 1 then
+        event(KEYS[7], ARGV[8], 'type', 'started', 'job', job_id, 't', now)
+      end
+      need = need - k
+      if redis.call('EXISTS', rk) == 0 then
+        redis.call('LPOP', ring)
+      else
+        redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
+      end
+    end
+  end
+end
+if #fields > 0 then
+  push_many('HSET', wk, fields)
+end
+if #fields > 0 or redis.call('EXISTS', wk) == 1 then
+  redis.call('ZADD', KEYS[3], deadline, worker)
+end
+if nonce ~= '' then
+  redis.call('HSET', ck, 'n', nonce, 'r', cjson.encode(out))
+end
+return out

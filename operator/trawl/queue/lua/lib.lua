@@ -1,0 +1,188 @@
+-- Helpers shared by every script: the loader prepends this file to each transition's script.
+--
+-- A task is stored as one compact string, its payload: "<task>|<attempts>|<stalls>|<depth>|<url>"
+-- (attempts = failed attempts so far; stalls = expired leases so far). The URL is last so it may contain "|".
+-- A leased task lives in its worker's hash P:w:<worker> under "<job>|<task>" as "<claimed_at>|<payload>".
+--
+-- Keys built inside scripts: claim, reap and signals discover job and worker ids in the rings, the
+-- delayed-jobs index and the worker-deadline index, so they cannot declare those keys in advance. They
+-- build them only from the pool prefix passed in ARGV[1], which carries the pool's hash tag: every such
+-- key is in the same cluster slot as the declared ones (tests/integration/test_queue_cluster.py runs
+-- every script on a cluster-mode server, which rejects any cross-slot access).
+
+local function split_payload(p)
+  local tid, a, s, d, url = string.match(p, '^([^|]*)|(%d+)|(%d+)|(%d+)|(.*)$')
+  return tid, tonumber(a), tonumber(s), tonumber(d), url
+end
+
+local function task_id_of(p)
+  return string.sub(p, 1, string.find(p, '|', 1, true) - 1)
+end
+
+local function make_payload(tid, a, s, d, url)
+  return tid .. '|' .. a .. '|' .. s .. '|' .. d .. '|' .. url
+end
+
+local function event(ev, maxlen, ...)
+  redis.call('XADD', ev, 'MAXLEN', '~', maxlen, '*', ...)
+end
+
+-- Push many values with a bounded number of arguments per call; returns the list length after the
+-- first push and after the last (the first tells whether the list was empty before).
+local function push_many(cmd, key, items)
+  local first_len, len = nil, 0
+  local n = #items
+  local i = 1
+  while i <= n do
+    local j = math.min(i + 999, n)
+    len = redis.call(cmd, key, unpack(items, i, j))
+    if first_len == nil then first_len = len - (j - i + 1) end
+    i = j + 1
+  end
+  return first_len or len, len
+end
+
+-- A job is in its priority's ring exactly when its ready list is non-empty and it is not suspended.
+local function ring_join(ring, job_id, was_len, suspended)
+  if was_len == 0 and suspended ~= '1' then
+    redis.call('RPUSH', ring, job_id)
+  end
+end
+
+local function check_finished(jk, job_id, now, ev, maxlen)
+  local c = redis.call('HMGET', jk, 'pen', 'inf', 'ret', 'ed', 'fin')
+  if c[1] == '0' and c[2] == '0' and c[3] == '0' and c[4] == '1' and not c[5] then
+    redis.call('HSET', jk, 'fin', now)
+    event(ev, maxlen, 'type', 'finished', 'job', job_id, 't', now)
+  end
+end
+
+local function decode_list(s)
+  if not s then return {} end
+  local v = cjson.decode(s)
+  if type(v) ~= 'table' then return {} end
+  return v
+end
+
+-- Move a task (not in any other state any more) to the job's dead-letter set with its history.
+local function dead_letter(jk, job_id, tid, a, s, d, url, err, msg, now, hist, st, ev, maxlen)
+  redis.call('HSET', jk .. ':dl', tid, cjson.encode({
+    u = url, a = a, s = s, d = d, e = err, m = msg, t = tonumber(now), h = hist }))
+  redis.call('HDEL', jk .. ':h', tid)
+  redis.call('HINCRBY', jk, 'dead', 1)
+  redis.call('HINCRBY', st, 'dead', 1)
+  event(ev, maxlen, 'type', 'deadletter', 'job', job_id, 'task', tid, 'error', err, 't', now)
+end
+
+-- Return the tasks of workers whose lease deadline passed: back to the front of their job's ready list
+-- with one more stall, or to the dead letters after more than max_stalls stalls. Tasks of cancelled or
+-- expired jobs are dropped. Returns the number of tasks returned or dead-lettered.
+local function reap(prefix, wd, wi, st, ev, maxlen, now, max_stalls, worker_limit)
+  local expired = redis.call('ZRANGEBYSCORE', wd, '-inf', '(' .. now, 'LIMIT', 0, worker_limit)
+  local n = 0
+  for _, w in ipairs(expired) do
+    local wk = prefix .. ':w:' .. w
+    local all = redis.call('HGETALL', wk)
+    for i = 1, #all, 2 do
+      local field, v = all[i], all[i + 1]
+      local job_id = string.sub(field, 1, string.find(field, '|', 1, true) - 1)
+      local jk = prefix .. ':j:' .. job_id
+      local meta = redis.call('HMGET', jk, 'prio', 'sus')
+      if meta[1] then
+        local p = string.sub(v, string.find(v, '|', 1, true) + 1)
+        local tid, a, s, d, url = split_payload(p)
+        s = s + 1
+        redis.call('HINCRBY', jk, 'inf', -1)
+        if s > max_stalls then
+          local hist = decode_list(redis.call('HGET', jk .. ':h', tid))
+          hist[#hist + 1] = { attempt = a + 1, errorClass = 'Stalled',
+            message = 'lease expired (worker ' .. w .. ')', time = tonumber(now) }
+          dead_letter(jk, job_id, tid, a + 1, s, d, url, 'Stalled',
+            'lease expired ' .. s .. ' times', now, hist, st, ev, maxlen)
+          check_finished(jk, job_id, now, ev, maxlen)
+        else
+          local len = redis.call('LPUSH', jk .. ':r', make_payload(tid, a, s, d, url))
+          redis.call('HINCRBY', jk, 'pen', 1)
+          ring_join(prefix .. ':ring:' .. meta[1], job_id, len - 1, meta[2])
+        end
+        n = n + 1
+      end
+    end
+    redis.call('DEL', wk, prefix .. ':wc:' .. w)
+    redis.call('ZREM', wd, w)
+    redis.call('HDEL', wi, w)
+    event(ev, maxlen, 'type', 'workerlost', 'worker', w, 'tasks', tostring(#all / 2), 't', now)
+  end
+  return n
+end
+
+-- Move due delayed tasks to the end of their job's ready list.
+local function promote(prefix, dj, now, job_limit, task_limit)
+  local jobs = redis.call('ZRANGEBYSCORE', dj, '-inf', now, 'LIMIT', 0, job_limit)
+  for _, job_id in ipairs(jobs) do
+    local jk = prefix .. ':j:' .. job_id
+    local zk = jk .. ':z'
+    local items = redis.call('ZRANGEBYSCORE', zk, '-inf', now, 'LIMIT', 0, task_limit)
+    if #items > 0 then
+      local meta = redis.call('HMGET', jk, 'prio', 'sus')
+      if meta[1] then
+        redis.call('ZREMRANGEBYRANK', zk, 0, #items - 1)
+        local was = push_many('RPUSH', jk .. ':r', items)
+        redis.call('HINCRBY', jk, 'ret', -#items)
+        redis.call('HINCRBY', jk, 'pen', #items)
+        ring_join(prefix .. ':ring:' .. meta[1], job_id, was, meta[2])
+      else
+        redis.call('DEL', zk)
+      end
+    end
+    local first = redis.call('ZRANGE', zk, 0, 0, 'WITHSCORES')
+    if first[1] then
+      redis.call('ZADD', dj, first[2], job_id)
+    else
+      redis.call('ZREM', dj, job_id)
+    end
+  end
+end
+
+-- Add URLs ARGV[first..last] to a job at the given depth, honouring the job's max_pages cap, its
+-- within-job dedupe set (crawl jobs) and the pool's cross-job dedupe window. m is the job hash's
+-- HMGET of: seq, tot, crawl, maxp, xd, xdw, sus. Returns the number added.
+local function add_urls(jk, job_id, rk, rings_base, uk, xk, m, prio, now, depth, first, last, force_dedupe)
+  local nowf = tonumber(now)
+  local seq, tot = tonumber(m[1]), tonumber(m[2])
+  local crawl = force_dedupe or m[3] == '1'
+  local maxp = m[4] and tonumber(m[4])
+  local xd = m[5] == '1'
+  local xdw = tonumber(m[6] or '0')
+  if xd then redis.call('ZREMRANGEBYSCORE', xk, '-inf', nowf) end
+  local items = {}
+  for i = first, last do
+    if maxp and tot + #items >= maxp then break end
+    local url = ARGV[i]
+    local ok = true
+    if crawl then ok = redis.call('SADD', uk, url) == 1 end
+    if ok and xd then
+      local sc = redis.call('ZSCORE', xk, url)
+      if sc and tonumber(sc) > nowf then
+        ok = false
+      else
+        redis.call('ZADD', xk, nowf + xdw, url)
+      end
+    end
+    if ok then
+      seq = seq + 1
+      items[#items + 1] = seq .. '|0|0|' .. depth .. '|' .. url
+    end
+  end
+  local n = #items
+  if n > 0 then
+    local was = push_many('RPUSH', rk, items)
+    redis.call('HSET', jk, 'seq', seq)
+    redis.call('HINCRBY', jk, 'tot', n)
+    redis.call('HINCRBY', jk, 'pen', n)
+    redis.call('HDEL', jk, 'fin')
+    ring_join(KEYS[rings_base + tonumber(prio)], job_id, was, m[7])
+  end
+  return n
+end
+

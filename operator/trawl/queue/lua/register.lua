@@ -1,0 +1,20 @@
+-- register: create a job (counters at zero) or update its mutable configuration. Priority is fixed at creation.
+-- KEYS: 1 job hash, 2 job spec, 3 events
+-- ARGV: 1 now, 2 events maxlen, 3 job id, 4 spec JSON, 5 priority, 6 max pages ('' = none), 7 max depth,
+--       8 crawl (0/1), 9 dedupe across jobs (0/1), 10 dedupe window seconds, 11 retry policy JSON
+local jk = KEYS[1]
+redis.call('SET', KEYS[2], ARGV[4])
+local created = 0
+if redis.call('EXISTS', jk) == 0 then
+  redis.call('HSET', jk, 'prio', ARGV[5], 'tot', 0, 'pen', 0, 'inf', 0, 'ret', 0, 'suc', 0, 'dead', 0,
+    'cur', 0, 'seq', 0, 'ed', 0, 'sus', 0, 'reg', ARGV[1])
+  event(KEYS[3], ARGV[2], 'type', 'registered', 'job', ARGV[3], 't', ARGV[1])
+  created = 1
+end
+redis.call('HSET', jk, 'maxd', ARGV[7], 'crawl', ARGV[8], 'xd', ARGV[9], 'xdw', ARGV[10], 'retry', ARGV[11])
+if ARGV[6] == '' then
+  redis.call('HDEL', jk, 'maxp')
+else
+  redis.call('HSET', jk, 'maxp', ARGV[6])
+end
+return created

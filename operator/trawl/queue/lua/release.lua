@@ -1,0 +1,25 @@
+-- release: give a leased task back without spending an attempt: to the front of the ready list, or to
+-- the delayed set until now + delay (rate-limit deferral, Retry-After without an attempt).
+-- KEYS: 1 worker hash, 2 job hash, 3 ready list, 4 delayed zset, 5 delayed-jobs index, 6..15 rings 0..9
+-- ARGV: 1 now, 2 job id, 3 task id, 4 delay seconds
+local wk, jk = KEYS[1], KEYS[2]
+local field = ARGV[2] .. '|' .. ARGV[3]
+local v = redis.call('HGET', wk, field)
+if not v then return 0 end
+redis.call('HDEL', wk, field)
+local meta = redis.call('HMGET', jk, 'prio', 'sus')
+if not meta[1] then return 0 end
+local p = string.sub(v, string.find(v, '|', 1, true) + 1)
+redis.call('HINCRBY', jk, 'inf', -1)
+local delay = tonumber(ARGV[4])
+if delay > 0 then
+  local at = tonumber(ARGV[1]) + delay
+  redis.call('ZADD', KEYS[4], at, p)
+  redis.call('ZADD', KEYS[5], 'LT', at, ARGV[2])
+  redis.call('HINCRBY', jk, 'ret', 1)
+else
+  local len = redis.call('LPUSH', KEYS[3], p)
+  redis.call('HINCRBY', jk, 'pen', 1)
+  ring_join(KEYS[6 + tonumber(meta[1])], ARGV[2], len - 1, meta[2])
+end
+return 1

@@ -1,0 +1,33 @@
+-- requeue_dead: send dead letters (all, or the given task ids) back to the ready list with attempts,
+-- stalls and history reset. Returns the number requeued.
+-- KEYS: 1 job hash, 2 dead-letter hash, 3 ready list, 4 pool stats, 5 events, 6..15 rings 0..9
+-- ARGV: 1 now, 2 events maxlen, 3 job id, 4.. task ids (none = all)
+local jk, dl = KEYS[1], KEYS[2]
+local meta = redis.call('HMGET', jk, 'prio', 'sus')
+if not meta[1] then return 0 end
+local ids = {}
+if #ARGV >= 4 then
+  for i = 4, #ARGV do ids[#ids + 1] = ARGV[i] end
+else
+  ids = redis.call('HKEYS', dl)
+end
+local items, gone = {}, {}
+for _, tid in ipairs(ids) do
+  local rec = redis.call('HGET', dl, tid)
+  if rec then
+    local r = cjson.decode(rec)
+    items[#items + 1] = make_payload(tid, 0, 0, r.d, r.u)
+    gone[#gone + 1] = tid
+  end
+end
+local n = #items
+if n == 0 then return 0 end
+push_many('HDEL', dl, gone)
+local was = push_many('RPUSH', KEYS[3], items)
+redis.call('HINCRBY', jk, 'dead', -n)
+redis.call('HINCRBY', jk, 'pen', n)
+redis.call('HINCRBY', KEYS[4], 'dead', -n)
+redis.call('HDEL', jk, 'fin')
+ring_join(KEYS[6 + tonumber(meta[1])], ARGV[3], was, meta[2])
+event(KEYS[5], ARGV[2], 'type', 'requeued', 'job', ARGV[3], 'count', tostring(n), 't', ARGV[1])
+return n
