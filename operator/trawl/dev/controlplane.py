@@ -503,9 +503,14 @@ class ControlPlane:
         return names
 
     def create_namespace(self, name: str, labels: dict[str, str] | None = None) -> str:
-        """Create a namespace (no controller manager runs, so deleting it leaves it Terminating)."""
-        manifest = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels or {}}}
-        self.kubectl("create", "-f", "-", input=json.dumps(manifest))
+        """Create a namespace and its ``default`` ServiceAccount, as the missing controller manager would
+        (the ServiceAccount admission plugin rejects pods without it). Deleting the namespace leaves it
+        Terminating: no namespace controller runs."""
+        items = [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels or {}}},
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": name}},
+        ]
+        self.kubectl("create", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
         return name
 
     def service_account_kubeconfig(
