@@ -1,0 +1,26 @@
+"""Queue-aware autoscaling: a pure policy, rate estimation from queue snapshots, and models to compare.
+
+The controller calls :func:`step` once per poll and keeps the returned :class:`PoolScalerState`.
+"""
+
+from .policy import Action, Decision, Observation, ScalerState, decide
+from .rates import DomainBacklog, Rates, RateTracker, rate_limit_ceiling, track, worker_counts
+from .step import PoolScalerState, StepResult, observation, step
+
+__all__ = [
+    "Action",
+    "Decision",
+    "DomainBacklog",
+    "Observation",
+    "PoolScalerState",
+    "RateTracker",
+    "Rates",
+    "ScalerState",
+    "StepResult",
+    "decide",
+    "observation",
+    "rate_limit_ceiling",
+    "step",
+    "track",
+    "worker_counts",
+]

@@ -1,0 +1,269 @@
+"""The scaling policy: observation + spec + state in, desired replicas + reason + next state out.
+
+Pure and deterministic: no clock, no I/O. Everything that must survive between calls is in
+:class:`ScalerState`, which the caller passes back unchanged on the next call.
+
+Rules, in the order they apply (each is covered by tests/unit/test_autoscale_policy.py):
+
+1. **Need (Little's law).** Outstanding work ``W = ready + delayed due soon + in flight`` must drain
+   within ``targetDrainSeconds`` (T) while arrivals (λ) continue: ``need = ceil((W/T + λ) / μ)``
+   with μ the measured per-worker throughput. Without a saturated measurement μ falls back to
+   ``concurrency / mean service time`` (Little's law per worker); with no measurement at all the
+   answer is a bounded guess that grows at most 2x (or +4) per poll.
+2. **Useful parallelism.** Never more workers than the work can keep busy: ``ceil(W / concurrency)``
+   (plus the arrivals of one poll), and never above the rate-limit ceiling the caller computes from
+   per-domain limits (the ceiling caps growth; it never removes workers that hold tasks).
+3. **In-flight is counted.** Workers holding tasks are never counted out while a backlog waits, or
+   while tasks may outlive the workers' SIGTERM drain (mean service time above a third of
+   ``drainSeconds``, or unknown): the answer is at least the number of busy workers.
+4. **Failure guard.** While the failure rate exceeds ``failureRateThreshold`` (released below 80 %
+   of it), the answer never rises above the current replicas: more workers would only hit a
+   failing target harder. Scaling down still works. A pool at zero may still activate one worker.
+5. **Up fast, down slow.** A higher answer applies at once. A lower one applies only after every
+   answer for ``scaleDownDelaySeconds`` was lower than the current count, and then goes to the
+   highest of those answers; no scale-down within ``scaleDownDelaySeconds`` of the last change.
+6. **Zero.** With ``minReplicas = 0`` the pool keeps one worker until it has seen no work for
+   ``idleSecondsBeforeZero``, then goes to zero; at zero, the first task activates it again at once.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+
+from trawl.api.scrapepool import AutoscalingSpec
+
+# Hysteresis of the failure guard: released when the failure rate drops below this share of the threshold.
+GUARD_RELEASE_SHARE = 0.8
+# Cold start (nothing measured): grow at most to max(2 * current, current + COLD_START_STEP) per poll.
+COLD_START_STEP = 4
+# Tasks longer than this share of the worker's drain period may not finish when their pod is removed.
+DRAIN_SAFE_SHARE = 1 / 3
+
+
+class Action(StrEnum):
+    """What the decision does, as a CamelCase reason for Events and conditions."""
+
+    SCALE_UP = "ScaleUp"
+    SCALE_DOWN = "ScaleDown"
+    ACTIVATE = "Activate"
+    SCALE_TO_ZERO = "ScaleToZero"
+    HOLD = "Hold"
+    SCALE_DOWN_PENDING = "ScaleDownPending"
+    FAILURE_GUARD = "FailureGuard"
+    DISABLED = "Disabled"
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What the policy knows about the pool at one poll. Times are seconds on any one clock."""
+
+    now: float
+    current_replicas: int  # the Deployment's spec.replicas
+    ready: int = 0
+    delayed_due_soon: int = 0
+    in_flight: int = 0
+    busy_workers: int = 0  # workers (not draining) that hold in-flight tasks
+    arrival_rate: float = 0.0  # attempts/s entering the queue
+    per_worker_throughput: float | None = None  # attempts/s of one saturated worker, if measured
+    mean_service_seconds: float | None = None  # mean attempt duration, if measured
+    failure_rate: float | None = None  # share of recent attempts that failed, if any finished
+    rate_limit_ceiling_replicas: int | None = None  # most workers per-domain limits let do useful work
+    concurrency: int = 32  # task slots per worker (spec.worker.concurrency)
+    drain_seconds: float = 30.0  # the workers' SIGTERM drain (spec.worker.drainSeconds)
+
+    @property
+    def work(self) -> int:
+        return self.ready + self.delayed_due_soon + self.in_flight
+
+
+@dataclass(frozen=True, slots=True)
+class ScalerState:
+    """Everything the policy remembers between calls. Start with ``ScalerState()``."""
+
+    last_change_at: float | None = None  # when the desired count last changed
+    below_since: float | None = None  # since when every answer was below the current count
+    below_peak: int = 0  # the highest of those answers
+    idle_since: float | None = None  # since when no work was seen
+    guard_active: bool = False  # failure guard engaged (with hysteresis)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The policy's answer. ``state`` must be passed to the next call."""
+
+    desired: int
+    current: int
+    action: Action
+    reason: str
+    state: ScalerState
+    need: int = 0  # what the work alone asks for, before bounds, guard and hysteresis
+    at_max: bool = False  # the need exceeds maxReplicas
+    rate_limited: bool = False  # the need exceeds what per-domain rate limits let workers use
+    failure_guard: bool = False  # the failure guard is engaged
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def changed(self) -> bool:
+        return self.desired != self.current
+
+    @property
+    def limited(self) -> bool:
+        """For the ScalingLimited condition."""
+        return self.at_max or self.rate_limited
+
+
+def _capacity(obs: Observation) -> tuple[float | None, str]:
+    if obs.per_worker_throughput is not None and obs.per_worker_throughput > 0:
+        return obs.per_worker_throughput, f"{obs.per_worker_throughput:.3g}/s per worker measured"
+    if obs.mean_service_seconds is not None and obs.mean_service_seconds > 0:
+        mu = obs.concurrency / obs.mean_service_seconds
+        return mu, f"{mu:.3g}/s per worker from {obs.concurrency} slots / {obs.mean_service_seconds:.3g}s per task"
+    return None, "no throughput measured yet"
+
+
+def _need(spec: AutoscalingSpec, obs: Observation) -> tuple[int, str]:
+    """Workers the work asks for, bounded by useful parallelism but not yet by min/max."""
+    work = obs.work
+    if work == 0 and obs.arrival_rate <= 0:
+        return 0, "no work"
+    mu, how = _capacity(obs)
+    # Workers beyond ceil(work / slots) would sit idle: the most this backlog can use right now,
+    # plus the tasks one poll of arrivals brings.
+    useful = math.ceil((work + obs.arrival_rate * 5.0) / obs.concurrency - 1e-9)
+    if mu is None:
+        bound = max(2 * obs.current_replicas, obs.current_replicas + COLD_START_STEP)
+        need = min(useful, bound)
+        return need, f"{how}: bounded guess {need} for {work} tasks ({obs.concurrency} slots each)"
+    t = float(spec.target_drain_seconds)
+    raw = (work / t + obs.arrival_rate) / mu
+    need = min(useful, math.ceil(raw - 1e-9))
+    return need, (
+        f"{work} tasks (ready {obs.ready}, due {obs.delayed_due_soon}, in flight {obs.in_flight}) "
+        f"and {obs.arrival_rate:.3g}/s arriving at {how} drain in {t:g}s with {need}"
+    )
+
+
+def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = None) -> Decision:
+    """The desired replicas for one poll; pass ``Decision.state`` back on the next call."""
+    st = state or ScalerState()
+    current = obs.current_replicas
+    now = obs.now
+    if not spec.enabled:
+        return Decision(current, current, Action.DISABLED, "autoscaling disabled", st)
+
+    work = obs.work
+    idle_since = (st.idle_since if st.idle_since is not None else now) if work == 0 else None
+
+    fr = obs.failure_rate
+    if fr is None:
+        guard = st.guard_active
+    elif st.guard_active:
+        guard = fr >= spec.failure_rate_threshold * GUARD_RELEASE_SHARE
+    else:
+        guard = fr > spec.failure_rate_threshold
+
+    need, why = _need(spec, obs)
+    notes: list[str] = []
+    target = need
+    rate_limited = False
+    if obs.rate_limit_ceiling_replicas is not None and target > obs.rate_limit_ceiling_replicas:
+        target = obs.rate_limit_ceiling_replicas
+        rate_limited = True
+        notes.append(f"capped at {target} by per-domain rate limits")
+
+    # Rule 3: workers holding tasks stay while a backlog waits or while tasks may outlive the drain.
+    backlog = obs.ready + obs.delayed_due_soon
+    long_tasks = obs.mean_service_seconds is None or obs.mean_service_seconds > DRAIN_SAFE_SHARE * obs.drain_seconds
+    protect = 0
+    if obs.in_flight > 0:
+        protect = math.ceil(obs.in_flight / obs.concurrency)
+        if backlog > 0 or long_tasks:
+            protect = max(protect, obs.busy_workers)
+    if protect > target:
+        target = protect
+        notes.append(f"{obs.busy_workers} workers hold {obs.in_flight} tasks")
+
+    at_max = target > spec.max_replicas
+    lo = spec.min_replicas
+    to_zero = False
+    if lo == 0:
+        idle_for = now - idle_since if idle_since is not None else 0.0
+        if work > 0 or idle_since is None or idle_for < spec.idle_seconds_before_zero:
+            # Keep one worker until idle long enough (and activate one on the first task).
+            lo = 1 if (work > 0 or current > 0) else 0
+        else:
+            to_zero = True
+    target = max(lo, min(spec.max_replicas, target))
+    if at_max:
+        notes.append(f"at maxReplicas {spec.max_replicas}")
+
+    def done(
+        desired: int, action: Action, reason: str, below_since: float | None = None, below_peak: int = 0
+    ) -> Decision:
+        changed = desired != current
+        new_state = replace(
+            st,
+            last_change_at=now if changed else st.last_change_at,
+            below_since=below_since,
+            below_peak=below_peak,
+            idle_since=idle_since,
+            guard_active=guard,
+        )
+        extra = "; ".join(notes)
+        full = f"{reason}; {extra}" if extra else reason
+        return Decision(
+            desired=desired,
+            current=current,
+            action=action,
+            reason=full[:1024],
+            state=new_state,
+            need=need,
+            at_max=at_max,
+            rate_limited=rate_limited,
+            failure_guard=guard,
+            notes=tuple(notes),
+        )
+
+    fr_txt = f"{fr:.0%}" if fr is not None else "unknown"
+    if current == 0:
+        if work > 0:
+            desired = max(1, target if not guard else 1)
+            return done(desired, Action.ACTIVATE, f"activating: {work} tasks waiting and no workers; {why}")
+        return done(0, Action.HOLD, "idle at zero")
+
+    if to_zero and obs.in_flight == 0:
+        return done(0, Action.SCALE_TO_ZERO, f"no work for {now - (idle_since or now):.0f}s: scaling to zero")
+
+    if target > current:
+        if guard:
+            notes.insert(0, f"need {target}")
+            return done(
+                current,
+                Action.FAILURE_GUARD,
+                f"holding at {current}: failure rate {fr_txt} above {spec.failure_rate_threshold:.0%}, "
+                "more workers would only hit a failing target harder",
+            )
+        return done(target, Action.SCALE_UP, f"scaling up {current}→{target}: {why}")
+
+    if target == current:
+        return done(current, Action.HOLD, f"steady at {current}: {why}")
+
+    # target < current: scale down only when lower answers held for the delay.
+    below_since = st.below_since if st.below_since is not None else now
+    peak = max(st.below_peak, target) if st.below_since is not None else target
+    delay = float(spec.scale_down_delay_seconds)
+    held = now - below_since
+    since_change = now - st.last_change_at if st.last_change_at is not None else math.inf
+    if held >= delay and since_change >= delay:
+        reason = f"scaling down {current}→{peak}: answer below {current} for {held:.0f}s; {why}"
+        return done(peak, Action.SCALE_DOWN, reason)
+    wait = max(delay - held, delay - since_change)
+    return done(
+        current,
+        Action.SCALE_DOWN_PENDING,
+        f"holding at {current}, {peak} would do: scale-down in {wait:.0f}s if it stays lower; {why}",
+        below_since=below_since,
+        below_peak=peak,
+    )

@@ -1,0 +1,593 @@
+"""Discrete-event simulation of a worker pool under an autoscaler, for ``bench/autoscale_sim.py``.
+
+The pool: tasks arrive on domains; each worker pod has ``concurrency`` slots; an attempt takes a
+log-normal service time and fails with the trace's failure probability at its start time; failed
+attempts retry with the queue's exponential backoff (3 attempts, 1 s initial, jitter 0.2) and are
+dead-lettered after the last; a rate-limited domain hands out start times (tokens), and a worker that
+claims a task whose token lies in the future releases it to the delayed set until then (rate-limit
+deferral, no attempt spent). New pods serve after ``startup_seconds``. A removed pod stops claiming
+and has ``drain_seconds`` to finish its tasks; what is still running then is released to the queue
+and counted as interrupted.
+
+Both autoscalers see the same pool, the same trace and the same per-task random numbers:
+
+- ``trawl``: :func:`trawl.autoscale.step` every ``pollSeconds``, from a :class:`PoolSignals` built
+  like the queue's, with the rate-limit ceiling from per-domain backlog; before removing pods the
+  controller sets ``pod-deletion-cost`` = in-flight tasks, so the ReplicaSet removes idle pods first.
+- ``keda``: :class:`trawl.autoscale.kedahpa.KedaHpaModel` on the ready-list length; the ReplicaSet
+  removes not-ready pods first, then the most recently ready ones, whatever they are doing.
+
+Pure Python, deterministic for a given seed; no plotting here.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+import zlib
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from trawl.api.scrapepool import AutoscalingSpec
+from trawl.queue.model import PoolSignals, WorkerActivity
+
+from .kedahpa import KedaHpaConfig, KedaHpaModel
+from .rates import DomainBacklog, rate_limit_ceiling
+from .step import PoolScalerState, step
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    """A workload: arrival times with their domain, service times, limits and failure windows."""
+
+    name: str
+    description: str
+    duration: float
+    arrivals: list[tuple[float, int]]  # (time, domain), sorted by time
+    service_mean: float = 1.5
+    service_sigma: float = 0.6  # of the underlying normal
+    domain_rps: dict[int, float] = field(default_factory=dict)
+    fail_windows: list[tuple[float, float, float]] = field(default_factory=list)  # (start, end, probability)
+    base_fail: float = 0.0
+
+    def fail_probability(self, t: float) -> float:
+        for start, end, p in self.fail_windows:
+            if start <= t < end:
+                return p
+        return self.base_fail
+
+    def failing(self, t: float) -> bool:
+        return any(start <= t < end for start, end, _ in self.fail_windows)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolConfig:
+    autoscaling: AutoscalingSpec
+    keda: KedaHpaConfig
+    concurrency: int = 32
+    drain_seconds: float = 30.0
+    startup_seconds: float = 15.0
+    max_attempts: int = 3
+    retry_initial: float = 1.0
+    retry_max: float = 300.0
+    retry_jitter: float = 0.2
+    due_soon_seconds: float = 5.0
+    sample_seconds: float = 5.0
+
+
+@dataclass
+class Sample:
+    t: float
+    replicas: int  # pods that exist (starting, serving or draining)
+    desired: int  # the Deployment's spec.replicas
+    ready: int
+    delayed: int
+    in_flight: int
+
+
+@dataclass
+class Result:
+    trace: str
+    policy: str
+    tasks: int
+    started: int
+    waits: list[float]
+    replica_seconds: float
+    failing_replica_seconds: float
+    scale_changes: int
+    scale_ups_while_failing: int
+    interrupted: int
+    dead: int
+    completed: int
+    samples: list[Sample]
+    reasons: list[tuple[float, int, str]]
+
+    @property
+    def mean_wait(self) -> float:
+        return sum(self.waits) / len(self.waits) if self.waits else 0.0
+
+    @property
+    def p95_wait(self) -> float:
+        return percentile(self.waits, 0.95)
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    s = sorted(values)
+    k = min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))
+    return s[k]
+
+
+class _Task:
+    __slots__ = ("attempt", "domain", "enqueued", "fails", "id", "reserved", "run", "services", "started")
+
+    def __init__(self, tid: int, enqueued: float, domain: int, services: list[float], fails: list[float]) -> None:
+        self.id = tid
+        self.enqueued = enqueued
+        self.domain = domain
+        self.services = services
+        self.fails = fails
+        self.attempt = 1
+        self.started: float | None = None
+        self.reserved = False
+        self.run = 0  # bumps on every start, so a stale finish event is recognised
+
+
+class _Pod:
+    __slots__ = ("created", "draining", "id", "ready_at", "serving", "tasks")
+
+    def __init__(self, pid: int, created: float, ready_at: float) -> None:
+        self.id = pid
+        self.created = created
+        self.ready_at = ready_at
+        self.serving = False
+        self.draining = False
+        self.tasks: dict[int, _Task] = {}
+
+
+# Event kinds, in tie-break order at equal times.
+_ARRIVAL, _DUE, _FINISH, _POD_READY, _DRAIN_END, _TRAWL, _KEDA, _HPA, _SAMPLE = range(9)
+
+
+class Simulation:
+    def __init__(self, trace: Trace, pool: PoolConfig, policy: str, seed: int) -> None:
+        if policy not in ("trawl", "keda"):
+            raise ValueError(policy)
+        self.trace, self.pool, self.policy = trace, pool, policy
+        self.rng = random.Random(seed * 7919 + 1)
+        task_rng = random.Random(seed * 104729 + 2)
+        mu = math.log(trace.service_mean) - trace.service_sigma**2 / 2
+        self.tasks = [
+            _Task(
+                i,
+                t,
+                d,
+                [task_rng.lognormvariate(mu, trace.service_sigma) for _ in range(pool.max_attempts)],
+                [task_rng.random() for _ in range(pool.max_attempts)],
+            )
+            for i, (t, d) in enumerate(trace.arrivals)
+        ]
+        self.jitter = [task_rng.uniform(-1, 1) for _ in range(pool.max_attempts)]
+        self.events: list[tuple[float, int, int, object]] = []
+        self.seq = 0
+        self.now = 0.0
+        self.ready: deque[_Task] = deque()
+        self.delayed = 0
+        self.delayed_due: list[float] = []  # due times of delayed tasks (heap), for "due soon"
+        self.pods: dict[int, _Pod] = {}
+        self.next_pod = 0
+        self.spec_replicas = 0
+        self.token: dict[int, float] = {}
+        self.outstanding: dict[int, int] = {}
+        self.completed = self.failed = self.dead = self.interrupted = 0
+        self.service_total = 0.0
+        self.waits: list[float] = []
+        self.area = self.fail_area = 0.0
+        self.last_t = 0.0
+        self.scale_changes = self.fail_scaleups = 0
+        self.samples: list[Sample] = []
+        self.reasons: list[tuple[float, int, str]] = []
+        self.state: PoolScalerState | None = None
+        self.keda = KedaHpaModel(pool.keda)
+
+    # -- event plumbing -------------------------------------------------------------------------
+    def _push(self, t: float, kind: int, payload: object = None) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (t, kind, self.seq, payload))
+
+    def _advance(self, t: float) -> None:
+        n = len(self.pods)
+        dt = t - self.last_t
+        if dt > 0:
+            self.area += n * dt
+            if self.trace.fail_windows:
+                for start, end, _ in self.trace.fail_windows:
+                    lo, hi = max(start, self.last_t), min(end, t)
+                    if hi > lo:
+                        self.fail_area += n * (hi - lo)
+        self.last_t = t
+        self.now = t
+
+    # -- pool mechanics -------------------------------------------------------------------------
+    def _free_pods(self) -> list[_Pod]:
+        c = self.pool.concurrency
+        return [p for p in self.pods.values() if p.serving and not p.draining and len(p.tasks) < c]
+
+    def _dispatch(self) -> None:
+        if not self.ready:
+            return
+        free = self._free_pods()
+        c = self.pool.concurrency
+        while self.ready and free:
+            pod = free[self.rng.randrange(len(free))] if len(free) > 1 else free[0]
+            task = self.ready.popleft()
+            rps = self.trace.domain_rps.get(task.domain)
+            if rps is not None and not task.reserved:
+                start = max(self.now, self.token.get(task.domain, 0.0))
+                self.token[task.domain] = start + 1.0 / rps
+                if start - self.now > 0.01:
+                    task.reserved = True  # released with a delay: not before its token
+                    self._delay(task, start)
+                    continue
+            task.reserved = False
+            self._start(pod, task)
+            if len(pod.tasks) >= c:
+                free.remove(pod)
+
+    def _delay(self, task: _Task, due: float) -> None:
+        self.delayed += 1
+        heapq.heappush(self.delayed_due, due)
+        self._push(due, _DUE, task)
+
+    def _start(self, pod: _Pod, task: _Task) -> None:
+        if task.started is None:
+            task.started = self.now
+            self.waits.append(self.now - task.enqueued)
+        task.run += 1
+        pod.tasks[task.id] = task
+        service = task.services[task.attempt - 1]
+        self._push(self.now + service, _FINISH, (pod.id, task, task.run))
+
+    def _finish(self, pod_id: int, task: _Task, run: int) -> None:
+        pod = self.pods.get(pod_id)
+        if pod is None or pod.tasks.get(task.id) is not task or task.run != run:
+            return  # interrupted earlier
+        del pod.tasks[task.id]
+        self.service_total += task.services[task.attempt - 1]
+        failed = task.fails[task.attempt - 1] < self.trace.fail_probability(self.now - self._elapsed(task))
+        if failed:
+            self.failed += 1
+            if task.attempt < self.pool.max_attempts:
+                p = self.pool
+                backoff = min(p.retry_max, p.retry_initial * 2 ** (task.attempt - 1))
+                backoff *= 1 + p.retry_jitter * self.jitter[task.attempt - 1]
+                task.attempt += 1
+                self._delay(task, self.now + backoff)
+            else:
+                self.dead += 1
+                self._done(task)
+        else:
+            self.completed += 1
+            self._done(task)
+        if pod.draining and not pod.tasks:
+            self._remove(pod)
+        self._dispatch()
+
+    def _elapsed(self, task: _Task) -> float:
+        return task.services[task.attempt - 1]  # failure is decided by the time the attempt started
+
+    def _done(self, task: _Task) -> None:
+        left = self.outstanding[task.domain] - 1
+        if left:
+            self.outstanding[task.domain] = left
+        else:
+            del self.outstanding[task.domain]
+
+    def _remove(self, pod: _Pod) -> None:
+        self.pods.pop(pod.id, None)
+
+    def _alive(self) -> list[_Pod]:
+        return [p for p in self.pods.values() if not p.draining]
+
+    def _set_replicas(self, n: int, reason: str) -> None:
+        if n == self.spec_replicas:
+            return
+        if n > self.spec_replicas and self.trace.failing(self.now):
+            self.fail_scaleups += 1
+        self.scale_changes += 1
+        self.reasons.append((self.now, n, reason))
+        self.spec_replicas = n
+        alive = self._alive()
+        if n > len(alive):
+            for _ in range(n - len(alive)):
+                pod = _Pod(self.next_pod, self.now, self.now + self.pool.startup_seconds)
+                self.next_pod += 1
+                self.pods[pod.id] = pod
+                self._push(pod.ready_at, _POD_READY, pod.id)
+            return
+        for pod in self._victims(alive, len(alive) - n):
+            if not pod.serving or not pod.tasks:
+                self._remove(pod)
+            else:
+                pod.draining = True
+                self._push(self.now + self.pool.drain_seconds, _DRAIN_END, pod.id)
+
+    def _victims(self, alive: list[_Pod], count: int) -> list[_Pod]:
+        # ReplicaSet ranking: not-ready pods first (newest first); then, for Trawl, the lower
+        # pod-deletion-cost (the controller sets it to the pod's in-flight tasks); then the pod
+        # that has been ready for the shortest time.
+        def rank(p: _Pod) -> tuple[int, int, float]:
+            cost = len(p.tasks) if self.policy == "trawl" else 0
+            return (1 if p.serving else 0, cost, -p.ready_at)
+
+        return sorted(alive, key=rank)[:count]
+
+    def _drain_end(self, pod_id: int) -> None:
+        pod = self.pods.get(pod_id)
+        if pod is None:
+            return
+        for task in pod.tasks.values():
+            self.interrupted += 1
+            task.run += 1
+            task.reserved = False
+            self.ready.append(task)  # released: back to the queue without spending an attempt
+        pod.tasks.clear()
+        self._remove(pod)
+        self._dispatch()
+
+    # -- autoscalers ----------------------------------------------------------------------------
+    def _signals(self) -> PoolSignals:
+        horizon = self.now + self.pool.due_soon_seconds
+        due_soon = sum(1 for d in self.delayed_due if d <= horizon)
+        workers = {
+            str(p.id): WorkerActivity(str(p.id), len(p.tasks), self.now, p.draining)
+            for p in self.pods.values()
+            if p.serving
+        }
+        in_flight = sum(len(p.tasks) for p in self.pods.values())
+        return PoolSignals(
+            ready=len(self.ready),
+            delayed=self.delayed,
+            delayed_due_soon=due_soon,
+            in_flight=in_flight,
+            dead=self.dead,
+            completed_total=self.completed,
+            failed_total=self.failed,
+            service_seconds_total=self.service_total,
+            workers=workers,
+            time=self.now,
+        )
+
+    def _trawl_poll(self) -> None:
+        spec = self.pool.autoscaling
+        signals = self._signals()
+        mean_service = None
+        if self.state is not None and self.state.rates is not None:
+            mean_service = self.state.rates.rates.mean_service_seconds
+        ceiling = rate_limit_ceiling(
+            (DomainBacklog(n, self.trace.domain_rps.get(d)) for d, n in self.outstanding.items()),
+            mean_service_seconds=mean_service,
+            concurrency=self.pool.concurrency,
+        )
+        result = step(
+            spec,
+            signals,
+            self.spec_replicas,
+            self.state,
+            concurrency=self.pool.concurrency,
+            drain_seconds=self.pool.drain_seconds,
+            rate_limit_ceiling_replicas=ceiling,
+        )
+        self.state = result.state
+        self._set_replicas(result.decision.desired, result.decision.reason)
+        self._push(self.now + spec.poll_seconds, _TRAWL)
+
+    def _keda_poll(self) -> None:
+        n = self.keda.keda_poll(self.now, len(self.ready), self.spec_replicas)
+        if n is not None:
+            self._set_replicas(n, f"KEDA {'activation' if n else 'cooldown to zero'}, list length {len(self.ready)}")
+        self._push(self.now + self.pool.keda.polling_interval, _KEDA)
+
+    def _hpa_sync(self) -> None:
+        n = self.keda.hpa_sync(self.now, len(self.ready), self.spec_replicas)
+        if n is not None:
+            self._set_replicas(n, f"HPA, list length {len(self.ready)}")
+        self._push(self.now + self.pool.keda.hpa_sync_period, _HPA)
+
+    # -- run ------------------------------------------------------------------------------------
+    def run(self) -> Result:
+        for task in self.tasks:
+            self._push(task.enqueued, _ARRIVAL, task)
+        phase = random.Random(zlib.crc32(self.trace.name.encode()))
+        if self.policy == "trawl":
+            self._push(phase.uniform(0, self.pool.autoscaling.poll_seconds), _TRAWL)
+        else:
+            self._push(phase.uniform(0, self.pool.keda.polling_interval), _KEDA)
+            self._push(phase.uniform(0, self.pool.keda.hpa_sync_period), _HPA)
+        self._push(0.0, _SAMPLE)
+        end = self.trace.duration
+        handlers: dict[int, Callable[[object], None]] = {
+            _ARRIVAL: self._on_arrival,
+            _DUE: self._on_due,
+            _FINISH: self._on_finish,
+            _POD_READY: self._on_pod_ready,
+            _DRAIN_END: lambda p: self._drain_end(p),  # type: ignore[arg-type]
+            _TRAWL: lambda _: self._trawl_poll(),
+            _KEDA: lambda _: self._keda_poll(),
+            _HPA: lambda _: self._hpa_sync(),
+            _SAMPLE: lambda _: self._sample(),
+        }
+        while self.events and self.events[0][0] <= end:
+            t, kind, _, payload = heapq.heappop(self.events)
+            self._advance(t)
+            handlers[kind](payload)
+        self._advance(end)
+        # Tasks never started are censored at the end of the trace: count their wait so far.
+        waits = self.waits + [end - t.enqueued for t in self.tasks if t.started is None]
+        return Result(
+            trace=self.trace.name,
+            policy=self.policy,
+            tasks=len(self.tasks),
+            started=len(self.waits),
+            waits=waits,
+            replica_seconds=self.area,
+            failing_replica_seconds=self.fail_area,
+            scale_changes=self.scale_changes,
+            scale_ups_while_failing=self.fail_scaleups,
+            interrupted=self.interrupted,
+            dead=self.dead,
+            completed=self.completed,
+            samples=self.samples,
+            reasons=self.reasons,
+        )
+
+    def _on_arrival(self, payload: object) -> None:
+        task = payload
+        assert isinstance(task, _Task)
+        self.outstanding[task.domain] = self.outstanding.get(task.domain, 0) + 1
+        self.ready.append(task)
+        self._dispatch()
+
+    def _on_due(self, payload: object) -> None:
+        task = payload
+        assert isinstance(task, _Task)
+        self.delayed -= 1
+        heapq.heappop(self.delayed_due)
+        self.ready.appendleft(task) if task.reserved else self.ready.append(task)
+        self._dispatch()
+
+    def _on_finish(self, payload: object) -> None:
+        assert isinstance(payload, tuple)
+        pod_id, task, run = payload
+        self._finish(int(pod_id), task, int(run))
+
+    def _on_pod_ready(self, payload: object) -> None:
+        assert isinstance(payload, int)
+        pod = self.pods.get(payload)
+        if pod is not None:
+            pod.serving = True
+            self._dispatch()
+
+    def _sample(self) -> None:
+        self.samples.append(
+            Sample(
+                self.now,
+                len(self.pods),
+                self.spec_replicas,
+                len(self.ready),
+                self.delayed,
+                sum(len(p.tasks) for p in self.pods.values()),
+            )
+        )
+        self._push(self.now + self.pool.sample_seconds, _SAMPLE)
+
+
+def simulate(trace: Trace, pool: PoolConfig, policy: str, seed: int = 1) -> Result:
+    return Simulation(trace, pool, policy, seed).run()
+
+
+# -- traces -------------------------------------------------------------------------------------
+RATE_LIMITED_DOMAIN = 1000
+DOMAINS = 200
+
+
+def _poisson(rng: random.Random, rate: Callable[[float], float], peak: float, start: float, end: float) -> list[float]:
+    """Arrival times of a Poisson process with intensity ``rate(t)`` <= ``peak`` (thinning)."""
+    out: list[float] = []
+    t = start
+    while True:
+        t += rng.expovariate(peak)
+        if t >= end:
+            return out
+        if rng.random() * peak <= rate(t):
+            out.append(t)
+
+
+def _on_domains(rng: random.Random, times: list[float]) -> list[tuple[float, int]]:
+    return [(t, rng.randrange(DOMAINS)) for t in times]
+
+
+def build_traces(seed: int = 1, quick: bool = False) -> list[Trace]:
+    """The six workloads of the benchmark; ``quick`` shortens and shrinks them."""
+    scale = 0.25 if quick else 1.0
+    traces: list[Trace] = []
+
+    rng = random.Random(seed * 31 + 1)
+    dur = 900.0 if quick else 1800.0
+    burst = int(20000 * scale)
+    arr = _on_domains(rng, _poisson(rng, lambda t: 2.0, 2.0, 0, dur))
+    arr += [(120.0 + i * 1e-4, rng.randrange(DOMAINS)) for i in range(burst)]
+    traces.append(Trace("step_burst", f"2/s background, {burst} tasks enqueued at t=120 s", dur, sorted(arr)))
+
+    rng = random.Random(seed * 31 + 2)
+    dur = 1200.0 if quick else 3600.0
+    peak = 80.0
+
+    def diurnal(t: float) -> float:
+        return 1.0 + peak * math.sin(math.pi * t / dur) ** 2
+
+    arr = _on_domains(rng, _poisson(rng, diurnal, peak + 1, 0, dur))
+    traces.append(Trace("diurnal_ramp", f"Poisson, 1/s rising to {peak + 1:g}/s and back over {dur:g} s", dur, arr))
+
+    rng = random.Random(seed * 31 + 3)
+    arr = _on_domains(rng, _poisson(rng, lambda t: 1.0, 1.0, 0, dur))
+    t = rng.uniform(30, 120)
+    bursts = 0
+    while t < dur - 200:
+        size = int(rng.uniform(500, 4000) * (0.5 if quick else 1.0))
+        arr += [(t + rng.uniform(0, 10), rng.randrange(DOMAINS)) for _ in range(size)]
+        bursts += 1
+        t += rng.uniform(240, 480)
+    traces.append(
+        Trace("spiky_bursts", f"1/s background and {bursts} bursts of 250-4000 tasks within 10 s", dur, sorted(arr))
+    )
+
+    dur = 900.0 if quick else 1200.0
+    n = 1500 if quick else 3000
+    rps = 5.0
+    arr = [(60.0 + i * 1e-3, RATE_LIMITED_DOMAIN) for i in range(n)]
+    traces.append(
+        Trace(
+            "rate_limited",
+            f"{n} tasks at t=60 s, all on one domain limited to {rps:g} req/s",
+            dur,
+            arr,
+            domain_rps={RATE_LIMITED_DOMAIN: rps},
+        )
+    )
+
+    rng = random.Random(seed * 31 + 5)
+    dur = 1200.0 if quick else 1800.0
+    f0 = 300.0 if quick else 600.0
+    arr = _on_domains(rng, _poisson(rng, lambda t: 20.0, 20.0, 0, dur))
+    traces.append(
+        Trace(
+            "failing_downstream",
+            f"20/s; 90% of attempts fail from t={f0:g} s for 600 s",
+            dur,
+            arr,
+            fail_windows=[(f0, f0 + 600.0, 0.9)],
+        )
+    )
+
+    rng = random.Random(seed * 31 + 6)
+    dur = 1800.0 if quick else 3000.0
+    n = int(400 * (0.5 if quick else 1.0))
+    second = 900.0 if quick else 1500.0
+    arr = _on_domains(rng, _poisson(rng, lambda t: 0.05, 0.05, 0, dur))
+    arr += [(60.0 + rng.uniform(0, 20), rng.randrange(DOMAINS)) for _ in range(n)]
+    arr += [(second + rng.uniform(0, 20), rng.randrange(DOMAINS)) for _ in range(n)]
+    traces.append(
+        Trace(
+            "long_tasks",
+            f"tasks of 120 s mean: {n} at t=60 s and {n} at t={second:g} s, 0.05/s between",
+            dur,
+            sorted(arr),
+            service_mean=120.0,
+            service_sigma=0.5,
+        )
+    )
+    return traces
