@@ -48,6 +48,26 @@ def crd(
         typer.echo(f"wrote {path}")
 
 
+@app.command("operator")
+def operator_cmd(
+    namespace: list[str] = typer.Option([], "--namespace", "-n", help="Namespace to watch (repeatable)."),
+    all_namespaces: bool = typer.Option(False, "--all-namespaces", "-A", help="Watch every namespace."),
+    metrics_port: int = typer.Option(8080, help="Port of the Prometheus /metrics endpoint (0: off)."),
+    health_port: int = typer.Option(8081, help="Port of the /healthz liveness endpoint (0: off)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging."),
+) -> None:
+    """Run the operator: reconcile ScrapeJobs, ScrapePools and CronScrapeJobs."""
+    from trawl.operator.main import run
+
+    run(
+        namespaces=namespace,
+        all_namespaces=all_namespaces,
+        metrics_port=metrics_port,
+        health_port=health_port,
+        verbose=verbose,
+    )
+
+
 def main() -> None:
     app()
 

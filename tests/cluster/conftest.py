@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -37,3 +38,28 @@ def namespace(control_plane: ControlPlane, request: pytest.FixtureRequest) -> It
         yield name
     finally:
         control_plane.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
+
+
+@pytest.fixture
+def operator(control_plane: ControlPlane, namespace: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """`trawl operator` watching the test's namespace, authenticated as its ServiceAccount with the
+    RBAC of trawl.operator.rbac: a permission it lacks fails the test."""
+    from operator_fixtures import apply
+
+    from trawl.dev.operator_process import OperatorProcess, rbac_objects
+
+    apply(control_plane, *rbac_objects(namespace, "trawl-operator", [namespace]))
+    kubeconfig = control_plane.service_account_kubeconfig(namespace, "trawl-operator")
+    logs = tmp_path_factory.mktemp("operator")
+    proc = OperatorProcess(
+        kubeconfig,
+        [namespace],
+        logs / "operator.log",
+        env={"TRAWL_JOB_SYNC_SECONDS": "1", "TRAWL_POOL_SYNC_SECONDS": "1", "TRAWL_CRON_SYNC_SECONDS": "1"},
+    )
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+        print(f"--- operator log tail ({logs / 'operator.log'}):\n{proc.log_tail(80)}")

@@ -105,6 +105,13 @@ def stop(proc: subprocess.Popen[bytes], timeout: float = 10.0, sig: int = signal
     return proc.returncode
 
 
+def signal_group(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
+    """Send a signal to the process group without waiting (e.g. SIGTERM to start a drain)."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+
+
 def stop_all() -> None:
     with _lock:
         procs = list(_live)

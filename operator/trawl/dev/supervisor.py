@@ -1,0 +1,193 @@
+"""A local stand-in for the kubelet: runs `trawl worker` processes for each worker Deployment.
+
+The local control plane has no controller manager, scheduler or kubelet, so a Deployment never
+becomes pods. The supervisor closes that gap for development and tests: it watches the worker
+Deployments the operator owns, runs as many ``trawl worker`` processes as each one's
+``spec.replicas`` asks for, with the environment of its pod template (Secret references resolved,
+``metadata.name`` given a pod-like name), stops surplus workers with SIGTERM so they drain as in
+a cluster, and reports the live count back on the Deployment's status. Autoscaling is then
+visible on one machine: the operator changes replicas, the number of worker processes follows.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import secrets
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+from kubernetes.client import ApiClient
+
+from trawl.operator.naming import LABEL_COMPONENT, LABEL_NAME
+
+from . import procs
+
+log = logging.getLogger(__name__)
+
+SELECTOR = f"{LABEL_NAME}=trawl,{LABEL_COMPONENT}=worker"
+
+
+@dataclass
+class _Worker:
+    name: str
+    proc: subprocess.Popen[bytes]
+    started: float
+    stop_requested: float | None = None
+
+
+@dataclass
+class WorkerSupervisor:
+    """Call :meth:`start` to run in a background thread; :meth:`stop` drains and stops every worker."""
+
+    api_client: ApiClient
+    log_dir: Path
+    poll_seconds: float = 1.0
+    extra_env: dict[str, str] = field(default_factory=dict)
+    drain_timeout: float = 60.0
+    _workers: dict[tuple[str, str], list[_Worker]] = field(default_factory=dict)
+    _stopping: list[_Worker] = field(default_factory=list)
+    _thread: threading.Thread | None = None
+    _halt: threading.Event = field(default_factory=threading.Event)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    history: list[tuple[float, str, int]] = field(default_factory=list)  # (time, deployment, live workers)
+
+    def start(self) -> WorkerSupervisor:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._thread = threading.Thread(target=self._run, name="trawl-worker-supervisor", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._halt.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.drain_timeout + 30)
+
+    def _stop_everyone(self) -> None:
+        # Runs on the supervisor thread: workers die with the thread that started them
+        # (PR_SET_PDEATHSIG), so the thread outlives their drain.
+        with self._lock:
+            everyone = [w for ws in self._workers.values() for w in ws] + self._stopping
+            self._workers.clear()
+            self._stopping.clear()
+        for worker in everyone:
+            procs.signal_group(worker.proc)
+        for worker in everyone:
+            procs.stop(worker.proc, timeout=self.drain_timeout)
+
+    def live(self, namespace: str, deployment: str) -> int:
+        with self._lock:
+            return sum(1 for w in self._workers.get((namespace, deployment), []) if w.proc.poll() is None)
+
+    def worker_pids(self) -> list[int]:
+        with self._lock:
+            return [w.proc.pid for ws in self._workers.values() for w in ws] + [w.proc.pid for w in self._stopping]
+
+    # ------------------------------------------------------------------ loop
+
+    def _run(self) -> None:
+        apps = kubernetes.client.AppsV1Api(self.api_client)
+        while not self._halt.is_set():
+            try:
+                self._sync(apps)
+            except Exception as exc:  # the API server may be restarting; try again next tick
+                log.warning("worker supervisor: %s", exc)
+            self._halt.wait(self.poll_seconds)
+        self._stop_everyone()
+
+    def _sync(self, apps: kubernetes.client.AppsV1Api) -> None:
+        listing = apps.list_deployment_for_all_namespaces(label_selector=SELECTOR)
+        seen: set[tuple[str, str]] = set()
+        for dep in self.api_client.sanitize_for_serialization(listing).get("items", []):  # type: ignore[no-untyped-call]
+            meta = dep["metadata"]
+            key = (meta["namespace"], meta["name"])
+            seen.add(key)
+            desired = int(dep["spec"].get("replicas") or 0)
+            self._reconcile(key, dep, desired)
+            live = self.live(*key)
+            status = dep.get("status") or {}
+            if status.get("replicas", 0) != live or status.get("readyReplicas", 0) != live:
+                body = {
+                    "status": {
+                        "replicas": live,
+                        "readyReplicas": live,
+                        "availableReplicas": live,
+                        "updatedReplicas": live,
+                        "observedGeneration": meta.get("generation", 1),
+                    }
+                }
+                apps.patch_namespaced_deployment_status(meta["name"], meta["namespace"], body)
+        with self._lock:
+            gone = [k for k in self._workers if k not in seen]
+        for key in gone:
+            self._reconcile(key, None, 0)
+        self._reap()
+
+    def _reconcile(self, key: tuple[str, str], dep: dict[str, Any] | None, desired: int) -> None:
+        with self._lock:
+            workers = [w for w in self._workers.get(key, []) if w.proc.poll() is None]
+            self._workers[key] = workers
+        while len(workers) < desired and dep is not None:
+            workers.append(self._spawn(key, dep))
+        surplus = workers[desired:] if len(workers) > desired else []
+        for worker in surplus:
+            # SIGTERM, as the kubelet sends: the worker stops claiming and drains its in-flight tasks.
+            workers.remove(worker)
+            worker.stop_requested = time.monotonic()
+            procs.signal_group(worker.proc)
+            with self._lock:
+                self._stopping.append(worker)
+        if dep is not None or surplus:
+            with self._lock:
+                self._workers[key] = workers
+                self.history.append((time.time(), f"{key[0]}/{key[1]}", len(workers)))
+
+    def _reap(self) -> None:
+        with self._lock:
+            still = []
+            for worker in self._stopping:
+                draining = time.monotonic() - (worker.stop_requested or 0) < self.drain_timeout
+                if worker.proc.poll() is None and draining:
+                    still.append(worker)
+                else:
+                    procs.stop(worker.proc, timeout=1)  # exited: unregister; overdue: SIGKILL
+            self._stopping = still
+
+    def _spawn(self, key: tuple[str, str], dep: dict[str, Any]) -> _Worker:
+        namespace, name = key
+        pod_name = f"{name}-{secrets.token_hex(3)}"
+        container = dep["spec"]["template"]["spec"]["containers"][0]
+        env = {"PATH": "/usr/bin:/bin", **_base_env(), **self.extra_env}
+        for item in container.get("env") or []:
+            env[item["name"]] = self._env_value(namespace, pod_name, item)
+        argv = [sys.executable, "-m", "trawl.cli", *container.get("args", ["worker"])]
+        proc = procs.start(argv, env=env, log_path=self.log_dir / f"{namespace}_{pod_name}.log")
+        log.info("started worker %s/%s (pid %d)", namespace, pod_name, proc.pid)
+        return _Worker(pod_name, proc, time.monotonic())
+
+    def _env_value(self, namespace: str, pod_name: str, item: dict[str, Any]) -> str:
+        if "value" in item:
+            return str(item["value"])
+        source = item.get("valueFrom") or {}
+        if "fieldRef" in source:
+            path = source["fieldRef"]["fieldPath"]
+            return {"metadata.name": pod_name, "metadata.namespace": namespace}.get(path, "")
+        if "secretKeyRef" in source:
+            ref = source["secretKeyRef"]
+            core = kubernetes.client.CoreV1Api(self.api_client)
+            secret = core.read_namespaced_secret(ref["name"], namespace)
+            return base64.b64decode((secret.data or {})[ref["key"]]).decode()
+        return ""
+
+
+def _base_env() -> dict[str, str]:
+    import os
+
+    keep = ("PATH", "HOME", "LANG", "PYTHONPATH", "VIRTUAL_ENV", "TMPDIR")
+    return {k: v for k, v in os.environ.items() if k in keep}

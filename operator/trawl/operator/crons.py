@@ -1,0 +1,171 @@
+"""CronScrapeJob reconciliation: create, replace and clean up ScrapeJobs on schedule."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from trawl.api.common import API_VERSION, format_time
+from trawl.api.cronscrapejob import CronScrapeJobSpec
+
+from . import kube
+from .conditions import Cond, merge_conditions
+from .cron import decide, history_to_delete, job_name
+from .jobs import delete_job_object, validation_message
+from .jobstatus import TERMINAL, Transition
+from .naming import ANNOTATION_SCHEDULED_AT, LABEL_CRON
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CronOutcome:
+    status: dict[str, Any]
+    events: list[Transition] = field(default_factory=list)
+
+
+def _parse(value: Any) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def build_job(cron_name: str, cron_uid: str, spec: CronScrapeJobSpec, scheduled: datetime) -> dict[str, Any]:
+    template = spec.job_template
+    meta = template.metadata
+    labels = {**(meta.labels if meta and meta.labels else {}), LABEL_CRON: cron_name}
+    annotations = {
+        **(meta.annotations if meta and meta.annotations else {}),
+        ANNOTATION_SCHEDULED_AT: format_time(scheduled),
+    }
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ScrapeJob",
+        "metadata": {
+            "name": job_name(cron_name, scheduled),
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": "CronScrapeJob",
+                    "name": cron_name,
+                    "uid": cron_uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": template.spec.model_dump(mode="json", by_alias=True, exclude_unset=True),
+    }
+
+
+async def create_job(namespace: str, body: dict[str, Any]) -> bool:
+    """Create the job; False if it already exists (a retried pass after a crash)."""
+    try:
+        await kube.call(
+            kube.custom().create_namespaced_custom_object, kube.GROUP, kube.VERSION, namespace, "scrapejobs", body
+        )
+    except Exception as exc:
+        if kube.is_status(exc, 409):
+            return False
+        raise
+    return True
+
+
+async def reconcile_cron(
+    *,
+    name: str,
+    namespace: str,
+    uid: str,
+    generation: int,
+    created: str,
+    spec_raw: Mapping[str, Any],
+    status: Mapping[str, Any],
+    jobs: list[Mapping[str, Any]],
+    now: datetime,
+) -> CronOutcome:
+    prev = dict(status)
+    events: list[Transition] = []
+    new: dict[str, Any] = {"observedGeneration": generation}
+    for key in ("lastScheduleTime", "lastSuccessfulTime"):
+        if key in prev:
+            new[key] = prev[key]
+    try:
+        spec = CronScrapeJobSpec.model_validate(dict(spec_raw))
+    except ValidationError as exc:
+        msg = validation_message(exc)
+        conds = [
+            Cond("Ready", False, "InvalidSpec", msg),
+            Cond("Stalled", True, "InvalidSpec", msg),
+            Cond("Reconciling", False, "InvalidSpec", ""),
+        ]
+        stalled_before = any(
+            c.get("type") == "Stalled" and c.get("status") == "True" for c in prev.get("conditions") or []
+        )
+        if not stalled_before:
+            events.append(Transition("Warning", "InvalidSpec", msg))
+        new["conditions"] = merge_conditions(prev.get("conditions"), conds, generation=generation, now=now)
+        return CronOutcome(new, events)
+
+    active = sorted(j["name"] for j in jobs if j.get("phase") not in TERMINAL)
+    finished = [
+        (j["name"], _parse(j.get("completionTime")) or now, j.get("phase") == "Succeeded")
+        for j in jobs
+        if j.get("phase") in TERMINAL
+    ]
+    succeeded_times = [t for _, t, ok in finished if ok]
+    if succeeded_times:
+        new["lastSuccessfulTime"] = format_time(max(succeeded_times))
+
+    decision = decide(
+        schedule=spec.schedule,
+        time_zone=spec.time_zone,
+        now=now,
+        created=_parse(created) or now,
+        last_schedule=_parse(prev.get("lastScheduleTime")),
+        starting_deadline_seconds=spec.starting_deadline_seconds,
+        concurrency_policy=spec.concurrency_policy.value,
+        suspend=spec.suspend,
+        active_jobs=active,
+    )
+    if decision.missed > 0 and decision.create_for is not None:
+        events.append(Transition("Warning", "MissedSchedule", f"skipped {decision.missed} missed schedule times"))
+    if decision.skipped_reason in ("ConcurrencyForbidden", "MissedStartingDeadline"):
+        if prev.get("skippedReason") != decision.skipped_reason:
+            events.append(Transition("Normal", decision.skipped_reason, f"run skipped: {decision.skipped_reason}"))
+        new["skippedReason"] = decision.skipped_reason
+    for doomed in decision.delete_active:
+        await delete_job_object(namespace, doomed)
+        events.append(Transition("Normal", "SuccessfulDelete", f"replaced active job {doomed}"))
+        active.remove(doomed)
+    if decision.create_for is not None:
+        body = build_job(name, uid, spec, decision.create_for)
+        if await create_job(namespace, body):
+            events.append(Transition("Normal", "SuccessfulCreate", f"created ScrapeJob {body['metadata']['name']}"))
+        if body["metadata"]["name"] not in active:
+            active.append(body["metadata"]["name"])
+        new["lastScheduleTime"] = format_time(decision.create_for)
+        new.pop("skippedReason", None)
+    for doomed in history_to_delete(finished, spec.successful_jobs_history_limit, spec.failed_jobs_history_limit):
+        await delete_job_object(namespace, doomed)
+        events.append(Transition("Normal", "SuccessfulDelete", f"deleted finished job {doomed} (history limit)"))
+    new["active"] = [{"name": n} for n in sorted(active)]
+    if decision.next_time is not None:
+        new["nextScheduleTime"] = format_time(decision.next_time)
+    msg = "suspended" if spec.suspend else f"{len(active)} active jobs"
+    conds = [
+        Cond("Ready", True, "Suspended" if spec.suspend else "Scheduled", msg),
+        Cond("Stalled", False, "Reconciled", ""),
+        Cond("Reconciling", False, "Reconciled", ""),
+    ]
+    new["conditions"] = merge_conditions(prev.get("conditions"), conds, generation=generation, now=now)
+    return CronOutcome(new, events)

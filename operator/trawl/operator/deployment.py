@@ -1,0 +1,156 @@
+"""The worker Deployment a ScrapePool owns, rendered from its spec (pure, no I/O).
+
+The pod is restricted-Pod-Security compliant (non-root, no privilege escalation, all capabilities
+dropped, RuntimeDefault seccomp, read-only root filesystem), gets the Redis password only as a
+Secret reference, and its grace period exceeds the worker's drain so scale-down loses no work.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trawl.api.scrapepool import ScrapePoolSpec
+
+from .naming import FIELD_MANAGER, LABEL_MANAGED_BY, deployment_name, pool_selector, queue_prefix
+
+GRACE_MARGIN_SECONDS = 10
+
+
+def redis_env(spec: ScrapePoolSpec) -> list[dict[str, Any]]:
+    """Environment variables that tell a worker how to reach Redis, secrets by reference only."""
+    redis = spec.redis
+    env: list[dict[str, Any]] = []
+    if redis.url_secret_ref is not None:
+        env.append(
+            {
+                "name": "TRAWL_REDIS_URL",
+                "valueFrom": {"secretKeyRef": {"name": redis.url_secret_ref.name, "key": redis.url_secret_ref.key}},
+            }
+        )
+    else:
+        env.append({"name": "TRAWL_REDIS_URL", "value": redis.url or ""})
+    if redis.password_secret_ref is not None:
+        env.append(
+            {
+                "name": "TRAWL_REDIS_PASSWORD",
+                "valueFrom": {
+                    "secretKeyRef": {"name": redis.password_secret_ref.name, "key": redis.password_secret_ref.key}
+                },
+            }
+        )
+    tls = redis.tls
+    if tls is not None and tls.enabled:
+        env.append({"name": "TRAWL_REDIS_TLS", "value": "true"})
+        if tls.insecure_skip_verify:
+            env.append({"name": "TRAWL_REDIS_TLS_INSECURE", "value": "true"})
+        if tls.ca_secret_ref is not None:
+            env.append(
+                {
+                    "name": "TRAWL_REDIS_CA_PEM",
+                    "valueFrom": {"secretKeyRef": {"name": tls.ca_secret_ref.name, "key": tls.ca_secret_ref.key}},
+                }
+            )
+    return env
+
+
+def render_worker_deployment(
+    *,
+    namespace: str,
+    pool: str,
+    pool_uid: str,
+    spec: ScrapePoolSpec,
+    replicas: int | None,
+) -> dict[str, Any]:
+    """The Deployment object. ``replicas`` None leaves the field out so an apply never resets it."""
+    worker = spec.worker
+    selector = pool_selector(pool)
+    labels = {**(worker.pod_labels or {}), **selector}
+    env = [
+        *redis_env(spec),
+        {"name": "TRAWL_QUEUE_PREFIX", "value": queue_prefix(namespace, pool, spec.redis.key_prefix)},
+        {"name": "TRAWL_CONCURRENCY", "value": str(worker.concurrency)},
+        {"name": "TRAWL_DRAIN_SECONDS", "value": str(worker.drain_seconds)},
+        {"name": "TRAWL_METRICS_PORT", "value": str(worker.metrics_port)},
+        {"name": "TRAWL_LEASE_SECONDS", "value": str(spec.queue.lease_seconds)},
+        {"name": "TRAWL_WORKER_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+    ]
+    if worker.allowed_cidrs:
+        env.append({"name": "TRAWL_ALLOWED_CIDRS", "value": ",".join(worker.allowed_cidrs)})
+    env += [{"name": e.name, "value": e.value} for e in worker.env or []]
+    container: dict[str, Any] = {
+        "name": "worker",
+        "image": worker.image,
+        "args": ["worker"],
+        "env": env,
+        "ports": [{"name": "metrics", "containerPort": worker.metrics_port, "protocol": "TCP"}],
+        "readinessProbe": {"httpGet": {"path": "/metrics", "port": "metrics"}, "periodSeconds": 10},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+    }
+    if worker.image_pull_policy:
+        container["imagePullPolicy"] = worker.image_pull_policy
+    if worker.resources is not None:
+        container["resources"] = worker.resources.model_dump(exclude_none=True, by_alias=True)
+    pod_spec: dict[str, Any] = {
+        "containers": [container],
+        "terminationGracePeriodSeconds": worker.drain_seconds + GRACE_MARGIN_SECONDS,
+        "automountServiceAccountToken": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": 10001,
+            "runAsGroup": 10001,
+            "fsGroup": 10001,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "volumes": [{"name": "tmp", "emptyDir": {}}],
+    }
+    if worker.node_selector:
+        pod_spec["nodeSelector"] = worker.node_selector
+    if worker.tolerations:
+        pod_spec["tolerations"] = worker.tolerations
+    if worker.service_account_name:
+        pod_spec["serviceAccountName"] = worker.service_account_name
+    deployment: dict[str, Any] = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": deployment_name(pool),
+            "namespace": namespace,
+            "labels": {**selector, LABEL_MANAGED_BY: FIELD_MANAGER},
+            "ownerReferences": [
+                {
+                    "apiVersion": "trawl.dev/v1alpha1",
+                    "kind": "ScrapePool",
+                    "name": pool,
+                    "uid": pool_uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {
+            "selector": {"matchLabels": selector},
+            # Surge-only rollouts: a template change never takes capacity away mid-job.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 0}},
+            "template": {
+                "metadata": {
+                    "labels": labels,
+                    "annotations": {
+                        **(worker.pod_annotations or {}),
+                        "prometheus.io/scrape": "true",
+                        "prometheus.io/port": str(worker.metrics_port),
+                    },
+                },
+                "spec": pod_spec,
+            },
+        },
+    }
+    if replicas is not None:
+        deployment["spec"]["replicas"] = replicas
+    return deployment

@@ -1,0 +1,276 @@
+# kopf types handlers as Protocols listing every keyword it may pass; handlers that name only
+# what they use are correct at runtime (kopf passes **kwargs) but not those Protocols.
+# mypy: disable-error-code="arg-type"
+"""kopf registrations: thin, level-triggered, delegating to the reconcile modules.
+
+Each kind has one reconcile function, called from create, update, resume and a timer. Handlers
+return nothing (kopf would otherwise write return values into status), write status through
+``patch.fns`` (a JSON patch guarded by resourceVersion), and post Events for transitions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from . import clock, metrics
+from .autoscaling import Autoscalers
+from .crons import reconcile_cron
+from .jobs import cancel_job, delete_job_object, reconcile_job
+from .jobstatus import TERMINAL, Transition, status_changed
+from .naming import FINALIZER, LABEL_CRON
+from .pools import delete_deployment, reconcile_pool
+from .redisconn import RedisConnections, RedisUnreachable
+
+log = logging.getLogger("trawl.operator")
+
+GROUP, VERSION = "trawl.dev", "v1alpha1"
+JOBS, POOLS, CRONS = "scrapejobs", "scrapepools", "cronscrapejobs"
+
+JOB_SYNC_SECONDS = float(os.environ.get("TRAWL_JOB_SYNC_SECONDS", "1"))
+CRON_SYNC_SECONDS = float(os.environ.get("TRAWL_CRON_SYNC_SECONDS", "10"))
+POOL_SYNC_SECONDS = float(os.environ.get("TRAWL_POOL_SYNC_SECONDS", "5"))
+
+connections = RedisConnections()
+autoscalers = Autoscalers()
+_locks: dict[str, asyncio.Lock] = {}
+
+
+def _lock(uid: str) -> asyncio.Lock:
+    # A timer and an event handler may run at once for one object; a reconcile must not interleave.
+    return _locks.setdefault(uid, asyncio.Lock())
+
+
+def _write_status(patch: kopf.Patch, current: Mapping[str, Any], new: dict[str, Any], kind: str) -> None:
+    if not status_changed(current, new):
+        return
+
+    def apply(body: Any) -> None:
+        body.setdefault("status", {}).update(new)
+
+    patch.fns.append(apply)
+    metrics.STATUS_PATCHES.labels(kind=kind).inc()
+
+
+def _post(body: Any, events: list[Transition]) -> None:
+    for event in events:
+        kopf.event(body, type=event.type, reason=event.reason, message=event.message[:1024])
+
+
+@kopf.on.startup()
+async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kopf.trawl.dev")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix="kopf.trawl.dev", key="last-handled-configuration"
+    )
+    settings.persistence.finalizer = FINALIZER
+    # Only explicit Events: kopf's per-handler "succeeded" messages would flood the namespace.
+    settings.posting.level = logging.WARNING
+    # A watch that goes silent (network partition, idle LB) is restarted rather than trusted.
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.watching.connect_timeout = 30
+    settings.networking.request_timeout = 60
+    settings.batching.error_delays = [1, 2, 5, 10, 30, 60]
+
+
+@kopf.on.cleanup()
+async def cleanup(**_: Any) -> None:
+    await connections.close()
+
+
+# ---------------------------------------------------------------- indexes
+
+
+@kopf.index(GROUP, VERSION, POOLS)
+def pool_index(namespace: str, name: str, spec: Mapping[str, Any], meta: Mapping[str, Any], **_: Any) -> Any:
+    return {(namespace, name): {"spec": dict(spec), "uid": meta["uid"]}}
+
+
+@kopf.index(GROUP, VERSION, JOBS)
+def jobs_by_pool(namespace: str, name: str, spec: Mapping[str, Any], status: Mapping[str, Any], **_: Any) -> Any:
+    return {(namespace, spec.get("pool")): {"name": name, "phase": status.get("phase")}}
+
+
+@kopf.index(GROUP, VERSION, JOBS, labels={LABEL_CRON: kopf.PRESENT})
+def jobs_by_cron(namespace: str, name: str, labels: Mapping[str, str], status: Mapping[str, Any], **_: Any) -> Any:
+    return {
+        (namespace, labels[LABEL_CRON]): {
+            "name": name,
+            "phase": status.get("phase"),
+            "completionTime": status.get("completionTime"),
+        }
+    }
+
+
+# ---------------------------------------------------------------- ScrapeJob
+
+
+async def _job(body: kopf.Body, patch: kopf.Patch, pool_index: kopf.Index[Any, Any]) -> None:
+    meta = body.metadata
+    started = time.monotonic()
+    async with _lock(meta.uid):
+        outcome = await reconcile_job(
+            name=meta.name,
+            namespace=meta.namespace or "",
+            uid=meta.uid,
+            generation=int(meta.get("generation") or 0),
+            spec_raw=body.spec,
+            status=body.status,
+            annotations=meta.annotations,
+            pool_index=pool_index,
+            connections=connections,
+            now=clock.now(),
+        )
+    _write_status(patch, body.status, outcome.status, "ScrapeJob")
+    _post(body, outcome.events)
+    metrics.record_job_phase(meta.uid, outcome.status.get("phase"))
+    if any(e.reason == "RedisUnavailable" for e in outcome.events):
+        metrics.REDIS_ERRORS.labels(kind="ScrapeJob").inc()
+    metrics.RECONCILE_SECONDS.labels(kind="ScrapeJob").observe(time.monotonic() - started)
+    if outcome.delete_object:
+        await delete_job_object(meta.namespace or "", meta.name)
+
+
+def _job_active(status: Mapping[str, Any], spec: Mapping[str, Any], **_: Any) -> bool:
+    return status.get("phase") not in TERMINAL
+
+
+def _job_finished_with_ttl(status: Mapping[str, Any], spec: Mapping[str, Any], **_: Any) -> bool:
+    return status.get("phase") in TERMINAL and spec.get("ttlSecondsAfterFinished") is not None
+
+
+@kopf.on.create(GROUP, VERSION, JOBS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
+@kopf.on.update(GROUP, VERSION, JOBS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
+@kopf.on.resume(GROUP, VERSION, JOBS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
+async def job_changed(body: kopf.Body, patch: kopf.Patch, pool_index: kopf.Index[Any, Any], **_: Any) -> None:
+    await _job(body, patch, pool_index)
+
+
+@kopf.timer(GROUP, VERSION, JOBS, interval=JOB_SYNC_SECONDS, when=_job_active, errors=kopf.ErrorsMode.TEMPORARY)
+async def job_sync(body: kopf.Body, patch: kopf.Patch, pool_index: kopf.Index[Any, Any], **_: Any) -> None:
+    await _job(body, patch, pool_index)
+
+
+@kopf.timer(GROUP, VERSION, JOBS, interval=5, when=_job_finished_with_ttl, errors=kopf.ErrorsMode.TEMPORARY)
+async def job_ttl(body: kopf.Body, patch: kopf.Patch, pool_index: kopf.Index[Any, Any], **_: Any) -> None:
+    await _job(body, patch, pool_index)
+
+
+@kopf.on.delete(GROUP, VERSION, JOBS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
+async def job_deleted(
+    body: kopf.Body, retry: int, pool_index: kopf.Index[Any, Any], logger: kopf.Logger, **_: Any
+) -> None:
+    meta = body.metadata
+    try:
+        outcome = await cancel_job(
+            namespace=meta.namespace or "",
+            uid=meta.uid,
+            spec_raw=body.spec,
+            pool_index=pool_index,
+            connections=connections,
+        )
+        logger.info("ScrapeJob deleted: %s", outcome)
+        metrics.record_job_phase(meta.uid, None)
+    except RedisUnreachable as exc:
+        if retry < 12:
+            raise kopf.TemporaryError(f"cannot cancel the job's tasks yet: {exc}", delay=5) from None
+        # A minute of trying: let the object go; retention still expires its keys.
+        kopf.event(body, type="Warning", reason="CancelFailed", message=f"tasks left in Redis: {exc}")
+    _locks.pop(meta.uid, None)
+
+
+# ---------------------------------------------------------------- ScrapePool
+
+
+async def _pool(body: kopf.Body, patch: kopf.Patch) -> None:
+    meta = body.metadata
+    started = time.monotonic()
+    async with _lock(meta.uid):
+        outcome = await reconcile_pool(
+            name=meta.name,
+            namespace=meta.namespace or "",
+            uid=meta.uid,
+            generation=int(meta.get("generation") or 0),
+            spec_raw=body.spec,
+            status=body.status,
+            connections=connections,
+            autoscalers=autoscalers,
+            now=clock.now(),
+        )
+    _write_status(patch, body.status, outcome.status, "ScrapePool")
+    _post(body, outcome.events)
+    metrics.RECONCILE_SECONDS.labels(kind="ScrapePool").observe(time.monotonic() - started)
+    for event in outcome.events:
+        if event.reason == "Scaled":
+            up = outcome.status.get("lastScale", {})
+            direction = "up" if up.get("toReplicas", 0) > up.get("fromReplicas", 0) else "down"
+            metrics.SCALING_DECISIONS.labels(pool=f"{meta.namespace}/{meta.name}", direction=direction).inc()
+        elif event.reason == "RedisUnavailable":
+            metrics.REDIS_ERRORS.labels(kind="ScrapePool").inc()
+
+
+@kopf.on.create(GROUP, VERSION, POOLS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
+@kopf.on.update(GROUP, VERSION, POOLS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
+@kopf.on.resume(GROUP, VERSION, POOLS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
+async def pool_changed(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+    await _pool(body, patch)
+
+
+@kopf.timer(GROUP, VERSION, POOLS, interval=POOL_SYNC_SECONDS, errors=kopf.ErrorsMode.TEMPORARY)
+async def pool_sync(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+    await _pool(body, patch)
+
+
+@kopf.on.delete(GROUP, VERSION, POOLS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
+async def pool_deleted(body: kopf.Body, jobs_by_pool: kopf.Index[Any, Any], **_: Any) -> None:
+    meta = body.metadata
+    running = sorted(
+        j["name"] for j in jobs_by_pool.get((meta.namespace, meta.name), []) if j.get("phase") not in TERMINAL
+    )
+    if running:
+        message = f"{len(running)} jobs still use this pool ({', '.join(running[:5])}); delete them first"
+        kopf.event(body, type="Warning", reason="DeletionBlocked", message=message)
+        raise kopf.TemporaryError(message, delay=10)
+    await delete_deployment(meta.namespace or "", meta.name)
+    autoscalers.forget((meta.namespace or "", meta.name))
+    _locks.pop(meta.uid, None)
+
+
+# ---------------------------------------------------------------- CronScrapeJob
+
+
+async def _cron(body: kopf.Body, patch: kopf.Patch, jobs_by_cron: kopf.Index[Any, Any]) -> None:
+    meta = body.metadata
+    async with _lock(meta.uid):
+        outcome = await reconcile_cron(
+            name=meta.name,
+            namespace=meta.namespace or "",
+            uid=meta.uid,
+            generation=int(meta.get("generation") or 0),
+            created=str(meta.get("creationTimestamp") or ""),
+            spec_raw=body.spec,
+            status=body.status,
+            jobs=list(jobs_by_cron.get((meta.namespace, meta.name), [])),
+            now=clock.now(),
+        )
+    _write_status(patch, body.status, outcome.status, "CronScrapeJob")
+    _post(body, outcome.events)
+
+
+@kopf.on.create(GROUP, VERSION, CRONS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
+@kopf.on.update(GROUP, VERSION, CRONS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
+@kopf.on.resume(GROUP, VERSION, CRONS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
+async def cron_changed(body: kopf.Body, patch: kopf.Patch, jobs_by_cron: kopf.Index[Any, Any], **_: Any) -> None:
+    await _cron(body, patch, jobs_by_cron)
+
+
+@kopf.timer(GROUP, VERSION, CRONS, interval=CRON_SYNC_SECONDS, errors=kopf.ErrorsMode.TEMPORARY)
+async def cron_sync(body: kopf.Body, patch: kopf.Patch, jobs_by_cron: kopf.Index[Any, Any], **_: Any) -> None:
+    await _cron(body, patch, jobs_by_cron)

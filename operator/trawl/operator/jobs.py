@@ -1,0 +1,294 @@
+"""ScrapeJob reconciliation: one idempotent pass from spec and queue counters to status.
+
+Called by kopf on create, update, resume and a timer. Every pass re-derives everything from the
+spec, the pool and Redis, so a restarted operator simply continues: enqueueing resumes at the
+queue's own cursor, nothing is remembered in memory that the next pass would need.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+from redis.exceptions import RedisError
+
+from trawl.api.policies import resolve_retry
+from trawl.api.scrapejob import ScrapeJobSpec, SinkKind
+from trawl.api.scrapepool import ScrapePoolSpec
+from trawl.queue import Queue, QueueUnavailable
+from trawl.queue.model import DeadLetterRecord, JobConfig, JobStats, RetryPolicy
+
+from . import kube
+from .jobstatus import TERMINAL, JobFacts, Problem, Transition, derive_job_status
+from .naming import ANNOTATION_RETRY_DEAD, queue_prefix
+from .redisconn import RedisConfigError, RedisConnections, RedisUnreachable
+
+log = logging.getLogger(__name__)
+
+ENQUEUE_BATCH = 5000
+
+
+def validation_message(exc: ValidationError, root: str = "spec") -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        loc = ".".join(str(p) for p in err["loc"] if not isinstance(p, int) or True)
+        parts.append(f"{root}.{loc}: {err['msg']}" if loc else f"{root}: {err['msg']}")
+    more = len(exc.errors()) - 5
+    return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
+
+
+@dataclass
+class PoolRef:
+    spec: ScrapePoolSpec
+    uid: str
+
+
+@dataclass
+class JobOutcome:
+    status: dict[str, Any]
+    events: list[Transition] = field(default_factory=list)
+    delete_object: bool = False
+
+
+def pool_from_index(pool_index: Mapping[Any, Any], namespace: str, name: str) -> PoolRef | Problem:
+    entries = list(pool_index.get((namespace, name), []))
+    if not entries:
+        return Problem("PoolNotFound", f"ScrapePool {namespace}/{name} does not exist")
+    raw = entries[0]
+    try:
+        return PoolRef(ScrapePoolSpec.model_validate(raw["spec"]), raw["uid"])
+    except ValidationError as exc:
+        return Problem("PoolInvalid", f"ScrapePool {name} is invalid: {validation_message(exc)}")
+
+
+def job_config(uid: str, spec: ScrapeJobSpec, pool: ScrapePoolSpec) -> JobConfig:
+    from trawl.worker.jobspec import build_worker_spec
+
+    retry = resolve_retry(pool.defaults.retry if pool.defaults else None, spec.retry)
+    return JobConfig(
+        job_id=uid,
+        priority=spec.priority,
+        retry=RetryPolicy(
+            max_attempts=retry.max_attempts,
+            backoff=retry.backoff.value,
+            initial_delay=retry.initial_delay_seconds,
+            max_delay=retry.max_delay_seconds,
+            jitter=retry.jitter,
+            retry_on=tuple(c.value for c in retry.retry_on),
+            honor_retry_after=retry.honor_retry_after,
+        ),
+        max_pages=spec.crawl.max_pages if spec.crawl else None,
+        max_depth=spec.crawl.max_depth if spec.crawl else 0,
+        dedupe_across_jobs=bool(spec.dedupe and spec.dedupe.across_jobs),
+        dedupe_window_seconds=spec.dedupe.window_seconds if spec.dedupe else 3600,
+        spec=build_worker_spec(spec, pool),
+    )
+
+
+_queues: dict[tuple[int, str, float, int], Queue] = {}
+
+
+def open_queue(redis: Any, namespace: str, pool_name: str, pool: ScrapePoolSpec) -> Queue:
+    """The pool's queue client, reused across passes (it caches its scripts and job policies)."""
+    prefix = queue_prefix(namespace, pool_name, pool.redis.key_prefix)
+    key = (id(redis), prefix, pool.queue.lease_seconds, pool.queue.max_stalls)
+    queue = _queues.get(key)
+    if queue is None or queue.redis is not redis:
+        queue = Queue(redis, prefix, lease_seconds=pool.queue.lease_seconds, max_stalls=pool.queue.max_stalls)
+        _queues[key] = queue
+    return queue
+
+
+def results_location(queue: Queue, spec: ScrapeJobSpec, uid: str, name: str, count: int) -> dict[str, Any]:
+    output = spec.output
+    sink = output.sink if output else SinkKind.REDIS_STREAM
+    if sink == SinkKind.JSON_LINES and output and output.json_lines:
+        location = f"{output.json_lines.directory.rstrip('/')}/{name}-{uid}.jsonl"
+    elif sink == SinkKind.WEBHOOK and output and output.webhook:
+        location = output.webhook.url
+    else:
+        location = f"redis: {queue.keys.results(uid)}"
+    return {"sink": sink.value, "location": location, "count": count}
+
+
+async def _enqueue_seeds(queue: Queue, uid: str, spec: ScrapeJobSpec) -> int:
+    seeds = spec.seed_urls()
+    if spec.crawl is not None:
+        seeds = seeds[: spec.crawl.max_pages]
+    added = 0
+    for start in range(0, len(seeds), ENQUEUE_BATCH):
+        added += await queue.enqueue(uid, seeds[start : start + ENQUEUE_BATCH], start_index=start)
+    await queue.mark_enqueue_done(uid)
+    return len(seeds)
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+async def reconcile_job(
+    *,
+    name: str,
+    namespace: str,
+    uid: str,
+    generation: int,
+    spec_raw: Mapping[str, Any],
+    status: Mapping[str, Any],
+    annotations: Mapping[str, str],
+    pool_index: Mapping[Any, Any],
+    connections: RedisConnections,
+    now: datetime,
+) -> JobOutcome:
+    prev = dict(status)
+    try:
+        spec = ScrapeJobSpec.model_validate(dict(spec_raw))
+    except ValidationError as exc:
+        facts = JobFacts(generation=generation, suspend=False, problem=Problem("InvalidSpec", validation_message(exc)))
+        return JobOutcome(*derive_job_status(facts, prev, now))
+
+    def stalled(problem: Problem) -> JobOutcome:
+        facts = JobFacts(generation=generation, suspend=spec.suspend, problem=problem)
+        return JobOutcome(*derive_job_status(facts, prev, now))
+
+    pool = pool_from_index(pool_index, namespace, spec.pool)
+    if isinstance(pool, Problem):
+        return stalled(pool)
+    try:
+        config = job_config(uid, spec, pool.spec)
+    except ValueError as exc:
+        return stalled(Problem("InvalidSpec", f"spec combined with pool defaults is invalid: {exc}"))
+    try:
+        redis = await connections.for_pool(namespace, spec.pool, pool.spec)
+    except (RedisConfigError, RedisUnreachable) as exc:
+        return stalled(Problem("RedisUnavailable", str(exc)))
+
+    queue = open_queue(redis, namespace, spec.pool, pool.spec)
+    try:
+        return await _reconcile_with_queue(
+            queue, config, spec, pool.spec, name, uid, generation, prev, annotations, now
+        )
+    except (QueueUnavailable, RedisError, OSError) as exc:
+        return stalled(Problem("RedisUnavailable", f"Redis error: {type(exc).__name__}: {exc}"))
+
+
+async def _reconcile_with_queue(
+    queue: Queue,
+    config: JobConfig,
+    spec: ScrapeJobSpec,
+    pool: ScrapePoolSpec,
+    name: str,
+    uid: str,
+    generation: int,
+    prev: dict[str, Any],
+    annotations: Mapping[str, str],
+    now: datetime,
+) -> JobOutcome:
+    prev_phase = prev.get("phase")
+    stats: JobStats = await queue.job_stats(uid)
+    enqueued = prev.get("enqueued")
+    if not stats.exists and prev_phase in TERMINAL:
+        # Retention removed the queue data of a finished job: the status is the record now.
+        facts = JobFacts(generation=generation, suspend=spec.suspend, stats=None)
+        return JobOutcome(*derive_job_status(facts, prev, now))
+    if not stats.exists or not stats.enqueue_done:
+        await queue.register_job(config)
+        enqueued = await _enqueue_seeds(queue, uid, spec)
+        stats = await queue.job_stats(uid)
+
+    deadline_exceeded = _deadline_exceeded(spec, prev, stats, now)
+    want_suspended = spec.suspend or deadline_exceeded
+    if want_suspended and not stats.suspended:
+        await queue.suspend(uid)
+    elif not want_suspended and stats.suspended:
+        await queue.resume(uid)
+
+    retry_handled = prev.get("retryDeadLettersHandled")
+    retry_value = annotations.get(ANNOTATION_RETRY_DEAD)
+    if retry_value is not None and retry_value != retry_handled:
+        requeued = await queue.requeue_dead(uid)
+        log.info("job %s: requeued %d dead letters (annotation %r)", name, requeued, retry_value)
+        retry_handled = retry_value
+        stats = await queue.job_stats(uid)
+    if stats.suspended != want_suspended:
+        stats = await queue.job_stats(uid)
+
+    dead_letters: list[DeadLetterRecord] = []
+    prev_dead = int((prev.get("counts") or {}).get("deadLettered", -1))
+    if stats.dead and stats.dead != prev_dead:
+        dead_letters = list(reversed(await queue.dead_letters(uid, limit=20)))
+    facts = JobFacts(
+        generation=generation,
+        suspend=spec.suspend,
+        stats=stats,
+        deadline_exceeded=deadline_exceeded,
+        max_dead_letters=spec.max_dead_letters,
+        enqueued=enqueued,
+        dead_letters=dead_letters,
+        results=results_location(queue, spec, uid, name, stats.succeeded),
+        retry_handled=retry_handled,
+    )
+    new_status, events = derive_job_status(facts, prev, now)
+    if not dead_letters and stats.dead and "deadLetters" in prev:
+        new_status["deadLetters"] = prev["deadLetters"]
+    if new_status["phase"] in TERMINAL and prev_phase not in TERMINAL:
+        retention = pool.queue.finished_job_retention_seconds
+        if spec.ttl_seconds_after_finished is not None:
+            retention = max(retention, spec.ttl_seconds_after_finished + 60)
+        await queue.expire_job(uid, retention)
+    delete = False
+    if new_status["phase"] in TERMINAL and spec.ttl_seconds_after_finished is not None:
+        done_at = _parse_time(new_status.get("completionTime"))
+        delete = done_at is not None and (now - done_at).total_seconds() >= spec.ttl_seconds_after_finished
+    return JobOutcome(new_status, events, delete)
+
+
+def _deadline_exceeded(spec: ScrapeJobSpec, prev: Mapping[str, Any], stats: JobStats, now: datetime) -> bool:
+    failed = next((c for c in prev.get("conditions") or [] if c.get("type") == "Failed"), None)
+    if failed and failed.get("status") == "True" and failed.get("reason") == "DeadlineExceeded":
+        return True
+    if spec.active_deadline_seconds is None or stats.finished:
+        return False
+    started = _parse_time(prev.get("startTime"))
+    if started is None and stats.first_claim_at is not None:
+        started = datetime.fromtimestamp(stats.first_claim_at, now.tzinfo)
+    return started is not None and (now - started).total_seconds() > spec.active_deadline_seconds
+
+
+async def cancel_job(
+    *,
+    namespace: str,
+    uid: str,
+    spec_raw: Mapping[str, Any],
+    pool_index: Mapping[Any, Any],
+    connections: RedisConnections,
+) -> str:
+    """Remove the job's tasks and keys from Redis (deletion = cancellation). Returns what happened."""
+    pool_name = spec_raw.get("pool")
+    if not isinstance(pool_name, str):
+        return "no pool: nothing to cancel"
+    pool = pool_from_index(pool_index, namespace, pool_name)
+    if isinstance(pool, Problem):
+        return f"{pool.message}: nothing to cancel"
+    redis = await connections.for_pool(namespace, pool_name, pool.spec)
+    queue = open_queue(redis, namespace, pool_name, pool.spec)
+    await queue.cancel(uid)
+    return "cancelled"
+
+
+async def delete_job_object(namespace: str, name: str) -> None:
+    try:
+        await kube.call(
+            kube.custom().delete_namespaced_custom_object, kube.GROUP, kube.VERSION, namespace, "scrapejobs", name
+        )
+    except Exception as exc:
+        if not kube.is_status(exc, 404):
+            raise

@@ -1,0 +1,231 @@
+"""Pure derivation of a ScrapeJob's status from its queue counters.
+
+No I/O: the reconciler gathers the facts (spec, Redis counters, what went wrong), this module
+decides phase, counts, progress, ETA and conditions, and says which transitions deserve an Event.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from trawl.api.common import format_time
+from trawl.queue.model import DeadLetterRecord, JobStats
+
+from .conditions import Cond, merge_conditions
+
+TERMINAL = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """Why the operator cannot make progress (Stalled=True)."""
+
+    reason: str  # CamelCase: InvalidSpec, PoolNotFound, PoolNotReady, RedisUnavailable
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobFacts:
+    generation: int
+    suspend: bool
+    stats: JobStats | None = None
+    problem: Problem | None = None
+    deadline_exceeded: bool = False
+    max_dead_letters: int = 0
+    enqueued: int | None = None
+    dead_letters: list[DeadLetterRecord] = field(default_factory=list)
+    results: dict[str, Any] | None = None
+    retry_handled: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """An Event to post: type Normal/Warning, CamelCase reason, message."""
+
+    type: str
+    reason: str
+    message: str
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _ts(unix: float | None) -> str | None:
+    return None if unix is None else format_time(datetime.fromtimestamp(unix, UTC))
+
+
+def derive_phase(facts: JobFacts, previous_phase: str | None) -> str:
+    stats = facts.stats
+    if facts.deadline_exceeded:
+        return "Failed"
+    if stats is None or not stats.exists:
+        return previous_phase if previous_phase in TERMINAL else "Pending"
+    if stats.finished:
+        return "Failed" if stats.dead > facts.max_dead_letters else "Succeeded"
+    if facts.suspend:
+        return "Suspended"
+    if stats.first_claim_at is None and stats.succeeded == 0 and stats.dead == 0:
+        return "Queued" if stats.total > 0 else "Pending"
+    return "Running"
+
+
+def derive_job_status(
+    facts: JobFacts, previous: dict[str, Any] | None, now: datetime
+) -> tuple[dict[str, Any], list[Transition]]:
+    """The new ``status`` (wire form) and the transitions worth an Event."""
+    prev = previous or {}
+    prev_phase = prev.get("phase")
+    phase = derive_phase(facts, prev_phase)
+    stats = facts.stats
+    status: dict[str, Any] = {"observedGeneration": facts.generation, "phase": phase}
+    events: list[Transition] = []
+
+    start_time = prev.get("startTime")
+    completion_time = prev.get("completionTime") if phase in TERMINAL else None
+    if stats is not None and stats.exists:
+        counts = {
+            "total": stats.total,
+            "pending": stats.pending,
+            "inFlight": stats.in_flight,
+            "succeeded": stats.succeeded,
+            "retrying": stats.retrying,
+            "deadLettered": stats.dead,
+        }
+        status["counts"] = counts
+        done = stats.succeeded + stats.dead
+        status["progress"] = int(100 * done / stats.total) if stats.total else 0
+        if start_time is None and stats.first_claim_at is not None:
+            start_time = _ts(stats.first_claim_at)
+        if phase in TERMINAL and completion_time is None:
+            completion_time = _ts(stats.last_finish_at) or format_time(now)
+        started = _parse_time(start_time)
+        remaining = stats.pending + stats.in_flight + stats.retrying
+        if counts == prev.get("counts") and phase == prev_phase and "eta" in prev:
+            # Unchanged counters: keep the estimate, so an idle second writes nothing.
+            status["eta"] = prev["eta"]
+        elif phase == "Running" and started is not None and done > 0 and remaining > 0:
+            elapsed = max((now - started).total_seconds(), 1.0)
+            status["eta"] = format_time(now + timedelta(seconds=remaining * elapsed / done))
+    elif "counts" in prev:
+        status["counts"] = prev["counts"]
+        if "progress" in prev:
+            status["progress"] = prev["progress"]
+    if phase in TERMINAL and completion_time is None:
+        completion_time = format_time(now)
+    if start_time:
+        status["startTime"] = start_time
+    if completion_time:
+        status["completionTime"] = completion_time
+    if facts.enqueued is not None:
+        status["enqueued"] = facts.enqueued
+    elif "enqueued" in prev:
+        status["enqueued"] = prev["enqueued"]
+    if facts.dead_letters:
+        status["deadLetters"] = [
+            {
+                "url": d.url[:2048],
+                "attempts": d.attempts,
+                "errorClass": d.error_class,
+                "lastError": d.message[:1024],
+                "time": _ts(d.time),
+            }
+            for d in facts.dead_letters[:20]
+        ]
+    if facts.results is not None:
+        status["results"] = facts.results
+    if facts.retry_handled is not None:
+        status["retryDeadLettersHandled"] = facts.retry_handled
+
+    dead = stats.dead if stats is not None and stats.exists else 0
+    conds: list[Cond] = []
+    problem = facts.problem
+    if problem is not None:
+        conds.append(Cond("Stalled", True, problem.reason, problem.message))
+    else:
+        conds.append(Cond("Stalled", False, "Reconciled", ""))
+    if phase == "Succeeded":
+        total = stats.total if stats is not None else 0
+        msg = f"{total - dead} of {total} URLs scraped" + (f", {dead} dead-lettered" if dead else "")
+        conds += [
+            Cond("Ready", True, "Succeeded", msg),
+            Cond("Reconciling", False, "Succeeded", ""),
+            Cond("Complete", True, "Succeeded", msg),
+            Cond("Failed", False, "Succeeded", ""),
+        ]
+        status["message"] = msg
+    elif phase == "Failed":
+        if facts.deadline_exceeded:
+            reason, msg = "DeadlineExceeded", "the job ran longer than activeDeadlineSeconds"
+        else:
+            reason = "TasksDeadLettered"
+            msg = f"{dead} URLs failed for good (more than the {facts.max_dead_letters} tolerated)"
+        conds += [
+            Cond("Ready", False, reason, msg),
+            Cond("Reconciling", False, reason, ""),
+            Cond("Complete", False, reason, ""),
+            Cond("Failed", True, reason, msg),
+        ]
+        status["message"] = msg
+    else:
+        if problem is not None:
+            reason, msg = problem.reason, problem.message
+        elif phase == "Suspended":
+            reason, msg = "Suspended", "the job is suspended: workers claim none of its tasks"
+        elif phase == "Queued":
+            reason, msg = "Queued", "tasks are queued, waiting for a worker"
+        elif phase == "Running":
+            reason, msg = "Running", "workers are processing the job"
+        else:
+            reason, msg = "Pending", "the job is being prepared"
+        conds += [
+            Cond("Ready", False, reason, msg),
+            Cond("Reconciling", problem is None, reason, msg if problem is None else ""),
+            Cond("Complete", False, reason, ""),
+            Cond("Failed", False, reason, ""),
+        ]
+        status["message"] = msg
+    conds.append(
+        Cond("Suspended", True, "Suspended", "spec.suspend is true")
+        if facts.suspend and phase not in TERMINAL
+        else Cond("Suspended", False, "NotSuspended", "")
+    )
+    conds.append(
+        Cond("DeadLettered", True, "TasksDeadLettered", f"{dead} URLs dead-lettered; see status.deadLetters")
+        if dead
+        else Cond("DeadLettered", False, "NoDeadLetters", "")
+    )
+    status["conditions"] = merge_conditions(prev.get("conditions"), conds, generation=facts.generation, now=now)
+
+    if phase != prev_phase:
+        if phase == "Succeeded":
+            events.append(Transition("Normal", "Completed", status["message"]))
+        elif phase == "Failed":
+            events.append(Transition("Warning", "Failed", status["message"]))
+        elif phase == "Queued":
+            total = stats.total if stats is not None else 0
+            events.append(Transition("Normal", "Enqueued", f"{total} tasks enqueued"))
+        elif phase == "Suspended":
+            events.append(Transition("Normal", "Suspended", "job suspended"))
+    prev_dead = int((prev.get("counts") or {}).get("deadLettered", 0))
+    if dead > prev_dead:
+        events.append(
+            Transition("Warning", "DeadLettered", f"{dead - prev_dead} more URLs dead-lettered ({dead} in all)")
+        )
+    prev_stalled = next((c for c in prev.get("conditions") or [] if c.get("type") == "Stalled"), None)
+    if problem is not None and (prev_stalled is None or prev_stalled.get("reason") != problem.reason):
+        events.append(Transition("Warning", problem.reason, problem.message))
+    return status, events
+
+
+def status_changed(current: dict[str, Any] | None, new: dict[str, Any]) -> bool:
+    """Whether writing ``new`` would change anything the API server stores."""
+    cur = current or {}
+    return any(cur.get(key) != value for key, value in new.items())

@@ -1,0 +1,39 @@
+"""`trawl operator`: run the kopf operator with Trawl's handlers, metrics and health endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+import kopf
+from prometheus_client import start_http_server
+
+
+def run(
+    *,
+    namespaces: Sequence[str] = (),
+    all_namespaces: bool = False,
+    metrics_port: int = 8080,
+    health_port: int = 8081,
+    verbose: bool = False,
+) -> None:
+    """Run until SIGTERM/SIGINT. Watches the given namespaces, or all of them."""
+    if bool(namespaces) == all_namespaces:
+        raise SystemExit("give --all-namespaces or at least one --namespace")
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    from . import handlers  # noqa: F401 - registers the handlers with kopf
+
+    if metrics_port:
+        start_http_server(metrics_port)
+    asyncio.run(
+        kopf.operator(
+            standalone=True,
+            clusterwide=all_namespaces,
+            namespaces=list(namespaces),
+            liveness_endpoint=f"http://0.0.0.0:{health_port}/healthz" if health_port else None,
+        )
+    )

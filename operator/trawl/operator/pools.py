@@ -1,0 +1,268 @@
+"""ScrapePool reconciliation: own the worker Deployment, scale it from the queue, report status.
+
+The operator is the only writer of the Deployment's replica count. The template is applied with
+server-side apply under one field manager and replicas are set through the scale subresource
+under another, so re-applying a changed template never resets the autoscaler's answer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from trawl.api.common import format_time
+from trawl.api.scrapepool import ScrapePoolSpec
+from trawl.queue.model import PoolSignals
+
+from . import kube
+from .autoscaling import Autoscalers, ScaleAdvice
+from .conditions import Cond, merge_conditions
+from .deployment import render_worker_deployment
+from .jobs import open_queue, validation_message
+from .jobstatus import Transition
+from .naming import FIELD_MANAGER, POD_DELETION_COST, deployment_name, pool_selector
+from .redisconn import RedisConfigError, RedisConnections, RedisUnreachable
+
+log = logging.getLogger(__name__)
+
+TEMPLATE_HASH = "trawl.dev/template-hash"
+SCALER_MANAGER = "trawl-autoscaler"
+
+
+@dataclass
+class PoolOutcome:
+    status: dict[str, Any]
+    events: list[Transition] = field(default_factory=list)
+
+
+def template_hash(deployment: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(deployment, sort_keys=True).encode()).hexdigest()[:16]
+
+
+async def _read_deployment(namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        obj = await kube.call(kube.apps().read_namespaced_deployment, name, namespace)
+    except Exception as exc:
+        if kube.is_status(exc, 404):
+            return None
+        raise
+    return kube.to_dict(obj)
+
+
+async def ensure_deployment(
+    namespace: str, pool: str, uid: str, spec: ScrapePoolSpec, initial_replicas: int
+) -> dict[str, Any]:
+    """Create or update the worker Deployment when its rendered template changed; return it."""
+    name = deployment_name(pool)
+    current = await _read_deployment(namespace, name)
+    fixed = None if spec.autoscaling.enabled else (spec.replicas if spec.replicas is not None else 1)
+    wanted = render_worker_deployment(namespace=namespace, pool=pool, pool_uid=uid, spec=spec, replicas=fixed)
+    digest = template_hash(wanted)
+    wanted["metadata"].setdefault("annotations", {})[TEMPLATE_HASH] = digest
+    if current is not None and (current.get("metadata", {}).get("annotations") or {}).get(TEMPLATE_HASH) == digest:
+        return current
+    if current is None and fixed is None:
+        # Created once with the autoscaler's starting point; afterwards only the scale subresource sets it.
+        create = json.loads(json.dumps(wanted))
+        create["spec"]["replicas"] = initial_replicas
+        result = await kube.call(
+            kube.apps().create_namespaced_deployment, namespace, create, field_manager=SCALER_MANAGER
+        )
+        log.info("created Deployment %s/%s", namespace, name)
+        applied = result
+    else:
+        applied = await kube.call(
+            kube.apps().patch_namespaced_deployment,
+            name,
+            namespace,
+            wanted,
+            field_manager=FIELD_MANAGER,
+            force=True,
+            _content_type="application/apply-patch+yaml",
+        )
+        log.info("applied Deployment %s/%s (template %s)", namespace, name, digest)
+    return kube.to_dict(applied)
+
+
+async def scale_deployment(namespace: str, pool: str, replicas: int) -> None:
+    await kube.call(
+        kube.apps().patch_namespaced_deployment_scale,
+        deployment_name(pool),
+        namespace,
+        {"spec": {"replicas": replicas}},
+        field_manager=SCALER_MANAGER,
+    )
+
+
+async def delete_deployment(namespace: str, pool: str) -> None:
+    try:
+        await kube.call(kube.apps().delete_namespaced_deployment, deployment_name(pool), namespace)
+    except Exception as exc:
+        if not kube.is_status(exc, 404):
+            raise
+
+
+def deletion_costs(pod_names: list[str], signals: PoolSignals) -> dict[str, int]:
+    """Pod deletion cost per pod: busy pods cost more, so a scale-down removes idle pods first."""
+    costs = {}
+    for pod in pod_names:
+        activity = signals.workers.get(pod)
+        in_flight = activity.in_flight if activity is not None else 0
+        costs[pod] = 0 if in_flight == 0 else 1000 + min(in_flight, 100000)
+    return costs
+
+
+async def mark_idle_pods(namespace: str, pool: str, signals: PoolSignals) -> int:
+    """Annotate worker pods with their deletion cost before a scale-down; returns pods patched."""
+    selector = ",".join(f"{k}={v}" for k, v in pool_selector(pool).items())
+    pods = await kube.call(kube.core().list_namespaced_pod, namespace, label_selector=selector)
+    items = kube.to_dict(pods).get("items", [])
+    names = [p["metadata"]["name"] for p in items]
+    current = {p["metadata"]["name"]: (p["metadata"].get("annotations") or {}).get(POD_DELETION_COST) for p in items}
+    patched = 0
+    for pod, cost in deletion_costs(names, signals).items():
+        if current.get(pod) != str(cost):
+            await kube.call(
+                kube.core().patch_namespaced_pod,
+                pod,
+                namespace,
+                {"metadata": {"annotations": {POD_DELETION_COST: str(cost)}}},
+            )
+            patched += 1
+    return patched
+
+
+def _signals_status(signals: PoolSignals, advice: ScaleAdvice | None) -> dict[str, Any]:
+    return {
+        "ready": signals.ready,
+        "delayed": signals.delayed,
+        "inFlight": signals.in_flight,
+        "dead": signals.dead,
+        "throughputPerSecond": round(advice.throughput, 2) if advice else 0.0,
+        "failureRate": round(min(max(advice.failure_rate, 0.0), 1.0), 3) if advice else 0.0,
+        "meanTaskSeconds": round(advice.mean_task_seconds, 3) if advice else 0.0,
+    }
+
+
+async def reconcile_pool(
+    *,
+    name: str,
+    namespace: str,
+    uid: str,
+    generation: int,
+    spec_raw: Mapping[str, Any],
+    status: Mapping[str, Any],
+    connections: RedisConnections,
+    autoscalers: Autoscalers,
+    now: datetime,
+) -> PoolOutcome:
+    prev = dict(status)
+    events: list[Transition] = []
+    new: dict[str, Any] = {
+        "observedGeneration": generation,
+        "deployment": deployment_name(name),
+        "selector": ",".join(f"{k}={v}" for k, v in pool_selector(name).items()),
+    }
+    try:
+        spec = ScrapePoolSpec.model_validate(dict(spec_raw))
+    except ValidationError as exc:
+        msg = validation_message(exc)
+        return _finish(new, prev, generation, now, events, problem=("InvalidSpec", msg))
+
+    deployment = await ensure_deployment(namespace, name, uid, spec, initial_replicas=spec.autoscaling.min_replicas)
+    current = int((deployment.get("spec") or {}).get("replicas") or 0)
+    dep_status = deployment.get("status") or {}
+    new["replicas"] = int(dep_status.get("replicas") or 0)
+    new["readyReplicas"] = int(dep_status.get("readyReplicas") or 0)
+
+    try:
+        redis = await connections.for_pool(namespace, name, spec)
+        queue = open_queue(redis, namespace, name, spec)
+        signals = await queue.pool_signals()
+    except (RedisConfigError, RedisUnreachable, ConnectionError, TimeoutError, OSError) as exc:
+        new["desiredReplicas"] = current
+        return _finish(new, prev, generation, now, events, problem=("RedisUnavailable", str(exc)))
+
+    advice: ScaleAdvice | None = None
+    if spec.autoscaling.enabled:
+        advice = autoscalers.advise((namespace, name), spec.autoscaling, signals, current, now)
+        desired = advice.desired
+        reason = advice.reason
+    else:
+        desired = spec.replicas if spec.replicas is not None else 1
+        reason = "autoscaling disabled: spec.replicas"
+    new["queue"] = _signals_status(signals, advice)
+    new["desiredReplicas"] = desired
+    new["scalingReason"] = reason
+    if desired != current and spec.autoscaling.enabled:
+        if desired < current:
+            try:
+                await mark_idle_pods(namespace, name, signals)
+            except Exception as exc:  # best effort: the drain still protects in-flight work
+                log.warning("pool %s/%s: could not set pod deletion costs: %s", namespace, name, exc)
+        await scale_deployment(namespace, name, desired)
+        new["lastScale"] = {"time": format_time(now), "fromReplicas": current, "toReplicas": desired, "reason": reason}
+        events.append(Transition("Normal", "Scaled", f"workers {current} -> {desired}: {reason}"))
+    elif "lastScale" in prev:
+        new["lastScale"] = prev["lastScale"]
+    return _finish(new, prev, generation, now, events, advice=advice, spec=spec)
+
+
+def _finish(
+    new: dict[str, Any],
+    prev: dict[str, Any],
+    generation: int,
+    now: datetime,
+    events: list[Transition],
+    *,
+    problem: tuple[str, str] | None = None,
+    advice: ScaleAdvice | None = None,
+    spec: ScrapePoolSpec | None = None,
+) -> PoolOutcome:
+    conds: list[Cond] = []
+    if problem is not None:
+        reason, msg = problem
+        conds += [
+            Cond("Ready", False, reason, msg),
+            Cond("Stalled", True, reason, msg),
+            Cond("Reconciling", False, reason, ""),
+        ]
+        prev_stalled = next((c for c in prev.get("conditions") or [] if c.get("type") == "Stalled"), None)
+        if prev_stalled is None or prev_stalled.get("reason") != reason or prev_stalled.get("status") != "True":
+            events.append(Transition("Warning", reason, msg))
+        for key in ("queue", "lastScale", "scalingReason", "desiredReplicas", "replicas", "readyReplicas"):
+            if key not in new and key in prev:
+                new[key] = prev[key]
+    else:
+        desired = int(new.get("desiredReplicas", 0))
+        ready = int(new.get("readyReplicas", 0))
+        rolling = ready < desired
+        msg = f"{ready}/{desired} workers ready"
+        conds += [
+            Cond("Ready", True, "WorkersAvailable" if not rolling else "Scaling", msg),
+            Cond("Stalled", False, "Reconciled", ""),
+            Cond("Reconciling", rolling, "Scaling" if rolling else "Reconciled", msg if rolling else ""),
+        ]
+    if advice is not None:
+        conds.append(
+            Cond("Degraded", True, "FailureGuard", advice.reason)
+            if advice.failure_guard
+            else Cond("Degraded", False, "Healthy", "")
+        )
+        conds.append(
+            Cond("ScalingLimited", True, advice.limited_reason or "Limited", advice.reason)
+            if advice.limited
+            else Cond("ScalingLimited", False, "WithinLimits", "")
+        )
+    elif problem is None and spec is not None:
+        conds.append(Cond("Degraded", False, "Healthy", ""))
+        conds.append(Cond("ScalingLimited", False, "AutoscalingDisabled", ""))
+    new["conditions"] = merge_conditions(prev.get("conditions"), conds, generation=generation, now=now)
+    return PoolOutcome(new, events)

@@ -1,0 +1,124 @@
+"""Redis clients for pools, built from the pool's spec and Secrets, cached per connection settings.
+
+Credentials are read from Secrets by name (never listed), kept only in memory, and never logged
+or written to a status: errors are reported with the host and port only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import logging
+import ssl
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from trawl.api.common import SecretKeyRef
+from trawl.api.scrapepool import ScrapePoolSpec
+
+from . import kube
+
+log = logging.getLogger(__name__)
+
+
+class RedisConfigError(Exception):
+    """The pool's Redis settings cannot be resolved (missing Secret or key)."""
+
+
+class RedisUnreachable(Exception):
+    """Redis did not answer."""
+
+
+@dataclass(frozen=True)
+class ResolvedRedis:
+    url: str
+    password: str | None
+    tls: bool
+    insecure: bool
+    ca_pem: str | None
+
+    @property
+    def safe_target(self) -> str:
+        parts = urlsplit(self.url)
+        return f"{parts.hostname}:{parts.port or 6379}"
+
+    @property
+    def fingerprint(self) -> str:
+        raw = "\0".join([self.url, self.password or "", str(self.tls), str(self.insecure), self.ca_pem or ""])
+        return hashlib.sha256(raw.encode()).hexdigest()
+
+
+async def _secret_value(namespace: str, ref: SecretKeyRef) -> str:
+    try:
+        secret = await kube.call(kube.core().read_namespaced_secret, ref.name, namespace)
+    except Exception as exc:
+        if kube.is_status(exc, 404):
+            raise RedisConfigError(f"Secret {namespace}/{ref.name} not found") from None
+        if kube.is_status(exc, 403):
+            raise RedisConfigError(f"not allowed to read Secret {namespace}/{ref.name}") from None
+        raise
+    data = secret.data or {}
+    if ref.key not in data:
+        raise RedisConfigError(f"Secret {namespace}/{ref.name} has no key {ref.key!r}")
+    return base64.b64decode(data[ref.key]).decode()
+
+
+async def resolve(namespace: str, spec: ScrapePoolSpec) -> ResolvedRedis:
+    redis = spec.redis
+    url = redis.url or await _secret_value(namespace, redis.url_secret_ref)  # type: ignore[arg-type]
+    password = await _secret_value(namespace, redis.password_secret_ref) if redis.password_secret_ref else None
+    tls = bool(redis.tls and redis.tls.enabled) or url.startswith("rediss://")
+    ca = await _secret_value(namespace, redis.tls.ca_secret_ref) if redis.tls and redis.tls.ca_secret_ref else None
+    return ResolvedRedis(url, password, tls, bool(redis.tls and redis.tls.insecure_skip_verify), ca)
+
+
+def make_client(cfg: ResolvedRedis, **extra: Any) -> aioredis.Redis:
+    kwargs: dict[str, Any] = {"socket_connect_timeout": 5, "socket_timeout": 10, "health_check_interval": 30}
+    if cfg.password is not None:
+        kwargs["password"] = cfg.password
+    url = cfg.url
+    if cfg.tls:
+        if url.startswith("redis://"):
+            url = "rediss://" + url[len("redis://") :]
+        kwargs["ssl_cert_reqs"] = ssl.CERT_NONE if cfg.insecure else ssl.CERT_REQUIRED
+        if cfg.ca_pem:
+            kwargs["ssl_ca_data"] = cfg.ca_pem
+    kwargs.update(extra)
+    client: aioredis.Redis = aioredis.Redis.from_url(url, **kwargs)
+    return client
+
+
+class RedisConnections:
+    """One client per distinct connection setting; replaced when a pool's settings change."""
+
+    def __init__(self) -> None:
+        self._clients: dict[str, aioredis.Redis] = {}
+        self._by_pool: dict[tuple[str, str], str] = {}
+        self._lock = asyncio.Lock()
+
+    async def for_pool(self, namespace: str, pool: str, spec: ScrapePoolSpec) -> aioredis.Redis:
+        cfg = await resolve(namespace, spec)
+        async with self._lock:
+            client = self._clients.get(cfg.fingerprint)
+            if client is None:
+                client = make_client(cfg)
+                self._clients[cfg.fingerprint] = client
+            self._by_pool[(namespace, pool)] = cfg.fingerprint
+        try:
+            await asyncio.wait_for(client.ping(), timeout=5)
+        except (RedisError, OSError, TimeoutError) as exc:
+            raise RedisUnreachable(f"Redis at {cfg.safe_target} is unreachable: {type(exc).__name__}") from None
+        return client
+
+    async def close(self) -> None:
+        async with self._lock:
+            clients = list(self._clients.values())
+            self._clients.clear()
+            self._by_pool.clear()
+        for client in clients:
+            await client.aclose()

@@ -1,0 +1,73 @@
+"""Shared helpers of the operator's cluster tests: the operator as its ServiceAccount, objects, waits."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from trawl.dev.controlplane import ControlPlane
+
+POLL = 0.25
+
+
+def apply(cp: ControlPlane, *objs: dict[str, Any], namespace: str | None = None) -> None:
+    args = ["apply", "-f", "-"] + (["-n", namespace] if namespace else [])
+    cp.kubectl(*args, input=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objs)}))
+
+
+def get(cp: ControlPlane, kind: str, name: str, namespace: str) -> dict[str, Any]:
+    out = cp.kubectl("get", kind, name, "-n", namespace, "-o", "json")
+    result: dict[str, Any] = json.loads(out.stdout)
+    return result
+
+
+def exists(cp: ControlPlane, kind: str, name: str, namespace: str) -> bool:
+    out = cp.kubectl("get", kind, name, "-n", namespace, "-o", "name", check=False)
+    return out.returncode == 0
+
+
+def wait_for(what: str, fn: Callable[[], Any], timeout: float = 60.0, diag: Callable[[], str] | None = None) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(POLL)
+    extra = f"\n{diag()}" if diag else ""
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last={last!r}{extra}")
+
+
+def condition(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == type_), None)
+
+
+def events_for(cp: ControlPlane, namespace: str, name: str) -> list[dict[str, Any]]:
+    out = cp.kubectl("get", "events", "-n", namespace, "-o", "json", f"--field-selector=involvedObject.name={name}")
+    items: list[dict[str, Any]] = json.loads(out.stdout)["items"]
+    return items
+
+
+def pool(name: str, redis_url: str, **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "redis": {"url": redis_url},
+        "worker": {"concurrency": 16, "drainSeconds": 10, "allowedCidrs": ["127.0.0.0/8"]},
+        "autoscaling": {
+            "minReplicas": 0,
+            "maxReplicas": 3,
+            "scaleDownDelaySeconds": 5,
+            "idleSecondsBeforeZero": 5,
+            "pollSeconds": 1,
+        },
+        "queue": {"leaseSeconds": 5},
+    }
+    body.update(spec)
+    return {"apiVersion": "trawl.dev/v1alpha1", "kind": "ScrapePool", "metadata": {"name": name}, "spec": body}
+
+
+def job(name: str, pool_name: str, urls: list[str], **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"pool": pool_name, "urls": urls}
+    body.update(spec)
+    return {"apiVersion": "trawl.dev/v1alpha1", "kind": "ScrapeJob", "metadata": {"name": name}, "spec": body}

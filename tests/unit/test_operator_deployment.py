@@ -1,0 +1,52 @@
+"""The worker Deployment rendered from a ScrapePool."""
+
+from __future__ import annotations
+
+from trawl.api.scrapepool import ScrapePoolSpec
+from trawl.operator.deployment import render_worker_deployment
+from trawl.operator.naming import queue_prefix
+
+
+def _spec(**kw: object) -> ScrapePoolSpec:
+    raw: dict[str, object] = {"redis": {"url": "redis://redis:6379/0"}}
+    raw.update(kw)
+    return ScrapePoolSpec.model_validate(raw)
+
+
+def _env(dep: dict) -> dict:  # type: ignore[type-arg]
+    return {e["name"]: e for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+
+def test_restricted_pod_and_owner() -> None:
+    dep = render_worker_deployment(namespace="ns", pool="p", pool_uid="u1", spec=_spec(), replicas=None)
+    assert "replicas" not in dep["spec"]
+    owner = dep["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["uid"], owner["controller"]) == ("ScrapePool", "u1", True)
+    pod = dep["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert pod["terminationGracePeriodSeconds"] == 30 + 10
+    assert dep["spec"]["selector"]["matchLabels"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_secret_passed_by_reference_only() -> None:
+    spec = _spec(
+        redis={"urlSecretRef": {"name": "redis", "key": "url"}, "passwordSecretRef": {"name": "r", "key": "p"}}
+    )
+    env = _env(render_worker_deployment(namespace="ns", pool="p", pool_uid="u", spec=spec, replicas=2))
+    assert env["TRAWL_REDIS_URL"]["valueFrom"]["secretKeyRef"] == {"name": "redis", "key": "url"}
+    assert env["TRAWL_REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "r", "key": "p"}
+    assert "value" not in env["TRAWL_REDIS_PASSWORD"]
+
+
+def test_queue_prefix_and_worker_settings() -> None:
+    spec = _spec(worker={"concurrency": 7, "drainSeconds": 50, "allowedCidrs": ["127.0.0.0/8"]})
+    dep = render_worker_deployment(namespace="ns", pool="p", pool_uid="u", spec=spec, replicas=3)
+    env = _env(dep)
+    assert env["TRAWL_QUEUE_PREFIX"]["value"] == queue_prefix("ns", "p") == "trawl:{ns/p}"
+    assert env["TRAWL_CONCURRENCY"]["value"] == "7"
+    assert env["TRAWL_ALLOWED_CIDRS"]["value"] == "127.0.0.0/8"
+    assert dep["spec"]["replicas"] == 3
+    assert dep["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 60
