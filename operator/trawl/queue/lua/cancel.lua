@@ -6,7 +6,8 @@
 local m = redis.call('HMGET', KEYS[1], 'prio', 'dead', 'exp')
 if m[1] then
   redis.call('LREM', KEYS[12 + tonumber(m[1])], 0, ARGV[3])
-  if m[3] ~= '1' then redis.call('HINCRBY', KEYS[10], 'dead', -tonumber(m[2] or '0')) end
+  local dead = tonumber(m[2] or '0')
+  if m[3] ~= '1' and dead > 0 then redis.call('HINCRBY', KEYS[10], 'dead', 0 - dead) end
 end
 redis.call('ZREM', KEYS[9], ARGV[3])
 redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
