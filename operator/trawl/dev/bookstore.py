@@ -1,0 +1,510 @@
+"""A generated bookstore site for tests, benchmarks and the `trawl dev up` demo, plus hostile endpoints.
+
+Site: ``/`` (home) → ``/category/<slug>/page-<n>.html`` (paginated listings) → ``/product/<id>.html``
+(product pages with stable fields). Everything is derived from a deterministic catalogue
+(:func:`catalog`), so tests know exactly which records a crawl must produce (:meth:`Bookstore.expected`).
+
+Hostile endpoints (``/hostile/...``): redirects to loopback, metadata, IPv4-mapped IPv6, private and
+``localhost`` targets; a gzip and a brotli decompression bomb; an oversized body; a one-byte-per-second
+drip; 429 with ``Retry-After: 2`` (once per ``id``); 404; 503 that recovers after ``fail`` hits (per ``id``);
+and ``/private/`` which robots.txt disallows. Every request is written to an access log with its arrival
+time, so tests can measure the request rate the site saw.
+
+Run it as a process (:class:`Bookstore` starts ``python -m trawl.dev.bookstore`` on a free loopback port
+and stops it), or write the same pages as static files for a fast static server
+(:func:`write_static_site`, used by ``bench/crawl_throughput.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gzip
+import hashlib
+import html
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import procs
+
+CATEGORY_NAMES = [
+    "Travel", "Mystery", "Historical Fiction", "Sequential Art", "Classics", "Philosophy", "Romance",
+    "Womens Fiction", "Fiction", "Childrens", "Religion", "Nonfiction", "Music", "Default", "Science Fiction",
+    "Sports and Games", "Add a comment", "Fantasy", "New Adult", "Young Adult", "Science", "Poetry", "Paranormal",
+    "Art", "Psychology", "Autobiography", "Parenting", "Adult Fiction", "Humor", "Horror", "History",
+    "Food and Drink", "Christian Fiction", "Business", "Biography", "Thriller", "Contemporary", "Spirituality",
+    "Academic", "Self Help",
+]  # fmt: skip
+_LOREM = (
+    "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor incididunt ut labore et dolore "
+    "magna aliqua enim ad minim veniam quis nostrud exercitation ullamco laboris nisi aliquip ex ea commodo "
+    "consequat duis aute irure in reprehenderit voluptate velit esse cillum fugiat nulla pariatur excepteur sint "
+    "occaecat cupidatat non proident sunt culpa qui officia deserunt mollit anim id est laborum"
+)
+_WORDS = tuple(_LOREM.split())
+RATINGS = ["One", "Two", "Three", "Four", "Five"]
+ROBOTS_TXT = "User-agent: *\nDisallow: /private/\n"
+
+# The selectors a job (and the benchmark's peers) use to extract a product record.
+PRODUCT_FIELDS = [
+    {"name": "name", "selector": "div.product h1"},
+    {"name": "price", "selector": "p.price"},
+    {"name": "upc", "selector": "#upc"},
+    {"name": "stock", "selector": "p.stock"},
+    {"name": "category", "selector": "ul.breadcrumb li.category a"},
+]
+PRODUCT_XPATH_FIELD = {"name": "rating", "selector": "//p[contains(@class, 'rating')]/@data-rating", "kind": "XPath"}
+
+
+def slugify(name: str) -> str:
+    return "-".join(name.lower().split())
+
+
+@dataclass(frozen=True, slots=True)
+class Product:
+    id: int
+    name: str
+    category: str
+    price: str
+    upc: str
+    stock: int
+    rating: str
+
+    @property
+    def path(self) -> str:
+        return f"/product/{self.id}.html"
+
+
+@dataclass(frozen=True)
+class Catalog:
+    categories: list[str]
+    products: list[Product]
+    per_page: int
+
+    def in_category(self, category: str) -> list[Product]:
+        return [p for p in self.products if p.category == category]
+
+    def pages(self, category: str) -> int:
+        return max(1, -(-len(self.in_category(category)) // self.per_page))
+
+
+def catalog(categories: int = 4, books_per_category: int = 25, per_page: int = 10) -> Catalog:
+    cats = [
+        CATEGORY_NAMES[i % len(CATEGORY_NAMES)] + ("" if i < len(CATEGORY_NAMES) else f" {i}")
+        for i in range(categories)
+    ]
+    products: list[Product] = []
+    for ci, cat in enumerate(cats):
+        for bi in range(books_per_category):
+            pid = ci * books_per_category + bi + 1
+            digest = hashlib.sha256(f"book-{pid}".encode()).hexdigest()
+            words = [_WORDS[int(digest[i : i + 2], 16) % len(_WORDS)] for i in range(0, 8, 2)]
+            products.append(
+                Product(
+                    id=pid,
+                    name=" ".join(words).title() + f" {pid}",
+                    category=cat,
+                    price=f"£{10 + int(digest[8:12], 16) % 9000 / 100:.2f}",
+                    upc=digest[12:28],
+                    stock=int(digest[28:30], 16) % 25,
+                    rating=RATINGS[int(digest[30:32], 16) % 5],
+                )
+            )
+    return Catalog(cats, products, per_page)
+
+
+def expected_record(p: Product) -> dict[str, str]:
+    """The field values a product page yields with :data:`PRODUCT_FIELDS` (and the XPath rating)."""
+    return {
+        "name": p.name,
+        "price": p.price,
+        "upc": p.upc,
+        "stock": f"In stock ({p.stock} available)",
+        "category": p.category,
+        "rating": p.rating,
+    }
+
+
+def _filler(seed: int, size: int) -> str:
+    if size <= 0:
+        return ""
+    out: list[str] = []
+    n = 0
+    i = seed
+    while n < size:
+        para = " ".join(_WORDS[(i * 7 + j * 13) % len(_WORDS)] for j in range(60))
+        out.append(f'<p class="desc">{para}.</p>\n')
+        n += len(para) + 20
+        i += 1
+    return "".join(out)
+
+
+def _page(title: str, body: str, nav: str) -> str:
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{html.escape(title)} | Trawl Books</title></head>\n<body>\n"
+        f'<header><a href="/">Trawl Books</a></header>\n<nav><ul>{nav}</ul></nav>\n'
+        f'<main>\n{body}</main>\n<footer><a href="/">Home</a></footer>\n</body></html>\n'
+    )
+
+
+@dataclass
+class Renderer:
+    cat: Catalog
+    related: int = 4  # links to other products on each product page
+    filler_bytes: int = 0  # description text added to each product page
+    hostile_links: bool = True  # the home page links /private/ (disallowed by robots.txt)
+
+    def nav(self) -> str:
+        return "".join(
+            f'<li><a href="/category/{slugify(c)}/page-1.html">{html.escape(c)}</a></li>' for c in self.cat.categories
+        )
+
+    def home(self) -> str:
+        items = "".join(
+            f'<li><a href="/category/{slugify(c)}/page-1.html">{html.escape(c)}</a></li>' for c in self.cat.categories
+        )
+        extra = '<p><a href="/private/secret.html">Staff only</a></p>' if self.hostile_links else ""
+        return _page("Home", f'<h1>All categories</h1><ul class="categories">{items}</ul>{extra}\n', self.nav())
+
+    def listing(self, category: str, page: int) -> str | None:
+        products = self.cat.in_category(category)
+        pages = self.cat.pages(category)
+        if not 1 <= page <= pages:
+            return None
+        chunk = products[(page - 1) * self.cat.per_page : page * self.cat.per_page]
+        items = "".join(
+            f'<li class="item"><a href="{p.path}">{html.escape(p.name)}</a> <span>{p.price}</span></li>' for p in chunk
+        )
+        slug = slugify(category)
+        pager = ""
+        if page > 1:
+            pager += f'<a class="prev" href="/category/{slug}/page-{page - 1}.html">previous</a> '
+        if page < pages:
+            pager += f'<a class="next" href="/category/{slug}/page-{page + 1}.html">next</a>'
+        body = f'<h1>{html.escape(category)}</h1><ol class="items">{items}</ol><div class="pager">{pager}</div>\n'
+        return _page(f"{category} - page {page}", body, self.nav())
+
+    def product(self, pid: int) -> str | None:
+        if not 1 <= pid <= len(self.cat.products):
+            return None
+        p = self.cat.products[pid - 1]
+        slug = slugify(p.category)
+        same = self.cat.in_category(p.category)
+        idx = same.index(p)
+        related = [same[(idx + k) % len(same)] for k in range(1, self.related + 1) if len(same) > 1]
+        rel = "".join(f'<li><a href="{r.path}">{html.escape(r.name)}</a></li>' for r in related)
+        body = (
+            f'<ul class="breadcrumb"><li><a href="/">Home</a></li>'
+            f'<li class="category"><a href="/category/{slug}/page-1.html">{html.escape(p.category)}</a></li>'
+            f'<li class="active">{html.escape(p.name)}</li></ul>\n'
+            f'<div class="product"><h1>{html.escape(p.name)}</h1>\n'
+            f'<p class="price">{p.price}</p>\n'
+            f'<p class="stock">In stock ({p.stock} available)</p>\n'
+            f'<p class="rating star-{p.rating}" data-rating="{p.rating}">{p.rating} stars</p>\n'
+            f'<table id="info"><tr><th>UPC</th><td id="upc">{p.upc}</td></tr></table>\n'
+            f'<div class="description">{_filler(pid, self.filler_bytes)}</div></div>\n'
+            f'<section class="related"><h2>Related</h2><ul>{rel}</ul></section>\n'
+        )
+        return _page(p.name, body, self.nav())
+
+    def all_pages(self) -> Iterator[tuple[str, str]]:
+        """(path, html) of every page of the site: home, listings, products."""
+        yield "/index.html", self.home()
+        for c in self.cat.categories:
+            for n in range(1, self.cat.pages(c) + 1):
+                page = self.listing(c, n)
+                assert page is not None
+                yield f"/category/{slugify(c)}/page-{n}.html", page
+        for p in self.cat.products:
+            page = self.product(p.id)
+            assert page is not None
+            yield p.path, page
+
+
+def write_static_site(directory: Path, renderer: Renderer) -> int:
+    """Write every page (and robots.txt) under ``directory``; returns the number of HTML pages."""
+    count = 0
+    for path, text in renderer.all_pages():
+        target = directory / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+        count += 1
+    (directory / "robots.txt").write_text(ROBOTS_TXT)
+    return count
+
+
+# --- the server ------------------------------------------------------------------------------------
+
+
+def build_app(renderer: Renderer, access_log: Path | None, latency: float = 0.0, redirect_port: int = 0) -> object:
+    from aiohttp import web
+
+    cat = renderer.cat
+    by_slug = {slugify(c): c for c in cat.categories}
+    log_file = open(access_log, "a", buffering=1) if access_log else None  # noqa: SIM115 - lives with the app
+    counters: dict[str, int] = {}
+    bomb_gzip = gzip.compress(b"\0" * (64 * 1024 * 1024), compresslevel=9)
+    try:
+        import brotli
+
+        bomb_br = brotli.compress(b"\0" * (64 * 1024 * 1024), quality=5)
+    except ImportError:  # pragma: no cover
+        bomb_br = b""
+
+    @web.middleware
+    async def log_requests(request: web.Request, handler: object) -> web.StreamResponse:
+        arrived = time.time()
+        status = 500
+        try:
+            resp: web.StreamResponse = await handler(request)  # type: ignore[operator]
+            status = resp.status
+            return resp
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        finally:
+            if log_file is not None:
+                ua = request.headers.get("User-Agent", "-").replace(" ", "_")
+                log_file.write(f"{arrived:.6f} {request.method} {request.path_qs} {status} {ua}\n")
+
+    def html_response(text: str | None) -> web.Response:
+        if text is None:
+            raise web.HTTPNotFound(text="not found")
+        return web.Response(text=text, content_type="text/html")
+
+    async def pause() -> None:
+        if latency > 0:
+            await asyncio.sleep(latency)
+
+    async def home(request: web.Request) -> web.Response:
+        await pause()
+        return html_response(renderer.home())
+
+    async def listing(request: web.Request) -> web.Response:
+        await pause()
+        category = by_slug.get(request.match_info["slug"])
+        if category is None:
+            raise web.HTTPNotFound()
+        return html_response(renderer.listing(category, int(request.match_info["n"])))
+
+    async def product(request: web.Request) -> web.Response:
+        await pause()
+        return html_response(renderer.product(int(request.match_info["id"])))
+
+    async def robots(request: web.Request) -> web.Response:
+        return web.Response(text=ROBOTS_TXT, content_type="text/plain")
+
+    async def private(request: web.Request) -> web.Response:
+        return html_response(_page("Secret", "<h1>Staff only</h1>", ""))
+
+    def port_of(request: web.Request) -> int:
+        return redirect_port or (request.url.port or 80)
+
+    targets: dict[str, Callable[[web.Request], str]] = {
+        "loopback": lambda r: f"http://127.0.0.1:{port_of(r)}/",
+        "metadata": lambda r: "http://169.254.169.254/latest/meta-data/",
+        "mapped": lambda r: "http://[::ffff:169.254.169.254]/latest/meta-data/",
+        "private": lambda r: "http://10.0.0.1/",
+        "localhost": lambda r: f"http://localhost:{port_of(r)}/",
+    }
+
+    async def redirect(request: web.Request) -> web.Response:
+        kind = request.match_info["kind"]
+        if kind == "to":
+            location = request.query.get("url", "/")
+        elif kind in targets:
+            location = targets[kind](request)
+        else:
+            raise web.HTTPNotFound()
+        return web.Response(status=302, headers={"Location": location})
+
+    async def bomb(request: web.Request) -> web.Response:
+        if request.match_info["kind"] == "br":
+            return web.Response(body=bomb_br, headers={"Content-Encoding": "br", "Content-Type": "text/html"})
+        return web.Response(body=bomb_gzip, headers={"Content-Encoding": "gzip", "Content-Type": "text/html"})
+
+    async def huge(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/html"})
+        if request.query.get("length") == "1":
+            resp.content_length = 64 * 1024 * 1024
+        await resp.prepare(request)
+        block = b"<p>" + b"x" * 65530 + b"</p>"
+        try:
+            for _ in range(1024):
+                await resp.write(block)
+        except (ConnectionResetError, RuntimeError):
+            pass
+        return resp
+
+    async def drip(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/html"})
+        resp.content_length = 120
+        await resp.prepare(request)
+        try:
+            for _ in range(120):
+                await resp.write(b"x")
+                await asyncio.sleep(1.0)
+        except (ConnectionResetError, RuntimeError):
+            pass
+        return resp
+
+    def hit(request: web.Request, name: str) -> int:
+        key = f"{name}:{request.query.get('id', '')}"
+        counters[key] = counters.get(key, 0) + 1
+        return counters[key]
+
+    async def too_many(request: web.Request) -> web.Response:
+        if hit(request, "429") == 1:
+            return web.Response(status=429, text="slow down", headers={"Retry-After": request.query.get("after", "2")})
+        return html_response(_page("Recovered", "<h1>OK after 429</h1>", ""))
+
+    async def unavailable(request: web.Request) -> web.Response:
+        if hit(request, "503") <= int(request.query.get("fail", "2")):
+            return web.Response(status=503, text="unavailable")
+        return html_response(_page("Recovered", "<h1>OK after 503</h1>", ""))
+
+    async def not_found(request: web.Request) -> web.Response:
+        raise web.HTTPNotFound(text="gone")
+
+    async def hits(request: web.Request) -> web.Response:
+        return web.json_response(counters)
+
+    app = web.Application(middlewares=[log_requests])
+    app.router.add_get("/", home)
+    app.router.add_get("/index.html", home)
+    app.router.add_get("/robots.txt", robots)
+    app.router.add_get(r"/category/{slug}/page-{n:\d+}.html", listing)
+    app.router.add_get(r"/product/{id:\d+}.html", product)
+    app.router.add_get("/private/{name}", private)
+    app.router.add_get("/hostile/redirect/{kind}", redirect)
+    app.router.add_get("/hostile/bomb/{kind}", bomb)
+    app.router.add_get("/hostile/huge", huge)
+    app.router.add_get("/hostile/drip", drip)
+    app.router.add_get("/hostile/429", too_many)
+    app.router.add_get("/hostile/503", unavailable)
+    app.router.add_get("/hostile/404", not_found)
+    app.router.add_get("/_hits", hits)
+    if log_file is not None:
+
+        async def close_log(_app: object) -> None:
+            log_file.close()
+
+        app.on_cleanup.append(close_log)
+    return app
+
+
+@dataclass(frozen=True, slots=True)
+class AccessEntry:
+    time: float
+    method: str
+    path: str
+    status: int
+    user_agent: str
+
+
+@dataclass
+class Bookstore:
+    """The bookstore as a separate process on a free loopback port; :meth:`stop` always ends it."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    categories: int = 4
+    books_per_category: int = 25
+    per_page: int = 10
+    related: int = 4
+    latency: float = 0.0
+    workdir: Path | None = None
+    proc: object | None = None
+    _tmp: object | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def access_log(self) -> Path:
+        assert self.workdir is not None
+        return self.workdir / "access.log"
+
+    @property
+    def catalog(self) -> Catalog:
+        return catalog(self.categories, self.books_per_category, self.per_page)
+
+    def start(self, timeout: float = 20.0) -> Bookstore:
+        import tempfile
+
+        if self.workdir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="trawl-bookstore-")
+            self.workdir = Path(self._tmp.name)  # type: ignore[attr-defined]
+        self.port = self.port or procs.free_port(self.host)
+        argv = [
+            sys.executable, "-m", "trawl.dev.bookstore", "--host", self.host, "--port", str(self.port),
+            "--categories", str(self.categories), "--books-per-category", str(self.books_per_category),
+            "--per-page", str(self.per_page), "--related", str(self.related), "--latency", str(self.latency),
+            "--access-log", str(self.access_log),
+        ]  # fmt: skip
+        self.proc = procs.start(argv, log_path=self.workdir / "server.log")
+        procs.wait_for_port(self.host, self.port, timeout, self.proc)  # type: ignore[arg-type]
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            procs.stop(self.proc, timeout=5)  # type: ignore[arg-type]
+            self.proc = None
+        if self._tmp is not None:
+            self._tmp.cleanup()  # type: ignore[attr-defined]
+            self._tmp = None
+
+    def __enter__(self) -> Bookstore:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def entries(self) -> list[AccessEntry]:
+        if not self.access_log.exists():
+            return []
+        out: list[AccessEntry] = []
+        for line in self.access_log.read_text().splitlines():
+            parts = line.split(" ")
+            if len(parts) >= 5:
+                out.append(AccessEntry(float(parts[0]), parts[1], parts[2], int(parts[3]), parts[4]))
+        return out
+
+    def product_url(self, pid: int) -> str:
+        return f"{self.url}/product/{pid}.html"
+
+    def expected(self) -> dict[str, dict[str, str]]:
+        """URL -> expected field values, for every product."""
+        return {self.product_url(p.id): expected_record(p) for p in self.catalog.products}
+
+
+def main(argv: list[str] | None = None) -> None:
+    from aiohttp import web
+
+    parser = argparse.ArgumentParser(description="Serve the Trawl bookstore fixture site.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--categories", type=int, default=4)
+    parser.add_argument("--books-per-category", type=int, default=25)
+    parser.add_argument("--per-page", type=int, default=10)
+    parser.add_argument("--related", type=int, default=4)
+    parser.add_argument("--latency", type=float, default=0.0)
+    parser.add_argument("--access-log", type=Path, default=None)
+    parser.add_argument("--print-expected", action="store_true", help="Print the expected records as JSON and exit.")
+    args = parser.parse_args(argv)
+    renderer = Renderer(catalog(args.categories, args.books_per_category, args.per_page), related=args.related)
+    if args.print_expected:
+        json.dump([expected_record(p) for p in renderer.cat.products], sys.stdout, indent=1)
+        return
+    app = build_app(renderer, args.access_log, latency=args.latency)
+    web.run_app(app, host=args.host, port=args.port, print=None, access_log=None)  # type: ignore[arg-type]
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,214 @@
+"""Extraction: named fields by CSS (selectolax) or XPath (parsel/lxml), links, images, title, text.
+
+An :class:`Extractor` is compiled once per job spec and applied to many pages. Malformed HTML never
+raises: the parsers recover, and a selector that fails on a page yields None for its field.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urljoin
+
+from selectolax.lexbor import LexborHTMLParser as HTMLParser
+from selectolax.lexbor import LexborNode as Node
+
+_WS = re.compile(r"\s+")
+_SKIP_TEXT_TAGS = ("script", "style", "noscript", "template", "head")
+
+
+@dataclass(frozen=True, slots=True)
+class FieldSpec:
+    name: str
+    selector: str
+    kind: str = "CSS"  # or "XPath"
+    attribute: str | None = None
+    multiple: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ExtractOptions:
+    fields: tuple[FieldSpec, ...] = ()
+    links: bool = False
+    images: bool = False
+    title: bool = True
+    text: bool = False
+    only_matching: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> ExtractOptions:
+        """From an ExtractSpec dump (snake_case or camelCase keys)."""
+        if not data:
+            return cls()
+        raw_fields = data.get("fields") or []
+        fields = tuple(
+            FieldSpec(
+                name=f["name"],
+                selector=f["selector"],
+                kind=str(f.get("kind") or "CSS"),
+                attribute=f.get("attribute"),
+                multiple=bool(f.get("multiple", False)),
+            )
+            for f in raw_fields
+        )
+        return cls(
+            fields=fields,
+            links=bool(data.get("links", False)),
+            images=bool(data.get("images", False)),
+            title=bool(data.get("title", True)),
+            text=bool(data.get("text", False)),
+            only_matching=data.get("only_matching", data.get("onlyMatching")),
+        )
+
+
+def _clean(text: str) -> str:
+    return _WS.sub(" ", text).strip()
+
+
+def _absolute(base: str, href: str | None) -> str | None:
+    if not href:
+        return None
+    href = href.strip()
+    if not href or href.startswith(("#", "javascript:", "mailto:", "tel:", "data:")):
+        return None
+    try:
+        return urljoin(base, href)
+    except ValueError:
+        return None
+
+
+@dataclass
+class Page:
+    """What extraction produced for one page."""
+
+    data: dict[str, Any] = field(default_factory=dict)  # the record's fields (title, fields, links...)
+    links: list[str] = field(default_factory=list)  # absolute hrefs, for crawl mode
+    matched: bool = True  # only_matching
+
+
+class Extractor:
+    def __init__(self, options: ExtractOptions, *, need_links: bool = False) -> None:
+        self.options = options
+        self.need_links = need_links or options.links
+        self._only = re.compile(options.only_matching) if options.only_matching else None
+        self._css = [f for f in options.fields if f.kind.lower() != "xpath"]
+        self._xpath = [f for f in options.fields if f.kind.lower() == "xpath"]
+
+    def matches(self, url: str) -> bool:
+        return self._only is None or self._only.search(url) is not None
+
+    def extract(self, html: str | bytes, url: str) -> Page:
+        page = Page(matched=self.matches(url))
+        try:
+            tree = HTMLParser(html)
+        except Exception:  # selectolax is robust, but a parser failure must never kill a task
+            tree = HTMLParser("")
+        base = url
+        base_node = tree.css_first("base[href]")
+        if base_node is not None:
+            base = _absolute(url, base_node.attributes.get("href")) or url
+        if self.need_links:
+            links: list[str] = []
+            for node in tree.css("a[href]"):
+                absolute = _absolute(base, node.attributes.get("href"))
+                if absolute is not None:
+                    links.append(absolute)
+            page.links = links
+        if not page.matched:
+            return page
+        data = page.data
+        opts = self.options
+        if opts.title:
+            title = tree.css_first("title")
+            data["title"] = _clean(title.text()) if title is not None else None
+        for spec in self._css:
+            data[spec.name] = self._css_field(tree, spec, base)
+        if self._xpath:
+            data.update(self._xpath_fields(html, base))
+        if opts.links:
+            data["links"] = list(dict.fromkeys(page.links))
+        if opts.images:
+            images: list[str] = []
+            for node in tree.css("img[src]"):
+                absolute = _absolute(base, node.attributes.get("src"))
+                if absolute is not None:
+                    images.append(absolute)
+            data["images"] = list(dict.fromkeys(images))
+        if opts.text:
+            data["text"] = readable_text(tree)
+        return page
+
+    @staticmethod
+    def _value(node: Node, spec: FieldSpec, base: str) -> str | None:
+        if spec.attribute:
+            value = node.attributes.get(spec.attribute)
+            if value is None:
+                return None
+            if spec.attribute in ("href", "src"):
+                return _absolute(base, value) or value
+            return str(value).strip()
+        return _clean(node.text(deep=True))
+
+    def _css_field(self, tree: HTMLParser, spec: FieldSpec, base: str) -> Any:
+        try:
+            if spec.multiple:
+                values = [self._value(n, spec, base) for n in tree.css(spec.selector)]
+                return [v for v in values if v is not None]
+            node = tree.css_first(spec.selector)
+            return None if node is None else self._value(node, spec, base)
+        except Exception:  # an unsupported selector on some page: no value rather than no record
+            return [] if spec.multiple else None
+
+    def _xpath_fields(self, html: str | bytes, base: str) -> dict[str, Any]:
+        from parsel import Selector
+
+        out: dict[str, Any] = {}
+        try:
+            text = html.decode("utf-8", errors="replace") if isinstance(html, bytes) else html
+            sel = Selector(text=text or "<html></html>")
+        except Exception:
+            return {spec.name: ([] if spec.multiple else None) for spec in self._xpath}
+        for spec in self._xpath:
+            try:
+                found = sel.xpath(spec.selector)
+                values: list[str] = []
+                for item in found:
+                    if spec.attribute:
+                        raw = item.attrib.get(spec.attribute)
+                        if raw is None:
+                            continue
+                        if spec.attribute in ("href", "src"):
+                            raw = _absolute(base, raw) or raw
+                        values.append(raw.strip())
+                    else:
+                        root = item.root
+                        if isinstance(root, str):
+                            value = _clean(root)
+                            if spec.selector.rstrip().endswith(("@href", "@src")):
+                                value = _absolute(base, value) or value
+                            values.append(value)
+                        else:
+                            values.append(_clean(" ".join(item.xpath(".//text()").getall())))
+                    if not spec.multiple:
+                        break
+                out[spec.name] = values if spec.multiple else (values[0] if values else None)
+            except Exception:
+                out[spec.name] = [] if spec.multiple else None
+        return out
+
+
+def readable_text(tree: HTMLParser, limit: int = 100_000) -> str:
+    body = tree.body or tree.root
+    if body is None:
+        return ""
+    clone = HTMLParser(body.html or "")
+    clone.strip_tags(list(_SKIP_TEXT_TAGS))
+    root = clone.body or clone.root
+    text = root.text(separator=" ") if root is not None else ""
+    return _clean(text)[:limit]
+
+
+def field_specs(rules: Sequence[dict[str, Any]]) -> tuple[FieldSpec, ...]:
+    return ExtractOptions.from_dict({"fields": list(rules)}).fields

@@ -1,0 +1,486 @@
+"""Safe fetching: aiohttp with an address-checking resolver, manual redirects and hard caps.
+
+Every hop of a fetch is checked before a byte is sent: IP-literal hosts directly, names through
+:class:`SafeResolver`, which resolves, refuses blocked addresses and hands aiohttp only the addresses
+it checked, so the connection goes to the address that was checked (no DNS rebinding window). The
+connected peer is verified again once the response headers arrive. Bodies are read incrementally and
+capped both on the wire and after gzip/deflate/brotli decompression; the whole fetch, redirects
+included, runs under one deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import socket
+import time
+import zlib
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+import aiohttp
+import brotli
+from aiohttp.abc import AbstractResolver, ResolveResult
+
+from trawl.api.policies import DEFAULT_USER_AGENT, FailureClass
+
+from .urlpolicy import BlockedAddressError, IPNetwork, address_block_reason
+
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+HOP_BY_HOP = frozenset(
+    h.lower()
+    for h in (
+        "Connection",
+        "Keep-Alive",
+        "Proxy-Authenticate",
+        "Proxy-Authorization",
+        "TE",
+        "Trailer",
+        "Transfer-Encoding",
+        "Upgrade",
+        "Host",
+        "Content-Length",
+        "Accept-Encoding",
+    )
+)
+MAX_RETRY_AFTER = 24 * 3600.0
+HTML_TYPES = ("text/html", "application/xhtml+xml", "text/plain", "text/xml", "application/xml")
+
+
+class FetchError(Exception):
+    """A failed fetch, classified. ``retry_after`` is the server's Retry-After, in seconds, if any."""
+
+    def __init__(
+        self,
+        failure_class: FailureClass,
+        message: str,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+        url: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.failure_class = failure_class
+        self.message = message
+        self.status = status
+        self.retry_after = retry_after
+        self.url = url
+
+    def __repr__(self) -> str:
+        return f"FetchError({self.failure_class.value}, {self.message!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class FetchLimits:
+    max_bytes: int = 10 * 1024 * 1024
+    max_redirects: int = 10
+    connect_timeout: float = 10.0
+    read_timeout: float = 30.0
+    total_timeout: float = 30.0
+
+
+@dataclass(slots=True)
+class FetchResult:
+    url: str  # the requested URL
+    final_url: str  # after redirects
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    content_type: str
+    charset: str | None
+    elapsed: float
+    wire_bytes: int
+    redirects: list[str] = field(default_factory=list)
+
+    def text(self) -> str:
+        return self.body.decode(self.charset or "utf-8", errors="replace")
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or HTTP-date), or None."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return min(float(value), MAX_RETRY_AFTER)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    delta = when.timestamp() - (time.time() if now is None else now)
+    return min(max(delta, 0.0), MAX_RETRY_AFTER)
+
+
+def classify_status(status: int, retry_after: float | None) -> FetchError | None:
+    """The failure an HTTP status means, or None for success."""
+    if 200 <= status < 300:
+        return None
+    if status == 429:
+        return FetchError(FailureClass.HTTP_429, "HTTP 429 Too Many Requests", status=status, retry_after=retry_after)
+    if status == 408:
+        return FetchError(FailureClass.TIMEOUT, "HTTP 408 Request Timeout", status=status)
+    if status >= 500:
+        return FetchError(FailureClass.HTTP_5XX, f"HTTP {status}", status=status, retry_after=retry_after)
+    if status >= 400:
+        return FetchError(FailureClass.HTTP_4XX, f"HTTP {status}", status=status)
+    return FetchError(FailureClass.BAD_CONTENT, f"unexpected HTTP status {status}", status=status)
+
+
+class _Decoder:
+    """Incremental Content-Encoding decoder that never produces more than ``limit`` bytes in total."""
+
+    def __init__(self, encoding: str, limit: int) -> None:
+        self.encoding = encoding
+        self.limit = limit
+        self.produced = 0
+        self._zlib: Any = None
+        self._brotli: Any = None
+        if encoding in ("gzip", "x-gzip"):
+            self._zlib = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        elif encoding == "deflate":
+            self._zlib = None  # decided on the first chunk: zlib-wrapped or raw
+        elif encoding == "br":
+            self._brotli = brotli.Decompressor()
+        else:
+            raise FetchError(FailureClass.BAD_CONTENT, f"unsupported Content-Encoding {encoding!r}")
+
+    def _too_large(self) -> FetchError:
+        return FetchError(
+            FailureClass.TOO_LARGE,
+            f"body exceeds {self.limit} bytes after {self.encoding} decompression",
+        )
+
+    def feed(self, chunk: bytes) -> bytes:
+        try:
+            if self._brotli is not None:
+                return self._feed_brotli(chunk)
+            if self._zlib is None:  # deflate: sniff the zlib header
+                raw = not (len(chunk) >= 2 and (chunk[0] & 0x0F) == 8 and ((chunk[0] << 8) | chunk[1]) % 31 == 0)
+                self._zlib = zlib.decompressobj(-zlib.MAX_WBITS if raw else zlib.MAX_WBITS)
+            return self._feed_zlib(chunk)
+        except (zlib.error, brotli.error) as exc:
+            raise FetchError(FailureClass.BAD_CONTENT, f"corrupt {self.encoding} body: {exc}") from exc
+
+    def _feed_zlib(self, chunk: bytes) -> bytes:
+        parts: list[bytes] = []
+        data = chunk
+        while True:
+            room = self.limit - self.produced + 1
+            out = self._zlib.decompress(data, room)
+            self.produced += len(out)
+            if self.produced > self.limit:
+                raise self._too_large()
+            parts.append(out)
+            data = self._zlib.unconsumed_tail
+            if not data:
+                break
+        return b"".join(parts)
+
+    def _feed_brotli(self, chunk: bytes) -> bytes:
+        parts: list[bytes] = []
+        data = chunk
+        while True:
+            room = self.limit - self.produced + 1
+            out = self._brotli.process(data, output_buffer_limit=room)
+            self.produced += len(out)
+            if self.produced > self.limit:
+                raise self._too_large()
+            parts.append(out)
+            data = b""
+            if self._brotli.can_accept_more_data():
+                break
+        return b"".join(parts)
+
+
+class SafeResolver(AbstractResolver):
+    """Resolves names and returns only addresses that pass the block list (raising when none does).
+
+    aiohttp connects to exactly the addresses returned here, so the checked address is the one used.
+    """
+
+    def __init__(self, allowed: Sequence[IPNetwork] = ()) -> None:
+        self.allowed = tuple(allowed)
+        self._loop = asyncio.get_running_loop()
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        try:
+            infos = await self._loop.getaddrinfo(
+                host, port, type=socket.SOCK_STREAM, family=family, flags=socket.AI_ADDRCONFIG
+            )
+        except socket.gaierror as exc:
+            raise OSError(f"cannot resolve {host}: {exc.strerror}") from exc
+        results: list[ResolveResult] = []
+        refused: list[str] = []
+        for fam, _type, proto, _canon, sockaddr in infos:
+            address = str(sockaddr[0])
+            reason = address_block_reason(address, self.allowed)
+            if reason is not None:
+                refused.append(reason)
+                continue
+            results.append(
+                {
+                    "hostname": host,
+                    "host": address,
+                    "port": int(sockaddr[1]),
+                    "family": fam,
+                    "proto": proto,
+                    "flags": socket.AI_NUMERICHOST | socket.AI_NUMERICSERV,
+                }
+            )
+        if not results:
+            if refused:
+                raise BlockedAddressError(f"{host} resolves only to blocked addresses: {'; '.join(refused)}")
+            raise OSError(f"{host} has no usable address")
+        return results
+
+    async def close(self) -> None:
+        return None
+
+
+def _find_blocked(exc: BaseException) -> BlockedAddressError | None:
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, BlockedAddressError):
+            return cur
+        nxt = getattr(cur, "os_error", None)
+        cur = nxt if isinstance(nxt, BaseException) and id(nxt) not in seen else (cur.__cause__ or cur.__context__)
+    return None
+
+
+HopHook = Callable[[str], Awaitable[None]]
+
+
+class Fetcher:
+    """One per worker process: a pooled aiohttp session with the safety checks above."""
+
+    def __init__(
+        self,
+        *,
+        allowed: Sequence[IPNetwork] = (),
+        max_connections: int = 256,
+        user_agent: str = DEFAULT_USER_AGENT,
+    ) -> None:
+        self.allowed = tuple(allowed)
+        self.max_connections = max_connections
+        self.user_agent = user_agent
+        self._session: aiohttp.ClientSession | None = None
+        self._ip_cache: dict[str, str | None] = {}
+
+    async def start(self) -> None:
+        if self._session is not None:
+            return
+        connector = aiohttp.TCPConnector(
+            resolver=SafeResolver(self.allowed),
+            limit=self.max_connections,
+            limit_per_host=0,
+            ttl_dns_cache=30,
+            enable_cleanup_closed=True,
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            auto_decompress=False,
+            trust_env=False,  # never route through an environment proxy: it would bypass the address checks
+            cookie_jar=aiohttp.DummyCookieJar(),
+            skip_auto_headers=("User-Agent",),
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def __aenter__(self) -> Fetcher:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _block_reason(self, address: str) -> str | None:
+        try:
+            return self._ip_cache[address]
+        except KeyError:
+            reason = address_block_reason(address, self.allowed)
+            if len(self._ip_cache) > 4096:
+                self._ip_cache.clear()
+            self._ip_cache[address] = reason
+            return reason
+
+    def check_url(self, url: str) -> str:
+        """Validate scheme and IP-literal hosts of one hop; returns the host."""
+        try:
+            parts = urlsplit(url)
+            host = parts.hostname
+            _ = parts.port
+        except ValueError as exc:
+            raise FetchError(FailureClass.INVALID_URL, f"invalid URL {url!r}: {exc}", url=url) from exc
+        if parts.scheme not in ("http", "https"):
+            raise FetchError(
+                FailureClass.INVALID_URL, f"only http and https are fetched, not {parts.scheme!r}", url=url
+            )
+        if not host:
+            raise FetchError(FailureClass.INVALID_URL, f"URL {url!r} has no host", url=url)
+        if host[0].isdigit() or ":" in host:
+            reason = self._block_reason(host) if _is_ip(host) else None
+            if reason is not None:
+                raise FetchError(FailureClass.BLOCKED_ADDRESS, f"refused {url}: {reason}", url=url)
+        return host
+
+    async def fetch(
+        self,
+        url: str,
+        *,
+        limits: FetchLimits = FetchLimits(),
+        headers: dict[str, str] | None = None,
+        user_agent: str | None = None,
+        before_hop: HopHook | None = None,
+    ) -> FetchResult:
+        """GET ``url`` following redirects by hand; raises :class:`FetchError` on any failure."""
+        if self._session is None:
+            await self.start()
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(limits.total_timeout):
+                return await self._fetch(url, limits, headers, user_agent, before_hop, started)
+        except TimeoutError as exc:
+            raise FetchError(
+                FailureClass.TIMEOUT, f"fetch of {url} exceeded {limits.total_timeout:g}s", url=url
+            ) from exc
+
+    async def _fetch(
+        self,
+        url: str,
+        limits: FetchLimits,
+        headers: dict[str, str] | None,
+        user_agent: str | None,
+        before_hop: HopHook | None,
+        started: float,
+    ) -> FetchResult:
+        assert self._session is not None
+        req_headers = {k: v for k, v in (headers or {}).items() if k.lower() not in HOP_BY_HOP}
+        req_headers["User-Agent"] = user_agent or self.user_agent
+        req_headers["Accept-Encoding"] = "gzip, deflate, br"
+        req_headers.setdefault("Accept", "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8")
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=limits.connect_timeout, sock_read=limits.read_timeout)
+        redirects: list[str] = []
+        current = url
+        while True:
+            self.check_url(current)
+            if before_hop is not None:
+                await before_hop(current)
+            try:
+                async with self._session.get(
+                    current, headers=req_headers, allow_redirects=False, timeout=timeout
+                ) as resp:
+                    self._check_peer(resp, current)
+                    status = resp.status
+                    if status in REDIRECT_STATUSES and "Location" in resp.headers:
+                        location = resp.headers["Location"]
+                        if len(redirects) >= limits.max_redirects:
+                            raise FetchError(
+                                FailureClass.BAD_CONTENT,
+                                f"more than {limits.max_redirects} redirects (last to {location})",
+                                status=status,
+                                url=url,
+                            )
+                        current = urljoin(current, location)
+                        redirects.append(current)
+                        continue
+                    error = classify_status(status, parse_retry_after(resp.headers.get("Retry-After")))
+                    if error is not None:
+                        error.url = current
+                        raise error
+                    return await self._read(resp, url, current, limits, started, redirects)
+            except FetchError:
+                raise
+            except (aiohttp.ServerTimeoutError, aiohttp.ConnectionTimeoutError, TimeoutError) as exc:
+                raise FetchError(FailureClass.TIMEOUT, f"{type(exc).__name__} fetching {current}", url=current) from exc
+            except (aiohttp.ClientError, OSError) as exc:
+                blocked = _find_blocked(exc)
+                if blocked is not None:
+                    raise FetchError(
+                        FailureClass.BLOCKED_ADDRESS, f"refused {current}: {blocked}", url=current
+                    ) from exc
+                if isinstance(exc, aiohttp.InvalidURL | ValueError):
+                    raise FetchError(FailureClass.INVALID_URL, f"invalid URL {current!r}", url=current) from exc
+                raise FetchError(
+                    FailureClass.CONNECTION, f"{type(exc).__name__} fetching {current}: {exc}", url=current
+                ) from exc
+
+    def _check_peer(self, resp: aiohttp.ClientResponse, url: str) -> None:
+        conn = resp.connection
+        transport = conn.transport if conn is not None else None
+        peer = transport.get_extra_info("peername") if transport is not None else None
+        if not peer:
+            return
+        reason = self._block_reason(str(peer[0]))
+        if reason is not None:
+            raise FetchError(FailureClass.BLOCKED_ADDRESS, f"refused {url}: connected peer {reason}", url=url)
+
+    async def _read(
+        self,
+        resp: aiohttp.ClientResponse,
+        url: str,
+        final_url: str,
+        limits: FetchLimits,
+        started: float,
+        redirects: list[str],
+    ) -> FetchResult:
+        cap = limits.max_bytes
+        length = resp.content_length
+        if length is not None and length > cap:
+            raise FetchError(FailureClass.TOO_LARGE, f"Content-Length {length} exceeds {cap} bytes", url=final_url)
+        content_type = resp.headers.get("Content-Type", "")
+        mime = content_type.split(";", 1)[0].strip().lower()
+        if mime and not mime.startswith(HTML_TYPES):
+            raise FetchError(FailureClass.BAD_CONTENT, f"unsupported content type {mime!r}", url=final_url)
+        encoding = resp.headers.get("Content-Encoding", "").strip().lower()
+        decoder = _Decoder(encoding, cap) if encoding and encoding != "identity" else None
+        parts: list[bytes] = []
+        wire = 0
+        size = 0
+        content = resp.content
+        while True:
+            chunk = await content.readany()
+            if not chunk:
+                break
+            wire += len(chunk)
+            if wire > cap:
+                raise FetchError(FailureClass.TOO_LARGE, f"body exceeds {cap} bytes", url=final_url)
+            if decoder is not None:
+                chunk = decoder.feed(chunk)
+            size += len(chunk)
+            if size > cap:
+                raise FetchError(FailureClass.TOO_LARGE, f"body exceeds {cap} bytes", url=final_url)
+            parts.append(chunk)
+        body = parts[0] if len(parts) == 1 else b"".join(parts)
+        return FetchResult(
+            url=url,
+            final_url=final_url,
+            status=resp.status,
+            headers=dict(resp.headers),
+            body=body,
+            content_type=mime,
+            charset=resp.charset,
+            elapsed=time.monotonic() - started,
+            wire_bytes=wire,
+            redirects=redirects,
+        )
+
+
+def _is_ip(host: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,110 @@
+"""The job settings a worker reads from the queue (``JobConfig.spec``), and how they are built.
+
+The operator calls :func:`build_worker_spec` when it registers a job; workers call
+:func:`parse_worker_spec` (cached per job). Layout (JSON, snake_case keys)::
+
+    {
+      "version": 1,
+      "request":    ResolvedRequest dump     (headers, user_agent, timeouts, max_response_bytes, max_redirects)
+      "politeness": ResolvedPoliteness dump  (respect_robots_txt, requests_per_second, ...)
+      "retry":      ResolvedRetry dump
+      "extract":    ExtractSpec dump         (fields, links, images, title, text, only_matching)
+      "crawl":      CrawlSpec dump or None   (max_depth, max_pages, scope, include, exclude)
+      "output":     OutputSpec dump          (sink, redis_stream, json_lines, webhook)
+      "webhook_secret_env": name of the environment variable holding the webhook HMAC key, or None
+    }
+
+Secrets never travel through Redis: a webhook's ``secretRef`` becomes the name of an environment
+variable (:func:`secret_env_name`) that the operator fills from the Secret in the worker pods.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from trawl.api.policies import (
+    ResolvedPoliteness,
+    ResolvedRequest,
+    ResolvedRetry,
+    resolve_politeness,
+    resolve_request,
+    resolve_retry,
+)
+from trawl.api.scrapejob import CrawlSpec, ExtractSpec, OutputSpec, ScrapeJobSpec
+from trawl.api.scrapepool import ScrapePoolSpec
+
+from .extract import ExtractOptions
+from .urlpolicy import CrawlPolicy
+
+SPEC_VERSION = 1
+
+
+def secret_env_name(secret_name: str, key: str) -> str:
+    """The environment variable a worker reads a Secret key from: TRAWL_SECRET_<NAME>_<KEY>."""
+    return "TRAWL_SECRET_" + re.sub(r"[^A-Za-z0-9]", "_", f"{secret_name}_{key}").upper()
+
+
+def build_worker_spec(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec | None) -> dict[str, Any]:
+    """Resolve a job's settings against its pool's defaults into the dict stored in JobConfig.spec."""
+    defaults = pool_spec.defaults if pool_spec is not None else None
+    request = resolve_request(defaults.request if defaults else None, job_spec.request)
+    politeness = resolve_politeness(defaults.politeness if defaults else None, job_spec.politeness)
+    retry = resolve_retry(defaults.retry if defaults else None, job_spec.retry)
+    extract = job_spec.extract or ExtractSpec()
+    output = job_spec.output or OutputSpec()
+    secret_env = None
+    if output.webhook is not None and output.webhook.secret_ref is not None:
+        secret_env = secret_env_name(output.webhook.secret_ref.name, output.webhook.secret_ref.key)
+    return {
+        "version": SPEC_VERSION,
+        "request": request.model_dump(mode="json"),
+        "politeness": politeness.model_dump(mode="json"),
+        "retry": retry.model_dump(mode="json"),
+        "extract": extract.model_dump(mode="json"),
+        "crawl": job_spec.crawl.model_dump(mode="json") if job_spec.crawl is not None else None,
+        "output": output.model_dump(mode="json"),
+        "webhook_secret_env": secret_env,
+    }
+
+
+@dataclass(frozen=True)
+class WorkerJobSpec:
+    """A parsed worker spec: everything needed to process one task of the job."""
+
+    request: ResolvedRequest
+    politeness: ResolvedPoliteness
+    retry: ResolvedRetry
+    extract: ExtractOptions
+    crawl: CrawlPolicy | None
+    max_pages: int | None
+    output: OutputSpec
+    webhook_secret_env: str | None
+
+
+def parse_worker_spec(spec: dict[str, Any] | None) -> WorkerJobSpec:
+    """The inverse of :func:`build_worker_spec`; missing sections take the built-in defaults."""
+    spec = spec or {}
+    crawl_raw = spec.get("crawl")
+    crawl = CrawlSpec.model_validate(crawl_raw) if crawl_raw is not None else None
+    extract = ExtractSpec.model_validate(spec.get("extract") or {})
+    return WorkerJobSpec(
+        request=ResolvedRequest.model_validate(spec.get("request") or {}),
+        politeness=ResolvedPoliteness.model_validate(spec.get("politeness") or {}),
+        retry=ResolvedRetry.model_validate(spec.get("retry") or {}),
+        extract=ExtractOptions.from_dict(extract.model_dump(mode="json")),
+        crawl=(
+            CrawlPolicy.build(
+                scope=str(crawl.scope.value if hasattr(crawl.scope, "value") else crawl.scope),
+                include=crawl.include,
+                exclude=crawl.exclude,
+                max_depth=crawl.max_depth,
+            )
+            if crawl is not None
+            else None
+        ),
+        max_pages=crawl.max_pages if crawl is not None else None,
+        output=OutputSpec.model_validate(spec.get("output") or {}),
+        webhook_secret_env=spec.get("webhook_secret_env"),
+    )

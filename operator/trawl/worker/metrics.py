@@ -1,0 +1,49 @@
+"""Prometheus metrics of one worker process, on their own registry (served on the metrics port)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+
+class WorkerMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.fetches = Counter(
+            "trawl_worker_fetches_total", "Fetches by outcome (ok or a failure class).", ["outcome"], registry=r
+        )
+        self.fetch_seconds = Histogram(
+            "trawl_worker_fetch_seconds",
+            "Time to fetch a page, redirects included.",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=r,
+        )
+        self.task_seconds = Histogram(
+            "trawl_worker_task_seconds",
+            "Time from claim to ack/fail/release of a task.",
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+            registry=r,
+        )
+        self.bytes = Counter("trawl_worker_response_bytes_total", "Response body bytes, decompressed.", registry=r)
+        self.wire_bytes = Counter("trawl_worker_wire_bytes_total", "Response body bytes as received.", registry=r)
+        self.in_flight = Gauge("trawl_worker_in_flight", "Tasks being processed.", registry=r)
+        self.claims = Counter("trawl_worker_claimed_tasks_total", "Tasks claimed.", registry=r)
+        self.claim_calls = Counter("trawl_worker_claim_calls_total", "Claim round trips.", ["result"], registry=r)
+        self.outcomes = Counter(
+            "trawl_worker_task_outcomes_total", "Task outcomes: acked, failed, dead, released.", ["outcome"], registry=r
+        )
+        self.deferrals = Counter(
+            "trawl_worker_rate_limit_deferrals_total",
+            "Tasks given back with a delay because of Retry-After or a rate limit.",
+            ["reason"],
+            registry=r,
+        )
+        self.rate_waits = Counter(
+            "trawl_worker_rate_limit_wait_seconds_total", "Seconds spent waiting for a domain's rate.", registry=r
+        )
+        self.results = Counter("trawl_worker_results_written_total", "Result records written.", registry=r)
+        self.discovered = Counter("trawl_worker_links_enqueued_total", "Crawl links enqueued.", registry=r)
+        self.draining = Gauge("trawl_worker_draining", "1 while the worker drains after SIGTERM.", registry=r)
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
+        start_http_server(port, addr=addr, registry=self.registry)

@@ -1,0 +1,420 @@
+"""Polite fetching: robots.txt cached in Redis, per-domain rate and concurrency shared by a pool's
+workers (Lua scripts on the pool's Redis, under its hash tag), and an adaptive per-domain delay.
+
+Rate: GCRA (generic cell rate algorithm) on Redis time. A worker asks for up to ``n`` tokens at once
+(``n`` is 1 at low rates, so two workers sharing 5 req/s interleave request by request; at high rates
+a batch of tokens saves round trips, bounded by the burst the rate allows anyway).
+
+Concurrency: a sorted set of slot leases per domain (member -> expiry). A worker leases slots, reuses
+them locally while it has queued requests for the domain, returns them when it has none, and never
+keeps one longer than ``SLOT_HOLD_SECONDS`` without giving other workers a chance. Leases expire, so a
+killed worker cannot hold a domain's slots for ever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+
+from protego import Protego
+from redis.asyncio import Redis
+
+from trawl.api.policies import FailureClass
+
+from .fetch import FetchError
+
+log = logging.getLogger("trawl.worker.politeness")
+
+SLOT_LEASE_MS = 30_000
+SLOT_HOLD_SECONDS = 2.0
+MAX_TOKEN_BATCH = 64
+
+# KEYS[1] rate key. ARGV: interval_us, burst, want. Returns {granted, wait_us}.
+GCRA_LUA = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local interval = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local want = tonumber(ARGV[3])
+local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
+if tat < now then tat = now end
+local room = math.floor((now - tat + burst * interval) / interval)
+if room < 1 then
+  return {0, tat + interval - burst * interval - now}
+end
+local granted = math.min(room, want)
+tat = tat + granted * interval
+redis.call('SET', KEYS[1], string.format('%.0f', tat), 'PX', math.floor((tat - now) / 1000) + 1000)
+return {granted, 0}
+"""
+
+# KEYS[1] slot zset. ARGV: max, want, lease_ms, member prefix, first index. Returns granted member count.
+SLOTS_ACQUIRE_LUA = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local held = redis.call('ZCARD', KEYS[1])
+local room = tonumber(ARGV[1]) - held
+if room <= 0 then return 0 end
+local granted = math.min(room, tonumber(ARGV[2]))
+local first = tonumber(ARGV[5])
+for i = 0, granted - 1 do
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[4] .. (first + i))
+end
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]) * 2)
+return granted
+"""
+
+# KEYS[1] slot zset. ARGV: lease_ms, members... Extends the leases of the members still present.
+SLOTS_REFRESH_LUA = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local n = 0
+for i = 2, #ARGV do
+  if redis.call('ZSCORE', KEYS[1], ARGV[i]) then
+    redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), ARGV[i])
+    n = n + 1
+  end
+end
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[1]) * 2)
+return n
+"""
+
+
+def token_batch(rate: float) -> int:
+    """Tokens requested per round trip: about 50 ms worth of the rate, at least 1."""
+    return max(1, min(MAX_TOKEN_BATCH, int(rate * 0.05)))
+
+
+def burst_for(rate: float) -> int:
+    """Requests the GCRA lets through at once: 1 at low rates (strict spacing), ~50 ms worth above 20/s."""
+    return token_batch(rate)
+
+
+@dataclass
+class AdaptiveDelay:
+    """Per-domain extra delay that grows with latency and errors and decays when the site is healthy.
+
+    ``delay = max(0, latency_ewma - fast) * latency_weight + latency_ewma * error_ewma * error_weight``,
+    capped at ``max_delay``. A domain answering fast and without errors gets no delay at all.
+    """
+
+    fast: float = 1.0  # latency (s) below which a site is not slowed down for being slow
+    latency_weight: float = 1.0
+    error_weight: float = 8.0
+    max_delay: float = 30.0
+    alpha: float = 0.2
+    latency_ewma: float = 0.0
+    error_ewma: float = 0.0
+    samples: int = 0
+
+    def observe(self, latency: float, error: bool) -> None:
+        if self.samples == 0:
+            self.latency_ewma = latency
+        else:
+            self.latency_ewma += self.alpha * (latency - self.latency_ewma)
+        self.error_ewma += self.alpha * ((1.0 if error else 0.0) - self.error_ewma)
+        self.samples += 1
+
+    @property
+    def delay(self) -> float:
+        slow = max(0.0, self.latency_ewma - self.fast) * self.latency_weight
+        erring = self.latency_ewma * self.error_ewma * self.error_weight if self.error_ewma > 0.01 else 0.0
+        return min(self.max_delay, slow + erring)
+
+
+@dataclass
+class _Domain:
+    tokens: int = 0
+    token_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    slots: list[str] = field(default_factory=list)  # leased members not in use
+    slots_all: dict[str, float] = field(default_factory=dict)  # member -> monotonic time leased
+    waiters: int = 0
+    slot_event: asyncio.Event = field(default_factory=asyncio.Event)
+    slot_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    adaptive: AdaptiveDelay = field(default_factory=AdaptiveDelay)
+    next_start: float = 0.0
+
+
+class RateWaitTooLong(Exception):
+    """The domain's rate limit would keep the task waiting longer than the worker holds a lease for it."""
+
+    def __init__(self, wait: float) -> None:
+        super().__init__(f"rate limit: next slot in {wait:.2f}s")
+        self.wait = wait
+
+
+class DomainLimiter:
+    """Pool-wide per-domain rate and concurrency, plus this worker's adaptive delay."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        key: Callable[[str, str], str],
+        worker_id: str,
+        *,
+        max_wait: float = 10.0,
+        on_wait: Callable[[str, float], None] | None = None,
+    ) -> None:
+        self.redis = redis
+        self.key = key  # (domain, kind) -> redis key
+        self.worker_id = worker_id
+        self.max_wait = max_wait
+        self.on_wait = on_wait
+        self._domains: dict[str, _Domain] = {}
+        self._gcra = redis.register_script(GCRA_LUA)
+        self._acquire = redis.register_script(SLOTS_ACQUIRE_LUA)
+        self._refresh = redis.register_script(SLOTS_REFRESH_LUA)
+        self._serial = itertools.count()
+
+    def _domain(self, domain: str) -> _Domain:
+        state = self._domains.get(domain)
+        if state is None:
+            state = self._domains[domain] = _Domain()
+        return state
+
+    def adaptive(self, domain: str) -> AdaptiveDelay:
+        return self._domain(domain).adaptive
+
+    async def take_token(
+        self, domain: str, rate: float, *, adaptive: bool = True, deadline: float | None = None
+    ) -> None:
+        """Wait for one request's worth of the domain's pool-wide rate (and this worker's adaptive delay).
+
+        Raises :class:`RateWaitTooLong` instead of waiting past ``deadline`` (monotonic seconds).
+        """
+        state = self._domain(domain)
+        if adaptive:
+            delay = state.adaptive.delay
+            if delay > 0:
+                now = time.monotonic()
+                start = max(now, state.next_start)
+                state.next_start = start + delay
+                if start > now:
+                    if deadline is not None and start > deadline:
+                        raise RateWaitTooLong(start - now)
+                    await asyncio.sleep(start - now)
+        interval_us = max(1, int(1_000_000 / rate))
+        burst = burst_for(rate)
+        async with state.token_lock:
+            while state.tokens <= 0:
+                want = token_batch(rate)
+                granted, wait_us = await self._gcra(keys=[self.key(domain, "rate")], args=[interval_us, burst, want])
+                granted = int(granted)
+                if granted > 0:
+                    state.tokens += granted
+                    break
+                wait = int(wait_us) / 1_000_000
+                if deadline is not None and time.monotonic() + wait > deadline:
+                    raise RateWaitTooLong(wait)
+                if self.on_wait is not None:
+                    self.on_wait(domain, wait)
+                await asyncio.sleep(wait)
+            state.tokens -= 1
+
+    @contextlib.asynccontextmanager
+    async def slot(self, domain: str, limit: int, *, deadline: float | None = None) -> AsyncIterator[None]:
+        """Hold one of the domain's pool-wide concurrency slots for the duration of the block."""
+        member = await self._take_slot(domain, limit, deadline)
+        try:
+            yield
+        finally:
+            await self._give_slot(domain, member)
+
+    async def _take_slot(self, domain: str, limit: int, deadline: float | None) -> str:
+        state = self._domain(domain)
+        state.waiters += 1
+        try:
+            pause = 0.01
+            while True:
+                if state.slots:
+                    return state.slots.pop()
+                async with state.slot_lock:
+                    if state.slots:
+                        return state.slots.pop()
+                    want = max(1, min(state.waiters, 8 if limit >= 16 else 1))
+                    first = next(self._serial)
+                    for _ in range(want - 1):
+                        next(self._serial)
+                    prefix = f"{self.worker_id}:"
+                    granted = int(
+                        await self._acquire(
+                            keys=[self.key(domain, "conc")], args=[limit, want, SLOT_LEASE_MS, prefix, first]
+                        )
+                    )
+                    if granted:
+                        now = time.monotonic()
+                        members = [f"{prefix}{first + i}" for i in range(granted)]
+                        for m in members:
+                            state.slots_all[m] = now
+                        state.slots.extend(members[1:])
+                        if len(members) > 1:
+                            state.slot_event.set()
+                        return members[0]
+                if deadline is not None and time.monotonic() + pause > deadline:
+                    raise RateWaitTooLong(pause)
+                state.slot_event.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(pause):
+                        await state.slot_event.wait()
+                pause = min(pause * 1.5, 0.2)
+        finally:
+            state.waiters -= 1
+
+    async def _give_slot(self, domain: str, member: str) -> None:
+        state = self._domain(domain)
+        leased = state.slots_all.get(member)
+        keep = state.waiters > 0 and leased is not None and time.monotonic() - leased < SLOT_HOLD_SECONDS
+        if keep:
+            state.slots.append(member)
+            state.slot_event.set()
+            return
+        state.slots_all.pop(member, None)
+        try:
+            await self.redis.zrem(self.key(domain, "conc"), member)
+        except Exception as exc:  # the lease expires by itself
+            log.warning("could not return slot %s of %s: %s", member, domain, exc)
+
+    async def refresh(self) -> None:
+        """Extend this worker's slot leases (called from the heartbeat loop)."""
+        for domain, state in list(self._domains.items()):
+            if state.slots_all:
+                await self._refresh(keys=[self.key(domain, "conc")], args=[SLOT_LEASE_MS, *state.slots_all])
+            elif state.waiters == 0 and state.tokens <= 0 and state.adaptive.delay == 0:
+                self._domains.pop(domain, None)
+
+    async def release_all(self) -> None:
+        for domain, state in list(self._domains.items()):
+            if state.slots_all:
+                with contextlib.suppress(Exception):
+                    await self.redis.zrem(self.key(domain, "conc"), *state.slots_all)
+                state.slots_all.clear()
+                state.slots.clear()
+
+
+# --- robots.txt ----------------------------------------------------------------------------------
+
+ALLOW_ALL = "A"
+DISALLOW_ALL = "D"
+ROBOTS_MAX_BYTES = 512 * 1024
+
+
+@dataclass
+class _Robots:
+    parser: Protego | None  # None: allow all
+    disallow_all: bool
+    expires: float
+
+
+class RobotsCache:
+    """robots.txt per scheme://host:port, parsed with protego, cached in Redis (TTL) and in memory.
+
+    Only one worker of the pool fetches a host's robots.txt at a time (a short Redis lock); the others
+    wait for the cached copy. 4xx means allow all; 5xx or an unreachable host fails the task as a
+    retryable error (RFC 9309 treats an unreachable robots.txt as complete disallow, temporarily).
+    """
+
+    def __init__(
+        self,
+        redis: Redis,
+        key: Callable[[str], str],
+        fetch: Callable[[str], Awaitable[tuple[int, str]]],
+        *,
+        local_seconds: float = 60.0,
+    ) -> None:
+        self.redis = redis
+        self.key = key
+        self.fetch = fetch  # url -> (status, text); raises FetchError
+        self.local_seconds = local_seconds
+        self._local: dict[str, _Robots] = {}
+        self._pending: dict[str, asyncio.Future[_Robots]] = {}
+        self.fetches = 0
+
+    async def allowed(self, url: str, user_agent: str, ttl: int) -> bool:
+        origin = _origin(url)
+        entry = self._local.get(origin)
+        if entry is None or entry.expires < time.monotonic():
+            entry = await self._load(origin, ttl)
+        if entry.disallow_all:
+            return False
+        if entry.parser is None:
+            return True
+        return bool(entry.parser.can_fetch(url, user_agent))
+
+    async def _load(self, origin: str, ttl: int) -> _Robots:
+        pending = self._pending.get(origin)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[_Robots] = asyncio.get_running_loop().create_future()
+        self._pending[origin] = future
+        try:
+            entry = await self._load_shared(origin, ttl)
+            self._local[origin] = entry
+            future.set_result(entry)
+            return entry
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # mark retrieved
+            raise
+        finally:
+            self._pending.pop(origin, None)
+
+    def _parse(self, raw: str, ttl: int) -> _Robots:
+        expires = time.monotonic() + min(ttl, self.local_seconds)
+        if raw == ALLOW_ALL:
+            return _Robots(None, False, expires)
+        if raw == DISALLOW_ALL:
+            return _Robots(None, True, expires)
+        return _Robots(Protego.parse(raw[1:]), False, expires)
+
+    async def _load_shared(self, origin: str, ttl: int) -> _Robots:
+        key = self.key(origin)
+        lock = key + ":lock"
+        deadline = time.monotonic() + 15
+        while True:
+            cached = await self.redis.get(key)
+            if cached is not None:
+                return self._parse(cached.decode("utf-8", "replace") if isinstance(cached, bytes) else cached, ttl)
+            if await self.redis.set(lock, "1", nx=True, ex=30) or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.05)
+        try:
+            raw = await self._fetch(origin)
+            await self.redis.set(key, raw, ex=ttl)
+            return self._parse(raw, ttl)
+        finally:
+            await self.redis.delete(lock)
+
+    async def _fetch(self, origin: str) -> str:
+        self.fetches += 1
+        try:
+            status, text = await self.fetch(origin + "/robots.txt")
+        except FetchError as exc:
+            if exc.failure_class == FailureClass.HTTP_4XX:
+                return ALLOW_ALL
+            if exc.failure_class in (FailureClass.TOO_LARGE, FailureClass.BAD_CONTENT):
+                return ALLOW_ALL
+            raise FetchError(
+                exc.failure_class if exc.failure_class != FailureClass.HTTP_429 else FailureClass.HTTP_5XX,
+                f"robots.txt of {origin} unavailable: {exc.message}",
+                retry_after=exc.retry_after,
+            ) from exc
+        if 200 <= status < 300:
+            return "R" + text
+        return ALLOW_ALL
+
+
+def _origin(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def robots_key_factory(prefix_key: Callable[[str, str], str]) -> Callable[[str], str]:
+    return lambda origin: prefix_key(origin, "robots")

@@ -1,0 +1,449 @@
+"""The worker process: claim loop, one heartbeat loop, task processing, graceful drain.
+
+Per task: look up the job's worker spec (cached), take a pool-wide concurrency slot for the domain,
+fetch (robots.txt and the pool-wide rate limit are checked before every hop), extract, enqueue
+discovered links (crawl mode), write the result to the job's sink and ack. Failures are classified:
+``Retry-After`` on 429/503 and long rate-limit waits give the task back with a delay (no attempt
+spent, no lease held while waiting); everything else goes to ``fail``, where the queue applies the
+job's retry policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.asyncio import Redis
+
+from trawl.api.policies import FailureClass
+from trawl.api.scrapejob import SinkKind
+from trawl.queue.model import QueueClient, Task
+
+from .extract import Extractor
+from .fetch import Fetcher, FetchError, FetchLimits
+from .jobspec import WorkerJobSpec, parse_worker_spec
+from .metrics import WorkerMetrics
+from .politeness import DomainLimiter, RateWaitTooLong, RobotsCache
+from .sinks import (
+    BatchingSink,
+    JsonLinesSink,
+    Record,
+    RedisStreamSink,
+    Sink,
+    SinkError,
+    WebhookSink,
+    record_key,
+)
+from .urlpolicy import IPNetwork, host_of, parse_networks
+
+log = logging.getLogger("trawl.worker")
+
+SINK_RETRY_DELAY = 5.0
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+@dataclass
+class WorkerConfig:
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    prefix: str = "trawl:{default/default}"
+    worker_id: str = field(default_factory=default_worker_id)
+    concurrency: int = 32
+    claim_batch: int = 0  # 0: a quarter of the concurrency
+    drain_seconds: float = 30.0
+    heartbeat_seconds: float = 5.0
+    metrics_port: int | None = None
+    allowed_cidrs: list[str] = field(default_factory=list)
+    max_rate_wait: float = 10.0  # wait longer than this for a domain and the task is given back with a delay
+    sink_capacity: int = 0  # 0: 4x concurrency
+    idle_poll_max: float = 0.5
+    json_lines_dir: str | None = None  # overrides the job's directory (tests, local runs)
+
+
+@dataclass
+class _Job:
+    spec: WorkerJobSpec
+    extractor: Extractor
+    sink: BatchingSink
+    limits: FetchLimits
+    headers: dict[str, str]
+
+
+class Worker:
+    def __init__(
+        self,
+        config: WorkerConfig,
+        queue: QueueClient,
+        redis: Redis,
+        keys: Any,
+        *,
+        metrics: WorkerMetrics | None = None,
+    ) -> None:
+        self.config = config
+        self.queue = queue
+        self.redis = redis
+        self.keys = keys
+        self.worker_id = config.worker_id
+        self.metrics = metrics or WorkerMetrics()
+        self.allowed: tuple[IPNetwork, ...] = parse_networks(config.allowed_cidrs)
+        self.fetcher = Fetcher(allowed=self.allowed, max_connections=max(64, config.concurrency * 2))
+        self.limiter = DomainLimiter(
+            redis, keys.rate_limit, self.worker_id, max_wait=config.max_rate_wait, on_wait=self._on_rate_wait
+        )
+        self.robots = RobotsCache(redis, lambda origin: keys.rate_limit(origin, "robots"), self._fetch_robots)
+        self._jobs: OrderedDict[str, _Job | None] = OrderedDict()
+        self._sinks: dict[tuple[Any, ...], BatchingSink] = {}
+        self._inflight: dict[asyncio.Task[None], Task] = {}
+        self._slot_free = asyncio.Event()
+        self._stop = asyncio.Event()
+        self.stopping = False
+        self.processed = 0
+        self._started = time.monotonic()
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        if not self.stopping:
+            log.info("drain requested", extra={"worker": self.worker_id, "in_flight": len(self._inflight)})
+            self.stopping = True
+            self.metrics.draining.set(1)
+            self._stop.set()
+            self._slot_free.set()
+
+    def install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop)
+
+    async def run(self) -> None:
+        await self.fetcher.start()
+        if self.config.metrics_port:
+            self.metrics.serve(self.config.metrics_port)
+        log.info(
+            "worker started",
+            extra={"worker": self.worker_id, "concurrency": self.config.concurrency, "prefix": self.config.prefix},
+        )
+        heartbeat = asyncio.create_task(self._heartbeat_loop(), name="heartbeat")
+        try:
+            await self._claim_loop()
+            await self._drain()
+        finally:
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await heartbeat
+            with contextlib.suppress(Exception):
+                await self.queue.heartbeat(self.worker_id, in_flight=len(self._inflight), draining=True)
+            await self.limiter.release_all()
+            for sink in self._sinks.values():
+                await sink.close()
+            await self.fetcher.close()
+            log.info("worker stopped", extra={"worker": self.worker_id, "processed": self.processed})
+
+    async def _drain(self) -> None:
+        """Let in-flight tasks finish within the grace period; give the rest back."""
+        deadline = time.monotonic() + max(0.0, self.config.drain_seconds - 1.0)
+        pending = set(self._inflight)
+        if pending:
+            log.info("draining", extra={"worker": self.worker_id, "in_flight": len(pending)})
+            _done, pending = await asyncio.wait(pending, timeout=max(0.0, deadline - time.monotonic()))
+        if pending:
+            log.info("releasing unfinished tasks", extra={"worker": self.worker_id, "count": len(pending)})
+            for t in pending:
+                t.cancel()
+            await asyncio.wait(pending, timeout=5.0)
+
+    # --- loops ---------------------------------------------------------------------------------
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            try:
+                await self.queue.heartbeat(self.worker_id, in_flight=len(self._inflight), draining=self.stopping)
+                await self.limiter.refresh()
+            except Exception as exc:
+                log.warning("heartbeat failed", extra={"worker": self.worker_id, "error": repr(exc)})
+            await asyncio.sleep(self.config.heartbeat_seconds)
+
+    async def _claim_loop(self) -> None:
+        conc = self.config.concurrency
+        batch = self.config.claim_batch or max(1, conc // 4)
+        idle = 0.01
+        loop = asyncio.get_running_loop()
+        while not self.stopping:
+            free = conc - len(self._inflight)
+            if free <= 0 or any(s.full for s in self._sinks.values()):
+                self._slot_free.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(0.5):
+                        await self._slot_free.wait()
+                continue
+            if free < batch and self._inflight:
+                # linger a moment so one round trip claims a fuller batch
+                linger_until = loop.time() + 0.005
+                while conc - len(self._inflight) < batch and not self.stopping:
+                    remaining = linger_until - loop.time()
+                    if remaining <= 0:
+                        break
+                    self._slot_free.clear()
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(remaining):
+                            await self._slot_free.wait()
+                if self.stopping:
+                    break
+                free = conc - len(self._inflight)
+            try:
+                tasks = await self.queue.claim(self.worker_id, min(free, batch))
+            except Exception as exc:
+                self.metrics.claim_calls.labels("error").inc()
+                log.warning("claim failed", extra={"worker": self.worker_id, "error": repr(exc)})
+                await self._sleep_unless_stopping(1.0)
+                continue
+            if not tasks:
+                self.metrics.claim_calls.labels("empty").inc()
+                await self._sleep_unless_stopping(idle)
+                idle = min(idle * 2, self.config.idle_poll_max)
+                continue
+            idle = 0.01
+            self.metrics.claim_calls.labels("tasks").inc()
+            self.metrics.claims.inc(len(tasks))
+            for task in tasks:
+                t = asyncio.create_task(self._process(task))
+                self._inflight[t] = task
+                t.add_done_callback(self._done)
+            self.metrics.in_flight.set(len(self._inflight))
+
+    def _done(self, t: asyncio.Task[None]) -> None:
+        self._inflight.pop(t, None)
+        self.processed += 1
+        self.metrics.in_flight.set(len(self._inflight))
+        self._slot_free.set()
+
+    async def _sleep_unless_stopping(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._stop.wait()
+
+    def _on_rate_wait(self, domain: str, wait: float) -> None:
+        self.metrics.rate_waits.inc(wait)
+
+    # --- jobs and sinks ------------------------------------------------------------------------
+
+    async def _job(self, job_id: str) -> _Job | None:
+        if job_id in self._jobs:
+            self._jobs.move_to_end(job_id)
+            return self._jobs[job_id]
+        raw = await self.queue.job_spec(job_id)
+        job = self._build_job(raw) if raw is not None else None
+        if job is not None:  # a missing spec is not cached: it may be registered a moment later
+            self._jobs[job_id] = job
+            while len(self._jobs) > 256:
+                self._jobs.popitem(last=False)
+        return job
+
+    def _build_job(self, raw: dict[str, Any]) -> _Job:
+        spec = parse_worker_spec(raw)
+        req = spec.request
+        limits = FetchLimits(
+            max_bytes=req.max_response_bytes,
+            max_redirects=req.max_redirects,
+            connect_timeout=req.connect_timeout_seconds,
+            read_timeout=req.timeout_seconds,
+            total_timeout=req.timeout_seconds,
+        )
+        extractor = Extractor(spec.extract, need_links=spec.crawl is not None)
+        return _Job(spec, extractor, self._sink_for(spec), limits, dict(req.headers))
+
+    def _sink_for(self, spec: WorkerJobSpec) -> BatchingSink:
+        out = spec.output
+        dedupe = self._dedupe_key
+        capacity = self.config.sink_capacity or 4 * self.config.concurrency
+        sink: Sink
+        if out.sink == SinkKind.JSON_LINES and out.json_lines is not None:
+            directory = self.config.json_lines_dir or out.json_lines.directory
+            ident: tuple[Any, ...] = ("jsonl", directory)
+            if ident not in self._sinks:
+                sink = JsonLinesSink(self.redis, dedupe, directory)
+                self._sinks[ident] = BatchingSink(sink, capacity=capacity)
+        elif out.sink == SinkKind.WEBHOOK and out.webhook is not None:
+            secret_env = spec.webhook_secret_env
+            secret_text = os.environ.get(secret_env) if secret_env else None
+            secret = secret_text.encode() if secret_text else None
+            ident = ("webhook", out.webhook.url, secret, out.webhook.batch_size)
+            if ident not in self._sinks:
+                sink = WebhookSink(
+                    self.redis,
+                    dedupe,
+                    out.webhook.url,
+                    secret=secret,
+                    batch_size=out.webhook.batch_size,
+                    allowed=self.allowed,
+                )
+                self._sinks[ident] = BatchingSink(
+                    sink, batch_size=out.webhook.batch_size, linger=0.05, capacity=capacity
+                )
+        else:
+            max_len = out.redis_stream.max_len if out.redis_stream is not None else 100_000
+            ident = ("stream", max_len)
+            if ident not in self._sinks:
+                sink = RedisStreamSink(self.redis, self.keys.results, max_len=max_len)
+                self._sinks[ident] = BatchingSink(sink, capacity=capacity)
+        return self._sinks[ident]
+
+    def _dedupe_key(self, job_id: str) -> str:
+        return str(self.keys.results(job_id)) + ":keys"
+
+    # --- one task ------------------------------------------------------------------------------
+
+    async def _fetch_robots(self, url: str) -> tuple[int, str]:
+        result = await self.fetcher.fetch(
+            url,
+            limits=FetchLimits(max_bytes=512 * 1024, max_redirects=5, total_timeout=15.0, read_timeout=15.0),
+            before_hop=None,
+        )
+        return result.status, result.text()
+
+    async def _process(self, task: Task) -> None:
+        started = time.monotonic()
+        outcome = "acked"
+        try:
+            outcome = await self._handle(task)
+        except asyncio.CancelledError:
+            outcome = "released"
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.queue.release(task, self.worker_id))
+            raise
+        except Exception as exc:  # a bug must not lose the task: fail it as Internal
+            log.exception("task crashed", extra={"worker": self.worker_id, "url": task.url})
+            outcome = "failed"
+            with contextlib.suppress(Exception):
+                await self.queue.fail(task, self.worker_id, FailureClass.INTERNAL.value, f"{type(exc).__name__}: {exc}")
+        finally:
+            self.metrics.outcomes.labels(outcome).inc()
+            self.metrics.task_seconds.observe(time.monotonic() - started)
+
+    async def _handle(self, task: Task) -> str:
+        job = await self._job(task.job_id)
+        if job is None:
+            log.warning("no spec for job; giving the task back", extra={"job": task.job_id, "url": task.url})
+            await self.queue.release(task, self.worker_id, delay=2.0)
+            return "released"
+        spec = job.spec
+        pol = spec.politeness
+        domain = host_of(task.url)
+        try:
+            fetch_started = time.monotonic()
+            async with self.limiter.slot(
+                domain, pol.max_concurrency_per_domain, deadline=time.monotonic() + self.config.max_rate_wait
+            ):
+                result = await self.fetcher.fetch(
+                    task.url,
+                    limits=job.limits,
+                    headers=job.headers,
+                    user_agent=spec.request.user_agent,
+                    before_hop=lambda url: self._before_hop(url, spec),
+                )
+            elapsed = time.monotonic() - fetch_started
+            if pol.adaptive_delay:
+                self.limiter.adaptive(domain).observe(elapsed, False)
+            self.metrics.fetches.labels("ok").inc()
+            self.metrics.fetch_seconds.observe(elapsed)
+            self.metrics.bytes.inc(len(result.body))
+            self.metrics.wire_bytes.inc(result.wire_bytes)
+        except RateWaitTooLong as exc:
+            self.metrics.deferrals.labels("rate_limit").inc()
+            await self.queue.release(task, self.worker_id, delay=max(exc.wait, 0.5))
+            return "released"
+        except FetchError as exc:
+            return await self._failed(task, job, domain, exc, time.monotonic() - fetch_started)
+
+        page = job.extractor.extract(result.body, task.url)
+        if spec.crawl is not None and page.links:
+            links = spec.crawl.select(page.links, task.url, task.depth)
+            if links:
+                added = await self.queue.enqueue_discovered(task, links)
+                self.metrics.discovered.inc(added)
+        if page.matched:
+            data: dict[str, Any] = {
+                "key": record_key(task.job_id, task.url),
+                "job": task.job_id,
+                "url": task.url,
+                "finalUrl": result.final_url,
+                "status": result.status,
+                "depth": task.depth,
+                "fetchedAt": round(time.time(), 3),
+                **page.data,
+            }
+            try:
+                await job.sink.put(Record(task.job_id, task.url, data))
+            except SinkError as exc:
+                log.warning("sink failed; task given back", extra={"job": task.job_id, "error": str(exc)})
+                await self.queue.release(task, self.worker_id, delay=SINK_RETRY_DELAY)
+                return "released"
+            self.metrics.results.inc()
+        await self.queue.ack(task, self.worker_id)
+        return "acked"
+
+    async def _before_hop(self, url: str, spec: WorkerJobSpec) -> None:
+        pol = spec.politeness
+        if pol.respect_robots_txt and not await self.robots.allowed(
+            url, spec.request.user_agent, pol.robots_cache_seconds
+        ):
+            raise FetchError(FailureClass.ROBOTS_DISALLOWED, f"robots.txt disallows {url}", url=url)
+        await self.limiter.take_token(
+            host_of(url),
+            pol.requests_per_second,
+            adaptive=pol.adaptive_delay,
+            deadline=time.monotonic() + self.config.max_rate_wait,
+        )
+
+    async def _failed(self, task: Task, job: _Job, domain: str, exc: FetchError, elapsed: float) -> str:
+        spec = job.spec
+        cls = exc.failure_class
+        self.metrics.fetches.labels(cls.value).inc()
+        retryable_net = cls in (
+            FailureClass.TIMEOUT,
+            FailureClass.CONNECTION,
+            FailureClass.HTTP_5XX,
+            FailureClass.HTTP_429,
+        )
+        if spec.politeness.adaptive_delay:
+            self.limiter.adaptive(domain).observe(elapsed, retryable_net)
+        log_extra = {"job": task.job_id, "url": task.url, "error_class": cls.value, "error": exc.message}
+        if (
+            cls in (FailureClass.HTTP_429, FailureClass.HTTP_5XX)
+            and exc.retry_after is not None
+            and spec.retry.honor_retry_after
+        ):
+            self.metrics.deferrals.labels("retry_after").inc()
+            log.info("deferred by Retry-After", extra={**log_extra, "delay": exc.retry_after})
+            await self.queue.release(task, self.worker_id, delay=exc.retry_after)
+            return "released"
+        outcome = await self.queue.fail(task, self.worker_id, cls.value, exc.message[:1024])
+        log.info("fetch failed", extra={**log_extra, "attempt": task.attempt, "dead": outcome.dead_lettered})
+        return "dead" if outcome.dead_lettered else "failed"
+
+
+async def run_worker(config: WorkerConfig) -> int:
+    """Build the queue client and run a worker until SIGTERM/SIGINT; returns the exit code."""
+    from trawl.queue import Queue
+    from trawl.queue.keys import Keys
+
+    redis = Redis.from_url(config.redis_url)
+    queue = Queue(redis, config.prefix)
+    worker = Worker(config, queue, redis, Keys(config.prefix))
+    worker.install_signal_handlers()
+    try:
+        await worker.run()
+    finally:
+        await redis.aclose()
+    return 0

@@ -1,0 +1,334 @@
+"""Result sinks: a Redis stream per job (default), JSON Lines files, and a webhook.
+
+Every record carries ``key`` = a hash of (job, URL). The Redis stream sink checks and records the key
+in the same Lua script that appends the entry, so a redelivered task never produces a second entry.
+The file and webhook sinks skip keys already recorded in Redis and record them once written (a
+worker killed between the write and the record can leave one duplicate line, which carries the same
+``key`` for consumers to drop).
+
+Writes are batched: :class:`BatchingSink` gathers records from many tasks and flushes them in one
+round trip, and ``put`` returns only once the record is durable, so the task is acked after its
+result is stored. Its bounded buffer is the worker's backpressure: claims stop while it is full.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import json
+import logging
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import aiohttp
+from redis.asyncio import Redis
+
+from .fetch import SafeResolver
+from .urlpolicy import IPNetwork
+
+log = logging.getLogger("trawl.worker.sinks")
+
+DEDUPE_TTL_SECONDS = 8 * 86400  # outlives the default finished-job retention (7 days)
+
+# KEYS[1] stream, KEYS[2] dedupe set. ARGV: maxlen, ttl, then (key, url, json) triples.
+STREAM_WRITE_LUA = """
+local written = 0
+for i = 3, #ARGV, 3 do
+  if redis.call('SADD', KEYS[2], ARGV[i]) == 1 then
+    redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'key', ARGV[i], 'url', ARGV[i + 1], 'data', ARGV[i + 2])
+    written = written + 1
+  end
+end
+if written > 0 then
+  local ttl = redis.call('PTTL', KEYS[1])
+  if ttl > 0 then
+    redis.call('PEXPIRE', KEYS[2], ttl)
+  else
+    redis.call('EXPIRE', KEYS[2], tonumber(ARGV[2]))
+  end
+end
+return written
+"""
+
+
+def record_key(job_id: str, url: str) -> str:
+    return hashlib.blake2b(f"{job_id}\n{url}".encode(), digest_size=16).hexdigest()
+
+
+def sign(secret: bytes, body: bytes) -> str:
+    """The X-Trawl-Signature header value: ``sha256=<hex HMAC-SHA256 of the body>``."""
+    return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
+
+
+@dataclass(slots=True)
+class Record:
+    job_id: str
+    url: str
+    data: dict[str, Any]  # the whole record as written (includes key, job, url)
+
+    @property
+    def key(self) -> str:
+        return str(self.data["key"])
+
+
+class SinkError(Exception):
+    """The sink could not store the records; the tasks go back to the queue without spending an attempt."""
+
+
+class Sink(Protocol):
+    async def write(self, job_id: str, records: Sequence[Record]) -> int: ...
+
+    async def close(self) -> None: ...
+
+
+def _dumps(data: dict[str, Any]) -> str:
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+class RedisStreamSink:
+    """XADD to the job's stream (bounded by MAXLEN ~, expiring with the job's keys)."""
+
+    def __init__(self, redis: Redis, stream_key: Any, *, max_len: int = 100_000) -> None:
+        self.redis = redis
+        self.stream_key = stream_key  # job_id -> key
+        self.max_len = max_len
+        self._script = redis.register_script(STREAM_WRITE_LUA)
+
+    async def write(self, job_id: str, records: Sequence[Record], *, max_len: int | None = None) -> int:
+        stream = self.stream_key(job_id)
+        args: list[Any] = [max_len or self.max_len, DEDUPE_TTL_SECONDS]
+        for rec in records:
+            args += [rec.key, rec.url, _dumps(rec.data)]
+        try:
+            return int(await self._script(keys=[stream, stream + ":keys"], args=args))
+        except Exception as exc:
+            raise SinkError(f"redis stream write failed: {exc}") from exc
+
+    async def close(self) -> None:
+        return None
+
+
+class _Deduped:
+    """Skip records whose key is recorded in Redis; record keys once written."""
+
+    def __init__(self, redis: Redis, dedupe_key: Any) -> None:
+        self.redis = redis
+        self.dedupe_key = dedupe_key  # job_id -> key
+
+    async def fresh(self, job_id: str, records: Sequence[Record]) -> list[Record]:
+        unique: dict[str, Record] = {}
+        for rec in records:
+            unique.setdefault(rec.key, rec)
+        keys = list(unique)
+        if not keys:
+            return []
+        seen = await self.redis.smismember(self.dedupe_key(job_id), keys)  # type: ignore[misc]
+        return [unique[k] for k, s in zip(keys, seen, strict=True) if not s]
+
+    async def mark(self, job_id: str, records: Sequence[Record]) -> None:
+        if not records:
+            return
+        key = self.dedupe_key(job_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.sadd(key, *[r.key for r in records])
+            pipe.expire(key, DEDUPE_TTL_SECONDS)
+            await pipe.execute()
+
+
+class JsonLinesSink:
+    """Appends to ``<directory>/<job_id>.jsonl``: one line per record, written with O_APPEND."""
+
+    def __init__(self, redis: Redis, dedupe_key: Any, directory: str) -> None:
+        self.directory = Path(directory)
+        self._dedupe = _Deduped(redis, dedupe_key)
+
+    def path(self, job_id: str) -> Path:
+        return self.directory / f"{job_id}.jsonl"
+
+    def _append(self, path: Path, payload: bytes) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            view = memoryview(payload)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    async def write(self, job_id: str, records: Sequence[Record]) -> int:
+        try:
+            fresh = await self._dedupe.fresh(job_id, records)
+            if not fresh:
+                return 0
+            payload = "".join(_dumps(r.data) + "\n" for r in fresh).encode()
+            await asyncio.to_thread(self._append, self.path(job_id), payload)
+            await self._dedupe.mark(job_id, fresh)
+            return len(fresh)
+        except OSError as exc:
+            raise SinkError(f"json lines write failed: {exc}") from exc
+
+    async def close(self) -> None:
+        return None
+
+
+class WebhookSink:
+    """POSTs ``{"job": ..., "records": [...]}`` in batches, HMAC-SHA256-signed, retried with backoff."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        dedupe_key: Any,
+        url: str,
+        *,
+        secret: bytes | None,
+        batch_size: int = 50,
+        attempts: int = 4,
+        backoff: float = 0.5,
+        timeout: float = 15.0,
+        allowed: Sequence[IPNetwork] = (),
+    ) -> None:
+        self.url = url
+        self.secret = secret
+        self.batch_size = batch_size
+        self.attempts = attempts
+        self.backoff = backoff
+        self.timeout = timeout
+        self.allowed = tuple(allowed)
+        self._dedupe = _Deduped(redis, dedupe_key)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def _sess(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(resolver=SafeResolver(self.allowed), limit=8),
+                trust_env=False,
+            )
+        return self._session
+
+    async def _post(self, body: bytes) -> None:
+        session = await self._sess()
+        headers = {"Content-Type": "application/json", "User-Agent": "trawl-webhook/0.1"}
+        if self.secret is not None:
+            headers["X-Trawl-Signature"] = sign(self.secret, body)
+        last = ""
+        for attempt in range(self.attempts):
+            if attempt:
+                await asyncio.sleep(self.backoff * (2 ** (attempt - 1)))
+            try:
+                async with session.post(
+                    self.url, data=body, headers=headers, timeout=aiohttp.ClientTimeout(total=self.timeout)
+                ) as resp:
+                    if 200 <= resp.status < 300:
+                        return
+                    last = f"HTTP {resp.status}"
+                    if 400 <= resp.status < 500 and resp.status not in (408, 429):
+                        break
+            except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+                last = f"{type(exc).__name__}: {exc}"
+        raise SinkError(f"webhook {self.url} failed: {last}")
+
+    async def write(self, job_id: str, records: Sequence[Record]) -> int:
+        fresh = await self._dedupe.fresh(job_id, records)
+        for i in range(0, len(fresh), self.batch_size):
+            batch = fresh[i : i + self.batch_size]
+            body = json.dumps(
+                {"job": job_id, "sentAt": time.time(), "records": [r.data for r in batch]},
+                ensure_ascii=False,
+                separators=(",", ":"),
+                default=str,
+            ).encode()
+            await self._post(body)
+            await self._dedupe.mark(job_id, batch)
+        return len(fresh)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+@dataclass
+class _Pending:
+    record: Record
+    future: asyncio.Future[None]
+
+
+class BatchingSink:
+    """Gathers records per (sink, job) and flushes them together; ``put`` waits for durability.
+
+    ``capacity`` bounds the records waiting to be written: when the sink is slow, ``full`` turns true
+    and the claim loop stops claiming (backpressure).
+    """
+
+    def __init__(self, sink: Sink, *, batch_size: int = 64, linger: float = 0.005, capacity: int = 1024) -> None:
+        self.sink = sink
+        self.batch_size = batch_size
+        self.linger = linger
+        self.capacity = capacity
+        self._buffers: dict[str, list[_Pending]] = {}
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.waiting = 0
+        self.written = 0
+
+    @property
+    def full(self) -> bool:
+        return self.waiting >= self.capacity
+
+    async def put(self, record: Record) -> None:
+        loop = asyncio.get_running_loop()
+        item = _Pending(record, loop.create_future())
+        buf = self._buffers.setdefault(record.job_id, [])
+        buf.append(item)
+        self.waiting += 1
+        try:
+            if len(buf) >= self.batch_size:
+                self._flush_now(record.job_id)
+            elif record.job_id not in self._timers:
+                self._timers[record.job_id] = loop.call_later(self.linger, self._flush_now, record.job_id)
+            await item.future
+        finally:
+            self.waiting -= 1
+
+    def _flush_now(self, job_id: str) -> None:
+        timer = self._timers.pop(job_id, None)
+        if timer is not None:
+            timer.cancel()
+        batch = self._buffers.pop(job_id, None)
+        if not batch:
+            return
+        task = asyncio.get_running_loop().create_task(self._write(job_id, batch))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _write(self, job_id: str, batch: list[_Pending]) -> None:
+        try:
+            self.written += await self.sink.write(job_id, [p.record for p in batch])
+        except Exception as exc:
+            err = exc if isinstance(exc, SinkError) else SinkError(f"{type(exc).__name__}: {exc}")
+            for p in batch:
+                if not p.future.done():
+                    p.future.set_exception(err)
+            return
+        for p in batch:
+            if not p.future.done():
+                p.future.set_result(None)
+
+    async def flush(self) -> None:
+        for job_id in list(self._buffers):
+            self._flush_now(job_id)
+        if self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def close(self) -> None:
+        await self.flush()
+        with contextlib.suppress(Exception):
+            await self.sink.close()

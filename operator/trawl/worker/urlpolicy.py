@@ -1,0 +1,245 @@
+"""URL and address policy: which peers a worker may connect to, URL canonicalisation and crawl scope.
+
+Pure functions, used by the fetcher (address checks on every hop) and by crawl mode (which discovered
+links are followed).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import posixpath
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+# Networks that are never fetched unless an allow-list names them. ``is_global`` covers most of them;
+# the explicit list documents intent and covers ranges whose flags differ between Python versions.
+BLOCKED_NETWORKS: tuple[IPNetwork, ...] = tuple(
+    ipaddress.ip_network(n)
+    for n in (
+        "0.0.0.0/8",  # "this network"
+        "10.0.0.0/8",  # private
+        "100.64.0.0/10",  # carrier-grade NAT
+        "127.0.0.0/8",  # loopback
+        "169.254.0.0/16",  # link-local, cloud metadata (169.254.169.254)
+        "172.16.0.0/12",  # private
+        "192.0.0.0/24",  # IETF protocol assignments
+        "192.0.2.0/24",  # TEST-NET-1
+        "192.88.99.0/24",  # 6to4 relay anycast
+        "192.168.0.0/16",  # private
+        "198.18.0.0/15",  # benchmarking
+        "198.51.100.0/24",  # TEST-NET-2
+        "203.0.113.0/24",  # TEST-NET-3
+        "224.0.0.0/4",  # multicast
+        "240.0.0.0/4",  # reserved, broadcast
+        "::/128",  # unspecified
+        "::1/128",  # loopback
+        "::ffff:0:0/96",  # IPv4-mapped (checked again through the embedded IPv4 address)
+        "64:ff9b::/96",  # NAT64 (embeds IPv4)
+        "64:ff9b:1::/48",  # local-use NAT64
+        "100::/64",  # discard
+        "2001::/23",  # IETF protocol assignments (Teredo, ORCHID...)
+        "2001:db8::/32",  # documentation
+        "2002::/16",  # 6to4 (embeds IPv4)
+        "fc00::/7",  # unique local
+        "fe80::/10",  # link-local
+        "fec0::/10",  # site-local (deprecated)
+        "ff00::/8",  # multicast
+    )
+)
+
+
+class BlockedAddressError(OSError):
+    """The peer address is not allowed (SSRF protection)."""
+
+
+def parse_networks(cidrs: Iterable[str] | None) -> tuple[IPNetwork, ...]:
+    return tuple(ipaddress.ip_network(c.strip(), strict=False) for c in cidrs or () if c.strip())
+
+
+def _embedded_ipv4(addr: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address carries (mapped, 6to4, NAT64, IPv4-compatible), if any."""
+    if addr.ipv4_mapped is not None:
+        return addr.ipv4_mapped
+    if addr.sixtofour is not None:
+        return addr.sixtofour
+    if addr.teredo is not None:
+        return addr.teredo[1]
+    packed = addr.packed
+    if packed[:12] == bytes(12) and int(addr) > 1:  # deprecated IPv4-compatible ::a.b.c.d
+        return ipaddress.IPv4Address(packed[12:])
+    if addr in ipaddress.IPv6Network("64:ff9b::/96"):
+        return ipaddress.IPv4Address(packed[12:])
+    return None
+
+
+def address_block_reason(address: str | IPAddress, allowed: Sequence[IPNetwork] = ()) -> str | None:
+    """Why ``address`` may not be connected to, or None when it may.
+
+    An address inside an allowed network is accepted. IPv6 forms embedding an IPv4 address are judged
+    by the IPv4 address, so ``::ffff:169.254.169.254`` is blocked exactly like ``169.254.169.254``.
+    """
+    try:
+        addr = ipaddress.ip_address(address.split("%", 1)[0] if isinstance(address, str) else address)
+    except ValueError:
+        return f"{address!r} is not an IP address"
+    if any(addr.version == net.version and addr in net for net in allowed):
+        return None
+    if isinstance(addr, ipaddress.IPv6Address):
+        inner = _embedded_ipv4(addr)
+        if inner is not None:
+            reason = address_block_reason(inner, allowed)
+            return None if reason is None else f"{addr} embeds {inner}: {reason}"
+    for net in BLOCKED_NETWORKS:
+        if addr.version == net.version and addr in net:
+            return f"{addr} is in blocked network {net}"
+    if not addr.is_global:
+        return f"{addr} is not a global address"
+    return None
+
+
+def check_address(address: str | IPAddress, allowed: Sequence[IPNetwork] = ()) -> None:
+    reason = address_block_reason(address, allowed)
+    if reason is not None:
+        raise BlockedAddressError(reason)
+
+
+# --- URL canonicalisation -----------------------------------------------------------------------
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_UNRESERVED_SAFE = "/:@!$&'()*+,;=-._~%"
+_QUERY_SAFE = "=&/:@!$'()*+,;?-._~%"
+
+
+def canonicalize(url: str, *, keep_fragment: bool = False) -> str | None:
+    """A canonical form of an absolute http(s) URL, or None when it is not one.
+
+    Lower-cases scheme and host, IDNA-encodes the host, drops default ports, the fragment and empty
+    query, resolves ``.``/``..`` segments and normalises percent-encoding (without changing meaning).
+    """
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORTS:
+        return None
+    try:
+        host = parts.hostname
+        port = parts.port
+    except ValueError:
+        return None
+    if not host:
+        return None
+    if ":" in host:  # IPv6 literal
+        try:
+            host = "[" + ipaddress.IPv6Address(host.split("%", 1)[0]).compressed + "]"
+        except ValueError:
+            return None
+    else:
+        host = host.rstrip(".")
+        try:
+            host = host.encode("idna").decode("ascii") if not host.isascii() else host.lower()
+        except UnicodeError:
+            return None
+        if not host or " " in host:
+            return None
+    netloc = host if port in (None, _DEFAULT_PORTS[scheme]) else f"{host}:{port}"
+    path = parts.path or "/"
+    if "." in path:
+        trailing = path.endswith("/") or path.endswith("/.") or path.endswith("/..")
+        path = posixpath.normpath(path)
+        if path.startswith("//"):
+            path = "/" + path.lstrip("/")
+        if trailing and path != "/":
+            path += "/"
+    path = quote(unquote(path), safe=_UNRESERVED_SAFE) if "%" in path or " " in path else path
+    query = parts.query
+    if query and ("%" in query or " " in query):
+        query = quote(unquote(query), safe=_QUERY_SAFE)
+    fragment = parts.fragment if keep_fragment else ""
+    return urlunsplit((scheme, netloc, path, query, fragment))
+
+
+def registrable_domain(host: str) -> str:
+    """A close approximation of the registrable domain (eTLD+1) without a public-suffix list.
+
+    Two labels, or three when the second-level label is a common generic one under a two-letter
+    country code (``example.co.uk``). IP addresses are their own domain.
+    """
+    host = host.lower().rstrip(".")
+    if host.startswith("[") or re.fullmatch(r"[0-9.]+", host):
+        return host
+    labels = host.split(".")
+    if len(labels) <= 2:
+        return host
+    if len(labels[-1]) == 2 and labels[-2] in {"co", "com", "net", "org", "gov", "edu", "ac", "or", "ne", "go"}:
+        return ".".join(labels[-3:])
+    return ".".join(labels[-2:])
+
+
+def host_of(url: str) -> str:
+    """host[:port] of a canonical URL (the unit of politeness: robots.txt, rate and concurrency)."""
+    return urlsplit(url).netloc.lower()
+
+
+@dataclass(frozen=True)
+class CrawlPolicy:
+    """Decides which discovered links of a crawl are followed."""
+
+    scope: str = "SameHost"  # or "SameDomain"
+    include: tuple[re.Pattern[str], ...] = ()
+    exclude: tuple[re.Pattern[str], ...] = ()
+    max_depth: int = 2
+
+    @classmethod
+    def build(
+        cls,
+        scope: str = "SameHost",
+        include: Sequence[str] | None = None,
+        exclude: Sequence[str] | None = None,
+        max_depth: int = 2,
+    ) -> CrawlPolicy:
+        return cls(
+            scope=scope,
+            include=tuple(re.compile(p) for p in include or ()),
+            exclude=tuple(re.compile(p) for p in exclude or ()),
+            max_depth=max_depth,
+        )
+
+    def in_scope(self, url: str, seed_host: str) -> bool:
+        host = urlsplit(url).hostname or ""
+        seed = seed_host.split(":", 1)[0] if not seed_host.startswith("[") else seed_host
+        if self.scope == "SameDomain":
+            domain = registrable_domain(seed)
+            return host == domain or host.endswith("." + domain)
+        return host_of(url) == seed_host
+
+    def follow(self, url: str, page_url: str, page_depth: int) -> bool:
+        """Whether ``url`` (canonical) found on ``page_url`` at ``page_depth`` is followed."""
+        if page_depth + 1 > self.max_depth:
+            return False
+        if not self.in_scope(url, host_of(page_url)):
+            return False
+        if self.include and not any(p.search(url) for p in self.include):
+            return False
+        return not any(p.search(url) for p in self.exclude)
+
+    def select(self, links: Iterable[str], page_url: str, page_depth: int) -> list[str]:
+        """Canonical, in-scope, deduplicated (order kept) links to enqueue from one page."""
+        if page_depth + 1 > self.max_depth:
+            return []
+        seen: set[str] = set()
+        out: list[str] = []
+        for link in links:
+            canon = canonicalize(link)
+            if canon is None or canon in seen or canon == page_url:
+                continue
+            seen.add(canon)
+            if self.follow(canon, page_url, page_depth):
+                out.append(canon)
+        return out

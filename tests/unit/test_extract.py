@@ -1,0 +1,80 @@
+"""Extraction with selectolax (CSS) and parsel (XPath); malformed HTML never raises."""
+
+from __future__ import annotations
+
+from trawl.dev.bookstore import PRODUCT_FIELDS, PRODUCT_XPATH_FIELD, Renderer, catalog, expected_record
+from trawl.worker.extract import ExtractOptions, Extractor
+
+PAGE = """<html><head><title>  A   Title </title><base href="/base/"></head><body>
+<h1 class="name">Widget</h1><p class="price">£9.99</p>
+<ul><li class="tag">a</li><li class="tag">b</li></ul>
+<a href="next.html">next</a><a href="http://other.test/x">x</a><a href="#top">top</a><a href="javascript:void(0)">j</a>
+<img src="img/1.png"><img src="/img/2.png">
+<script>var hidden = 1;</script><p>Visible text.</p>
+</body></html>"""
+
+
+def test_fields_links_images_title_text() -> None:
+    options = ExtractOptions.from_dict(
+        {
+            "fields": [
+                {"name": "name", "selector": "h1.name"},
+                {"name": "price", "selector": "//p[@class='price']", "kind": "XPath"},
+                {"name": "tags", "selector": "li.tag", "multiple": True},
+                {"name": "first_link", "selector": "a", "attribute": "href"},
+                {"name": "missing", "selector": ".nope"},
+                {"name": "hrefs", "selector": "//a/@href", "kind": "XPath", "multiple": True},
+            ],
+            "links": True,
+            "images": True,
+            "text": True,
+        }
+    )
+    page = Extractor(options).extract(PAGE, "http://shop.test/dir/page.html")
+    data = page.data
+    assert data["title"] == "A Title"
+    assert data["name"] == "Widget"
+    assert data["price"] == "£9.99"
+    assert data["tags"] == ["a", "b"]
+    assert data["first_link"] == "http://shop.test/base/next.html"
+    assert data["missing"] is None
+    assert data["hrefs"][:2] == ["http://shop.test/base/next.html", "http://other.test/x"]
+    assert data["links"] == ["http://shop.test/base/next.html", "http://other.test/x"]
+    assert data["images"] == ["http://shop.test/base/img/1.png", "http://shop.test/img/2.png"]
+    assert "Visible text." in data["text"] and "hidden" not in data["text"]
+
+
+def test_malformed_html_and_bad_selectors_do_not_raise() -> None:
+    options = ExtractOptions.from_dict(
+        {
+            "fields": [
+                {"name": "a", "selector": "p:::bad"},
+                {"name": "b", "selector": "//p[", "kind": "XPath"},
+                {"name": "c", "selector": "p", "multiple": True},
+            ],
+            "text": True,
+        }
+    )
+    extractor = Extractor(options, need_links=True)
+    for html in ["", "<", "<html><p>unclosed <b>bold <a href='x'>", "\x00\xff<p>bin</p>", b"\xff\xfe<p>bytes"]:
+        page = extractor.extract(html, "http://x.test/")
+        assert page.data["a"] is None
+        assert page.data["b"] is None
+        assert isinstance(page.data["c"], list)
+
+
+def test_only_matching_still_returns_links() -> None:
+    extractor = Extractor(ExtractOptions.from_dict({"onlyMatching": r"/product/"}), need_links=True)
+    page = extractor.extract(PAGE, "http://shop.test/category/1.html")
+    assert not page.matched and page.data == {} and page.links
+
+
+def test_bookstore_product_page_yields_the_expected_record() -> None:
+    renderer = Renderer(catalog(2, 5, 3))
+    options = ExtractOptions.from_dict({"fields": [*PRODUCT_FIELDS, PRODUCT_XPATH_FIELD]})
+    extractor = Extractor(options)
+    for product in renderer.cat.products:
+        html = renderer.product(product.id)
+        assert html is not None
+        data = extractor.extract(html, "http://b.test" + product.path).data
+        assert {k: data[k] for k in expected_record(product)} == expected_record(product)
