@@ -16,9 +16,11 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
+from redis.exceptions import RedisError
 
 from trawl.api.common import format_time
 from trawl.api.scrapepool import ScrapePoolSpec
+from trawl.queue import QueueUnavailable
 from trawl.queue.model import PoolSignals
 
 from . import kube
@@ -186,7 +188,7 @@ async def reconcile_pool(
         redis = await connections.for_pool(namespace, name, spec)
         queue = open_queue(redis, namespace, name, spec)
         signals = await queue.pool_signals()
-    except (RedisConfigError, RedisUnreachable, ConnectionError, TimeoutError, OSError) as exc:
+    except (RedisConfigError, RedisUnreachable, QueueUnavailable, RedisError, OSError) as exc:
         new["desiredReplicas"] = current
         return _finish(new, prev, generation, now, events, problem=("RedisUnavailable", str(exc)))
 
