@@ -68,6 +68,40 @@ def operator_cmd(
     )
 
 
+@app.command("worker")
+def worker_cmd(
+    redis_url: str = typer.Option("redis://127.0.0.1:6379/0", envvar="TRAWL_REDIS_URL", help="The pool's Redis."),
+    prefix: str = typer.Option(
+        "trawl:{default/default}", envvar="TRAWL_QUEUE_PREFIX", help="The pool's key prefix (with its hash tag)."
+    ),
+    concurrency: int = typer.Option(32, envvar="TRAWL_CONCURRENCY", help="Tasks in flight."),
+    drain_seconds: float = typer.Option(30.0, envvar="TRAWL_DRAIN_SECONDS", help="Grace period on SIGTERM."),
+    metrics_port: int = typer.Option(0, envvar="TRAWL_METRICS_PORT", help="Prometheus port (0: off)."),
+    allowed_cidrs: str = typer.Option(
+        "", envvar="TRAWL_ALLOWED_CIDRS", help="Comma-separated private/loopback networks the worker may fetch."
+    ),
+    worker_id: str = typer.Option("", envvar="TRAWL_WORKER_ID", help="Worker id (default: host-pid-random)."),
+    lease_seconds: float = typer.Option(30.0, envvar="TRAWL_LEASE_SECONDS", help="Lease of claimed tasks."),
+    log_level: str = typer.Option("INFO", envvar="TRAWL_LOG_LEVEL", help="Log level."),
+) -> None:
+    """Run a scrape worker: claim tasks of the pool, fetch, extract, write results."""
+    from trawl.worker.cli import main as worker_main
+
+    raise typer.Exit(
+        worker_main(
+            redis_url=redis_url,
+            prefix=prefix,
+            concurrency=concurrency,
+            drain_seconds=drain_seconds,
+            metrics_port=metrics_port,
+            allowed_cidrs=allowed_cidrs,
+            worker_id=worker_id,
+            lease_seconds=lease_seconds,
+            log_level=log_level,
+        )
+    )
+
+
 def main() -> None:
     app()
 

@@ -1,5 +1,5 @@
 """The scrape worker (`trawl worker`): claim loop, safe and polite fetching, extraction, crawl policy, sinks."""
 
-from .runner import Worker, WorkerConfig, run_worker
+from .runner import Worker, WorkerConfig
 
-__all__ = ["Worker", "WorkerConfig", "run_worker"]
+__all__ = ["Worker", "WorkerConfig"]

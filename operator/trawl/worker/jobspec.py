@@ -108,3 +108,30 @@ def parse_worker_spec(spec: dict[str, Any] | None) -> WorkerJobSpec:
         output=OutputSpec.model_validate(spec.get("output") or {}),
         webhook_secret_env=spec.get("webhook_secret_env"),
     )
+
+
+def build_job_config(job_id: str, job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec | None) -> Any:
+    """The queue's JobConfig for a job (retry policy, crawl caps, priority, dedupe) with its worker spec."""
+    from trawl.queue.model import JobConfig, RetryPolicy
+
+    spec = build_worker_spec(job_spec, pool_spec)
+    retry = ResolvedRetry.model_validate(spec["retry"])
+    dedupe = job_spec.dedupe
+    return JobConfig(
+        job_id=job_id,
+        priority=job_spec.priority,
+        retry=RetryPolicy(
+            max_attempts=retry.max_attempts,
+            backoff=str(retry.backoff.value),
+            initial_delay=retry.initial_delay_seconds,
+            max_delay=retry.max_delay_seconds,
+            jitter=retry.jitter,
+            retry_on=tuple(str(c.value) for c in retry.retry_on),
+            honor_retry_after=retry.honor_retry_after,
+        ),
+        max_pages=job_spec.crawl.max_pages if job_spec.crawl is not None else None,
+        max_depth=job_spec.crawl.max_depth if job_spec.crawl is not None else 0,
+        dedupe_across_jobs=dedupe.across_jobs if dedupe is not None else False,
+        dedupe_window_seconds=dedupe.window_seconds if dedupe is not None else 3600,
+        spec=spec,
+    )

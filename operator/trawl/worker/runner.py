@@ -380,6 +380,7 @@ class Worker:
                 "finalUrl": result.final_url,
                 "status": result.status,
                 "depth": task.depth,
+                "attempt": task.attempt,
                 "fetchedAt": round(time.time(), 3),
                 **page.data,
             }
@@ -431,19 +432,3 @@ class Worker:
         outcome = await self.queue.fail(task, self.worker_id, cls.value, exc.message[:1024])
         log.info("fetch failed", extra={**log_extra, "attempt": task.attempt, "dead": outcome.dead_lettered})
         return "dead" if outcome.dead_lettered else "failed"
-
-
-async def run_worker(config: WorkerConfig) -> int:
-    """Build the queue client and run a worker until SIGTERM/SIGINT; returns the exit code."""
-    from trawl.queue import Queue
-    from trawl.queue.keys import Keys
-
-    redis = Redis.from_url(config.redis_url)
-    queue = Queue(redis, config.prefix)
-    worker = Worker(config, queue, redis, Keys(config.prefix))
-    worker.install_signal_handlers()
-    try:
-        await worker.run()
-    finally:
-        await redis.aclose()
-    return 0

@@ -1,0 +1,77 @@
+"""Entry point of `trawl worker`: Redis connection from the environment, logging, the asyncio run."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from typing import Any
+
+from redis.asyncio import Redis
+
+from . import logs
+from .runner import Worker, WorkerConfig, default_worker_id
+
+
+def redis_from_env(url: str) -> Redis:
+    """A client for ``url`` plus TRAWL_REDIS_PASSWORD / TRAWL_REDIS_TLS* as the operator sets them."""
+    kwargs: dict[str, Any] = {"health_check_interval": 30, "socket_keepalive": True}
+    password = os.environ.get("TRAWL_REDIS_PASSWORD")
+    if password:
+        kwargs["password"] = password
+    if os.environ.get("TRAWL_REDIS_TLS") == "true" and url.startswith("redis://"):
+        url = "rediss://" + url[len("redis://") :]
+    if url.startswith("rediss://"):
+        if os.environ.get("TRAWL_REDIS_TLS_INSECURE") == "true":
+            kwargs["ssl_cert_reqs"] = "none"
+        ca = os.environ.get("TRAWL_REDIS_CA_PEM")
+        if ca:
+            kwargs["ssl_ca_data"] = ca
+    client: Redis = Redis.from_url(url, **kwargs)
+    return client
+
+
+async def _run(config: WorkerConfig, lease_seconds: float) -> int:
+    from trawl.queue import Queue
+    from trawl.queue.keys import Keys
+
+    redis = redis_from_env(config.redis_url)
+    try:
+        queue = Queue(redis, config.prefix, lease_seconds=lease_seconds)
+        worker = Worker(config, queue, redis, Keys(config.prefix))
+        worker.install_signal_handlers()
+        await worker.run()
+        retire = getattr(queue, "retire_worker", None)
+        if retire is not None:
+            with contextlib.suppress(Exception):  # leases are released already; a stale entry ages out
+                await retire(config.worker_id)
+    finally:
+        await redis.aclose()
+    return 0
+
+
+def main(
+    *,
+    redis_url: str,
+    prefix: str,
+    concurrency: int = 32,
+    drain_seconds: float = 30.0,
+    metrics_port: int = 0,
+    allowed_cidrs: str = "",
+    worker_id: str = "",
+    lease_seconds: float = 30.0,
+    log_level: str = "INFO",
+) -> int:
+    wid = worker_id or default_worker_id()
+    logs.setup(log_level, worker=wid)
+    config = WorkerConfig(
+        redis_url=redis_url,
+        prefix=prefix,
+        worker_id=wid,
+        concurrency=concurrency,
+        drain_seconds=drain_seconds,
+        heartbeat_seconds=max(0.5, min(5.0, lease_seconds / 4)),
+        metrics_port=metrics_port or None,
+        allowed_cidrs=[c.strip() for c in allowed_cidrs.split(",") if c.strip()],
+    )
+    return asyncio.run(_run(config, lease_seconds))

@@ -1,0 +1,110 @@
+"""The safe fetcher against the real bookstore fixture site (on 127.0.0.2) and its hostile endpoints."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from trawl.api.policies import FailureClass
+from trawl.dev.bookstore import Bookstore
+from trawl.worker.fetch import Fetcher, FetchError, FetchLimits
+from trawl.worker.urlpolicy import parse_networks
+
+# The site listens on 127.0.0.2 and only that address is allowed: 127.0.0.1 (and localhost) stay blocked.
+ALLOWED = parse_networks(["127.0.0.2/32"])
+
+
+@pytest.fixture(scope="module")
+def site() -> Iterator[Bookstore]:
+    with Bookstore(host="127.0.0.2") as store:
+        yield store
+
+
+async def _fetch_error(url: str, limits: FetchLimits = FetchLimits()) -> FetchError:
+    async with Fetcher(allowed=ALLOWED) as fetcher:
+        with pytest.raises(FetchError) as err:
+            await fetcher.fetch(url, limits=limits)
+    return err.value
+
+
+async def test_fetches_a_page(site: Bookstore) -> None:
+    async with Fetcher(allowed=ALLOWED) as fetcher:
+        result = await fetcher.fetch(site.product_url(1))
+    assert result.status == 200 and b"<h1>" in result.body and result.content_type == "text/html"
+
+
+async def test_loopback_site_is_refused_without_allow_list(site: Bookstore) -> None:
+    async with Fetcher() as fetcher:
+        with pytest.raises(FetchError) as err:
+            await fetcher.fetch(site.product_url(1))
+    assert err.value.failure_class == FailureClass.BLOCKED_ADDRESS
+
+
+@pytest.mark.parametrize(
+    ("kind", "target"),
+    [
+        ("loopback", "127.0.0.1"),
+        ("metadata", "169.254.169.254"),
+        ("mapped", "::ffff:169.254.169.254"),
+        ("private", "10.0.0.1"),
+        ("localhost", "localhost"),
+    ],
+)
+async def test_redirects_to_internal_addresses_are_refused(site: Bookstore, kind: str, target: str) -> None:
+    started = time.monotonic()
+    error = await _fetch_error(f"{site.url}/hostile/redirect/{kind}")
+    assert error.failure_class == FailureClass.BLOCKED_ADDRESS, error
+    assert target.split(":")[-1] in str(error) or target in str(error)
+    assert time.monotonic() - started < 5  # refused before any connection attempt, not timed out
+    # the redirect itself was fetched from the allowed site; nothing reached the blocked target
+    assert any(e.path == f"/hostile/redirect/{kind}" for e in site.entries())
+
+
+async def test_redirect_within_allowed_site_is_followed(site: Bookstore) -> None:
+    async with Fetcher(allowed=ALLOWED) as fetcher:
+        result = await fetcher.fetch(f"{site.url}/hostile/redirect/to?url=/product/2.html")
+    assert result.final_url == site.product_url(2) and result.redirects == [site.product_url(2)]
+
+
+async def test_redirect_cap(site: Bookstore) -> None:
+    loop = f"{site.url}/hostile/redirect/to?url=/hostile/redirect/to%3Furl%3D/"
+    error = await _fetch_error(loop, FetchLimits(max_redirects=0))
+    assert "redirects" in error.message
+
+
+@pytest.mark.parametrize("kind", ["gzip", "br"])
+async def test_decompression_bomb_is_cut_at_the_cap(site: Bookstore, kind: str) -> None:
+    error = await _fetch_error(f"{site.url}/hostile/bomb/{kind}", FetchLimits(max_bytes=2 * 1024 * 1024))
+    assert error.failure_class == FailureClass.TOO_LARGE
+    assert "decompression" in error.message
+
+
+@pytest.mark.parametrize("with_length", [False, True])
+async def test_oversized_body_is_cut_at_the_cap(site: Bookstore, with_length: bool) -> None:
+    url = f"{site.url}/hostile/huge" + ("?length=1" if with_length else "")
+    started = time.monotonic()
+    error = await _fetch_error(url, FetchLimits(max_bytes=1024 * 1024))
+    assert error.failure_class == FailureClass.TOO_LARGE
+    assert time.monotonic() - started < 5
+
+
+async def test_one_byte_a_second_times_out(site: Bookstore) -> None:
+    started = time.monotonic()
+    error = await _fetch_error(f"{site.url}/hostile/drip", FetchLimits(total_timeout=2.5, read_timeout=2.5))
+    elapsed = time.monotonic() - started
+    assert error.failure_class == FailureClass.TIMEOUT
+    assert 2.0 <= elapsed < 4.0
+
+
+async def test_status_classes(site: Bookstore) -> None:
+    assert (await _fetch_error(f"{site.url}/hostile/404")).failure_class == FailureClass.HTTP_4XX
+    error = await _fetch_error(f"{site.url}/hostile/429?id=fetch-test")
+    assert error.failure_class == FailureClass.HTTP_429 and error.retry_after == 2.0
+    assert (await _fetch_error(f"{site.url}/hostile/503?id=fetch-test&fail=1")).failure_class == FailureClass.HTTP_5XX
+
+
+async def test_non_http_schemes_are_invalid() -> None:
+    error = await _fetch_error("file:///etc/passwd")
+    assert error.failure_class == FailureClass.INVALID_URL
