@@ -63,3 +63,25 @@ def operator(control_plane: ControlPlane, namespace: str, tmp_path_factory: pyte
     finally:
         proc.stop()
         print(f"--- operator log tail ({logs / 'operator.log'}):\n{proc.log_tail(80)}")
+
+
+@pytest.fixture
+def supervisor(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Runs `trawl worker` processes for the worker Deployments, as a kubelet would run their pods."""
+    from trawl.dev.supervisor import WorkerSupervisor
+
+    sup = WorkerSupervisor(control_plane.api_client(), tmp_path_factory.mktemp("workers"), drain_timeout=20)
+    sup.start()
+    try:
+        yield sup
+    finally:
+        sup.stop()
+
+
+@pytest.fixture
+def bookstore() -> Iterator[Any]:
+    """The bookstore fixture site on a loopback port (4 categories x 25 books, hostile endpoints)."""
+    from trawl.dev.bookstore import Bookstore
+
+    with Bookstore() as site:
+        yield site

@@ -25,6 +25,10 @@ def run(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not verbose:
+        # kopf logs every timer run at INFO ("Timer 'job_sync' succeeded."): one line per job per second.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+        logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     from . import handlers  # noqa: F401 - registers the handlers with kopf
 
     if metrics_port:
