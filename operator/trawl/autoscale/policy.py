@@ -7,9 +7,11 @@ Rules, in the order they apply (each is covered by tests/unit/test_autoscale_pol
 
 1. **Need (Little's law).** Outstanding work ``W = ready + delayed due soon + in flight`` must drain
    within ``targetDrainSeconds`` (T) while arrivals (λ) continue: ``need = ceil((W/T + λ) / μ)``
-   with μ the measured per-worker throughput. Without a saturated measurement μ falls back to
-   ``concurrency / mean service time`` (Little's law per worker); with no measurement at all the
-   answer is a bounded guess that grows at most 2x (or +4) per poll.
+   with μ the measured per-worker throughput; arrivals are sized for 80 % utilisation, and pods that
+   are not serving yet count only for the part of T after their start-up. Without a saturated
+   measurement μ falls back to ``concurrency / mean service time`` (Little's law per worker); with
+   no measurement at all the answer is a bounded guess: at most max(2 x current, current + 4), and
+   no growth while pods asked for earlier are still starting (they will bring the measurement).
 2. **Useful parallelism.** Never more workers than the work can keep busy: ``ceil(W / concurrency)``
    (plus the arrivals of one poll), and never above the rate-limit ceiling the caller computes from
    per-domain limits (the ceiling caps growth; it never removes workers that hold tasks).
@@ -38,6 +40,8 @@ from trawl.api.scrapepool import AutoscalingSpec
 GUARD_RELEASE_SHARE = 0.8
 # Cold start (nothing measured): grow at most to max(2 * current, current + COLD_START_STEP) per poll.
 COLD_START_STEP = 4
+# Steady state: size arrivals for this utilisation, so a Poisson stream does not queue behind full slots.
+TARGET_UTILIZATION = 0.8
 # Tasks longer than this share of the worker's drain period may not finish when their pod is removed.
 DRAIN_SAFE_SHARE = 1 / 3
 
@@ -72,6 +76,8 @@ class Observation:
     rate_limit_ceiling_replicas: int | None = None  # most workers per-domain limits let do useful work
     concurrency: int = 32  # task slots per worker (spec.worker.concurrency)
     drain_seconds: float = 30.0  # the workers' SIGTERM drain (spec.worker.drainSeconds)
+    serving_workers: int | None = None  # workers already reporting (None: assume all replicas serve)
+    startup_seconds: float = 15.0  # how long a new pod takes to serve (measured by the controller)
 
     @property
     def work(self) -> int:
@@ -133,12 +139,24 @@ def _need(spec: AutoscalingSpec, obs: Observation) -> tuple[int, str]:
     # plus the tasks one poll of arrivals brings.
     useful = math.ceil((work + obs.arrival_rate * 5.0) / obs.concurrency - 1e-9)
     if mu is None:
-        bound = max(2 * obs.current_replicas, obs.current_replicas + COLD_START_STEP)
+        starting = obs.serving_workers is not None and obs.serving_workers < obs.current_replicas
+        bound = (
+            obs.current_replicas if starting else max(2 * obs.current_replicas, obs.current_replicas + COLD_START_STEP)
+        )
+        bound = max(bound, 1)
         need = min(useful, bound)
         return need, f"{how}: bounded guess {need} for {work} tasks ({obs.concurrency} slots each)"
     t = float(spec.target_drain_seconds)
-    raw = (work / t + obs.arrival_rate) / mu
-    need = min(useful, math.ceil(raw - 1e-9))
+    # Work to finish within T: the backlog plus T seconds of arrivals at the target utilisation.
+    demand = work + obs.arrival_rate * t / TARGET_UTILIZATION
+    serving = obs.current_replicas if obs.serving_workers is None else min(obs.serving_workers, obs.current_replicas)
+    if demand <= serving * mu * t:
+        need = math.ceil(demand / (mu * t) - 1e-9)
+    else:
+        # Pods not serving yet lose their start-up time from the drain window (at most 3/4 of it).
+        late = t - min(obs.startup_seconds, 0.75 * t)
+        need = serving + math.ceil((demand - serving * mu * t) / (mu * late) - 1e-9)
+    need = min(useful, need)
     return need, (
         f"{work} tasks (ready {obs.ready}, due {obs.delayed_due_soon}, in flight {obs.in_flight}) "
         f"and {obs.arrival_rate:.3g}/s arriving at {how} drain in {t:g}s with {need}"

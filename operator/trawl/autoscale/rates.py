@@ -20,6 +20,8 @@ DEFAULT_TAU_SECONDS = 15.0
 WORKER_STALE_SECONDS = 30.0
 # A worker is saturated when its slots are this full (or when tasks wait in the ready queue).
 SATURATION_SHARE = 0.9
+# The last interval's failure share counts only when at least this many attempts finished in it.
+MIN_RECENT_ATTEMPTS = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,16 +34,25 @@ class Rates:
     failed_rate: float = 0.0  # failed attempts per second
     mean_service_seconds: float | None = None  # mean claim-to-finish time of an attempt
     per_worker_throughput: float | None = None  # attempts/s one worker finishes when it has enough work
+    recent_failure_rate: float | None = None  # failed share of the last interval (>= 10 attempts)
     active_workers: int = 0  # workers seen recently and not draining
     busy_workers: int = 0  # of those, workers holding in-flight tasks
 
     @property
-    def failure_rate(self) -> float | None:
-        """Share of recent attempts that failed, or None when nothing finished recently."""
+    def smoothed_failure_rate(self) -> float | None:
+        """Share of recent attempts that failed (smoothed), or None when nothing finished recently."""
         total = self.completed_rate + self.failed_rate
         if total <= 1e-9:
             return None
         return self.failed_rate / total
+
+    @property
+    def failure_rate(self) -> float | None:
+        """Fast to rise, slow to fall: the larger of the smoothed share and the last interval's."""
+        smoothed = self.smoothed_failure_rate
+        if self.recent_failure_rate is None:
+            return smoothed
+        return max(smoothed or 0.0, self.recent_failure_rate)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,8 +137,10 @@ def track(
         elif per_worker is not None and observed > per_worker:
             # Capacity is at least what the workers just did, saturated or not.
             per_worker = observed
+    recent = d_failed / finished if finished >= MIN_RECENT_ATTEMPTS else None
     rates = Rates(
         arrival_rate=arrival_rate,
+        recent_failure_rate=recent,
         throughput=throughput,
         completed_rate=completed_rate,
         failed_rate=failed_rate,

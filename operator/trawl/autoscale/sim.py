@@ -380,6 +380,7 @@ class Simulation:
             concurrency=self.pool.concurrency,
             drain_seconds=self.pool.drain_seconds,
             rate_limit_ceiling_replicas=ceiling,
+            startup_seconds=self.pool.startup_seconds,
         )
         self.state = result.state
         self._set_replicas(result.decision.desired, result.decision.reason)

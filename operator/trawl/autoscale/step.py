@@ -46,6 +46,7 @@ def observation(
     concurrency: int,
     drain_seconds: float,
     rate_limit_ceiling_replicas: int | None = None,
+    startup_seconds: float = 15.0,
 ) -> Observation:
     """The policy's input from a snapshot and the smoothed rates."""
     return Observation(
@@ -62,6 +63,8 @@ def observation(
         rate_limit_ceiling_replicas=rate_limit_ceiling_replicas,
         concurrency=concurrency,
         drain_seconds=drain_seconds,
+        serving_workers=rates.active_workers,
+        startup_seconds=startup_seconds,
     )
 
 
@@ -75,6 +78,7 @@ def step(
     drain_seconds: float = 30.0,
     rate_limit_ceiling_replicas: int | None = None,
     tau_seconds: float = DEFAULT_TAU_SECONDS,
+    startup_seconds: float = 15.0,
 ) -> StepResult:
     """Fold ``signals`` into the rates, decide, and return the decision with the next state."""
     st = state or PoolScalerState()
@@ -86,6 +90,7 @@ def step(
         concurrency=concurrency,
         drain_seconds=drain_seconds,
         rate_limit_ceiling_replicas=rate_limit_ceiling_replicas,
+        startup_seconds=startup_seconds,
     )
     decision = decide(spec, obs, st.policy)
     return StepResult(decision=decision, rates=tracker.rates, state=PoolScalerState(tracker, decision.state))
