@@ -1,0 +1,359 @@
+"""Hypothesis strategies for valid spec dicts in the camelCase wire form.
+
+Each object strategy is declared with :func:`obj`, which checks that it covers exactly the fields of
+its model: a field added to a model without a strategy here fails the tests (update this file).
+"""
+
+from __future__ import annotations
+
+import re
+import zoneinfo
+from typing import Any
+
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from trawl.api import policies, scrapejob, scrapepool
+from trawl.api.cronscrapejob import TIMEZONE_PATTERN, CronScrapeJobSpec, JobTemplateMetadata, ScrapeJobTemplate
+
+Strategy = st.SearchStrategy[Any]
+
+
+def obj(model: type[BaseModel], required: dict[str, Strategy], optional: dict[str, Strategy]) -> Strategy:
+    """A dict strategy for ``model``; every field of the model must be named in required or optional."""
+    aliases = {f.alias or name for name, f in model.model_fields.items()}
+    named = set(required) | set(optional)
+    missing, unknown = aliases - named, named - aliases
+    assert not missing and not unknown, f"{model.__name__}: no strategy for {missing}; not fields: {unknown}"
+    return st.fixed_dictionaries(required, optional=optional)
+
+
+def ints(lo: int, hi: int) -> Strategy:
+    return st.integers(min_value=lo, max_value=hi)
+
+
+def floats(lo: float, hi: float, exclude_min: bool = False) -> Strategy:
+    return st.floats(min_value=lo, max_value=hi, exclude_min=exclude_min, allow_nan=False, allow_infinity=False)
+
+
+def enum(values: Any) -> Strategy:
+    return st.sampled_from([v.value for v in values])
+
+
+def ordered(strategy: Strategy, low: str, high: str) -> Strategy:
+    """Dicts where ``low`` <= ``high`` when both are present (swapped into order, not filtered: faster)."""
+
+    def repair(d: dict[str, Any]) -> dict[str, Any]:
+        if low in d and high in d and d[low] > d[high]:
+            d[low], d[high] = d[high], d[low]
+        return d
+
+    return strategy.map(repair)
+
+
+# ------------------------------------------------------------------ scalars
+
+dns_label = st.from_regex(r"[a-z0-9]([-a-z0-9]{0,20}[a-z0-9])?", fullmatch=True)
+host = st.from_regex(r"[a-z0-9]{1,12}(\.[a-z0-9-]{1,8}){0,2}\.[a-z]{2,6}", fullmatch=True)
+path = st.from_regex(r"(/[A-Za-z0-9._~%!$&'()*+,;=:@-]{0,12}){0,3}(\?[a-z]{1,5}=[A-Za-z0-9]{0,5})?", fullmatch=True)
+http_url = st.builds("{}://{}{}".format, st.sampled_from(["http", "https"]), host, path)
+label_key = st.from_regex(r"[a-z]{1,10}(/[a-z]{1,10})?", fullmatch=True)
+label_map = st.dictionaries(label_key, st.text(max_size=20), max_size=4)
+regex = st.sampled_from([r"^https://", r"/page/\d+$", r"\.html?$", r"(?i)about", r"[a-z]+/[0-9]{2,}"])
+short_text = st.text(min_size=1, max_size=30)
+secret_ref = obj(
+    scrapejob.SecretKeyRef, {"name": dns_label, "key": st.from_regex(r"[-._a-zA-Z0-9]{1,20}", fullmatch=True)}, {}
+)
+
+# ------------------------------------------------------------------ policies
+
+request = obj(
+    policies.RequestSpec,
+    {},
+    {
+        "headers": st.dictionaries(st.from_regex(r"X-[A-Za-z]{1,10}", fullmatch=True), short_text, max_size=4),
+        "userAgent": short_text,
+        "timeoutSeconds": floats(0, 600, exclude_min=True),
+        "connectTimeoutSeconds": floats(0, 120, exclude_min=True),
+        "maxResponseBytes": ints(1, 1 << 30),
+        "maxRedirects": ints(0, 30),
+    },
+)
+politeness = obj(
+    policies.PolitenessSpec,
+    {},
+    {
+        "respectRobotsTxt": st.booleans(),
+        "requestsPerSecond": floats(0, 10000, exclude_min=True),
+        "maxConcurrencyPerDomain": ints(1, 1000),
+        "adaptiveDelay": st.booleans(),
+        "robotsCacheSeconds": ints(1, 604800),
+    },
+)
+retry = ordered(
+    obj(
+        policies.RetrySpec,
+        {},
+        {
+            "maxAttempts": ints(1, 100),
+            "backoff": enum(policies.BackoffKind),
+            "initialDelaySeconds": floats(0, 86400),
+            "maxDelaySeconds": floats(0, 86400),
+            "jitter": floats(0, 1),
+            "retryOn": st.lists(enum(policies.FailureClass), max_size=16),
+            "honorRetryAfter": st.booleans(),
+        },
+    ),
+    "initialDelaySeconds",
+    "maxDelaySeconds",
+)
+
+# ------------------------------------------------------------------ ScrapeJob
+
+crawl = obj(
+    scrapejob.CrawlSpec,
+    {},
+    {
+        "maxDepth": ints(0, 100),
+        "maxPages": ints(1, 1_000_000),
+        "scope": enum(scrapejob.CrawlScope),
+        "include": st.lists(regex, max_size=3),
+        "exclude": st.lists(regex, max_size=3),
+    },
+)
+field_rule = obj(
+    scrapejob.FieldRule,
+    {"name": st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,15}", fullmatch=True), "selector": short_text},
+    {
+        "kind": enum(scrapejob.SelectorKind),
+        "attribute": st.from_regex(r"[a-z-]{1,12}", fullmatch=True),
+        "multiple": st.booleans(),
+    },
+)
+extract = obj(
+    scrapejob.ExtractSpec,
+    {},
+    {
+        "fields": st.lists(field_rule, max_size=5, unique_by=lambda f: f["name"]),
+        "links": st.booleans(),
+        "images": st.booleans(),
+        "title": st.booleans(),
+        "text": st.booleans(),
+        "onlyMatching": regex,
+    },
+)
+url_range = ordered(
+    obj(
+        scrapejob.UrlRange,
+        {
+            "template": st.builds("https://{}/p/{{n}}{}".format, host, st.sampled_from(["", "?x=1", "/index.html"])),
+            "start": ints(0, 1000),
+            "end": ints(0, 2000),
+        },
+        {"step": ints(1, 50)},
+    ),
+    "start",
+    "end",
+)
+
+
+def _output(sink: str) -> Strategy:
+    settings = {
+        "redisStream": obj(scrapejob.RedisStreamSink, {}, {"maxLen": ints(1, 10_000_000)}),
+        "jsonLines": obj(
+            scrapejob.JsonLinesSink, {"directory": st.from_regex(r"/[a-z0-9/_-]{0,30}", fullmatch=True)}, {}
+        ),
+        "webhook": obj(
+            scrapejob.WebhookSink, {"url": http_url}, {"secretRef": secret_ref, "batchSize": ints(1, 1000)}
+        ),
+    }
+    key = {"RedisStream": "redisStream", "JsonLines": "jsonLines", "Webhook": "webhook"}[sink]
+    required = {"sink": st.just(sink), key: settings[key]}
+    optional = {k: v for k, v in settings.items() if k != key}
+    return obj(scrapejob.OutputSpec, required, optional)
+
+
+output = st.one_of(
+    st.sampled_from([s.value for s in scrapejob.SinkKind]).flatmap(_output),
+    st.just({}),  # every field defaulted
+)
+
+_urls = st.lists(http_url, min_size=1, max_size=8)
+_url_ranges = st.lists(url_range, min_size=1, max_size=3)
+
+
+def _job_spec(seeds: dict[str, Strategy], more: dict[str, Strategy]) -> Strategy:
+    return obj(
+        scrapejob.ScrapeJobSpec,
+        {"pool": dns_label, **seeds},
+        {**more, **_job_optional},
+    )
+
+
+_job_optional: dict[str, Strategy] = {
+    "crawl": crawl,
+    "extract": extract,
+    "request": request,
+    "politeness": politeness,
+    "retry": retry,
+    "priority": ints(0, 9),
+    "dedupe": obj(
+        scrapejob.DedupeSpec, {}, {"acrossJobs": st.booleans(), "windowSeconds": ints(1, 30 * 86400)}
+    ),
+    "activeDeadlineSeconds": ints(1, 10**9),
+    "suspend": st.booleans(),
+    "maxDeadLetters": ints(0, 10**6),
+    "ttlSecondsAfterFinished": ints(0, 10**9),
+    "output": output,
+}
+# A job needs urls or urlRanges (or both).
+scrape_job_spec = st.one_of(
+    _job_spec({"urls": _urls}, {"urlRanges": _url_ranges}),
+    _job_spec({"urlRanges": _url_ranges}, {"urls": st.nothing()}),
+)
+
+# ------------------------------------------------------------------ ScrapePool
+
+_redis_url = st.builds(
+    "{}://{}:{}/{}".format, st.sampled_from(["redis", "rediss"]), host, ints(1, 65535), ints(0, 15)
+)
+_redis_common = {
+    "passwordSecretRef": secret_ref,
+    "tls": obj(
+        scrapepool.RedisTLS,
+        {},
+        {"enabled": st.booleans(), "caSecretRef": secret_ref, "insecureSkipVerify": st.booleans()},
+    ),
+    "keyPrefix": st.from_regex(r"[A-Za-z0-9:_.-]{1,20}", fullmatch=True),
+}
+redis = st.one_of(
+    obj(scrapepool.RedisSpec, {"url": _redis_url}, {"urlSecretRef": st.nothing(), **_redis_common}),
+    obj(scrapepool.RedisSpec, {"urlSecretRef": secret_ref}, {"url": st.nothing(), **_redis_common}),
+)
+_quantity = st.sampled_from(["100m", "1", "2500m", "128Mi", "1Gi", "500M"])
+worker = obj(
+    scrapepool.WorkerSpec,
+    {},
+    {
+        "image": st.from_regex(r"[a-z0-9./-]{1,30}(:[a-z0-9.]{1,10})?", fullmatch=True),
+        "imagePullPolicy": st.sampled_from(["Always", "IfNotPresent", "Never"]),
+        "concurrency": ints(1, 2048),
+        "resources": obj(
+            scrapepool.Resources,
+            {},
+            {
+                "requests": st.dictionaries(st.sampled_from(["cpu", "memory"]), _quantity, max_size=2),
+                "limits": st.dictionaries(st.sampled_from(["cpu", "memory"]), _quantity, max_size=2),
+            },
+        ),
+        "env": st.lists(
+            obj(
+                scrapepool.EnvVar,
+                {"name": st.from_regex(r"[A-Z_][A-Z0-9_]{0,15}", fullmatch=True)},
+                {"value": st.text(max_size=20)},
+            ),
+            max_size=4,
+        ),
+        "drainSeconds": ints(1, 3600),
+        "allowedCidrs": st.lists(st.sampled_from(["10.0.0.0/8", "192.168.1.0/24", "127.0.0.1/32", "fd00::/8"])),
+        "nodeSelector": label_map,
+        "tolerations": st.lists(
+            st.fixed_dictionaries(
+                {"key": st.from_regex(r"[a-z]{1,10}", fullmatch=True), "operator": st.sampled_from(["Exists"])},
+                optional={"effect": st.sampled_from(["NoSchedule", "NoExecute"]), "tolerationSeconds": ints(0, 600)},
+            ),
+            max_size=3,
+        ),
+        "serviceAccountName": dns_label,
+        "podAnnotations": label_map,
+        "podLabels": label_map,
+        "metricsPort": ints(1024, 65535),
+    },
+)
+def _min_within_default_max(d: dict[str, Any]) -> dict[str, Any]:
+    """minReplicas alone must not exceed the default maxReplicas (10)."""
+    if "maxReplicas" not in d and d.get("minReplicas", 0) > 10:
+        d["minReplicas"] %= 11
+    return d
+
+
+autoscaling = ordered(
+    obj(
+        scrapepool.AutoscalingSpec,
+        {},
+        {
+            "enabled": st.booleans(),
+            "minReplicas": ints(0, 1000),
+            "maxReplicas": ints(1, 1000),
+            "targetDrainSeconds": ints(1, 86400),
+            "failureRateThreshold": floats(0, 1, exclude_min=True),
+            "scaleDownDelaySeconds": ints(0, 3600),
+            "idleSecondsBeforeZero": ints(0, 86400),
+            "pollSeconds": floats(1, 60),
+        },
+    ),
+    "minReplicas",
+    "maxReplicas",
+).map(_min_within_default_max)
+scrape_pool_spec = obj(
+    scrapepool.ScrapePoolSpec,
+    {"redis": redis},
+    {
+        "worker": worker,
+        "replicas": ints(0, 1000),
+        "autoscaling": autoscaling,
+        "queue": obj(
+            scrapepool.QueueSpec,
+            {},
+            {
+                "leaseSeconds": floats(2, 3600),
+                "maxStalls": ints(1, 100),
+                "finishedJobRetentionSeconds": ints(60, 10**8),
+            },
+        ),
+        "defaults": obj(
+            scrapepool.PoolDefaults, {}, {"request": request, "politeness": politeness, "retry": retry}
+        ),
+    },
+)
+
+# ------------------------------------------------------------------ CronScrapeJob
+
+
+def _cron_field(lo: int, hi: int) -> Strategy:
+    number = ints(lo, hi).map(str)
+    return st.one_of(
+        st.just("*"),
+        number,
+        ints(1, hi).map(lambda n: f"*/{n}"),
+        st.tuples(ints(lo, hi), ints(lo, hi)).map(lambda ab: f"{min(ab)}-{max(ab)}"),
+        st.lists(number, min_size=2, max_size=3, unique=True).map(",".join),
+    )
+
+
+schedule = st.one_of(
+    st.sampled_from(["@hourly", "@daily", "@weekly", "@monthly", "@yearly", "@midnight"]),
+    st.tuples(_cron_field(0, 59), _cron_field(0, 23), _cron_field(1, 28), _cron_field(1, 12), _cron_field(0, 6)).map(
+        " ".join
+    ),
+)
+_ZONES = sorted(z for z in zoneinfo.available_timezones() if re.match(TIMEZONE_PATTERN, z))
+cron_scrape_job_spec = obj(
+    CronScrapeJobSpec,
+    {
+        "schedule": schedule,
+        "jobTemplate": obj(
+            ScrapeJobTemplate,
+            {"spec": scrape_job_spec},
+            {"metadata": obj(JobTemplateMetadata, {}, {"labels": label_map, "annotations": label_map})},
+        ),
+    },
+    {
+        "timeZone": st.sampled_from(_ZONES),
+        "concurrencyPolicy": st.sampled_from(["Allow", "Forbid", "Replace"]),
+        "startingDeadlineSeconds": ints(0, 10**6),
+        "suspend": st.booleans(),
+        "successfulJobsHistoryLimit": ints(0, 100),
+        "failedJobsHistoryLimit": ints(0, 100),
+    },
+)
