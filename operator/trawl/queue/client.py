@@ -66,9 +66,14 @@ _RETRYABLE_ERRORS = (rexc.ConnectionError, rexc.TimeoutError, ConnectionError, T
 
 
 def load_script_source(name: str) -> str:
-    """The full source of a transition's script: ``lib.lua`` followed by ``<name>.lua``."""
+    """The full source of a transition's script: ``lib.lua`` followed by ``<name>.lua``.
+
+    The ``#!lua`` shebang (Redis 7) makes a cluster-mode server enforce that every key a script touches
+    is in the slot of its declared keys (scripts without it may cross slots on one node unnoticed).
+    """
     base = resources.files("trawl.queue") / "lua"
-    return (base / "lib.lua").read_text(encoding="utf-8") + "\n" + (base / f"{name}.lua").read_text(encoding="utf-8")
+    lib = (base / "lib.lua").read_text(encoding="utf-8")
+    return "#!lua\n" + lib + "\n" + (base / f"{name}.lua").read_text(encoding="utf-8")
 
 
 def _s(value: Any) -> str:
