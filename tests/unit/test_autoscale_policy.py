@@ -1,0 +1,335 @@
+"""The scaling policy, rule by rule (see the rules in trawl.autoscale.policy)."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from trawl.api.scrapepool import AutoscalingSpec
+from trawl.autoscale import Action, Observation, ScalerState, decide
+
+NOW = 10_000.0
+
+
+def spec(**kw: Any) -> AutoscalingSpec:
+    base: dict[str, Any] = {
+        "min_replicas": 0,
+        "max_replicas": 10,
+        "target_drain_seconds": 60,
+        "failure_rate_threshold": 0.5,
+        "scale_down_delay_seconds": 60,
+        "idle_seconds_before_zero": 120,
+    }
+    base.update(kw)
+    return AutoscalingSpec(**base)
+
+
+def obs(**kw: Any) -> Observation:
+    base: dict[str, Any] = {
+        "now": NOW,
+        "current_replicas": 2,
+        "per_worker_throughput": 20.0,
+        "mean_service_seconds": 1.5,
+        "failure_rate": 0.0,
+        "concurrency": 32,
+        "drain_seconds": 30.0,
+        "startup_seconds": 15.0,
+    }
+    base.update(kw)
+    return Observation(**base)
+
+
+OLD = ScalerState(last_change_at=NOW - 1000)
+PENDING = ScalerState(last_change_at=NOW - 1000, below_since=NOW - 61, below_peak=1)
+
+CASES: list[tuple[str, dict[str, Any], dict[str, Any], ScalerState, int, Action]] = [
+    # name, spec overrides, observation overrides, state, desired, action
+    # Rule 1: Little's law. 2400 tasks, 1 serving pod doing 20/s: 1200 in 60 s; the rest by new pods
+    # that serve 45 of the 60 s: 1 + ceil(1200 / (20 * 45)) = 3.
+    ("littles_law_up", {}, {"current_replicas": 1, "ready": 2400}, OLD, 3, Action.SCALE_UP),
+    # 30 in flight + 60 s of 40/s at 80 % utilisation = 3030 tasks: 1 + ceil(1830 / 900) = 4.
+    ("arrivals_count", {}, {"current_replicas": 1, "arrival_rate": 40.0, "in_flight": 30}, OLD, 4, Action.SCALE_UP),
+    ("huge_backlog_capped_at_max", {}, {"ready": 10**7}, OLD, 10, Action.SCALE_UP),
+    ("steady", {}, {"current_replicas": 1, "in_flight": 20, "arrival_rate": 10.0}, OLD, 1, Action.HOLD),
+    # No throughput measured yet: bounded guess, max(2 x current, current + 4) and useful parallelism.
+    (
+        "no_throughput_bounded_guess",
+        {},
+        {"current_replicas": 1, "ready": 1000, "per_worker_throughput": None, "mean_service_seconds": None},
+        OLD,
+        5,
+        Action.SCALE_UP,
+    ),
+    (
+        "no_throughput_wait_for_starting_pods",
+        {},
+        {
+            "current_replicas": 4,
+            "serving_workers": 1,
+            "ready": 1000,
+            "per_worker_throughput": None,
+            "mean_service_seconds": None,
+        },
+        OLD,
+        4,
+        Action.HOLD,
+    ),
+    (
+        "no_throughput_small_backlog",
+        {},
+        {"current_replicas": 1, "ready": 20, "per_worker_throughput": None, "mean_service_seconds": None},
+        OLD,
+        1,
+        Action.HOLD,
+    ),
+    # Service time alone gives a capacity (32 slots / 2 s = 16/s per worker).
+    (
+        "service_time_capacity",
+        {},
+        {"current_replicas": 1, "ready": 1920, "per_worker_throughput": None, "mean_service_seconds": 2.0},
+        OLD,
+        3,
+        Action.SCALE_UP,
+    ),
+    # Rule 2: never more workers than the work can keep busy (40 tasks, 32 slots: 2).
+    (
+        "useful_parallelism",
+        {},
+        {"current_replicas": 1, "ready": 40, "per_worker_throughput": 0.01},
+        OLD,
+        2,
+        Action.SCALE_UP,
+    ),
+    (
+        "rate_limit_ceiling",
+        {},
+        {"current_replicas": 1, "ready": 3000, "rate_limit_ceiling_replicas": 1},
+        OLD,
+        1,
+        Action.HOLD,
+    ),
+    (
+        "rate_limit_ceiling_from_zero",
+        {},
+        {"current_replicas": 0, "ready": 3000, "rate_limit_ceiling_replicas": 2},
+        OLD,
+        2,
+        Action.ACTIVATE,
+    ),
+    # min = max pins the count whatever the work.
+    ("min_eq_max_idle", {"min_replicas": 3, "max_replicas": 3}, {"current_replicas": 3}, PENDING, 3, Action.HOLD),
+    (
+        "min_eq_max_busy",
+        {"min_replicas": 3, "max_replicas": 3},
+        {"current_replicas": 3, "ready": 10**6},
+        OLD,
+        3,
+        Action.HOLD,
+    ),
+    ("below_min_goes_up", {"min_replicas": 4}, {"current_replicas": 2}, OLD, 4, Action.SCALE_UP),
+    # Rule 3: workers holding tasks stay while a backlog waits...
+    (
+        "busy_protected_with_backlog",
+        {},
+        {"current_replicas": 5, "ready": 10, "in_flight": 100, "busy_workers": 5, "per_worker_throughput": 1000.0},
+        PENDING,
+        5,
+        Action.HOLD,
+    ),
+    # ... or while tasks may outlive the drain (120 s tasks, 30 s drain) ...
+    (
+        "busy_protected_long_tasks",
+        {},
+        {
+            "current_replicas": 5,
+            "in_flight": 5,
+            "busy_workers": 5,
+            "mean_service_seconds": 120.0,
+            "per_worker_throughput": None,
+        },
+        PENDING,
+        5,
+        Action.HOLD,
+    ),
+    # ... but short tasks with nothing waiting drain on SIGTERM: scale down.
+    (
+        "short_tasks_drain",
+        {},
+        {"current_replicas": 5, "in_flight": 5, "busy_workers": 5},
+        PENDING,
+        1,
+        Action.SCALE_DOWN,
+    ),
+    # Rule 4: failure guard.
+    ("failure_burst_holds", {}, {"ready": 5000, "failure_rate": 0.9}, OLD, 2, Action.FAILURE_GUARD),
+    (
+        "failure_guard_hysteresis_holds",
+        {},
+        {"ready": 5000, "failure_rate": 0.45},
+        replace(OLD, guard_active=True),
+        2,
+        Action.FAILURE_GUARD,
+    ),
+    (
+        "failure_guard_released",
+        {},
+        {"ready": 5000, "failure_rate": 0.3},
+        replace(OLD, guard_active=True),
+        5,
+        Action.SCALE_UP,
+    ),
+    ("failure_below_threshold_scales", {}, {"ready": 5000, "failure_rate": 0.45}, OLD, 5, Action.SCALE_UP),
+    (
+        "failure_guard_allows_down",
+        {},
+        {"current_replicas": 5, "failure_rate": 0.9, "in_flight": 3},
+        replace(PENDING, guard_active=True),
+        1,
+        Action.SCALE_DOWN,
+    ),
+    (
+        "failure_guard_activation_one",
+        {},
+        {"current_replicas": 0, "ready": 5000, "failure_rate": 0.9},
+        OLD,
+        1,
+        Action.ACTIVATE,
+    ),
+    # Rule 5: down only after the delay, to the highest answer of the window.
+    ("down_waits", {}, {"current_replicas": 5, "in_flight": 3}, OLD, 5, Action.SCALE_DOWN_PENDING),
+    ("down_to_peak", {}, {"current_replicas": 5, "in_flight": 3}, replace(PENDING, below_peak=3), 3, Action.SCALE_DOWN),
+    (
+        "no_down_right_after_change",
+        {},
+        {"current_replicas": 5, "in_flight": 3},
+        replace(PENDING, last_change_at=NOW - 10),
+        5,
+        Action.SCALE_DOWN_PENDING,
+    ),
+    (
+        "zero_delay_down_at_once",
+        {"scale_down_delay_seconds": 0},
+        {"current_replicas": 5, "in_flight": 3},
+        OLD,
+        1,
+        Action.SCALE_DOWN,
+    ),
+    # Rule 6: zero and activation.
+    ("keep_one_until_idle", {}, {"current_replicas": 3}, replace(PENDING, idle_since=NOW - 30), 1, Action.SCALE_DOWN),
+    ("to_zero_after_idle", {}, {"current_replicas": 1}, replace(OLD, idle_since=NOW - 121), 0, Action.SCALE_TO_ZERO),
+    (
+        "not_zero_when_min_positive",
+        {"min_replicas": 1},
+        {"current_replicas": 1},
+        replace(OLD, idle_since=NOW - 1000),
+        1,
+        Action.HOLD,
+    ),
+    ("activate_on_first_task", {}, {"current_replicas": 0, "ready": 1}, OLD, 1, Action.ACTIVATE),
+    ("activate_on_due_delayed", {}, {"current_replicas": 0, "delayed_due_soon": 3}, OLD, 1, Action.ACTIVATE),
+    ("idle_at_zero", {}, {"current_replicas": 0}, OLD, 0, Action.HOLD),
+    (
+        "activate_big_backlog",
+        {},
+        {"current_replicas": 0, "ready": 100_000, "per_worker_throughput": None, "mean_service_seconds": None},
+        OLD,
+        4,
+        Action.ACTIVATE,
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "spec_kw", "obs_kw", "state", "desired", "action"), CASES, ids=[c[0] for c in CASES])
+def test_rule(
+    name: str, spec_kw: dict[str, Any], obs_kw: dict[str, Any], state: ScalerState, desired: int, action: Action
+) -> None:
+    d = decide(spec(**spec_kw), obs(**obs_kw), state)
+    assert (d.desired, d.action) == (desired, action), d.reason
+    assert d.reason
+    assert d.changed == (d.desired != d.current)
+    if d.changed:
+        assert d.state.last_change_at == NOW
+    assert spec(**spec_kw).min_replicas <= d.desired <= spec(**spec_kw).max_replicas or d.desired == 0
+
+
+def test_flags_for_conditions() -> None:
+    at_max = decide(spec(), obs(ready=10**7), OLD)
+    assert at_max.at_max and at_max.limited and not at_max.failure_guard
+    limited = decide(spec(), obs(ready=3000, rate_limit_ceiling_replicas=1), OLD)
+    assert limited.rate_limited and limited.limited
+    assert "rate limits" in limited.reason
+    guard = decide(spec(), obs(ready=5000, failure_rate=0.9), OLD)
+    assert guard.failure_guard and guard.state.guard_active
+    assert "90%" in guard.reason
+
+
+def test_disabled_keeps_current() -> None:
+    d = decide(spec(enabled=False), obs(ready=10**6, current_replicas=3))
+    assert (d.desired, d.action) == (3, Action.DISABLED)
+
+
+def test_unknown_failure_rate_keeps_guard_state() -> None:
+    d = decide(spec(), obs(ready=5000, failure_rate=None), replace(OLD, guard_active=True))
+    assert d.action is Action.FAILURE_GUARD
+
+
+def _run(sequence: list[Observation], s: AutoscalingSpec) -> list[int]:
+    state: ScalerState | None = None
+    current = sequence[0].current_replicas
+    out = []
+    for o in sequence:
+        d = decide(s, replace(o, current_replicas=current), state)
+        state, current = d.state, d.desired
+        out.append(current)
+    return out
+
+
+def test_scale_down_needs_the_whole_delay_then_goes_down_once() -> None:
+    seq = [obs(now=NOW + 5 * i, current_replicas=6, in_flight=3) for i in range(30)]
+    counts = _run(seq, spec())
+    first_down = counts.index(1)
+    assert counts[:first_down] == [6] * first_down
+    assert first_down * 5 >= 60
+    assert set(counts[first_down:]) == {1}
+
+
+def test_flapping_input_does_not_flap() -> None:
+    # Backlog alternates between 5000 and nothing every poll for ten minutes.
+    seq = [obs(now=NOW + 5 * i, current_replicas=1, ready=5000 if i % 2 == 0 else 0, in_flight=32) for i in range(120)]
+    counts = _run(seq, spec())
+    changes = sum(1 for a, b in itertools.pairwise(counts) if a != b)
+    assert counts[0] > 1
+    assert changes <= 1
+
+
+def test_slow_flapping_hysteresis() -> None:
+    # Busy for 40 s, quiet for 40 s: shorter than the 60 s delay, so it never goes down.
+    seq = [
+        obs(now=NOW + 5 * i, current_replicas=1, ready=3000 if (i // 8) % 2 == 0 else 0, in_flight=32)
+        for i in range(96)
+    ]
+    counts = _run(seq, spec())
+    # Up once at the first poll; at most one correction down (new pods counted as serving late),
+    # and never back up: no cycle.
+    changes = [(a, b) for a, b in itertools.pairwise(counts) if a != b]
+    assert counts[0] > 1
+    assert len(changes) <= 1
+    assert all(b < a for a, b in changes)
+
+
+def test_scale_to_zero_then_activation() -> None:
+    s = spec(idle_seconds_before_zero=120, scale_down_delay_seconds=60)
+    seq = [obs(now=NOW + 5 * i, current_replicas=3) for i in range(40)]
+    seq += [obs(now=NOW + 200 + 5 * i, current_replicas=0, ready=7) for i in range(2)]
+    counts = _run(seq, s)
+    assert counts[:12] == [3] * 12  # 60 s delay
+    assert 0 in counts[:40] and counts.index(0) * 5 >= 120
+    assert counts[40] >= 1  # first task: activation at once
+
+
+def test_pure_and_deterministic() -> None:
+    o = obs(ready=1234, in_flight=50, arrival_rate=3.0)
+    assert decide(spec(), o, OLD) == decide(spec(), o, OLD)

@@ -1,0 +1,140 @@
+"""Rates from successive queue snapshots, the rate-limit ceiling, and the controller's one-call step."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from trawl.api.scrapepool import AutoscalingSpec
+from trawl.autoscale import DomainBacklog, PoolScalerState, rate_limit_ceiling, step, track
+from trawl.queue.model import PoolSignals, WorkerActivity
+
+
+def snap(t: float, **kw: Any) -> PoolSignals:
+    workers = kw.pop("workers", None)
+    if workers is None:
+        n, per = kw.pop("n_workers", 2), kw.pop("per_worker_in_flight", 0)
+        workers = {f"w{i}": WorkerActivity(f"w{i}", per, t) for i in range(n)}
+    base: dict[str, Any] = {
+        "ready": 0,
+        "delayed": 0,
+        "delayed_due_soon": 0,
+        "in_flight": 0,
+        "dead": 0,
+        "completed_total": 0,
+        "failed_total": 0,
+        "service_seconds_total": 0.0,
+        "workers": workers,
+        "time": t,
+    }
+    base.update(kw)
+    return PoolSignals(**base)
+
+
+def test_first_snapshot_has_no_rates() -> None:
+    tr = track(None, snap(100.0, n_workers=3, per_worker_in_flight=1), concurrency=32)
+    assert tr.rates.throughput == 0 and tr.rates.per_worker_throughput is None
+    assert tr.rates.failure_rate is None and tr.rates.mean_service_seconds is None
+    assert (tr.rates.active_workers, tr.rates.busy_workers) == (3, 3)
+
+
+def test_rates_converge_to_the_true_values() -> None:
+    # 2 saturated workers finish 40 attempts/s, 10 % failing, 1.5 s each; 45/s arrive.
+    tr = None
+    for i in range(60):
+        t = 5.0 * i
+        done = 200 * i
+        tr = track(
+            tr,
+            snap(
+                t,
+                ready=100 + 25 * i,
+                in_flight=64,
+                completed_total=int(done * 0.9),
+                failed_total=done - int(done * 0.9),
+                service_seconds_total=1.5 * done,
+                per_worker_in_flight=32,
+            ),
+            concurrency=32,
+        )
+    assert tr is not None
+    r = tr.rates
+    assert r.throughput == pytest.approx(40, rel=0.02)
+    assert r.failure_rate == pytest.approx(0.1, abs=0.01)
+    assert r.mean_service_seconds == pytest.approx(1.5, rel=0.01)
+    assert r.per_worker_throughput == pytest.approx(20, rel=0.02)
+    assert r.arrival_rate == pytest.approx(45, rel=0.02)
+
+
+def test_unsaturated_workers_do_not_define_capacity() -> None:
+    tr = track(None, snap(0.0, per_worker_in_flight=1, in_flight=2), concurrency=32)
+    tr = track(
+        tr,
+        snap(5.0, per_worker_in_flight=1, in_flight=2, completed_total=10, service_seconds_total=10.0),
+        concurrency=32,
+    )
+    assert tr.rates.per_worker_throughput is None  # 1 task/s per worker says nothing about capacity
+    assert tr.rates.mean_service_seconds == pytest.approx(1.0)
+
+
+def test_failure_rate_rises_fast() -> None:
+    tr = None
+    for i in range(20):
+        tr = track(tr, snap(5.0 * i, completed_total=100 * i, service_seconds_total=100.0 * i), concurrency=32)
+    assert tr is not None and tr.rates.failure_rate == pytest.approx(0.0)
+    tr = track(tr, snap(100.0, completed_total=1905, failed_total=95, service_seconds_total=2000.0), concurrency=32)
+    assert tr.rates.failure_rate is not None and tr.rates.failure_rate >= 0.9
+    assert tr.rates.smoothed_failure_rate is not None and tr.rates.smoothed_failure_rate < 0.5
+
+
+def test_counter_reset_starts_over() -> None:
+    tr = track(None, snap(0.0, completed_total=1000, service_seconds_total=1000.0), concurrency=32)
+    tr = track(tr, snap(5.0, completed_total=3), concurrency=32)
+    assert tr.rates.throughput == 0 and tr.last.completed_total == 3
+
+
+def test_stale_and_draining_workers_are_not_capacity() -> None:
+    workers = {
+        "a": WorkerActivity("a", 3, 100.0),
+        "b": WorkerActivity("b", 0, 100.0),
+        "c": WorkerActivity("c", 5, 100.0, draining=True),
+        "d": WorkerActivity("d", 5, 10.0),
+    }
+    tr = track(None, snap(100.0, workers=workers), concurrency=32)
+    assert (tr.rates.active_workers, tr.rates.busy_workers) == (2, 1)
+
+
+def test_same_time_snapshot_is_ignored() -> None:
+    tr = track(None, snap(10.0, completed_total=5), concurrency=32)
+    again = track(tr, snap(10.0, completed_total=50), concurrency=32)
+    assert again.last.completed_total == 5
+
+
+@pytest.mark.parametrize(
+    ("domains", "service", "expected"),
+    [
+        ([], 1.0, None),
+        ([DomainBacklog(10, None)], 1.0, None),
+        ([DomainBacklog(3000, 5.0)], 1.5, 1),  # 7.5 slots, 32 per worker
+        ([DomainBacklog(3000, 50.0)], 2.0, 4),  # 100 slots
+        ([DomainBacklog(3000, 50.0), DomainBacklog(10, None)], 2.0, None),  # one unlimited domain: unbounded
+        ([DomainBacklog(3000, 50.0, max_concurrency=4)], 2.0, 1),
+        ([DomainBacklog(5, 50.0)] * 40, 2.0, 7),  # 40 domains x 5 tasks = 200 slots at most
+        ([DomainBacklog(0, 1.0)], 2.0, None),
+    ],
+)
+def test_rate_limit_ceiling(domains: list[DomainBacklog], service: float, expected: int | None) -> None:
+    assert rate_limit_ceiling(domains, mean_service_seconds=service, concurrency=32) == expected
+
+
+def test_step_keeps_everything_the_controller_needs() -> None:
+    spec = AutoscalingSpec(min_replicas=0, max_replicas=10)
+    r1 = step(spec, snap(0.0, n_workers=0), 0, None)
+    assert r1.decision.desired == 0
+    r2 = step(spec, snap(5.0, ready=500, n_workers=0), 0, r1.state)
+    assert r2.decision.changed and r2.decision.desired >= 1
+    assert isinstance(r2.state, PoolScalerState) and r2.state.rates is not None
+    assert r2.state.rates.last.time == 5.0
+    # Replaying the same inputs gives the same answer: the state is all there is.
+    assert step(spec, snap(5.0, ready=500, n_workers=0), 0, r1.state) == r2

@@ -1,0 +1,61 @@
+"""The pool simulator: deterministic, conserves tasks, and shows the properties the bench reports."""
+
+from __future__ import annotations
+
+import random
+
+from trawl.api.scrapepool import AutoscalingSpec
+from trawl.autoscale.kedahpa import KedaHpaConfig
+from trawl.autoscale.sim import PoolConfig, Trace, build_traces, percentile, simulate
+
+POOL = PoolConfig(AutoscalingSpec(min_replicas=0, max_replicas=10), KedaHpaConfig(max_replica_count=10))
+
+
+def burst(n: int = 2000, at: float = 30.0, duration: float = 900.0) -> Trace:
+    rng = random.Random(3)
+    return Trace("burst", "test", duration, [(at + i * 1e-3, rng.randrange(50)) for i in range(n)])
+
+
+def test_deterministic() -> None:
+    a, b = simulate(burst(), POOL, "trawl", seed=4), simulate(burst(), POOL, "trawl", seed=4)
+    assert (a.waits, a.replica_seconds, a.reasons) == (b.waits, b.replica_seconds, b.reasons)
+
+
+def test_every_task_runs_and_the_pool_returns_to_zero() -> None:
+    for policy in ("trawl", "keda"):
+        r = simulate(burst(), POOL, policy)
+        assert r.started == r.tasks == r.completed
+        assert r.samples[-1].replicas == 0, policy
+        assert r.interrupted == 0
+
+
+def test_trawl_reacts_faster_and_cheaper_on_a_burst() -> None:
+    t, k = simulate(burst(), POOL, "trawl"), simulate(burst(), POOL, "keda")
+    assert t.p95_wait < k.p95_wait
+    assert t.replica_seconds < k.replica_seconds
+
+
+def test_long_tasks_trawl_interrupts_nothing() -> None:
+    rng = random.Random(5)
+    trace = Trace(
+        "long",
+        "test",
+        1500.0,
+        sorted((30 + rng.uniform(0, 10), rng.randrange(50)) for _ in range(200)),
+        service_mean=120.0,
+        service_sigma=0.5,
+    )
+    assert simulate(trace, POOL, "trawl").interrupted == 0
+    assert simulate(trace, POOL, "keda").interrupted > 0
+
+
+def test_failure_window_no_trawl_scale_up() -> None:
+    trace = next(t for t in build_traces(1, quick=True) if t.name == "failing_downstream")
+    r = simulate(trace, POOL, "trawl")
+    assert r.scale_ups_while_failing == 0
+    assert r.failing_replica_seconds > 0
+
+
+def test_percentile() -> None:
+    assert percentile([], 0.95) == 0.0
+    assert percentile([float(i) for i in range(1, 101)], 0.95) == 95.0
