@@ -194,10 +194,10 @@ class DomainLimiter:
             if delay > 0:
                 now = time.monotonic()
                 start = max(now, state.next_start)
+                if deadline is not None and start > deadline:
+                    raise RateWaitTooLong(start - now)
                 state.next_start = start + delay
                 if start > now:
-                    if deadline is not None and start > deadline:
-                        raise RateWaitTooLong(start - now)
                     await asyncio.sleep(start - now)
         interval_us = max(1, int(1_000_000 / rate))
         burst = burst_for(rate)

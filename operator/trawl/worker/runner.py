@@ -340,19 +340,30 @@ class Worker:
         spec = job.spec
         pol = spec.politeness
         domain = host_of(task.url)
+        waited = 0.0  # time spent waiting for politeness (slot, robots, rate): not the site's latency
+
+        async def before_hop(url: str) -> None:
+            nonlocal waited
+            t0 = time.monotonic()
+            try:
+                await self._before_hop(url, spec)
+            finally:
+                waited += time.monotonic() - t0
+
+        fetch_started = time.monotonic()
         try:
-            fetch_started = time.monotonic()
             async with self.limiter.slot(
                 domain, pol.max_concurrency_per_domain, deadline=time.monotonic() + self.config.max_rate_wait
             ):
+                waited = time.monotonic() - fetch_started
                 result = await self.fetcher.fetch(
                     task.url,
                     limits=job.limits,
                     headers=job.headers,
                     user_agent=spec.request.user_agent,
-                    before_hop=lambda url: self._before_hop(url, spec),
+                    before_hop=before_hop,
                 )
-            elapsed = time.monotonic() - fetch_started
+            elapsed = time.monotonic() - fetch_started - waited
             if pol.adaptive_delay:
                 self.limiter.adaptive(domain).observe(elapsed, False)
             self.metrics.fetches.labels("ok").inc()
@@ -364,7 +375,7 @@ class Worker:
             await self.queue.release(task, self.worker_id, delay=max(exc.wait, 0.5))
             return "released"
         except FetchError as exc:
-            return await self._failed(task, job, domain, exc, time.monotonic() - fetch_started)
+            return await self._failed(task, job, domain, exc, time.monotonic() - fetch_started - waited)
 
         page = job.extractor.extract(result.body, task.url)
         if spec.crawl is not None and page.links:

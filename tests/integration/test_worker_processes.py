@@ -1,0 +1,167 @@
+"""`trawl worker` as real processes: a pool-wide rate limit shared by two workers; SIGTERM drain."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from trawl.api.scrapejob import ScrapeJobSpec
+from trawl.dev import procs
+from trawl.dev.bookstore import PRODUCT_FIELDS, Bookstore
+from trawl.dev.redis_server import RedisServer
+from trawl.queue import Queue
+from trawl.queue.keys import Keys
+from trawl.worker.jobspec import build_job_config
+
+PREFIX = "trawl:{test/procs}"
+
+
+@pytest.fixture
+def workers(tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for proc in started:
+        procs.stop(proc, timeout=10)
+
+
+def start_worker(
+    started: list[subprocess.Popen[bytes]], redis: RedisServer, name: str, log_dir: Path, **opts: Any
+) -> subprocess.Popen[bytes]:
+    argv = [
+        sys.executable, "-m", "trawl.cli", "worker", "--redis-url", redis.url, "--prefix", PREFIX,
+        "--allowed-cidrs", "127.0.0.2/32", "--worker-id", name, "--lease-seconds", "10",
+        "--concurrency", str(opts.get("concurrency", 8)), "--drain-seconds", str(opts.get("drain", 5)),
+    ]  # fmt: skip
+    proc = procs.start(argv, log_path=log_dir / f"{name}.log")
+    started.append(proc)
+    return proc
+
+
+async def submit(redis: aioredis.Redis, spec: dict[str, Any]) -> tuple[str, Queue]:
+    job = ScrapeJobSpec.model_validate({"pool": "procs", **spec})
+    job_id = uuid.uuid4().hex[:12]
+    queue = Queue(redis, PREFIX, lease_seconds=10)
+    await queue.register_job(build_job_config(job_id, job, None))
+    await queue.enqueue(job_id, job.seed_urls())
+    await queue.mark_enqueue_done(job_id)
+    return job_id, queue
+
+
+async def wait_finished(queue: Queue, job_id: str, limit: float) -> None:
+    deadline = time.monotonic() + limit
+    while not (await queue.job_stats(job_id)).finished:
+        assert time.monotonic() < deadline, await queue.job_stats(job_id)
+        await asyncio.sleep(0.1)
+
+
+async def records(redis: aioredis.Redis, job_id: str) -> list[dict[str, Any]]:
+    return [json.loads(f[b"data"]) for _id, f in await redis.xrange(Keys(PREFIX).results(job_id))]
+
+
+def processed(log: Path) -> int:
+    for line in log.read_text().splitlines():
+        if line.startswith("{") and json.loads(line).get("msg") == "worker stopped":
+            return int(json.loads(line)["processed"])
+    raise AssertionError(f"no 'worker stopped' line in {log}:\n{log.read_text()[-2000:]}")
+
+
+async def test_two_workers_share_a_domain_rate_limit(
+    redis_server: RedisServer, redis_client: aioredis.Redis, workers: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    with Bookstore(host="127.0.0.2") as site:
+        job_id, queue = await submit(
+            redis_client,
+            {
+                "urls": [site.product_url(i) for i in range(1, 41)],
+                "politeness": {"requestsPerSecond": 5, "maxConcurrencyPerDomain": 4, "respectRobotsTxt": False},
+            },
+        )
+        a = start_worker(workers, redis_server, "rate-a", tmp_path)
+        b = start_worker(workers, redis_server, "rate-b", tmp_path)
+        await wait_finished(queue, job_id, 40)
+        times = sorted(e.time for e in site.entries() if e.path.startswith("/product/"))
+    for proc in (a, b):
+        assert procs.stop(proc, timeout=15) == 0
+    assert len(times) == 40
+    # In every one-second window the site saw at most 5 requests from the two workers together.
+    worst = max(sum(1 for t in times[i:] if t < start + 1.0) for i, start in enumerate(times))
+    assert worst <= 5, worst
+    rate = (len(times) - 1) / (times[-1] - times[0])
+    assert 4.0 <= rate <= 5.05, rate  # and the limit was used, not undershot
+    # both workers did part of the work
+    assert processed(tmp_path / "rate-a.log") > 0 and processed(tmp_path / "rate-b.log") > 0
+    assert len(await records(redis_client, job_id)) == 40
+
+
+async def test_sigterm_mid_crawl_drains_and_nothing_is_lost_or_repeated(
+    redis_server: RedisServer, redis_client: aioredis.Redis, workers: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    with Bookstore(host="127.0.0.2", latency=0.3) as site:
+        job_id, queue = await submit(
+            redis_client,
+            {
+                "urls": [site.url + "/"],
+                "crawl": {"maxDepth": 10, "maxPages": 1000, "exclude": ["/private/"]},
+                "extract": {"fields": PRODUCT_FIELDS, "onlyMatching": r"/product/"},
+                "politeness": {"requestsPerSecond": 1000, "maxConcurrencyPerDomain": 8},
+            },
+        )
+        first = start_worker(workers, redis_server, "drain-a", tmp_path, drain=5)
+        deadline = time.monotonic() + 30
+        while len(await records(redis_client, job_id)) < 20:
+            assert time.monotonic() < deadline and first.poll() is None
+            await asyncio.sleep(0.05)
+        stats_before = await queue.job_stats(job_id)
+        assert stats_before.in_flight > 0 and not stats_before.finished  # really mid-crawl
+        started = time.monotonic()
+        assert procs.stop(first, timeout=15) == 0  # SIGTERM: exit 0...
+        assert time.monotonic() - started < 5 + 1  # ...within the grace period
+        assert (await queue.job_stats(job_id)).in_flight == 0  # nothing left leased to the gone worker
+        start_worker(workers, redis_server, "drain-b", tmp_path, drain=5)
+        await wait_finished(queue, job_id, 90)
+    recs = await records(redis_client, job_id)
+    urls = [r["url"] for r in recs]
+    assert len(urls) == len(set(urls)) == 100  # every product once, none twice
+    assert {r["url"]: {k: r[k] for k in ("name", "price")} for r in recs} == {
+        u: {"name": v["name"], "price": v["price"]} for u, v in site.expected().items()
+    }
+    stats = await queue.job_stats(job_id)
+    assert stats.dead == 0 and stats.succeeded == stats.total == 113
+
+
+async def test_sigterm_releases_what_cannot_finish_in_the_grace_period(
+    redis_server: RedisServer, redis_client: aioredis.Redis, workers: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    with Bookstore(host="127.0.0.2", latency=4.0) as site:
+        job_id, queue = await submit(
+            redis_client,
+            {
+                "urls": [site.product_url(i) for i in range(1, 13)],
+                "politeness": {"requestsPerSecond": 1000, "maxConcurrencyPerDomain": 8, "respectRobotsTxt": False},
+            },
+        )
+        first = start_worker(workers, redis_server, "slow-a", tmp_path, drain=2, concurrency=8)
+        deadline = time.monotonic() + 20
+        while (await queue.job_stats(job_id)).in_flight < 8:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        started = time.monotonic()
+        assert procs.stop(first, timeout=15) == 0
+        assert time.monotonic() - started < 2 + 1.5
+        stats = await queue.job_stats(job_id)
+        assert stats.in_flight == 0 and stats.pending == 12 and stats.succeeded == 0  # all given back at once
+        start_worker(workers, redis_server, "slow-b", tmp_path, drain=10, concurrency=12)
+        await wait_finished(queue, job_id, 40)
+    recs = await records(redis_client, job_id)
+    assert sorted(r["url"] for r in recs) == sorted(site.product_url(i) for i in range(1, 13))
+    assert {r["attempt"] for r in recs} == {1}  # releasing spent no attempt
