@@ -107,6 +107,8 @@ INVALID: list[Case] = [
     Case("redis-url-scheme", "ScrapePool", _pool(redis={"url": "http://redis:6379"}), "spec.redis.url", "redis.url"),
     Case("bad-cron", "CronScrapeJob", _cron(schedule="61 * * * *"), "spec.schedule", "schedule"),
     Case("cron-six-fields", "CronScrapeJob", _cron(schedule="0 0 * * * *"), "spec.schedule", "schedule"),
+    Case("cron-step-zero", "CronScrapeJob", _cron(schedule="*/0 * * * *"), "spec.schedule", "schedule"),
+    Case("cron-extension-l", "CronScrapeJob", _cron(schedule="0 0 L * *"), "spec.schedule", "schedule"),
     Case("bad-timezone-shape", "CronScrapeJob", _cron(timeZone="Not A/Zone!"), "spec.timeZone", "timeZone"),
     Case("concurrency-policy-enum", "CronScrapeJob", _cron(concurrencyPolicy="Sometimes"), "spec.concurrencyPolicy",
          "concurrencyPolicy"),

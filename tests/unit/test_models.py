@@ -74,6 +74,9 @@ def test_url_limit_is_exact() -> None:
         ("* 24 * * *", False),
         ("* * * 13 *", False),
         ("@every 5m", False),
+        ("*/0 * * * *", False),
+        ("0 0 * * 1#2", False),  # croniter extensions the API server's pattern rejects
+        (" 0 0 * * *", False),
         ("* * *", False),
         ("", False),
     ],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from enum import StrEnum
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -14,15 +15,15 @@ from .scrapejob import ScrapeJobSpec
 
 
 def _cron_field(value: str) -> str:
-    item = rf"(\*|{value}(-{value})?)(/[0-9]+)?"
+    item = rf"(\*|{value}(-{value})?)(/[1-9][0-9]*)?"
     return rf"{item}(,{item})*"
 
 
 _MONTHS = "jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec"
 _DAYS = "sun|mon|tue|wed|thu|fri|sat"
 # A shape check the API server can run (RE2); croniter then checks the full semantics.
-CRON_PATTERN = (
-    r"^(?i)(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|"
+_CRON_BODY = (
+    r"(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|"
     + r"\s+".join(
         [
             _cron_field(r"[0-5]?[0-9]"),
@@ -32,8 +33,12 @@ CRON_PATTERN = (
             rf"(\?|{_cron_field(rf'([0-7]|{_DAYS})')})",
         ]
     )
-    + r")$"
+    + r")"
 )
+CRON_PATTERN = rf"^(?i){_CRON_BODY}$"
+# The same check in Python (which only accepts inline flags at the very start), so pydantic and the
+# API server accept exactly the same shapes (no croniter extensions such as L, # or a leading space).
+_CRON_RE = re.compile(rf"^{_CRON_BODY}$", re.IGNORECASE)
 # IANA zone names: Area/Location[/Sub], or UTC-like single words.
 TIMEZONE_PATTERN = r"^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+){0,2}$"
 
@@ -90,6 +95,11 @@ class CronScrapeJobSpec(TrawlModel):
     @field_validator("schedule")
     @classmethod
     def _valid_schedule(cls, value: str) -> str:
+        if not _CRON_RE.match(value):
+            raise ValueError(
+                f"{value!r} is not a cron schedule: five fields (minute hour day-of-month month day-of-week) "
+                "of numbers, names, *, ranges, lists and steps, or @hourly, @daily, @weekly, @monthly, @yearly"
+            )
         if not croniter.is_valid(value):
             raise ValueError(f"{value!r} is not a valid cron schedule")
         if len(value.split()) not in (1, 5):
