@@ -1,0 +1,87 @@
+"""A minimal no-op worker process over :mod:`trawl.queue`, used by the crash test and the benchmark.
+
+``python -m trawl.queue.loadgen --url redis://... --prefix 'trawl:{ns/pool}' --worker-id w1`` claims
+batches, runs a no-op task per task, writes the tasks' Redis side effects in one pipeline per batch (a
+result per task keyed by (job, task) plus a log entry, and/or a completion mark), then acks the batch
+in one call. A heartbeat loop extends its leases. It runs until killed or, with ``--idle-exit``, until
+it has found nothing to claim for that many seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import time
+
+import redis.asyncio as aioredis
+
+from .client import Queue
+
+
+async def run(args: argparse.Namespace) -> None:
+    redis = aioredis.Redis.from_url(args.url)
+    q = Queue(redis, args.prefix, lease_seconds=args.lease, max_stalls=args.max_stalls)
+    in_flight = 0
+    stop = asyncio.Event()
+
+    async def heartbeats() -> None:
+        while not stop.is_set():
+            await q.heartbeat(args.worker_id, in_flight=in_flight)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), args.lease / 4)
+
+    hb = asyncio.create_task(heartbeats())
+    idle_since = time.monotonic()
+    try:
+        while True:
+            tasks = await q.claim(args.worker_id, args.batch)
+            if not tasks:
+                if args.idle_exit and time.monotonic() - idle_since > args.idle_exit:
+                    break
+                await asyncio.sleep(args.poll)
+                continue
+            idle_since = time.monotonic()
+            in_flight = len(tasks)
+            ids = [f"{t.job_id}|{t.task_id}" for t in tasks]
+            pipe = redis.pipeline(transaction=False)
+            if args.claims_key:
+                pipe.rpush(f"{args.claims_key}:{args.worker_id}", *ids)
+            if args.results_key:
+                pipe.hset(args.results_key, mapping=dict.fromkeys(ids, args.worker_id))
+                pipe.rpush(f"{args.results_key}:log", *(f"{i} {args.worker_id}" for i in ids))
+            if args.mark_key:
+                pipe.incrby(args.mark_key, len(tasks))
+            if args.task_seconds:
+                await asyncio.sleep(args.task_seconds)  # the batch's simulated work
+            if len(pipe):
+                await pipe.execute()
+            await q.ack_many(tasks, args.worker_id)
+            in_flight = 0
+    finally:
+        stop.set()
+        hb.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await hb
+        await redis.aclose()
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--url", required=True)
+    p.add_argument("--prefix", required=True)
+    p.add_argument("--worker-id", required=True)
+    p.add_argument("--batch", type=int, default=100)
+    p.add_argument("--lease", type=float, default=30.0)
+    p.add_argument("--max-stalls", type=int, default=3)
+    p.add_argument("--poll", type=float, default=0.005)
+    p.add_argument("--idle-exit", type=float, default=0.0)
+    p.add_argument("--task-seconds", type=float, default=0.0, help="simulated work per claimed batch")
+    p.add_argument("--claims-key", default="")
+    p.add_argument("--results-key", default="")
+    p.add_argument("--mark-key", default="")
+    asyncio.run(run(p.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main()
