@@ -118,6 +118,12 @@ def test_rejection_reads_well_in_kubectl(control_plane: ControlPlane, namespace:
     assert 'The ScrapeJob "bad" is invalid' in result.stderr
     assert 'spec.crawl.scope: Unsupported value: "Everywhere"' in result.stderr
     assert '"SameHost", "SameDomain"' in result.stderr
+    unknown = next(c for c in INVALID if c.id == "unknown-field")
+    strict = control_plane.kubectl(
+        "create", "--validate=strict", "-n", namespace, "-f", "-", input=json.dumps(unknown.manifest()), check=False
+    )
+    assert strict.returncode == 1
+    assert 'strict decoding error: unknown field "spec.colour"' in strict.stderr, strict.stderr
 
 
 def test_explain_prints_field_documentation(control_plane: ControlPlane) -> None:
