@@ -7,6 +7,7 @@ import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -17,6 +18,7 @@ import pytest
 from kubernetes.client import CoreV1Api, CustomObjectsApi, RbacAuthorizationV1Api
 from kubernetes.client.exceptions import ApiException
 
+from trawl.dev import procs
 from trawl.dev.controlplane import ControlPlane, find_assets
 
 CHILD = textwrap.dedent(
@@ -120,6 +122,31 @@ def test_failed_start_stops_what_it_started() -> None:
         cp.start()
     assert cp.pids == {}
     assert cp.workdir is not None and not cp.workdir.exists()
+
+
+def test_port_taken_before_bind_is_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+    """free_port() is racy: another process may bind the port first. Here one really does."""
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen()
+    taken = squatter.getsockname()[1]
+    real_free_port = procs.free_port
+    calls: list[int] = []
+
+    def free_port_taken_once(host: str = "127.0.0.1") -> int:
+        calls.append(1)
+        return taken if len(calls) == 3 else real_free_port(host)  # the 3rd port is the API server's
+
+    monkeypatch.setattr(procs, "free_port", free_port_taken_once)
+    cp = ControlPlane()
+    try:
+        cp.start()
+        assert cp.apiserver_port != taken
+        assert cp.kubectl("get", "--raw", "/readyz").stdout == "ok"
+    finally:
+        cp.stop()
+        squatter.close()
+    assert len(calls) >= 6, "expected a second round of ports"
 
 
 def test_admin_client_and_kubectl(control_plane: ControlPlane) -> None:

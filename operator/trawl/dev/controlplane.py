@@ -287,25 +287,41 @@ class ControlPlane:
             self.workdir = Path(tempfile.mkdtemp(prefix="trawl-k8s-", dir=base))
             self._own_dir = True
         self.workdir.mkdir(parents=True, exist_ok=True)
-        try:
-            self._write_pki()
-            self._start_etcd(assets / "etcd")
-            self._start_apiserver(assets / "kube-apiserver")
-            self._write_admin_kubeconfig()
-            self._wait_ready(began + self.start_timeout)
-        except BaseException:
-            self.stop()
-            raise
+        # A free port can be taken by someone else before the server binds it: retry with new ones.
+        auto_ports = not self.etcd_port and not self.apiserver_port
+        for attempt in range(3):
+            try:
+                if attempt == 0:
+                    self._write_pki()
+                self._start_etcd(assets / "etcd")
+                self._start_apiserver(assets / "kube-apiserver")
+                self._write_admin_kubeconfig()
+                self._wait_ready(began + self.start_timeout)
+                break
+            except BaseException as exc:
+                logs = self.log_tail("etcd", 200) + self.log_tail("kube-apiserver", 200)
+                clash = isinstance(exc, RuntimeError | TimeoutError) and "address already in use" in logs
+                if not (clash and auto_ports and attempt < 2):
+                    self.stop()
+                    raise
+                self._stop_processes()
+                self.etcd_port = self.apiserver_port = 0
+                shutil.rmtree(self.workdir / "etcd", ignore_errors=True)
+                for name in ("etcd.log", "kube-apiserver.log"):
+                    (self.workdir / name).unlink(missing_ok=True)
         self.startup_seconds = time.monotonic() - began
         return self
 
-    def stop(self) -> None:
-        """Stop the API server, then etcd, and remove the working directory if it was created here."""
+    def _stop_processes(self) -> None:
         for attr in ("_apiserver", "_etcd"):
             proc = getattr(self, attr)
             if proc is not None:
                 procs.stop(proc, timeout=5)
                 setattr(self, attr, None)
+
+    def stop(self) -> None:
+        """Stop the API server, then etcd, and remove the working directory if it was created here."""
+        self._stop_processes()
         if self._own_dir and self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
