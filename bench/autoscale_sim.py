@@ -96,31 +96,31 @@ def main(argv: list[str] | None = None) -> int:
     )
     head = (
         "| trace | policy | tasks | mean wait s | p95 wait s | replica-s | scale changes | interrupted "
-        "| replica-s while failing | scale-ups while failing | dead-lettered |"
+        "| replica-s while failing | scale-ups while failing | requests while failing | dead-lettered |"
     )
-    rows = [head, "|" + "---|" * 11]
+    rows = [head, "|" + "---|" * 12]
     worst_wait = worst_rs = 0.0
     fail_ups = interrupted = 0
     t0 = time.monotonic()
     for trace in build_traces(args.seed, args.quick):
-        results = {p: simulate(trace, pool, p, seed=args.seed) for p in ("trawl", "keda")}
+        results = {p: simulate(trace, pool, p, seed=args.seed) for p in ("trawl", "keda", "static_max")}
         for name, r in results.items():
             rows.append(
                 f"| {trace.name} | {name} | {r.tasks} | {r.mean_wait:.1f} | {r.p95_wait:.1f} | {r.replica_seconds:.0f} "
                 f"| {r.scale_changes} | {r.interrupted} | {r.failing_replica_seconds:.0f} "
-                f"| {r.scale_ups_while_failing} | {r.dead} |"
+                f"| {r.scale_ups_while_failing} | {r.attempts_while_failing} | {r.dead} |"
             )
         tr, kd = results["trawl"], results["keda"]
         wr, rr = ratio(tr.p95_wait, kd.p95_wait), ratio(tr.replica_seconds, kd.replica_seconds)
-        rows.append(
-            f"| {trace.name} | **ratio** | | {ratio(tr.mean_wait, kd.mean_wait):.2f} | {wr:.2f} | {rr:.2f} | | | | | |"
-        )
+        cells = [trace.name, "**trawl / keda**", "", f"{ratio(tr.mean_wait, kd.mean_wait):.2f}", f"{wr:.2f}"]
+        cells.append(f"{rr:.2f}")
+        rows.append("| " + " | ".join(cells + [""] * (12 - len(cells))) + " |")
         worst_wait, worst_rs = max(worst_wait, wr), max(worst_rs, rr)
         interrupted += tr.interrupted
         if trace.fail_windows:
             fail_ups += tr.scale_ups_while_failing
         if not args.no_plots:
-            plot(trace, results, args.plots / f"{trace.name}.png")
+            plot(trace, {k: v for k, v in results.items() if k != "static_max"}, args.plots / f"{trace.name}.png")
         print(f"# {trace.name}: {trace.description}", file=sys.stderr)
     print("\n".join(rows) if args.markdown else "\n".join(r.replace("**", "") for r in rows))
     print(f"# {time.monotonic() - t0:.1f}s", file=sys.stderr)

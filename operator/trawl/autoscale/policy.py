@@ -125,7 +125,7 @@ def _capacity(obs: Observation) -> tuple[float | None, str]:
         return obs.per_worker_throughput, f"{obs.per_worker_throughput:.3g}/s per worker measured"
     if obs.mean_service_seconds is not None and obs.mean_service_seconds > 0:
         mu = obs.concurrency / obs.mean_service_seconds
-        return mu, f"{mu:.3g}/s per worker from {obs.concurrency} slots / {obs.mean_service_seconds:.3g}s per task"
+        return mu, f"{mu:.3g}/s per worker ({obs.concurrency} slots / {obs.mean_service_seconds:.3g}s per task)"
     return None, "no throughput measured yet"
 
 
@@ -158,8 +158,8 @@ def _need(spec: AutoscalingSpec, obs: Observation) -> tuple[int, str]:
         need = serving + math.ceil((demand - serving * mu * t) / (mu * late) - 1e-9)
     need = min(useful, need)
     return need, (
-        f"{work} tasks (ready {obs.ready}, due {obs.delayed_due_soon}, in flight {obs.in_flight}) "
-        f"and {obs.arrival_rate:.3g}/s arriving at {how} drain in {t:g}s with {need}"
+        f"{work} tasks (ready {obs.ready}, due {obs.delayed_due_soon}, in flight {obs.in_flight}), "
+        f"{obs.arrival_rate:.3g}/s arriving, {how}: {need} workers drain it within {t:g}s"
     )
 
 

@@ -16,6 +16,8 @@ Both autoscalers see the same pool, the same trace and the same per-task random 
   controller sets ``pod-deletion-cost`` = in-flight tasks, so the ReplicaSet removes idle pods first.
 - ``keda``: :class:`trawl.autoscale.kedahpa.KedaHpaModel` on the ready-list length; the ReplicaSet
   removes not-ready pods first, then the most recently ready ones, whatever they are doing.
+- ``static_max``: a reference, ``maxReplicas`` pods serving from the start: the least wait any
+  policy capped at ``maxReplicas`` can reach, at the highest cost.
 
 Pure Python, deterministic for a given seed; no plotting here.
 """
@@ -101,6 +103,7 @@ class Result:
     interrupted: int
     dead: int
     completed: int
+    attempts_while_failing: int  # requests sent to the downstream while it fails
     samples: list[Sample]
     reasons: list[tuple[float, int, str]]
 
@@ -148,13 +151,15 @@ class _Pod:
         self.tasks: dict[int, _Task] = {}
 
 
+POLICIES = ("trawl", "keda", "static_max")
+
 # Event kinds, in tie-break order at equal times.
 _ARRIVAL, _DUE, _FINISH, _POD_READY, _DRAIN_END, _TRAWL, _KEDA, _HPA, _SAMPLE = range(9)
 
 
 class Simulation:
     def __init__(self, trace: Trace, pool: PoolConfig, policy: str, seed: int) -> None:
-        if policy not in ("trawl", "keda"):
+        if policy not in POLICIES:
             raise ValueError(policy)
         self.trace, self.pool, self.policy = trace, pool, policy
         self.rng = random.Random(seed * 7919 + 1)
@@ -187,7 +192,7 @@ class Simulation:
         self.waits: list[float] = []
         self.area = self.fail_area = 0.0
         self.last_t = 0.0
-        self.scale_changes = self.fail_scaleups = 0
+        self.scale_changes = self.fail_scaleups = self.fail_attempts = 0
         self.samples: list[Sample] = []
         self.reasons: list[tuple[float, int, str]] = []
         self.state: PoolScalerState | None = None
@@ -247,6 +252,8 @@ class Simulation:
             task.started = self.now
             self.waits.append(self.now - task.enqueued)
         task.run += 1
+        if self.trace.fail_windows and self.trace.failing(self.now):
+            self.fail_attempts += 1
         pod.tasks[task.id] = task
         service = task.services[task.attempt - 1]
         self._push(self.now + service, _FINISH, (pod.id, task, task.run))
@@ -405,6 +412,15 @@ class Simulation:
         phase = random.Random(zlib.crc32(self.trace.name.encode()))
         if self.policy == "trawl":
             self._push(phase.uniform(0, self.pool.autoscaling.poll_seconds), _TRAWL)
+        elif self.policy == "static_max":
+            # Reference, not an autoscaler: maxReplicas pods, already serving, all the time. No policy
+            # limited to maxReplicas can wait less (it is the bound the bench's wait ratios face).
+            for _ in range(self.pool.autoscaling.max_replicas):
+                pod = _Pod(self.next_pod, 0.0, 0.0)
+                pod.serving = True
+                self.next_pod += 1
+                self.pods[pod.id] = pod
+            self.spec_replicas = len(self.pods)
         else:
             self._push(phase.uniform(0, self.pool.keda.polling_interval), _KEDA)
             self._push(phase.uniform(0, self.pool.keda.hpa_sync_period), _HPA)
@@ -441,6 +457,7 @@ class Simulation:
             interrupted=self.interrupted,
             dead=self.dead,
             completed=self.completed,
+            attempts_while_failing=self.fail_attempts,
             samples=self.samples,
             reasons=self.reasons,
         )
