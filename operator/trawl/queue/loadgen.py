@@ -22,42 +22,17 @@ from .client import Queue
 async def run(args: argparse.Namespace) -> None:
     redis = aioredis.Redis.from_url(args.url)
     q = Queue(redis, args.prefix, lease_seconds=args.lease, max_stalls=args.max_stalls)
-    in_flight = 0
     stop = asyncio.Event()
 
     async def heartbeats() -> None:
         while not stop.is_set():
-            await q.heartbeat(args.worker_id, in_flight=in_flight)
+            await q.heartbeat(args.worker_id, in_flight=await redis.hlen(q.keys.worker(args.worker_id)))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), args.lease / 4)
 
     hb = asyncio.create_task(heartbeats())
-    idle_since = time.monotonic()
     try:
-        while True:
-            tasks = await q.claim(args.worker_id, args.batch)
-            if not tasks:
-                if args.idle_exit and time.monotonic() - idle_since > args.idle_exit:
-                    break
-                await asyncio.sleep(args.poll)
-                continue
-            idle_since = time.monotonic()
-            in_flight = len(tasks)
-            ids = [f"{t.job_id}|{t.task_id}" for t in tasks]
-            pipe = redis.pipeline(transaction=False)
-            if args.claims_key:
-                pipe.rpush(f"{args.claims_key}:{args.worker_id}", *ids)
-            if args.results_key:
-                pipe.hset(args.results_key, mapping=dict.fromkeys(ids, args.worker_id))
-                pipe.rpush(f"{args.results_key}:log", *(f"{i} {args.worker_id}" for i in ids))
-            if args.mark_key:
-                pipe.incrby(args.mark_key, len(tasks))
-            if args.task_seconds:
-                await asyncio.sleep(args.task_seconds)  # the batch's simulated work
-            if len(pipe):
-                await pipe.execute()
-            await q.ack_many(tasks, args.worker_id)
-            in_flight = 0
+        await asyncio.gather(*(loop(q, redis, args, i) for i in range(args.loops)))
     finally:
         stop.set()
         hb.cancel()
@@ -66,12 +41,41 @@ async def run(args: argparse.Namespace) -> None:
         await redis.aclose()
 
 
+async def loop(q: Queue, redis: aioredis.Redis, args: argparse.Namespace, index: int) -> None:
+    """One claim loop: claim a batch, run it, write its side effects in one pipeline, ack it in one call."""
+    idle_since = time.monotonic()
+    while True:
+        tasks = await q.claim(args.worker_id, args.batch)
+        if not tasks:
+            if args.idle_exit and time.monotonic() - idle_since > args.idle_exit:
+                return
+            await asyncio.sleep(args.poll)
+            continue
+        idle_since = time.monotonic()
+        ids = [f"{t.job_id}|{t.task_id}" for t in tasks]
+        pipe = redis.pipeline(transaction=False)
+        if args.claims_key:
+            pipe.rpush(f"{args.claims_key}:{args.worker_id}", *ids)
+        if args.results_key:
+            pipe.hset(args.results_key, mapping=dict.fromkeys(ids, args.worker_id))
+            pipe.rpush(f"{args.results_key}:log", *(f"{i} {args.worker_id}" for i in ids))
+        if args.mark_key:
+            for _ in tasks:  # each task marks its own completion; the batch sends them in one round trip
+                pipe.incr(args.mark_key)
+        if args.task_seconds:
+            await asyncio.sleep(args.task_seconds)  # the batch's simulated work
+        if len(pipe):
+            await pipe.execute()
+        await q.ack_many(tasks, args.worker_id)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--url", required=True)
     p.add_argument("--prefix", required=True)
     p.add_argument("--worker-id", required=True)
     p.add_argument("--batch", type=int, default=100)
+    p.add_argument("--loops", type=int, default=1, help="concurrent claim loops in the process")
     p.add_argument("--lease", type=float, default=30.0)
     p.add_argument("--max-stalls", type=int, default=3)
     p.add_argument("--poll", type=float, default=0.005)

@@ -12,8 +12,21 @@ local prefix, now, worker = ARGV[1], ARGV[2], ARGV[3]
 local wk, ck = KEYS[1], KEYS[2]
 local nonce = ARGV[7]
 if nonce ~= '' then
-  local prev = redis.call('HMGET', ck, 'n', 'r')
-  if prev[1] == nonce then return cjson.decode(prev[2]) end
+  -- Replay: the tasks this worker leased in that claim are those stamped with that claim's time.
+  local prev = redis.call('HMGET', ck, 'n', 't', 'd')
+  if prev[1] == nonce then
+    local replay = { prev[3] }
+    local stamp = prev[2] .. '|'
+    local all = redis.call('HGETALL', wk)
+    for i = 1, #all, 2 do
+      local v = all[i + 1]
+      if string.sub(v, 1, #stamp) == stamp then
+        replay[#replay + 1] = string.sub(all[i], 1, string.find(all[i], '|', 1, true) - 1)
+        replay[#replay + 1] = string.sub(v, #stamp + 1)
+      end
+    end
+    return replay
+  end
 end
 reap(prefix, KEYS[3], KEYS[4], KEYS[6], KEYS[7], ARGV[8], now, tonumber(ARGV[6]), 16)
 promote(prefix, KEYS[5], now, 16, 1000)
@@ -68,6 +81,6 @@ if #fields > 0 or redis.call('EXISTS', wk) == 1 then
   redis.call('ZADD', KEYS[3], deadline, worker)
 end
 if nonce ~= '' then
-  redis.call('HSET', ck, 'n', nonce, 'r', cjson.encode(out))
+  redis.call('HSET', ck, 'n', nonce, 't', now, 'd', deadline)
 end
 return out

@@ -1,0 +1,18 @@
+// BullMQ producer: adds N jobs with addBulk (removed when completed, like the other systems' tasks).
+const { Queue } = require('bullmq');
+const IORedis = require('ioredis');
+
+(async () => {
+  const n = parseInt(process.argv[2], 10);
+  const connection = new IORedis(process.env.BENCH_REDIS_URL, { maxRetriesPerRequest: null });
+  const queue = new Queue('bench', { connection });
+  for (let start = 0; start < n; start += 1000) {
+    const jobs = [];
+    for (let i = start; i < Math.min(n, start + 1000); i++) {
+      jobs.push({ name: 'noop', data: { i }, opts: { removeOnComplete: true, removeOnFail: true } });
+    }
+    await queue.addBulk(jobs);
+  }
+  await queue.close();
+  await connection.quit();
+})().catch((err) => { console.error(err); process.exit(1); });
