@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from trawl.worker.urlpolicy import (
     CrawlPolicy,
     address_block_reason,
     canonicalize,
+    canonicalize_slow,
     parse_networks,
     registrable_domain,
 )
@@ -115,3 +118,23 @@ def test_crawl_policy_scope_depth_include_exclude() -> None:
         "http://other.example.com/product/2.html",
     ]
     assert same_host.select(absolute, page, 2) == []  # depth 3 would exceed maxDepth 2
+
+
+_URL_PARTS = st.tuples(
+    st.sampled_from(["http", "https", "HTTP", "ftp"]),
+    st.sampled_from(["example.com", "Example.COM", "a.b.example.org", "127.0.0.1", "host.", "bücher.de", "[::1]"]),
+    st.sampled_from(["", ":80", ":443", ":8080", ":0", ":080", ":99999"]),
+    st.lists(st.sampled_from(["a", "b.html", ".", "..", "", "%7E", "x y", "~u", "p(1)", "q=1"]), max_size=5),
+    st.sampled_from(["", "?", "?a=1&b=2", "?u=http://x/y", "?q=%20"]),
+    st.sampled_from(["", "#frag"]),
+)
+
+
+@given(_URL_PARTS)
+def test_fast_path_agrees_with_the_full_canonicalisation(parts: tuple[str, str, str, list[str], str, str]) -> None:
+    scheme, host, port, segments, query, fragment = parts
+    url = f"{scheme}://{host}{port}" + ("/" + "/".join(segments) if segments else "") + query + fragment
+    assert canonicalize(url) == canonicalize_slow(url)
+    canon = canonicalize(url)
+    if canon is not None:
+        assert canonicalize(canon) == canon  # idempotent

@@ -67,12 +67,26 @@ def _clean(text: str) -> str:
     return _WS.sub(" ", text).strip()
 
 
-def _absolute(base: str, href: str | None) -> str | None:
+def _origin(url: str) -> str | None:
+    """``scheme://netloc`` of an absolute http(s) URL, or None."""
+    if not url.startswith(("http://", "https://")):
+        return None
+    end = url.find("/", url.index("//") + 2)
+    for stop in ("?", "#"):
+        cut = url.find(stop, url.index("//") + 2)
+        if cut != -1 and (end == -1 or cut < end):
+            end = cut
+    return url if end == -1 else url[:end]
+
+
+def _absolute(base: str, href: str | None, origin: str | None = None) -> str | None:
     if not href:
         return None
     href = href.strip()
     if not href or href.startswith(("#", "javascript:", "mailto:", "tel:", "data:")):
         return None
+    if origin is not None and href[0] == "/" and not href.startswith("//") and "\\" not in href:
+        return origin + href  # the common case, without urljoin's parsing
     try:
         return urljoin(base, href)
     except ValueError:
@@ -111,8 +125,9 @@ class Extractor:
             base = _absolute(url, base_node.attributes.get("href")) or url
         if self.need_links:
             links: list[str] = []
+            origin = _origin(base)
             for node in tree.css("a[href]"):
-                absolute = _absolute(base, node.attributes.get("href"))
+                absolute = _absolute(base, node.attributes.get("href"), origin)
                 if absolute is not None:
                     links.append(absolute)
             page.links = links

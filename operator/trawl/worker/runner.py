@@ -30,24 +30,14 @@ from trawl.queue.model import QueueClient, Task
 
 from .extract import Extractor
 from .fetch import Fetcher, FetchError, FetchLimits
+from .finish import Finish, Finisher
 from .jobspec import WorkerJobSpec, parse_worker_spec
 from .metrics import WorkerMetrics
 from .politeness import DomainLimiter, RateWaitTooLong, RobotsCache
-from .sinks import (
-    BatchingSink,
-    JsonLinesSink,
-    Record,
-    RedisStreamSink,
-    Sink,
-    SinkError,
-    WebhookSink,
-    record_key,
-)
+from .sinks import JsonLinesSink, Record, RedisStreamSink, Sink, WebhookSink, record_key
 from .urlpolicy import IPNetwork, host_of, parse_networks
 
 log = logging.getLogger("trawl.worker")
-
-SINK_RETRY_DELAY = 5.0
 
 
 def default_worker_id() -> str:
@@ -66,7 +56,7 @@ class WorkerConfig:
     metrics_port: int | None = None
     allowed_cidrs: list[str] = field(default_factory=list)
     max_rate_wait: float = 10.0  # wait longer than this for a domain and the task is given back with a delay
-    sink_capacity: int = 0  # 0: 4x concurrency
+    sink_capacity: int = 0  # tasks waiting for their results to be stored before claiming stops; 0: 4x concurrency
     idle_poll_max: float = 0.5
     json_lines_dir: str | None = None  # overrides the job's directory (tests, local runs)
 
@@ -75,7 +65,7 @@ class WorkerConfig:
 class _Job:
     spec: WorkerJobSpec
     extractor: Extractor
-    sink: BatchingSink
+    sink: Sink
     limits: FetchLimits
     headers: dict[str, str]
 
@@ -103,13 +93,15 @@ class Worker:
         )
         self.robots = RobotsCache(redis, lambda origin: keys.rate_limit(origin, "robots"), self._fetch_robots)
         self._jobs: OrderedDict[str, _Job | None] = OrderedDict()
-        self._sinks: dict[tuple[Any, ...], BatchingSink] = {}
+        self._sinks: dict[tuple[Any, ...], Sink] = {}
         self._inflight: dict[asyncio.Task[None], Task] = {}
         self._slot_free = asyncio.Event()
         self._stop = asyncio.Event()
         self.stopping = False
         self.processed = 0
         self._started = time.monotonic()
+        self.finisher = Finisher(queue, self.worker_id, self.metrics, on_finished=self._finished)
+        self.finish_capacity = config.sink_capacity or 4 * config.concurrency
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -135,15 +127,17 @@ class Worker:
             extra={"worker": self.worker_id, "concurrency": self.config.concurrency, "prefix": self.config.prefix},
         )
         heartbeat = asyncio.create_task(self._heartbeat_loop(), name="heartbeat")
+        self.finisher.start()
         try:
             await self._claim_loop()
             await self._drain()
         finally:
+            await self.finisher.close()
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await heartbeat
             with contextlib.suppress(Exception):
-                await self.queue.heartbeat(self.worker_id, in_flight=len(self._inflight), draining=True)
+                await self.queue.heartbeat(self.worker_id, in_flight=self.in_flight, draining=True)
             await self.limiter.release_all()
             for sink in self._sinks.values():
                 await sink.close()
@@ -168,7 +162,7 @@ class Worker:
     async def _heartbeat_loop(self) -> None:
         while True:
             try:
-                await self.queue.heartbeat(self.worker_id, in_flight=len(self._inflight), draining=self.stopping)
+                await self.queue.heartbeat(self.worker_id, in_flight=self.in_flight, draining=self.stopping)
                 await self.limiter.refresh()
             except Exception as exc:
                 log.warning("heartbeat failed", extra={"worker": self.worker_id, "error": repr(exc)})
@@ -181,7 +175,7 @@ class Worker:
         loop = asyncio.get_running_loop()
         while not self.stopping:
             free = conc - len(self._inflight)
-            if free <= 0 or any(s.full for s in self._sinks.values()):
+            if free <= 0 or self.finisher.count >= self.finish_capacity:
                 self._slot_free.clear()
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(0.5):
@@ -221,6 +215,15 @@ class Worker:
                 self._inflight[t] = task
                 t.add_done_callback(self._done)
             self.metrics.in_flight.set(len(self._inflight))
+
+    @property
+    def in_flight(self) -> int:
+        """Tasks this worker holds a lease on: being processed, or waiting for their results to be stored."""
+        return len(self._inflight) + self.finisher.count
+
+    def _finished(self, count: int) -> None:
+        self.metrics.in_flight.set(self.in_flight)
+        self._slot_free.set()
 
     def _done(self, t: asyncio.Task[None]) -> None:
         self._inflight.pop(t, None)
@@ -263,24 +266,21 @@ class Worker:
         extractor = Extractor(spec.extract, need_links=spec.crawl is not None)
         return _Job(spec, extractor, self._sink_for(spec), limits, dict(req.headers))
 
-    def _sink_for(self, spec: WorkerJobSpec) -> BatchingSink:
+    def _sink_for(self, spec: WorkerJobSpec) -> Sink:
         out = spec.output
         dedupe = self._dedupe_key
-        capacity = self.config.sink_capacity or 4 * self.config.concurrency
-        sink: Sink
         if out.sink == SinkKind.JSON_LINES and out.json_lines is not None:
             directory = self.config.json_lines_dir or out.json_lines.directory
             ident: tuple[Any, ...] = ("jsonl", directory)
             if ident not in self._sinks:
-                sink = JsonLinesSink(self.redis, dedupe, directory)
-                self._sinks[ident] = BatchingSink(sink, capacity=capacity)
+                self._sinks[ident] = JsonLinesSink(self.redis, dedupe, directory)
         elif out.sink == SinkKind.WEBHOOK and out.webhook is not None:
             secret_env = spec.webhook_secret_env
             secret_text = os.environ.get(secret_env) if secret_env else None
             secret = secret_text.encode() if secret_text else None
             ident = ("webhook", out.webhook.url, secret, out.webhook.batch_size)
             if ident not in self._sinks:
-                sink = WebhookSink(
+                self._sinks[ident] = WebhookSink(
                     self.redis,
                     dedupe,
                     out.webhook.url,
@@ -288,15 +288,11 @@ class Worker:
                     batch_size=out.webhook.batch_size,
                     allowed=self.allowed,
                 )
-                self._sinks[ident] = BatchingSink(
-                    sink, batch_size=out.webhook.batch_size, linger=0.05, capacity=capacity
-                )
         else:
             max_len = out.redis_stream.max_len if out.redis_stream is not None else 100_000
             ident = ("stream", max_len)
             if ident not in self._sinks:
-                sink = RedisStreamSink(self.redis, self.keys.results, max_len=max_len)
-                self._sinks[ident] = BatchingSink(sink, capacity=capacity)
+                self._sinks[ident] = RedisStreamSink(self.redis, self.keys.results, max_len=max_len)
         return self._sinks[ident]
 
     def _dedupe_key(self, job_id: str) -> str:
@@ -328,7 +324,8 @@ class Worker:
             with contextlib.suppress(Exception):
                 await self.queue.fail(task, self.worker_id, FailureClass.INTERNAL.value, f"{type(exc).__name__}: {exc}")
         finally:
-            self.metrics.outcomes.labels(outcome).inc()
+            if outcome != "handed":  # handed-over tasks are counted by the finisher once acked or released
+                self.metrics.outcomes.labels(outcome).inc()
             self.metrics.task_seconds.observe(time.monotonic() - started)
 
     async def _handle(self, task: Task) -> str:
@@ -378,11 +375,8 @@ class Worker:
             return await self._failed(task, job, domain, exc, time.monotonic() - fetch_started - waited)
 
         page = job.extractor.extract(result.body, task.url)
-        if spec.crawl is not None and page.links:
-            links = spec.crawl.select(page.links, task.url, task.depth)
-            if links:
-                added = await self.queue.enqueue_discovered(task, links)
-                self.metrics.discovered.inc(added)
+        links = spec.crawl.select(page.links, task.url, task.depth) if spec.crawl is not None and page.links else []
+        record = None
         if page.matched:
             data: dict[str, Any] = {
                 "key": record_key(task.job_id, task.url),
@@ -395,15 +389,9 @@ class Worker:
                 "fetchedAt": round(time.time(), 3),
                 **page.data,
             }
-            try:
-                await job.sink.put(Record(task.job_id, task.url, data))
-            except SinkError as exc:
-                log.warning("sink failed; task given back", extra={"job": task.job_id, "error": str(exc)})
-                await self.queue.release(task, self.worker_id, delay=SINK_RETRY_DELAY)
-                return "released"
-            self.metrics.results.inc()
-        await self.queue.ack(task, self.worker_id)
-        return "acked"
+            record = Record(task.job_id, task.url, data)
+        self.finisher.submit(Finish(task, links, record, job.sink))
+        return "handed"
 
     async def _before_hop(self, url: str, spec: WorkerJobSpec) -> None:
         pol = spec.politeness

@@ -6,15 +6,13 @@ The file and webhook sinks skip keys already recorded in Redis and record them o
 worker killed between the write and the record can leave one duplicate line, which carries the same
 ``key`` for consumers to drop).
 
-Writes are batched: :class:`BatchingSink` gathers records from many tasks and flushes them in one
-round trip, and ``put`` returns only once the record is durable, so the task is acked after its
-result is stored. Its bounded buffer is the worker's backpressure: claims stop while it is full.
+Writes are batched by the worker's :class:`trawl.worker.finish.Finisher`: one ``write`` per (sink, job)
+carries the records of many tasks, and the tasks are acked only after it returns.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import hmac
 import json
@@ -253,82 +251,3 @@ class WebhookSink:
         if self._session is not None:
             await self._session.close()
             self._session = None
-
-
-@dataclass
-class _Pending:
-    record: Record
-    future: asyncio.Future[None]
-
-
-class BatchingSink:
-    """Gathers records per (sink, job) and flushes them together; ``put`` waits for durability.
-
-    ``capacity`` bounds the records waiting to be written: when the sink is slow, ``full`` turns true
-    and the claim loop stops claiming (backpressure).
-    """
-
-    def __init__(self, sink: Sink, *, batch_size: int = 64, linger: float = 0.005, capacity: int = 1024) -> None:
-        self.sink = sink
-        self.batch_size = batch_size
-        self.linger = linger
-        self.capacity = capacity
-        self._buffers: dict[str, list[_Pending]] = {}
-        self._timers: dict[str, asyncio.TimerHandle] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
-        self.waiting = 0
-        self.written = 0
-
-    @property
-    def full(self) -> bool:
-        return self.waiting >= self.capacity
-
-    async def put(self, record: Record) -> None:
-        loop = asyncio.get_running_loop()
-        item = _Pending(record, loop.create_future())
-        buf = self._buffers.setdefault(record.job_id, [])
-        buf.append(item)
-        self.waiting += 1
-        try:
-            if len(buf) >= self.batch_size:
-                self._flush_now(record.job_id)
-            elif record.job_id not in self._timers:
-                self._timers[record.job_id] = loop.call_later(self.linger, self._flush_now, record.job_id)
-            await item.future
-        finally:
-            self.waiting -= 1
-
-    def _flush_now(self, job_id: str) -> None:
-        timer = self._timers.pop(job_id, None)
-        if timer is not None:
-            timer.cancel()
-        batch = self._buffers.pop(job_id, None)
-        if not batch:
-            return
-        task = asyncio.get_running_loop().create_task(self._write(job_id, batch))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _write(self, job_id: str, batch: list[_Pending]) -> None:
-        try:
-            self.written += await self.sink.write(job_id, [p.record for p in batch])
-        except Exception as exc:
-            err = exc if isinstance(exc, SinkError) else SinkError(f"{type(exc).__name__}: {exc}")
-            for p in batch:
-                if not p.future.done():
-                    p.future.set_exception(err)
-            return
-        for p in batch:
-            if not p.future.done():
-                p.future.set_result(None)
-
-    async def flush(self) -> None:
-        for job_id in list(self._buffers):
-            self._flush_now(job_id)
-        if self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
-
-    async def close(self) -> None:
-        await self.flush()
-        with contextlib.suppress(Exception):
-            await self.sink.close()

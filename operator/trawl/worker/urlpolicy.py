@@ -115,7 +115,36 @@ _UNRESERVED_SAFE = "/:@!$&'()*+,;=-._~%"
 _QUERY_SAFE = "=&/:@!$'()*+,;?-._~%"
 
 
+# Already canonical: lower-case host, no default port, no fragment, no percent-escapes, no dot segments
+# or empty segments, nothing that needs quoting. Most links on real pages look like this.
+_SIMPLE_URL = re.compile(
+    r"(https?)://[a-z0-9-]+(?:\.[a-z0-9-]+)*(?::(\d{1,5}))?(/[A-Za-z0-9_\-./~!$&'()*+,;=:@]*(?:\?[A-Za-z0-9_\-./~!$&'()*+,;=:@?]+)?)?"
+)
+
+
+def _simple_port_ok(scheme: str, port: str | None) -> bool:
+    if port is None:
+        return True
+    return port != ("80" if scheme == "http" else "443") and port[0] != "0" and int(port) < 65536
+
+
+def _simple_path_ok(path: str | None) -> bool:
+    if path is None:
+        return True
+    return not (
+        "//" in path or "/./" in path or "/../" in path or path.endswith(("/.", "/..")) or path.startswith("/?")
+    )
+
+
 def canonicalize(url: str, *, keep_fragment: bool = False) -> str | None:
+    """A canonical form (fast path for URLs that already are; see :func:`canonicalize_slow`)."""
+    m = _SIMPLE_URL.fullmatch(url)
+    if m is not None and _simple_port_ok(m.group(1), m.group(2)) and _simple_path_ok(m.group(3)):
+        return url if m.group(3) else url + "/"
+    return canonicalize_slow(url, keep_fragment=keep_fragment)
+
+
+def canonicalize_slow(url: str, *, keep_fragment: bool = False) -> str | None:
     """A canonical form of an absolute http(s) URL, or None when it is not one.
 
     Lower-cases scheme and host, IDNA-encodes the host, drops default ports, the fragment and empty
@@ -183,7 +212,15 @@ def registrable_domain(host: str) -> str:
 
 
 def host_of(url: str) -> str:
-    """host[:port] of a canonical URL (the unit of politeness: robots.txt, rate and concurrency)."""
+    """host[:port] of a URL (the unit of politeness: robots.txt, rate and concurrency)."""
+    if url.startswith(("http://", "https://")) and "@" not in url:
+        rest = url[url.index("//") + 2 :]
+        end = len(rest)
+        for stop in "/?#":
+            cut = rest.find(stop)
+            if cut != -1 and cut < end:
+                end = cut
+        return rest[:end].lower()
     return urlsplit(url).netloc.lower()
 
 
@@ -212,9 +249,9 @@ class CrawlPolicy:
         )
 
     def in_scope(self, url: str, seed_host: str) -> bool:
-        host = urlsplit(url).hostname or ""
-        seed = seed_host.split(":", 1)[0] if not seed_host.startswith("[") else seed_host
         if self.scope == "SameDomain":
+            host = urlsplit(url).hostname or ""
+            seed = seed_host.split(":", 1)[0] if not seed_host.startswith("[") else seed_host
             domain = registrable_domain(seed)
             return host == domain or host.endswith("." + domain)
         return host_of(url) == seed_host
@@ -233,13 +270,24 @@ class CrawlPolicy:
         """Canonical, in-scope, deduplicated (order kept) links to enqueue from one page."""
         if page_depth + 1 > self.max_depth:
             return []
-        seen: set[str] = set()
+        seen: set[str] = {page_url}
         out: list[str] = []
+        page_host = host_of(page_url)
+        same_host = self.scope != "SameDomain"
+        include, exclude = self.include, self.exclude
         for link in links:
             canon = canonicalize(link)
-            if canon is None or canon in seen or canon == page_url:
+            if canon is None or canon in seen:
                 continue
             seen.add(canon)
-            if self.follow(canon, page_url, page_depth):
-                out.append(canon)
+            if same_host:
+                if host_of(canon) != page_host:
+                    continue
+            elif not self.in_scope(canon, page_host):
+                continue
+            if include and not any(p.search(canon) for p in include):
+                continue
+            if exclude and any(p.search(canon) for p in exclude):
+                continue
+            out.append(canon)
         return out

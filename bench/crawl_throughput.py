@@ -1,0 +1,419 @@
+#!/usr/bin/env python3
+"""Crawl throughput: one Trawl worker vs Scrapy vs a bare asyncio loop, on the same static site.
+
+The site is the bookstore fixture (``trawl.dev.bookstore``) written as static files — home, paginated
+listings and product pages of ~30 KB with ~40 links each — and served by nginx (started here on a
+free port with its own config in a temp dir, stopped afterwards). Each crawler starts from the home
+page, follows every same-host link once and extracts the same five fields with the same CSS selectors
+from every product page:
+
+(a) Trawl: one ``trawl worker`` process (concurrency 32) through the real Redis queue (a real
+    ``redis-server``), the pool-wide rate/concurrency limiter, robots.txt, the safe fetcher and the
+    Redis stream sink; crawl mode with canonicalisation and exact maxPages/dedupe in the queue.
+(b) Scrapy: one process, CONCURRENT_REQUESTS 32, robots.txt, delays and AutoThrottle off.
+(c) A bare loop: aiohttp + selectolax + a seen-set in one process, no queue, no safety, no sink: the
+    ceiling of one Python process.
+
+All three must return the same records. Printed per crawler: pages, seconds, pages/s and CPU seconds
+per page of the crawler process (Trawl's Redis server is reported separately). Last line:
+``ratio_vs_scrapy=<trawl/scrapy pages/s> ratio_vs_ceiling=<trawl/bare pages/s>``.
+
+    .venv/bin/python bench/crawl_throughput.py            # 2,000 products (2,101 pages)
+    .venv/bin/python bench/crawl_throughput.py --quick    # 600 products, under a minute
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+FIELDS = {  # name -> CSS selector; the same for all three crawlers (trawl.dev.bookstore.PRODUCT_FIELDS)
+    "name": "div.product h1",
+    "price": "p.price",
+    "upc": "#upc",
+    "stock": "p.stock",
+    "category": "ul.breadcrumb li.category a",
+}
+PRODUCT_RE = r"/product/\d+\.html$"
+CONCURRENCY = 32
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu(pid: int) -> float:
+    """utime + stime of a live process, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+# --- the site ---------------------------------------------------------------------------------------
+
+
+def build_site(root: Path, products: int) -> int:
+    from trawl.dev.bookstore import Renderer, catalog, write_static_site
+
+    categories = 20
+    renderer = Renderer(
+        catalog(categories, products // categories, per_page=20), related=16, filler_bytes=26000, hostile_links=False
+    )
+    return write_static_site(root, renderer)
+
+
+NGINX_CONF = """
+{user}
+worker_processes 1;
+daemon off;
+pid {tmp}/nginx.pid;
+error_log {tmp}/error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off;
+  sendfile on;
+  tcp_nopush on;
+  keepalive_requests 1000000;
+  keepalive_timeout 60;
+  types {{ text/html html; text/plain txt; }}
+  default_type application/octet-stream;
+  client_body_temp_path {tmp}/body;
+  proxy_temp_path {tmp}/proxy;
+  fastcgi_temp_path {tmp}/fastcgi;
+  uwsgi_temp_path {tmp}/uwsgi;
+  scgi_temp_path {tmp}/scgi;
+  server {{
+    listen 127.0.0.1:{port};
+    root {root};
+    index index.html;
+  }}
+}}
+"""
+
+
+class Nginx:
+    def __init__(self, root: Path, tmp: Path) -> None:
+        from trawl.dev import procs
+
+        self.procs = procs
+        self.root = root
+        self.tmp = tmp
+        self.port = procs.free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Nginx:
+        exe = shutil.which("nginx") or "/usr/sbin/nginx"
+        if not Path(exe).exists():
+            raise SystemExit("nginx not found: apt-get install -y nginx-light")
+        conf = self.tmp / "nginx.conf"
+        user = "user root;" if os.geteuid() == 0 else ""
+        conf.write_text(NGINX_CONF.format(user=user, tmp=self.tmp, port=self.port, root=self.root))
+        self.proc = self.procs.start([exe, "-p", str(self.tmp), "-c", str(conf)], log_path=self.tmp / "nginx.out")
+        self.procs.wait_for_port("127.0.0.1", self.port, 15, self.proc)
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.procs.stop(self.proc, timeout=5)
+
+
+# --- (a) Trawl ----------------------------------------------------------------------------------------
+
+
+async def run_trawl(base: str, tmp: Path, expected_pages: int) -> dict[str, Any]:
+    import redis.asyncio as aioredis
+
+    from trawl.api.scrapejob import ScrapeJobSpec
+    from trawl.dev import procs
+    from trawl.dev.redis_server import RedisServer
+    from trawl.queue import Queue
+    from trawl.queue.keys import Keys
+    from trawl.worker.jobspec import build_job_config
+
+    prefix = "trawl:{bench/crawl}"
+    with RedisServer() as redis_server:
+        redis = aioredis.Redis.from_url(redis_server.url)
+        queue = Queue(redis, prefix)
+        job_id = uuid.uuid4().hex[:12]
+        spec = ScrapeJobSpec.model_validate(
+            {
+                "pool": "crawl",
+                "urls": [base + "/"],
+                "crawl": {"maxDepth": 100, "maxPages": 1_000_000},
+                "extract": {
+                    "fields": [{"name": n, "selector": s} for n, s in FIELDS.items()],
+                    "onlyMatching": PRODUCT_RE,
+                    "title": False,
+                },
+                "politeness": {"requestsPerSecond": 10000, "maxConcurrencyPerDomain": 1000, "adaptiveDelay": False},
+            }
+        )
+        await queue.register_job(build_job_config(job_id, spec, None))
+        argv = [
+            sys.executable, "-m", "trawl.cli", "worker", "--redis-url", redis_server.url, "--prefix", prefix,
+            "--concurrency", str(CONCURRENCY), "--allowed-cidrs", "127.0.0.1/32", "--worker-id", "bench",
+            "--log-level", "WARNING",
+        ]  # fmt: skip
+        worker = procs.start(argv, log_path=tmp / "trawl-worker.log")
+        profiler = None
+        try:
+            # let the worker import and start polling before the clock starts
+            deadline = time.monotonic() + 30
+            while not await redis.hexists(Keys(prefix).worker_info, "bench"):
+                if worker.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit("trawl worker did not start:\n" + (tmp / "trawl-worker.log").read_text())
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)
+            profile = os.environ.get("TRAWL_BENCH_PYSPY")  # a path: profile the worker with py-spy (collapsed stacks)
+            if profile:
+                pyspy = str(Path(sys.executable).with_name("py-spy"))
+                profiler = subprocess.Popen(
+                    [pyspy, "record", "--format", "raw", "-r", "200", "-o", profile, "--pid", str(worker.pid)]
+                )
+                await asyncio.sleep(1.0)
+            cpu0, rcpu0 = proc_cpu(worker.pid), proc_cpu(redis_server.proc.pid)  # type: ignore[union-attr]
+            t0 = time.perf_counter()
+            await queue.enqueue(job_id, [base + "/"])
+            await queue.mark_enqueue_done(job_id)
+            while True:
+                stats = await queue.job_stats(job_id)
+                if stats.finished:
+                    break
+                if worker.poll() is not None:
+                    raise SystemExit("trawl worker died:\n" + (tmp / "trawl-worker.log").read_text()[-3000:])
+                await asyncio.sleep(0.02)
+            elapsed = time.perf_counter() - t0
+            cpu = proc_cpu(worker.pid) - cpu0
+            rcpu = proc_cpu(redis_server.proc.pid) - rcpu0  # type: ignore[union-attr]
+        finally:
+            if profiler is not None:
+                profiler.send_signal(2)
+                profiler.wait(30)
+            procs.stop(worker, timeout=20)
+        entries = await redis.xrange(Keys(prefix).results(job_id))
+        records = {}
+        for _id, f in entries:
+            data = json.loads(f[b"data"])
+            records[data["url"]] = {k: data.get(k) for k in FIELDS}
+        await redis.aclose()
+    return {
+        "name": "trawl",
+        "pages": stats.succeeded,
+        "dead": stats.dead,
+        "seconds": elapsed,
+        "cpu": cpu,
+        "redis_cpu": rcpu,
+        "records": records,
+    }
+
+
+# --- (b) Scrapy -----------------------------------------------------------------------------------------
+
+
+def scrapy_main(base: str, out: Path) -> None:
+    import re
+
+    import scrapy
+    from scrapy import signals
+    from scrapy.crawler import CrawlerProcess
+
+    product = re.compile(PRODUCT_RE)
+    records: dict[str, dict[str, str | None]] = {}
+    timing: dict[str, float] = {}
+    pages = [0]
+
+    def clean(values: list[str]) -> str | None:
+        text = " ".join("".join(values).split())
+        return text if values else None
+
+    class BookSpider(scrapy.Spider):
+        name = "books"
+        allowed_domains = ["127.0.0.1"]
+        start_urls = [base + "/"]
+
+        def parse(self, response: Any) -> Any:
+            pages[0] += 1
+            if product.search(response.url):
+                records[response.url] = {n: clean(response.css(s + " ::text").getall()) for n, s in FIELDS.items()}
+            for href in response.css("a::attr(href)").getall():
+                yield response.follow(href, callback=self.parse)
+
+    process = CrawlerProcess(
+        settings={
+            "CONCURRENT_REQUESTS": CONCURRENCY,
+            "CONCURRENT_REQUESTS_PER_DOMAIN": CONCURRENCY,
+            "ROBOTSTXT_OBEY": False,
+            "DOWNLOAD_DELAY": 0,
+            "AUTOTHROTTLE_ENABLED": False,
+            "COOKIES_ENABLED": False,
+            "TELNETCONSOLE_ENABLED": False,
+            "LOG_LEVEL": "WARNING",
+            "DEPTH_LIMIT": 0,
+            "RETRY_ENABLED": False,
+            "REQUEST_FINGERPRINTER_IMPLEMENTATION": "2.7",
+        }
+    )
+    crawler = process.create_crawler(BookSpider)
+
+    def opened(spider: Any) -> None:
+        timing["t0"], timing["c0"] = time.perf_counter(), time.process_time()
+
+    def closed(spider: Any) -> None:
+        timing["t1"], timing["c1"] = time.perf_counter(), time.process_time()
+
+    crawler.signals.connect(opened, signal=signals.spider_opened)
+    crawler.signals.connect(closed, signal=signals.spider_closed)
+    process.crawl(crawler)
+    process.start()
+    out.write_text(
+        json.dumps(
+            {
+                "name": "scrapy",
+                "pages": pages[0],
+                "seconds": timing["t1"] - timing["t0"],
+                "cpu": timing["c1"] - timing["c0"],
+                "records": records,
+            }
+        )
+    )
+
+
+# --- (c) the bare loop ----------------------------------------------------------------------------------
+
+
+def bare_main(base: str, out: Path) -> None:
+    import re
+    from urllib.parse import urldefrag, urljoin, urlsplit
+
+    import aiohttp
+    from selectolax.lexbor import LexborHTMLParser
+
+    product = re.compile(PRODUCT_RE)
+    host = urlsplit(base).netloc
+    records: dict[str, dict[str, str | None]] = {}
+    pages = [0]
+
+    async def crawl() -> None:
+        seen = {base + "/"}
+        queue: asyncio.Queue[str] = asyncio.Queue()
+        queue.put_nowait(base + "/")
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=CONCURRENCY)) as session:
+
+            async def worker() -> None:
+                while True:
+                    url = await queue.get()
+                    try:
+                        async with session.get(url) as resp:
+                            body = await resp.read()
+                        pages[0] += 1
+                        tree = LexborHTMLParser(body)
+                        if product.search(url):
+                            rec: dict[str, str | None] = {}
+                            for name, sel in FIELDS.items():
+                                node = tree.css_first(sel)
+                                rec[name] = " ".join(node.text().split()) if node is not None else None
+                            records[url] = rec
+                        for a in tree.css("a[href]"):
+                            href = a.attributes.get("href")
+                            if not href:
+                                continue
+                            link = urldefrag(urljoin(url, href))[0]
+                            if link not in seen and urlsplit(link).netloc == host:
+                                seen.add(link)
+                                queue.put_nowait(link)
+                    finally:
+                        queue.task_done()
+
+            tasks = [asyncio.create_task(worker()) for _ in range(CONCURRENCY)]
+            await queue.join()
+            for t in tasks:
+                t.cancel()
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    asyncio.run(crawl())
+    t1, c1 = time.perf_counter(), time.process_time()
+    out.write_text(
+        json.dumps({"name": "bare", "pages": pages[0], "seconds": t1 - t0, "cpu": c1 - c0, "records": records})
+    )
+
+
+def run_child(kind: str, base: str, tmp: Path) -> dict[str, Any]:
+    out = tmp / f"{kind}.json"
+    subprocess.run([sys.executable, __file__, f"--_{kind}", base, str(out)], check=True)
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
+
+
+# --- main -----------------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="600 products instead of 2,000 (under a minute).")
+    parser.add_argument("--products", type=int, default=None)
+    parser.add_argument("--only", choices=["trawl", "scrapy", "bare"], action="append", help="Run only these.")
+    parser.add_argument("--_scrapy", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--_bare", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args._scrapy:
+        scrapy_main(args._scrapy[0], Path(args._scrapy[1]))
+        return
+    if args._bare:
+        bare_main(args._bare[0], Path(args._bare[1]))
+        return
+
+    products = args.products or (600 if args.quick else 2000)
+    only = args.only or ["trawl", "scrapy", "bare"]
+    tmp = Path(tempfile.mkdtemp(prefix="trawl-crawlbench-"))
+    try:
+        root = tmp / "site"
+        pages = build_site(root, products)
+        sizes = [p.stat().st_size for p in (root / "product").iterdir()]
+        print(f"site: {pages} pages ({products} products of {sum(sizes) / len(sizes) / 1024:.1f} KB avg), nginx")
+        nginx = Nginx(root, tmp).start()
+        try:
+            base = f"http://127.0.0.1:{nginx.port}"
+            results: dict[str, dict[str, Any]] = {}
+            for kind in ("bare", "scrapy", "trawl"):
+                if kind not in only:
+                    continue
+                results[kind] = (
+                    asyncio.run(run_trawl(base, tmp, pages)) if kind == "trawl" else run_child(kind, base, tmp)
+                )
+        finally:
+            nginx.stop()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    print(f"{'crawler':8} {'pages':>6} {'records':>7} {'seconds':>8} {'pages/s':>9} {'CPU s/page':>11}")
+    for r in results.values():
+        r["pps"] = r["pages"] / r["seconds"]
+        extra = f"   (+ redis-server {r['redis_cpu'] / r['pages'] * 1000:.3f} ms/page)" if "redis_cpu" in r else ""
+        print(
+            f"{r['name']:8} {r['pages']:>6} {len(r['records']):>7} {r['seconds']:>8.2f} {r['pps']:>9.1f}"
+            f" {r['cpu'] / r['pages']:>11.5f}{extra}"
+        )
+    reference = next(iter(results.values()))["records"]
+    same = all(r["records"] == reference for r in results.values())
+    print(f"same records: {same} ({len(reference)} products, expected {products})")
+    if not same or len(reference) != products:
+        for r in results.values():
+            missing = set(reference) - set(r["records"])
+            print(f"  {r['name']}: {len(r['records'])} records, {len(missing)} missing vs first")
+        raise SystemExit(1)
+    trawl = results.get("trawl")
+    scrapy_r = results.get("scrapy")
+    bare = results.get("bare")
+    vs_scrapy = trawl["pps"] / scrapy_r["pps"] if trawl and scrapy_r else float("nan")
+    vs_ceiling = trawl["pps"] / bare["pps"] if trawl and bare else float("nan")
+    print(f"ratio_vs_scrapy={vs_scrapy:.2f} ratio_vs_ceiling={vs_ceiling:.2f}")
+
+
+if __name__ == "__main__":
+    main()
