@@ -67,6 +67,10 @@ class Finisher:
         """Tasks handed over and not yet acked or released (their leases are still held)."""
         return len(self._pending) + self._busy
 
+    def submitted(self, job_id: str) -> set[str]:
+        """Canonical URLs this worker already enqueued for the job (the queue said added or duplicate)."""
+        return self._submitted.setdefault(job_id, set())
+
     def start(self) -> None:
         if self._loop_task is None:
             self._loop_task = asyncio.create_task(self._run(), name="finisher")

@@ -32,6 +32,7 @@ log = logging.getLogger("trawl.worker.politeness")
 
 SLOT_LEASE_MS = 30_000
 SLOT_HOLD_SECONDS = 2.0
+LARGE_LIMIT = 16  # from this per-domain limit up, slots are leased in batches and kept while young
 MAX_TOKEN_BATCH = 64
 
 # KEYS[1] rate key. ARGV: interval_us, burst, want. Returns {granted, wait_us}.
@@ -139,6 +140,7 @@ class _Domain:
     slot_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     adaptive: AdaptiveDelay = field(default_factory=AdaptiveDelay)
     next_start: float = 0.0
+    limit: int = 0
 
 
 class RateWaitTooLong(Exception):
@@ -228,6 +230,7 @@ class DomainLimiter:
 
     async def _take_slot(self, domain: str, limit: int, deadline: float | None) -> str:
         state = self._domain(domain)
+        state.limit = limit
         state.waiters += 1
         try:
             pause = 0.01
@@ -237,7 +240,7 @@ class DomainLimiter:
                 async with state.slot_lock:
                     if state.slots:
                         return state.slots.pop()
-                    want = max(1, min(state.waiters, 8 if limit >= 16 else 1))
+                    want = max(1, min(state.waiters, 8 if limit >= LARGE_LIMIT else 1))
                     first = next(self._serial)
                     for _ in range(want - 1):
                         next(self._serial)
@@ -269,7 +272,14 @@ class DomainLimiter:
     async def _give_slot(self, domain: str, member: str) -> None:
         state = self._domain(domain)
         leased = state.slots_all.get(member)
-        keep = state.waiters > 0 and leased is not None and time.monotonic() - leased < SLOT_HOLD_SECONDS
+        # Keep the slot for the next local request while it is young: always when someone here waits, and
+        # also idle when the limit is large (returning and re-leasing each slot would cost two round trips
+        # per request). Idle slots are returned by :meth:`refresh` once older than SLOT_HOLD_SECONDS.
+        keep = (
+            (state.waiters > 0 or state.limit >= LARGE_LIMIT)
+            and leased is not None
+            and time.monotonic() - leased < SLOT_HOLD_SECONDS
+        )
         if keep:
             state.slots.append(member)
             state.slot_event.set()
@@ -281,8 +291,15 @@ class DomainLimiter:
             log.warning("could not return slot %s of %s: %s", member, domain, exc)
 
     async def refresh(self) -> None:
-        """Extend this worker's slot leases (called from the heartbeat loop)."""
+        """Return idle slots that are old, extend the other leases (called from the heartbeat loop)."""
+        now = time.monotonic()
         for domain, state in list(self._domains.items()):
+            stale = [m for m in state.slots if now - state.slots_all.get(m, 0.0) >= SLOT_HOLD_SECONDS]
+            if stale:
+                state.slots = [m for m in state.slots if m not in stale]
+                for m in stale:
+                    state.slots_all.pop(m, None)
+                await self.redis.zrem(self.key(domain, "conc"), *stale)
             if state.slots_all:
                 await self._refresh(keys=[self.key(domain, "conc")], args=[SLOT_LEASE_MS, *state.slots_all])
             elif state.waiters == 0 and state.tokens <= 0 and state.adaptive.delay == 0:

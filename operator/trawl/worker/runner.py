@@ -375,7 +375,9 @@ class Worker:
             return await self._failed(task, job, domain, exc, time.monotonic() - fetch_started - waited)
 
         page = job.extractor.extract(result.body, task.url)
-        links = spec.crawl.select(page.links, task.url, task.depth) if spec.crawl is not None and page.links else []
+        links: list[str] = []
+        if spec.crawl is not None and page.links:
+            links = spec.crawl.select(page.links, task.url, task.depth, self.finisher.submitted(task.job_id))
         record = None
         if page.matched:
             data: dict[str, Any] = {

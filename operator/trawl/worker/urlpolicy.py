@@ -266,8 +266,12 @@ class CrawlPolicy:
             return False
         return not any(p.search(url) for p in self.exclude)
 
-    def select(self, links: Iterable[str], page_url: str, page_depth: int) -> list[str]:
-        """Canonical, in-scope, deduplicated (order kept) links to enqueue from one page."""
+    def select(self, links: Iterable[str], page_url: str, page_depth: int, known: set[str] | None = None) -> list[str]:
+        """Canonical, in-scope, deduplicated (order kept) links to enqueue from one page.
+
+        ``known`` holds canonical URLs already enqueued for the job; links equal to one are skipped
+        before any parsing (a link equal to a canonical URL is canonical itself).
+        """
         if page_depth + 1 > self.max_depth:
             return []
         seen: set[str] = {page_url}
@@ -276,6 +280,8 @@ class CrawlPolicy:
         same_host = self.scope != "SameDomain"
         include, exclude = self.include, self.exclude
         for link in links:
+            if known is not None and link in known:
+                continue
             canon = canonicalize(link)
             if canon is None or canon in seen:
                 continue
