@@ -116,7 +116,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any], ScalerState, int, Action]
         {},
         {"current_replicas": 0, "ready": 3000, "rate_limit_ceiling_replicas": 2},
         OLD,
-        2,
+        1,
         Action.ACTIVATE,
     ),
     # min = max pins the count whatever the work.
@@ -130,6 +130,10 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any], ScalerState, int, Action]
         Action.HOLD,
     ),
     ("below_min_goes_up", {"min_replicas": 4}, {"current_replicas": 2}, OLD, 4, Action.SCALE_UP),
+    ("zero_below_min_goes_up", {"min_replicas": 2}, {"current_replicas": 0}, OLD, 2, Action.SCALE_UP),
+    ("activation_at_least_min", {"min_replicas": 3}, {"current_replicas": 0, "ready": 1}, OLD, 3, Action.ACTIVATE),
+    ("above_max_down_at_once", {"max_replicas": 4}, {"current_replicas": 9, "ready": 10**6}, OLD, 4, Action.SCALE_DOWN),
+    ("guard_respects_min", {"min_replicas": 4}, {"current_replicas": 2, "failure_rate": 0.9}, OLD, 4, Action.SCALE_UP),
     # Rule 3: workers holding tasks stay while a backlog waits...
     (
         "busy_protected_with_backlog",
@@ -236,7 +240,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any], ScalerState, int, Action]
         {},
         {"current_replicas": 0, "ready": 100_000, "per_worker_throughput": None, "mean_service_seconds": None},
         OLD,
-        4,
+        1,  # activation is one worker; the next poll sizes from its measurement
         Action.ACTIVATE,
     ),
 ]

@@ -59,3 +59,12 @@ def test_failure_window_no_trawl_scale_up() -> None:
 def test_percentile() -> None:
     assert percentile([], 0.95) == 0.0
     assert percentile([float(i) for i in range(1, 101)], 0.95) == 95.0
+
+
+def test_rate_limited_backlog_stays_at_the_ceiling() -> None:
+    trace = next(t for t in build_traces(1, quick=True) if t.name == "rate_limited")
+    r = simulate(trace, POOL, "trawl")
+    assert max(s.desired for s in r.samples) == 1  # 5 req/s x ~1.5 s per task fits in one pod's 32 slots
+    assert r.started == r.tasks
+    k = simulate(trace, POOL, "keda")
+    assert max(s.desired for s in k.samples) > 1

@@ -19,13 +19,18 @@ Rules, in the order they apply (each is covered by tests/unit/test_autoscale_pol
    while tasks may outlive the workers' SIGTERM drain (mean service time above a third of
    ``drainSeconds``, or unknown): the answer is at least the number of busy workers.
 4. **Failure guard.** While the failure rate exceeds ``failureRateThreshold`` (released below 80 %
-   of it), the answer never rises above the current replicas: more workers would only hit a
-   failing target harder. Scaling down still works. A pool at zero may still activate one worker.
+   of it), the answer never rises above the current replicas (nor below minReplicas): more workers
+   would only hit a failing target harder. Scaling down still works. A pool at zero may still activate
+   one worker (or minReplicas).
 5. **Up fast, down slow.** A higher answer applies at once. A lower one applies only after every
    answer for ``scaleDownDelaySeconds`` was lower than the current count, and then goes to the
    highest of those answers; no scale-down within ``scaleDownDelaySeconds`` of the last change.
-6. **Zero.** With ``minReplicas = 0`` the pool keeps one worker until it has seen no work for
-   ``idleSecondsBeforeZero``, then goes to zero; at zero, the first task activates it again at once.
+6. **Bounds.** ``minReplicas`` and ``maxReplicas`` are hard: below min goes up at once (also during the
+   failure guard), above max (after max was lowered) goes down at once.
+7. **Zero.** With ``minReplicas = 0`` the pool keeps one worker until it has seen no work for
+   ``idleSecondsBeforeZero``, then goes to zero; at zero, the first task activates one worker at once,
+   and the next poll sizes the pool from what that worker measured (a failing target is caught by
+   the failure guard before the pool grows).
 """
 
 from __future__ import annotations
@@ -247,15 +252,23 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
     fr_txt = f"{fr:.0%}" if fr is not None else "unknown"
     if current == 0:
         if work > 0:
-            desired = max(1, target if not guard else 1)
+            # One worker first: nothing is known yet about how the new work's targets respond, so
+            # sizing waits for the next poll's measurement (and the failure guard) before growing.
+            desired = max(1, spec.min_replicas)
             return done(desired, Action.ACTIVATE, f"activating: {work} tasks waiting and no workers; {why}")
+        if spec.min_replicas > 0:
+            return done(spec.min_replicas, Action.SCALE_UP, f"scaling up to minReplicas {spec.min_replicas}")
         return done(0, Action.HOLD, "idle at zero")
+
+    if current > spec.max_replicas:
+        # maxReplicas is a hard limit (it was lowered): no delay; the drain covers busy workers.
+        return done(spec.max_replicas, Action.SCALE_DOWN, f"scaling down {current}→{spec.max_replicas}: maxReplicas")
 
     if to_zero and obs.in_flight == 0:
         return done(0, Action.SCALE_TO_ZERO, f"no work for {now - (idle_since or now):.0f}s: scaling to zero")
 
     if target > current:
-        if guard:
+        if guard and current >= spec.min_replicas:
             notes.insert(0, f"need {target}")
             return done(
                 current,
