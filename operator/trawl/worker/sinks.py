@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import ipaddress
 import json
 import logging
 import os
@@ -23,12 +24,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import aiohttp
 from redis.asyncio import Redis
 
-from .fetch import SafeResolver
-from .urlpolicy import IPNetwork
+from .fetch import SafeResolver, _find_blocked
+from .urlpolicy import IPNetwork, address_block_reason
 
 log = logging.getLogger("trawl.worker.sinks")
 
@@ -211,7 +213,19 @@ class WebhookSink:
             )
         return self._session
 
+    def _check_target(self) -> None:
+        """IP-literal hosts bypass the resolver, so they are checked here (names are checked by it)."""
+        host = urlsplit(self.url).hostname or ""
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            return
+        reason = address_block_reason(host, self.allowed)
+        if reason is not None:
+            raise SinkError(f"webhook {self.url} refused: {reason}")
+
     async def _post(self, body: bytes) -> None:
+        self._check_target()
         session = await self._sess()
         headers = {"Content-Type": "application/json", "User-Agent": "trawl-webhook/0.1"}
         if self.secret is not None:
@@ -231,6 +245,10 @@ class WebhookSink:
                         break
             except (aiohttp.ClientError, OSError, TimeoutError) as exc:
                 last = f"{type(exc).__name__}: {exc}"
+                blocked = _find_blocked(exc)
+                if blocked is not None:
+                    last = f"refused: {blocked}"
+                    break
         raise SinkError(f"webhook {self.url} failed: {last}")
 
     async def write(self, job_id: str, records: Sequence[Record]) -> int:
