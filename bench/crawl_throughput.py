@@ -29,6 +29,7 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -173,7 +174,7 @@ async def run_trawl(base: str, tmp: Path, expected_pages: int) -> dict[str, Any]
             profile = os.environ.get("TRAWL_BENCH_PYSPY")  # a path: profile the worker with py-spy (collapsed stacks)
             if profile:
                 pyspy = str(Path(sys.executable).with_name("py-spy"))
-                profiler = subprocess.Popen(
+                profiler = procs.start(
                     [pyspy, "record", "--format", "raw", "-r", "200", "-o", profile, "--pid", str(worker.pid)]
                 )
                 await asyncio.sleep(1.0)
@@ -193,8 +194,7 @@ async def run_trawl(base: str, tmp: Path, expected_pages: int) -> dict[str, Any]
             rcpu = proc_cpu(redis_server.proc.pid) - rcpu0  # type: ignore[union-attr]
         finally:
             if profiler is not None:
-                profiler.send_signal(2)
-                profiler.wait(30)
+                procs.stop(profiler, timeout=30, sig=signal.SIGINT)  # py-spy writes its output on SIGINT
             procs.stop(worker, timeout=20)
         entries = await redis.xrange(Keys(prefix).results(job_id))
         records = {}
@@ -358,6 +358,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="600 products instead of 2,000 (under a minute).")
     parser.add_argument("--products", type=int, default=None)
     parser.add_argument("--only", choices=["trawl", "scrapy", "bare"], action="append", help="Run only these.")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="Run each crawler N times, interleaved; report each one's fastest run."
+    )
     parser.add_argument("--_scrapy", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--_bare", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -393,7 +396,6 @@ def main() -> None:
 
     print(f"{'crawler':8} {'pages':>6} {'records':>7} {'seconds':>8} {'pages/s':>9} {'CPU s/page':>11}")
     for r in results.values():
-        r["pps"] = r["pages"] / r["seconds"]
         extra = f"   (+ redis-server {r['redis_cpu'] / r['pages'] * 1000:.3f} ms/page)" if "redis_cpu" in r else ""
         print(
             f"{r['name']:8} {r['pages']:>6} {len(r['records']):>7} {r['seconds']:>8.2f} {r['pps']:>9.1f}"
