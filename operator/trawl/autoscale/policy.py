@@ -5,13 +5,15 @@ Pure and deterministic: no clock, no I/O. Everything that must survive between c
 
 Rules, in the order they apply (each is covered by tests/unit/test_autoscale_policy.py):
 
-1. **Need (Little's law).** Outstanding work ``W = ready + delayed due soon + in flight`` must drain
-   within ``targetDrainSeconds`` (T) while arrivals (λ) continue: ``need = ceil((W/T + λ) / μ)``
-   with μ the measured per-worker throughput; arrivals are sized for 80 % utilisation, and pods that
-   are not serving yet count only for the part of T after their start-up. Without a saturated
-   measurement μ falls back to ``concurrency / mean service time`` (Little's law per worker); with
-   no measurement at all the answer is a bounded guess: at most max(2 x current, current + 4), and
-   no growth while pods asked for earlier are still starting (they will bring the measurement).
+1. **Need (Little's law).** Outstanding work ``W = ready + delayed due soon + in flight`` plus ``T``
+   seconds of arrivals (λ, sized for 80 % utilisation) must be done within ``targetDrainSeconds`` (T)
+   at μ tasks/s per worker: ``need = ceil((W + λ·T/0.8) / (μ·T))`` when the serving workers suffice;
+   otherwise workers not serving yet count only for ``T - startup``. μ is the measured per-worker
+   throughput under saturation, else ``concurrency / mean service time`` (Little's law per worker);
+   with no measurement at all the answer is a bounded guess: at most max(2 x current, current + 4),
+   and no growth while pods asked for earlier are still starting (they will bring the measurement).
+   λ is a 15 s moving average, so a sudden burst counts briefly both as backlog and as arrivals:
+   deliberately generous upward, corrected by the (delayed) scale-down.
 2. **Useful parallelism.** Never more workers than the work can keep busy: ``ceil(W / concurrency)``
    (plus the arrivals of one poll), and never above the rate-limit ceiling the caller computes from
    per-domain limits (the ceiling caps growth; it never removes workers that hold tasks).
@@ -28,9 +30,9 @@ Rules, in the order they apply (each is covered by tests/unit/test_autoscale_pol
 6. **Bounds.** ``minReplicas`` and ``maxReplicas`` are hard: below min goes up at once (also during the
    failure guard), above max (after max was lowered) goes down at once.
 7. **Zero.** With ``minReplicas = 0`` the pool keeps one worker until it has seen no work for
-   ``idleSecondsBeforeZero``, then goes to zero; at zero, the first task activates one worker at once,
-   and the next poll sizes the pool from what that worker measured (a failing target is caught by
-   the failure guard before the pool grows).
+   ``idleSecondsBeforeZero``, then goes to zero; at zero, the first task activates one worker at once
+   (``minReplicas`` if higher), and later polls size the pool once that worker serves and measures
+   (a failing target is caught by the failure guard before the pool grows).
 """
 
 from __future__ import annotations
