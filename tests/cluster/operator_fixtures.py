@@ -71,3 +71,14 @@ def job(name: str, pool_name: str, urls: list[str], **spec: Any) -> dict[str, An
     body: dict[str, Any] = {"pool": pool_name, "urls": urls}
     body.update(spec)
     return {"apiVersion": "trawl.dev/v1alpha1", "kind": "ScrapeJob", "metadata": {"name": name}, "spec": body}
+
+
+def wait_complete(cp: ControlPlane, name: str, namespace: str, timeout: int, diag: Callable[[], str]) -> None:
+    """`kubectl wait --for=condition=Complete`, exactly as a user or a CI pipeline would run it."""
+    done = cp.kubectl(
+        "wait", "--for=condition=Complete", f"scrapejob/{name}", "-n", namespace, f"--timeout={timeout}s",
+        check=False, timeout=timeout + 30,
+    )  # fmt: skip
+    if done.returncode != 0:
+        status = json.dumps((get(cp, "scrapejob", name, namespace).get("status") or {}), indent=1)[:3000]
+        raise AssertionError(f"{name} not Complete: {done.stderr}\nstatus: {status}\n{diag()}")

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 import redis
-from operator_fixtures import apply, condition, events_for, exists, get, job, pool, wait_for
+from operator_fixtures import apply, condition, events_for, exists, get, job, pool, wait_complete, wait_for
 
 from trawl.dev.bookstore import PRODUCT_FIELDS, PRODUCT_XPATH_FIELD
 from trawl.dev.controlplane import ControlPlane
@@ -17,6 +17,12 @@ from trawl.queue.keys import Keys
 
 def _phase(cp: ControlPlane, name: str, ns: str) -> str | None:
     return (get(cp, "scrapejob", name, ns).get("status") or {}).get("phase")
+
+
+def _diag(operator: Any, supervisor: Any) -> str:
+    logs = sorted(supervisor.log_dir.glob("*.log"))
+    tails = [f"--- {p.name}:\n" + "\n".join(p.read_text(errors="replace").splitlines()[-15:]) for p in logs[-3:]]
+    return f"--- operator:\n{operator.log_tail(30)}\n" + "\n".join(tails)
 
 
 def _results(redis_url: str, namespace: str, pool_name: str, uid: str) -> dict[str, dict[str, Any]]:
@@ -34,21 +40,22 @@ def _results(redis_url: str, namespace: str, pool_name: str, uid: str) -> dict[s
 
 
 def test_crawl_completes_and_results_match_the_site(
-    control_plane: ControlPlane, namespace: str, operator: Any, supervisor: Any, bookstore: Any,
+    control_plane: ControlPlane,
+    namespace: str,
+    operator: Any,
+    supervisor: Any,
+    bookstore: Any,
     redis_server: RedisServer,
 ) -> None:
     apply(control_plane, pool("shop", redis_server.url), namespace=namespace)
     wait_for("Deployment", lambda: exists(control_plane, "deployment", "shop-workers", namespace))
     spec = {
-        "crawl": {"maxDepth": 6, "maxPages": 1000},
+        "crawl": {"maxDepth": 6, "maxPages": 1000, "exclude": ["/private/"]},
         "extract": {"fields": [*PRODUCT_FIELDS, PRODUCT_XPATH_FIELD], "onlyMatching": "/product/"},
         "politeness": {"requestsPerSecond": 500, "maxConcurrencyPerDomain": 16},
     }
     apply(control_plane, job("shop-crawl", "shop", [bookstore.url + "/"], **spec), namespace=namespace)
-    done = control_plane.kubectl(
-        "wait", "--for=condition=Complete", "scrapejob/shop-crawl", "-n", namespace, "--timeout=180s", check=False
-    )
-    assert done.returncode == 0, f"{done.stderr}\n{operator.log_tail()}"
+    wait_complete(control_plane, "shop-crawl", namespace, 180, lambda: _diag(operator, supervisor))
     obj = get(control_plane, "scrapejob", "shop-crawl", namespace)
     status = obj["status"]
     expected = bookstore.expected()
@@ -68,7 +75,11 @@ def test_crawl_completes_and_results_match_the_site(
 
 
 def test_dead_letters_then_retry_annotation_completes(
-    control_plane: ControlPlane, namespace: str, operator: Any, supervisor: Any, bookstore: Any,
+    control_plane: ControlPlane,
+    namespace: str,
+    operator: Any,
+    supervisor: Any,
+    bookstore: Any,
     redis_server: RedisServer,
 ) -> None:
     apply(control_plane, pool("flaky", redis_server.url), namespace=namespace)
@@ -94,10 +105,7 @@ def test_dead_letters_then_retry_annotation_completes(
 
     # The site has "recovered" for the third hit; ask for the dead letters to be retried.
     control_plane.kubectl("annotate", "scrapejob/flaky-job", "-n", namespace, "trawl.dev/retry-dead-letters=1")
-    done = control_plane.kubectl(
-        "wait", "--for=condition=Complete", "scrapejob/flaky-job", "-n", namespace, "--timeout=120s", check=False
-    )
-    assert done.returncode == 0, f"{done.stderr}\n{operator.log_tail()}"
+    wait_complete(control_plane, "flaky-job", namespace, 120, lambda: _diag(operator, supervisor))
     obj = get(control_plane, "scrapejob", "flaky-job", namespace)
     assert obj["status"]["counts"]["succeeded"] == 6
     assert obj["status"]["counts"]["deadLettered"] == 0
@@ -106,15 +114,23 @@ def test_dead_letters_then_retry_annotation_completes(
 
 
 def test_delete_cancels_and_suspend_resume_completes(
-    control_plane: ControlPlane, namespace: str, operator: Any, supervisor: Any, bookstore: Any,
+    control_plane: ControlPlane,
+    namespace: str,
+    operator: Any,
+    supervisor: Any,
+    bookstore: Any,
     redis_server: RedisServer,
 ) -> None:
     apply(control_plane, pool("p", redis_server.url), namespace=namespace)
     slow = {"politeness": {"requestsPerSecond": 2, "maxConcurrencyPerDomain": 1}}
     many = [bookstore.product_url(i) for i in range(1, 101)]
     apply(control_plane, job("doomed", "p", many, **slow), namespace=namespace)
-    wait_for("doomed running", lambda: _phase(control_plane, "doomed", namespace) == "Running", timeout=90,
-             diag=operator.log_tail)
+    wait_for(
+        "doomed running",
+        lambda: _phase(control_plane, "doomed", namespace) == "Running",
+        timeout=90,
+        diag=operator.log_tail,
+    )
     uid = get(control_plane, "scrapejob", "doomed", namespace)["metadata"]["uid"]
     client = redis.Redis.from_url(redis_server.url)
     keys = Keys(f"trawl:{{{namespace}/p}}")
@@ -135,12 +151,10 @@ def test_delete_cancels_and_suspend_resume_completes(
     obj = get(control_plane, "scrapejob", "pausable", namespace)
     assert obj["status"]["counts"]["succeeded"] == 0
     assert condition(obj, "Suspended")["status"] == "True"  # type: ignore[index]
-    control_plane.kubectl("patch", "scrapejob/pausable", "-n", namespace, "--type=merge", "-p",
-                          '{"spec":{"suspend":false}}')
-    done = control_plane.kubectl(
-        "wait", "--for=condition=Complete", "scrapejob/pausable", "-n", namespace, "--timeout=120s", check=False
+    control_plane.kubectl(
+        "patch", "scrapejob/pausable", "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":false}}'
     )
-    assert done.returncode == 0, f"{done.stderr}\n{operator.log_tail()}"
+    wait_complete(control_plane, "pausable", namespace, 120, lambda: _diag(operator, supervisor))
     counts = get(control_plane, "scrapejob", "pausable", namespace)["status"]["counts"]
     assert counts == {"total": 20, "pending": 0, "inFlight": 0, "succeeded": 20, "retrying": 0, "deadLettered": 0}
     client.close()

@@ -47,7 +47,7 @@ def test_operator_killed_mid_enqueue_neither_loses_nor_duplicates(
             break
         time.sleep(0.005)
     operator.kill()
-    assert 0 < seen, "the operator never started enqueueing"
+    assert seen > 0, "the operator never started enqueueing"
     operator.start()
     wait_for(
         "Queued after restart",

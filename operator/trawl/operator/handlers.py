@@ -20,7 +20,7 @@ from typing import Any
 import kopf
 
 from . import clock, metrics
-from .autoscaling import Autoscalers
+from .autoscaling import Autoscalers, job_hosts
 from .crons import reconcile_cron
 from .jobs import cancel_job, delete_job_object, reconcile_job
 from .jobstatus import TERMINAL, Transition, status_changed
@@ -95,7 +95,19 @@ def pool_index(namespace: str, name: str, spec: Mapping[str, Any], meta: Mapping
 
 @kopf.index(GROUP, VERSION, JOBS)
 def jobs_by_pool(namespace: str, name: str, spec: Mapping[str, Any], status: Mapping[str, Any], **_: Any) -> Any:
-    return {(namespace, spec.get("pool")): {"name": name, "phase": status.get("phase")}}
+    counts = status.get("counts") or {}
+    phase = status.get("phase")
+    active = phase not in TERMINAL
+    return {
+        (namespace, spec.get("pool")): {
+            "name": name,
+            "phase": phase,
+            # For the autoscaler's rate-limit ceiling: where the waiting work goes and how fast it may.
+            "waiting": int(counts.get("pending", 0)) + int(counts.get("retrying", 0)) if active else 0,
+            "hosts": job_hosts(spec) if active else None,
+            "politeness": dict(spec.get("politeness") or {}) if active else None,
+        }
+    }
 
 
 @kopf.index(GROUP, VERSION, JOBS, labels={LABEL_CRON: kopf.PRESENT})
@@ -189,7 +201,7 @@ async def job_deleted(
 # ---------------------------------------------------------------- ScrapePool
 
 
-async def _pool(body: kopf.Body, patch: kopf.Patch) -> None:
+async def _pool(body: kopf.Body, patch: kopf.Patch, jobs_by_pool: kopf.Index[Any, Any]) -> None:
     meta = body.metadata
     started = time.monotonic()
     async with _lock(meta.uid):
@@ -203,6 +215,7 @@ async def _pool(body: kopf.Body, patch: kopf.Patch) -> None:
             connections=connections,
             autoscalers=autoscalers,
             now=clock.now(),
+            jobs=list(jobs_by_pool.get((meta.namespace, meta.name), [])),
         )
     _write_status(patch, body.status, outcome.status, "ScrapePool")
     _post(body, outcome.events)
@@ -219,13 +232,13 @@ async def _pool(body: kopf.Body, patch: kopf.Patch) -> None:
 @kopf.on.create(GROUP, VERSION, POOLS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
 @kopf.on.update(GROUP, VERSION, POOLS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
 @kopf.on.resume(GROUP, VERSION, POOLS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
-async def pool_changed(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-    await _pool(body, patch)
+async def pool_changed(body: kopf.Body, patch: kopf.Patch, jobs_by_pool: kopf.Index[Any, Any], **_: Any) -> None:
+    await _pool(body, patch, jobs_by_pool)
 
 
 @kopf.timer(GROUP, VERSION, POOLS, interval=POOL_SYNC_SECONDS, errors=kopf.ErrorsMode.TEMPORARY)
-async def pool_sync(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-    await _pool(body, patch)
+async def pool_sync(body: kopf.Body, patch: kopf.Patch, jobs_by_pool: kopf.Index[Any, Any], **_: Any) -> None:
+    await _pool(body, patch, jobs_by_pool)
 
 
 @kopf.on.delete(GROUP, VERSION, POOLS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)

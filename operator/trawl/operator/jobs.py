@@ -16,11 +16,10 @@ from typing import Any
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 
-from trawl.api.policies import resolve_retry
 from trawl.api.scrapejob import ScrapeJobSpec, SinkKind
 from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.queue import Queue, QueueUnavailable
-from trawl.queue.model import DeadLetterRecord, JobConfig, JobStats, RetryPolicy
+from trawl.queue.model import DeadLetterRecord, JobConfig, JobStats
 
 from . import kube
 from .jobstatus import TERMINAL, JobFacts, Problem, Transition, derive_job_status
@@ -66,27 +65,10 @@ def pool_from_index(pool_index: Mapping[Any, Any], namespace: str, name: str) ->
 
 
 def job_config(uid: str, spec: ScrapeJobSpec, pool: ScrapePoolSpec) -> JobConfig:
-    from trawl.worker.jobspec import build_worker_spec
+    from trawl.worker.jobspec import build_job_config
 
-    retry = resolve_retry(pool.defaults.retry if pool.defaults else None, spec.retry)
-    return JobConfig(
-        job_id=uid,
-        priority=spec.priority,
-        retry=RetryPolicy(
-            max_attempts=retry.max_attempts,
-            backoff=retry.backoff.value,
-            initial_delay=retry.initial_delay_seconds,
-            max_delay=retry.max_delay_seconds,
-            jitter=retry.jitter,
-            retry_on=tuple(c.value for c in retry.retry_on),
-            honor_retry_after=retry.honor_retry_after,
-        ),
-        max_pages=spec.crawl.max_pages if spec.crawl else None,
-        max_depth=spec.crawl.max_depth if spec.crawl else 0,
-        dedupe_across_jobs=bool(spec.dedupe and spec.dedupe.across_jobs),
-        dedupe_window_seconds=spec.dedupe.window_seconds if spec.dedupe else 3600,
-        spec=build_worker_spec(spec, pool),
-    )
+    config: JobConfig = build_job_config(uid, spec, pool)
+    return config
 
 
 _queues: dict[tuple[int, str, float, int], Queue] = {}

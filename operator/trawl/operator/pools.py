@@ -164,6 +164,7 @@ async def reconcile_pool(
     connections: RedisConnections,
     autoscalers: Autoscalers,
     now: datetime,
+    jobs: list[Mapping[str, Any]] | None = None,
 ) -> PoolOutcome:
     prev = dict(status)
     events: list[Transition] = []
@@ -194,7 +195,7 @@ async def reconcile_pool(
 
     advice: ScaleAdvice | None = None
     if spec.autoscaling.enabled:
-        advice = autoscalers.advise((namespace, name), spec.autoscaling, signals, current, now)
+        advice = autoscalers.advise((namespace, name), spec, signals, current, now, jobs or [])
         desired = advice.desired
         reason = advice.reason
     else:
@@ -203,7 +204,7 @@ async def reconcile_pool(
     new["queue"] = _signals_status(signals, advice)
     new["desiredReplicas"] = desired
     new["scalingReason"] = reason
-    if desired != current and spec.autoscaling.enabled:
+    if desired != current:
         if desired < current:
             try:
                 await mark_idle_pods(namespace, name, signals)

@@ -1,0 +1,155 @@
+"""The autoscaler in the operator, against the real API server, Redis and local worker processes."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from operator_fixtures import apply, condition, events_for, exists, get, job, pool, wait_for
+
+from trawl.dev.bookstore import Bookstore
+from trawl.dev.controlplane import ControlPlane
+from trawl.dev.redis_server import RedisServer
+
+
+class ReplicaRecorder:
+    """Samples the Deployment's spec.replicas in the background: what the autoscaler asked for, when."""
+
+    def __init__(self, cp: ControlPlane, namespace: str, deployment: str) -> None:
+        self.cp, self.namespace, self.deployment = cp, namespace, deployment
+        self.samples: list[tuple[float, int]] = []
+        self._halt = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._halt.is_set():
+            out = self.cp.kubectl(
+                "get",
+                "deployment",
+                self.deployment,
+                "-n",
+                self.namespace,
+                "-o",
+                "jsonpath={.spec.replicas}",
+                check=False,
+            )
+            if out.returncode == 0 and out.stdout.strip():
+                self.samples.append((time.monotonic(), int(out.stdout)))
+            self._halt.wait(0.3)
+
+    def __enter__(self) -> ReplicaRecorder:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._halt.set()
+        self._thread.join(timeout=10)
+
+    def max_since(self, t: float) -> int:
+        return max((r for ts, r in self.samples if ts >= t), default=0)
+
+    def latest(self) -> int:
+        return self.samples[-1][1] if self.samples else -1
+
+
+def test_backlog_scales_up_fast_then_down_to_zero_and_failures_hold(
+    control_plane: ControlPlane,
+    namespace: str,
+    operator: Any,
+    supervisor: Any,
+    bookstore: Any,
+    redis_server: RedisServer,
+) -> None:
+    autoscaling = {
+        "minReplicas": 0,
+        "maxReplicas": 4,
+        "pollSeconds": 1,
+        "scaleDownDelaySeconds": 3,
+        "idleSecondsBeforeZero": 3,
+        "targetDrainSeconds": 5,
+        "failureRateThreshold": 0.5,
+    }
+    apply(
+        control_plane,
+        pool(
+            "auto",
+            redis_server.url,
+            autoscaling=autoscaling,
+            worker={"concurrency": 8, "drainSeconds": 10, "allowedCidrs": ["127.0.0.0/8"]},
+        ),
+        namespace=namespace,
+    )
+    wait_for("Deployment", lambda: exists(control_plane, "deployment", "auto-workers", namespace))
+    with ReplicaRecorder(control_plane, namespace, "auto-workers") as rec:
+        wait_for("idle pool at zero", lambda: rec.latest() == 0, timeout=30, diag=operator.log_tail)
+
+        # A backlog of 2,000 tasks: replicas rise within 10 s.
+        fast = {"politeness": {"requestsPerSecond": 10000, "maxConcurrencyPerDomain": 1000, "respectRobotsTxt": False}}
+        ranges = [{"template": bookstore.url + "/product/1.html?copy={n}", "start": 1, "end": 2000}]
+        t0 = time.monotonic()
+        apply(control_plane, job("backlog", "auto", [], urlRanges=ranges, **fast), namespace=namespace)
+
+        def diag() -> str:
+            st = get(control_plane, "scrapepool", "auto", namespace).get("status")
+            job_st = get(control_plane, "scrapejob", "backlog", namespace).get("status")
+            return f"samples={rec.samples[-30:]}\npool={st}\njob={job_st}\n{operator.log_tail(20)}"
+
+        wait_for("scale-up", lambda: rec.max_since(t0) >= 2, timeout=10, diag=diag)
+        scaled_up_after = next(ts for ts, r in rec.samples if ts >= t0 and r >= 2) - t0
+        wait_for(
+            "backlog done",
+            lambda: (
+                (get(control_plane, "scrapejob", "backlog", namespace).get("status") or {}).get("phase") == "Succeeded"
+            ),
+            timeout=120,
+            diag=operator.log_tail,
+        )
+        peak = rec.max_since(t0)
+        # Drained: back to the minimum (zero here), and the worker processes follow.
+        wait_for("scale to zero", lambda: rec.latest() == 0, timeout=60, diag=operator.log_tail)
+        wait_for("workers gone", lambda: supervisor.live(namespace, "auto-workers") == 0, timeout=30)
+
+        obj = get(control_plane, "scrapepool", "auto", namespace)
+        assert obj["status"]["scalingReason"]
+        assert obj["status"]["lastScale"]["toReplicas"] == 0
+        scaled = [e for e in events_for(control_plane, namespace, "auto") if e["reason"] == "Scaled"]
+        assert any("-> 0" in e["message"] for e in scaled)
+        assert any("0 -> " in e["message"] for e in scaled)
+
+        # A running pool (one worker) meets a downstream that always fails: it must not scale up.
+        control_plane.kubectl(
+            "patch",
+            "scrapepool/auto",
+            "-n",
+            namespace,
+            "--type=merge",
+            "-p",
+            '{"spec":{"autoscaling":{"minReplicas":1}}}',
+        )
+        wait_for("one worker serving", lambda: supervisor.live(namespace, "auto-workers") == 1, timeout=30)
+        time.sleep(3)
+        failing = [f"{bookstore.url}/hostile/503?id={namespace}-{i}&fail=1000000" for i in range(300)]
+        retry = {
+            "maxAttempts": 100,
+            "initialDelaySeconds": 0,
+            "maxDelaySeconds": 0.2,
+            "honorRetryAfter": False,
+            "jitter": 0,
+        }
+        t1 = time.monotonic()
+        apply(control_plane, job("failing", "auto", failing, retry=retry, **fast), namespace=namespace)
+
+        def guarded() -> Any:
+            cond = condition(get(control_plane, "scrapepool", "auto", namespace), "Degraded")
+            return cond and cond["status"] == "True" and cond
+
+        cond = wait_for("failure guard", guarded, timeout=60, diag=operator.log_tail)
+        assert cond["reason"] == "FailureGuard"
+        time.sleep(8)
+        assert rec.max_since(t1) <= 1, rec.samples[-40:]
+        control_plane.kubectl("delete", "scrapejob/failing", "-n", namespace, "--timeout=60s")
+    print(f"scale-up to >=2 replicas after {scaled_up_after:.1f}s; peak {peak} replicas")
