@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
 from operator_fixtures import apply, condition, events_for, exists, get, job, pool, wait_for
 
 from trawl.dev.bookstore import Bookstore
@@ -56,14 +55,22 @@ class ReplicaRecorder:
         return self.samples[-1][1] if self.samples else -1
 
 
+@pytest.fixture
+def slow_site() -> Iterator[Bookstore]:
+    """The bookstore answering in 50 ms, so 2,000 tasks are more than one worker drains in 5 s."""
+    with Bookstore(latency=0.05) as site:
+        yield site
+
+
 def test_backlog_scales_up_fast_then_down_to_zero_and_failures_hold(
     control_plane: ControlPlane,
     namespace: str,
     operator: Any,
     supervisor: Any,
-    bookstore: Any,
+    slow_site: Bookstore,
     redis_server: RedisServer,
 ) -> None:
+    bookstore = slow_site
     autoscaling = {
         "minReplicas": 0,
         "maxReplicas": 4,
