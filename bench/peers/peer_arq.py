@@ -25,6 +25,16 @@ class WorkerSettings:
     handle_signals = True
 
 
+def run_worker() -> None:
+    """The worker, as ``arq peer_arq.WorkerSettings`` runs it, without a log line per job."""
+    import logging
+
+    from arq.worker import run_worker as arq_run_worker
+
+    logging.basicConfig(level=logging.WARNING)
+    arq_run_worker(WorkerSettings)  # type: ignore[arg-type]
+
+
 def enqueue(n: int) -> None:
     async def run() -> None:
         pool = await create_pool(SETTINGS)
