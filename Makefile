@@ -48,5 +48,17 @@ demo: setup
 	@test -n "$(KUBEBUILDER_ASSETS)" || { echo "kube-apiserver/etcd missing: run hack/build-k8s-binaries.sh"; exit 1; }
 	$(VENV)/bin/trawl dev up
 
+# Container image (needs a Docker engine): one image, `trawl operator` and `trawl worker`.
+IMAGE ?= ghcr.io/trawl-dev/trawl
+IMAGE_TAG ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+images:
+	docker build -f worker_image/Dockerfile -t $(IMAGE):$(IMAGE_TAG) \
+	  --build-arg VERSION=$(IMAGE_TAG) --build-arg REVISION=$$(git rev-parse HEAD 2>/dev/null || echo unknown) \
+	  --build-arg CREATED=$$(date -u +%Y-%m-%dT%H:%M:%SZ) .
+
+# kind end-to-end (needs a Docker engine): cluster, image, helm install, a crawl to Complete, teardown.
+e2e-kind: setup
+	tests/e2e_kind/run.sh
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

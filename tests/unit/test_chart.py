@@ -302,3 +302,10 @@ def test_values_schema_covers_every_value() -> None:
     walk(values, schema, "")
     # Every schema leaf has a description or is a plain container.
     assert schema["additionalProperties"] is False
+
+
+def test_operator_flags_follow_values() -> None:
+    args = operator_deployment(render("minimal"))["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--metrics-port=0" in args and "--verbose" not in args
+    debug = render(set_values={"operator.logLevel": "debug"})
+    assert "--verbose" in operator_deployment(debug)["spec"]["template"]["spec"]["containers"][0]["args"]
