@@ -70,6 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-replicas", type=int, default=0)
     ap.add_argument("--max-replicas", type=int, default=20)
     ap.add_argument("--target-drain", type=int, default=60, help="Trawl's targetDrainSeconds (API default 60)")
+    ap.add_argument(
+        "--fail-duration-factor",
+        type=float,
+        default=1.0,
+        help="failed attempts take this share of a successful one's time (default 1.0; 0.1 = fast 5xx)",
+    )
     args = ap.parse_args(argv)
 
     spec = AutoscalingSpec(
@@ -102,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     worst_wait = worst_rs = 0.0
     fail_ups = interrupted = 0
     t0 = time.monotonic()
-    for trace in build_traces(args.seed, args.quick):
+    for trace in build_traces(args.seed, args.quick, args.fail_duration_factor):
         results = {p: simulate(trace, pool, p, seed=args.seed) for p in ("trawl", "keda", "static_max")}
         for name, r in results.items():
             rows.append(

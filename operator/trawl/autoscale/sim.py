@@ -53,6 +53,7 @@ class Trace:
     domain_rps: dict[int, float] = field(default_factory=dict)
     fail_windows: list[tuple[float, float, float]] = field(default_factory=list)  # (start, end, probability)
     base_fail: float = 0.0
+    fail_duration_factor: float = 1.0  # a failed attempt takes this share of a successful one's time
 
     def fail_probability(self, t: float) -> float:
         for start, end, p in self.fail_windows:
@@ -125,7 +126,19 @@ def percentile(values: list[float], q: float) -> float:
 
 
 class _Task:
-    __slots__ = ("attempt", "domain", "enqueued", "fails", "id", "reserved", "run", "services", "started")
+    __slots__ = (
+        "attempt",
+        "domain",
+        "duration",
+        "enqueued",
+        "failing",
+        "fails",
+        "id",
+        "reserved",
+        "run",
+        "services",
+        "started",
+    )
 
     def __init__(self, tid: int, enqueued: float, domain: int, services: list[float], fails: list[float]) -> None:
         self.id = tid
@@ -137,6 +150,8 @@ class _Task:
         self.started: float | None = None
         self.reserved = False
         self.run = 0  # bumps on every start, so a stale finish event is recognised
+        self.failing = False  # the current attempt will fail (decided when it starts)
+        self.duration = 0.0  # the current attempt's duration
 
 
 class _Pod:
@@ -255,17 +270,17 @@ class Simulation:
         if self.trace.fail_windows and self.trace.failing(self.now):
             self.fail_attempts += 1
         pod.tasks[task.id] = task
-        service = task.services[task.attempt - 1]
-        self._push(self.now + service, _FINISH, (pod.id, task, task.run))
+        task.failing = task.fails[task.attempt - 1] < self.trace.fail_probability(self.now)
+        task.duration = task.services[task.attempt - 1] * (self.trace.fail_duration_factor if task.failing else 1.0)
+        self._push(self.now + task.duration, _FINISH, (pod.id, task, task.run))
 
     def _finish(self, pod_id: int, task: _Task, run: int) -> None:
         pod = self.pods.get(pod_id)
         if pod is None or pod.tasks.get(task.id) is not task or task.run != run:
             return  # interrupted earlier
         del pod.tasks[task.id]
-        self.service_total += task.services[task.attempt - 1]
-        failed = task.fails[task.attempt - 1] < self.trace.fail_probability(self.now - self._elapsed(task))
-        if failed:
+        self.service_total += task.duration
+        if task.failing:
             self.failed += 1
             if task.attempt < self.pool.max_attempts:
                 p = self.pool
@@ -282,9 +297,6 @@ class Simulation:
         if pod.draining and not pod.tasks:
             self._remove(pod)
         self._dispatch()
-
-    def _elapsed(self, task: _Task) -> float:
-        return task.services[task.attempt - 1]  # failure is decided by the time the attempt started
 
     def _done(self, task: _Task) -> None:
         left = self.outstanding[task.domain] - 1
@@ -528,8 +540,11 @@ def _on_domains(rng: random.Random, times: list[float]) -> list[tuple[float, int
     return [(t, rng.randrange(DOMAINS)) for t in times]
 
 
-def build_traces(seed: int = 1, quick: bool = False) -> list[Trace]:
-    """The six workloads of the benchmark; ``quick`` shortens and shrinks them."""
+def build_traces(seed: int = 1, quick: bool = False, fail_duration_factor: float = 1.0) -> list[Trace]:
+    """The six workloads of the benchmark; ``quick`` shortens and shrinks them.
+
+    ``fail_duration_factor``: how long a failed attempt of the failing-downstream trace takes relative
+    to a successful one (1.0: as long, like timeouts; 0.1: fast 5xx answers)."""
     scale = 0.25 if quick else 1.0
     traces: list[Trace] = []
 
@@ -588,6 +603,7 @@ def build_traces(seed: int = 1, quick: bool = False) -> list[Trace]:
             dur,
             arr,
             fail_windows=[(f0, f0 + 600.0, 0.9)],
+            fail_duration_factor=fail_duration_factor,
         )
     )
 
