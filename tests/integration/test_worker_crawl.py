@@ -83,6 +83,8 @@ async def test_crawl_returns_exactly_the_expected_products(site: Bookstore, redi
     assert got == expected
     log = site.entries()[before:]
     assert [e.path for e in log].count("/robots.txt") == 1  # fetched once, then cached
+    robots_key = Keys(PREFIX).rate_limit(site.url, "robots")
+    assert 3500 < await redis_client.ttl(robots_key) <= 3600  # cached in Redis for robotsCacheSeconds
     assert not [e for e in log if e.path.startswith("/private/")]  # robots.txt disallow obeyed
     stats = await queue.job_stats(job_id)
     # home + 12 listings + 100 products succeed; /private/secret.html is dead-lettered as RobotsDisallowed

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from . import procs
 
@@ -482,6 +483,15 @@ class Bookstore:
     def expected(self) -> dict[str, dict[str, str]]:
         """URL -> expected field values, for every product."""
         return {self.product_url(p.id): expected_record(p) for p in self.catalog.products}
+
+
+def start_bookstore(host: str = "127.0.0.1", **options: Any) -> Bookstore:
+    """Start the bookstore on a free port of ``host`` (a loopback address); call ``.stop()`` when done."""
+    return Bookstore(host=host, **options).start()
+
+
+def stop_bookstore(store: Bookstore) -> None:
+    store.stop()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 
@@ -46,4 +48,13 @@ class WorkerMetrics:
         self.draining = Gauge("trawl_worker_draining", "1 while the worker drains after SIGTERM.", registry=r)
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
-        start_http_server(port, addr=addr, registry=self.registry)
+        """Serve /metrics on ``port`` from a daemon thread until :meth:`shutdown`."""
+        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
+        self._server: Any = server
+
+    def shutdown(self) -> None:
+        server = getattr(self, "_server", None)
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+            self._server = None

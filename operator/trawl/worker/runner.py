@@ -142,6 +142,7 @@ class Worker:
             for sink in self._sinks.values():
                 await sink.close()
             await self.fetcher.close()
+            self.metrics.shutdown()
             log.info("worker stopped", extra={"worker": self.worker_id, "processed": self.processed})
 
     async def _drain(self) -> None:
