@@ -19,7 +19,7 @@ from kubernetes.client import CoreV1Api, CustomObjectsApi, RbacAuthorizationV1Ap
 from kubernetes.client.exceptions import ApiException
 
 from trawl.dev import procs
-from trawl.dev.controlplane import ControlPlane, find_assets
+from trawl.dev.controlplane import ControlPlane, _sweep_stale_workdirs, find_assets
 
 CHILD = textwrap.dedent(
     """
@@ -86,6 +86,12 @@ def test_killing_the_owner_kills_etcd_and_apiserver(how: str, sig: signal.Signal
         child.send_signal(sig)
         child.wait(timeout=30)  # with handlers the child first stops both servers (up to 5 s each)
         assert _wait_gone(pids, timeout=10) == [], "etcd or kube-apiserver outlived its owner"
+        # A killed owner cannot remove its working directory (on tmpfs); the next start sweeps it.
+        workdir = Path(info["workdir"])
+        if sig == signal.SIGKILL:
+            assert workdir.exists()
+        _sweep_stale_workdirs(workdir.parent)
+        assert not workdir.exists()
     finally:
         if child.poll() is None:
             child.kill()

@@ -223,6 +223,25 @@ def _write(path: Path, data: bytes, mode: int = 0o600) -> Path:
 
 # --------------------------------------------------------------------------- the control plane
 
+_WORKDIR_PREFIX = "trawl-k8s-"
+_OWNER_FILE = "owner.pid"
+
+
+def _sweep_stale_workdirs(base: Path) -> None:
+    """Remove working directories (tmpfs: they hold memory) left by owners that were killed."""
+    for folder in base.glob(f"{_WORKDIR_PREFIX}*"):
+        try:
+            owner = int((folder / _OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        try:
+            os.kill(owner, 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except PermissionError:
+            pass
+
+
 
 @dataclass
 class ControlPlane:
@@ -284,7 +303,9 @@ class ControlPlane:
         self._kubectl = find_kubectl()
         if self.workdir is None:
             base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None  # etcd on tmpfs: faster
-            self.workdir = Path(tempfile.mkdtemp(prefix="trawl-k8s-", dir=base))
+            _sweep_stale_workdirs(Path(base or tempfile.gettempdir()))
+            self.workdir = Path(tempfile.mkdtemp(prefix=_WORKDIR_PREFIX, dir=base))
+            (self.workdir / _OWNER_FILE).write_text(str(os.getpid()))
             self._own_dir = True
         self.workdir.mkdir(parents=True, exist_ok=True)
         # A free port can be taken by someone else before the server binds it: retry with new ones.
