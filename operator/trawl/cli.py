@@ -102,6 +102,25 @@ def worker_cmd(
     )
 
 
+def _add_dev() -> None:
+    from trawl.dev.cli import app as dev_app
+
+    app.add_typer(dev_app, name="dev")
+
+
+_add_dev()
+
+
+# Job tools (trawl.clitools): the module imports only typer; each command loads kube/redis/rich when run.
+from trawl.clitools.app import dlq_app, results, status, submit, top  # noqa: E402
+
+app.command("submit")(submit)
+app.command("status")(status)
+app.command("results")(results)
+app.command("top")(top)
+app.add_typer(dlq_app, name="dlq")
+
+
 def main() -> None:
     app()
 

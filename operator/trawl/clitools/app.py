@@ -1,0 +1,336 @@
+"""The typer commands of the job tools. Only typer is imported here; each command loads what it needs.
+
+Registered on the root app by ``trawl.cli``: ``submit``, ``status``, ``results``, ``top`` and the ``dlq``
+group. Every command connects like kubectl (``--kubeconfig``, ``--context``, ``-n``) and reports a
+failure as one line on stderr with a distinct exit code (see :mod:`trawl.clitools.errors`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import typer
+
+from .errors import CliError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from .cluster import Cluster
+
+T = TypeVar("T")
+
+KUBECONFIG = typer.Option(None, "--kubeconfig", help="Path of the kubeconfig (default: $KUBECONFIG, ~/.kube/config).")
+CONTEXT = typer.Option(None, "--context", help="Kubeconfig context to use (default: the current one).")
+NAMESPACE = typer.Option(None, "--namespace", "-n", help="Namespace (default: the context's, else 'default').")
+REDIS_URL = typer.Option(
+    None, "--redis-url", help="Read the pool's Redis at this URL instead (e.g. through kubectl port-forward)."
+)
+
+
+def _console(stderr: bool = False) -> Console:
+    from rich.console import Console
+
+    console = Console(stderr=stderr, highlight=False)
+    if not console.is_terminal:
+        console = Console(stderr=stderr, highlight=False, width=max(console.width, 160))
+    return console
+
+
+@contextmanager
+def _reported() -> Iterator[None]:
+    """CliError -> one red line (and a hint) on stderr and its exit code; Ctrl-C -> 130. No tracebacks."""
+    try:
+        yield
+    except CliError as exc:
+        err = _console(stderr=True)
+        err.print(f"[bold red]error:[/] {exc.message}", markup=True, soft_wrap=True)
+        if exc.hint:
+            err.print(f"[dim]hint: {exc.hint}[/]", soft_wrap=True)
+        raise typer.Exit(exc.code) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+def _connect(kubeconfig: str | None, context: str | None, namespace: str | None) -> Cluster:
+    from .cluster import Cluster, Target
+
+    return Cluster.connect(Target(kubeconfig, context, namespace))
+
+
+def _run_async(fn: Callable[[], Any]) -> Any:
+    return asyncio.run(fn())
+
+
+# ---------------------------------------------------------------------------------------------- submit
+
+
+def submit(
+    urls: list[str] = typer.Argument(..., help="URLs to fetch (crawl seeds with --crawl)."),
+    crawl: bool = typer.Option(False, "--crawl", help="Follow links from the URLs (within the same host)."),
+    max_pages: int | None = typer.Option(None, "--max-pages", help="Crawl: most pages fetched (implies --crawl)."),
+    depth: int | None = typer.Option(None, "--depth", help="Crawl: link hops from a seed (implies --crawl)."),
+    pool: str = typer.Option("default", "--pool", "-p", help="ScrapePool whose workers run the job."),
+    priority: int | None = typer.Option(None, "--priority", min=0, max=9, help="0 (lowest) to 9 (highest)."),
+    name: str | None = typer.Option(None, "--name", help="Job name (default: generated from the first URL's host)."),
+    wait: bool = typer.Option(False, "--wait", "-w", help="Show progress until the job is Complete or Failed."),
+    timeout: float = typer.Option(0, "--timeout", help="With --wait: give up after this many seconds (0: never)."),
+    kubeconfig: str | None = KUBECONFIG,
+    context: str | None = CONTEXT,
+    namespace: str | None = NAMESPACE,
+) -> None:
+    """Create a ScrapeJob; with --wait, follow it with a progress bar (exit 0 Succeeded, 1 Failed)."""
+    with _reported():
+        from .jobs import SubmitOptions
+        from .jobs import submit as create
+
+        cluster = _connect(kubeconfig, context, namespace)
+        opts = SubmitOptions(list(urls), pool, crawl, max_pages, depth, priority, name)
+        created = create(cluster, opts)
+        job_name = created["metadata"]["name"]
+        out = _console()
+        out.print(f"scrapejob.trawl.dev/{job_name} created in namespace {cluster.namespace}")
+        if wait:
+            raise typer.Exit(_wait(cluster, job_name, timeout))
+
+
+def _wait(cluster: Cluster, name: str, timeout: float) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .jobs import follow, phase
+
+    err = _console(stderr=True)
+    last: dict[str, Any] = {}
+    with Progress(
+        TextColumn("[bold]{task.fields[name]}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[phase]}"),
+        TextColumn("[red]{task.fields[dead]}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
+    ) as progress:
+        task = progress.add_task("job", total=None, name=name, phase="Pending", dead="")
+        for job in follow(cluster, name, timeout=timeout or None):
+            last = job
+            counts = (job.get("status") or {}).get("counts") or {}
+            total = int(counts.get("total") or 0) or None
+            done = int(counts.get("succeeded") or 0) + int(counts.get("deadLettered") or 0)
+            dead = int(counts.get("deadLettered") or 0)
+            progress.update(task, total=total, completed=done, phase=phase(job), dead=f"{dead} dead" if dead else "")
+    status = last.get("status") or {}
+    final = phase(last)
+    out = _console()
+    style = "green" if final == "Succeeded" else "red"
+    out.print(f"[{style}]{final}[/]: {status.get('message', '')}")
+    results = status.get("results") or {}
+    if results.get("location"):
+        out.print(f"results: {results.get('count', 0)} in {results.get('sink')} at {results['location']}")
+    return 0 if final == "Succeeded" else 1
+
+
+# ---------------------------------------------------------------------------------------------- status
+
+
+def status(
+    job: str | None = typer.Argument(None, help="A job's name for its detail; omit for a table of jobs."),
+    all_namespaces: bool = typer.Option(False, "--all-namespaces", "-A", help="Jobs of every namespace."),
+    output: str = typer.Option("table", "--output", "-o", help="table or json."),
+    kubeconfig: str | None = KUBECONFIG,
+    context: str | None = CONTEXT,
+    namespace: str | None = NAMESPACE,
+) -> None:
+    """A table of ScrapeJobs, or one job's detail: counts, conditions, dead letters, where the results are."""
+    with _reported():
+        from . import render
+        from .jobs import get_job
+
+        if output not in ("table", "json"):
+            raise CliError(f"unknown output {output!r}: use table or json")
+        cluster = _connect(kubeconfig, context, namespace)
+        out = _console()
+        if job:
+            obj = get_job(cluster, job)
+            if output == "json":
+                typer.echo(json.dumps(obj, indent=2))
+            else:
+                out.print(render.job_detail(obj))
+            return
+        jobs = cluster.list("ScrapeJob", all_namespaces=all_namespaces)
+        if output == "json":
+            typer.echo(json.dumps(jobs, indent=2))
+        elif not jobs:
+            where = "any namespace" if all_namespaces else f"namespace {cluster.namespace}"
+            out.print(f"No ScrapeJobs in {where}.")
+        else:
+            out.print(render.jobs_table(jobs, show_namespace=all_namespaces))
+
+
+# ---------------------------------------------------------------------------------------------- results
+
+
+def results(
+    job: str = typer.Argument(..., help="The job's name."),
+    fmt: str = typer.Option("jsonl", "--format", "-f", help="jsonl or csv."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout."),
+    redis_url: str | None = REDIS_URL,
+    kubeconfig: str | None = KUBECONFIG,
+    context: str | None = CONTEXT,
+    namespace: str | None = NAMESPACE,
+) -> None:
+    """Export a job's results from its Redis stream sink as JSON Lines or CSV."""
+    with _reported():
+        from . import results as res
+        from .jobs import get_job_and_pool
+        from .queueaccess import job_ref, resolve_redis
+
+        if fmt not in res.FORMATS:
+            raise CliError(f"unknown format {fmt!r}: use jsonl or csv")
+        cluster = _connect(kubeconfig, context, namespace)
+        obj, pool = get_job_and_pool(cluster, job)
+        res.check_sink(obj)
+        cfg = resolve_redis(cluster, pool, redis_url)
+        ref = job_ref(obj, pool)
+        if output is None:
+            count = _run_async(lambda: res.export(cfg, obj, ref, fmt, sys.stdout))
+            sys.stdout.flush()
+        else:
+            tmp = output.with_name(output.name + ".part")
+            try:
+                with tmp.open("w", encoding="utf-8", newline="") as fh:
+                    count = _run_async(lambda: res.export(cfg, obj, ref, fmt, fh))
+                tmp.replace(output)
+            except OSError as exc:
+                raise CliError(f"cannot write {output}: {exc.strerror or exc}") from None
+            finally:
+                tmp.unlink(missing_ok=True)
+        where = f" to {output}" if output else ""
+        _console(stderr=True).print(f"{count} results of {ref.namespace}/{ref.name} written{where}", style="dim")
+
+
+# ---------------------------------------------------------------------------------------------- dlq
+
+dlq_app = typer.Typer(
+    name="dlq", help="A job's dead letters: list them, send them back to the queue.", no_args_is_help=True
+)
+
+
+@dlq_app.command("list")
+def dlq_list(
+    job: str = typer.Argument(..., help="The job's name."),
+    output: str = typer.Option("table", "--output", "-o", help="table or json (with each attempt's history)."),
+    redis_url: str | None = REDIS_URL,
+    kubeconfig: str | None = KUBECONFIG,
+    context: str | None = CONTEXT,
+    namespace: str | None = NAMESPACE,
+) -> None:
+    """Every dead letter of a job (read from Redis): URL, attempts, error class, last error."""
+    with _reported():
+        from . import render
+        from .jobs import get_job_and_pool
+        from .queueaccess import dead_letters, job_ref, resolve_redis
+
+        if output not in ("table", "json"):
+            raise CliError(f"unknown output {output!r}: use table or json")
+        cluster = _connect(kubeconfig, context, namespace)
+        obj, pool = get_job_and_pool(cluster, job)
+        cfg = resolve_redis(cluster, pool, redis_url)
+        ref = job_ref(obj, pool)
+        records = _run_async(lambda: dead_letters(cfg, ref))
+        if output == "json":
+            typer.echo(json.dumps([render.dead_letter_json(r) for r in records], indent=2))
+            return
+        out = _console()
+        if not records:
+            out.print(f"ScrapeJob {ref.namespace}/{ref.name} has no dead letters.")
+            return
+        out.print(render.dead_letters_table(records))
+        out.print(f"{len(records)} dead letters; `trawl dlq retry {ref.name}` sends them back to the queue.")
+
+
+@dlq_app.command("retry")
+def dlq_retry(
+    job: str = typer.Argument(..., help="The job's name."),
+    wait: bool = typer.Option(True, "--wait/--no-wait", help="Wait until the operator has requeued them."),
+    timeout: float = typer.Option(60, "--timeout", help="With --wait: seconds to wait for the operator."),
+    kubeconfig: str | None = KUBECONFIG,
+    context: str | None = CONTEXT,
+    namespace: str | None = NAMESPACE,
+) -> None:
+    """Send a job's dead letters back to the queue (sets the trawl.dev/retry-dead-letters annotation)."""
+    with _reported():
+        from .errors import EXIT_TIMEOUT
+        from .jobs import get_job
+
+        cluster = _connect(kubeconfig, context, namespace)
+        obj = get_job(cluster, job)
+        dead = int(((obj.get("status") or {}).get("counts") or {}).get("deadLettered") or 0)
+        out = _console()
+        if dead == 0:
+            out.print(f"ScrapeJob {cluster.namespace}/{job} has no dead letters: nothing to retry.")
+            return
+        _, value = cluster.request_dead_letter_retry(job)
+        out.print(f"requested a retry of {dead} dead letters of {cluster.namespace}/{job} (annotation value {value})")
+        if not wait:
+            return
+        deadline = time.monotonic() + timeout
+        while True:
+            status = get_job(cluster, job).get("status") or {}
+            if status.get("retryDeadLettersHandled") == value:
+                counts = status.get("counts") or {}
+                out.print(
+                    f"the operator requeued them: phase {status.get('phase')}, "
+                    f"{counts.get('deadLettered', 0)} dead letters left"
+                )
+                return
+            if time.monotonic() >= deadline:
+                raise CliError(
+                    f"the operator has not acted on the retry within {timeout:g}s (is it running?)", EXIT_TIMEOUT
+                )
+            time.sleep(0.5)
+
+
+# ---------------------------------------------------------------------------------------------- top
+
+
+def top(
+    once: bool = typer.Option(False, "--once", help="Print one frame and exit."),
+    interval: float = typer.Option(2.0, "--interval", min=0.2, help="Seconds between refreshes."),
+    window: float = typer.Option(5.0, "--window", min=0.1, help="Minutes of history in the sparklines."),
+    all_namespaces: bool = typer.Option(False, "--all-namespaces", "-A", help="Pools of every namespace."),
+    kubeconfig: str | None = KUBECONFIG,
+    context: str | None = CONTEXT,
+    namespace: str | None = NAMESPACE,
+) -> None:
+    """A live view of the pools: replicas, backlog, in flight, throughput and failure rate, with sparklines."""
+    with _reported():
+        from rich.live import Live
+
+        from . import render
+        from .top import History, poll
+
+        cluster = _connect(kubeconfig, context, namespace)
+        history = History(window=window * 60)
+        out = _console()
+        poll(cluster, history, time.time(), all_namespaces=all_namespaces)
+        if once:
+            out.print(render.top_frame(history, show_namespace=all_namespaces))
+            return
+        width = max(10, min(40, int(window * 60 / interval)))
+        with Live(render.top_frame(history, show_namespace=all_namespaces, width=width), console=out) as live:
+            while True:
+                time.sleep(interval)
+                error = None
+                try:
+                    poll(cluster, history, time.time(), all_namespaces=all_namespaces)
+                except CliError as exc:  # keep showing the last frame while the API server is away
+                    error = exc.message
+                live.update(render.top_frame(history, show_namespace=all_namespaces, width=width, error=error))

@@ -1,0 +1,126 @@
+"""Reading a job's data from its pool's Redis: dead letters and the result stream.
+
+The connection comes from the ScrapePool (URL or Secret, password Secret, TLS), read with the CLI's
+own Kubernetes credentials, or from ``--redis-url`` when the pool's Redis is reachable only through
+a port-forward. The CLI only reads Redis; changes go through the operator (annotations).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+from redis.exceptions import RedisError
+
+from trawl.api.scrapepool import ScrapePoolSpec
+from trawl.operator.naming import queue_prefix
+from trawl.operator.redisconn import ResolvedRedis, make_client
+from trawl.queue import Queue, QueueUnavailable
+from trawl.queue.model import DeadLetterRecord
+
+from .cluster import Cluster
+from .errors import EXIT_REDIS, CliError
+
+PAGE = 1000
+
+
+@dataclass(frozen=True)
+class JobRef:
+    """What locates a job's keys: its namespace, pool, uid and the pool's queue prefix."""
+
+    namespace: str
+    name: str
+    pool: str
+    uid: str
+    prefix: str
+
+
+def resolve_redis(cluster: Cluster, pool: dict[str, Any], redis_url: str | None) -> ResolvedRedis:
+    name = pool["metadata"]["name"]
+    try:
+        spec = ScrapePoolSpec.model_validate(pool.get("spec") or {})
+    except ValidationError as exc:
+        raise CliError(f"ScrapePool {cluster.namespace}/{name} is invalid: {exc.errors()[0]['msg']}") from None
+    r = spec.redis
+    if redis_url:
+        return ResolvedRedis(redis_url, None, redis_url.startswith("rediss://"), False, None)
+
+    def secret(ref: Any) -> str:
+        try:
+            return cluster.read_secret_key(ref.name, ref.key)
+        except CliError as exc:
+            raise CliError(f"the Redis settings of ScrapePool {name}: {exc.message}", EXIT_REDIS) from None
+
+    url = r.url or secret(r.url_secret_ref)
+    password = secret(r.password_secret_ref) if r.password_secret_ref else None
+    tls = bool(r.tls and r.tls.enabled) or url.startswith("rediss://")
+    ca = secret(r.tls.ca_secret_ref) if r.tls and r.tls.ca_secret_ref else None
+    return ResolvedRedis(url, password, tls, bool(r.tls and r.tls.insecure_skip_verify), ca)
+
+
+def job_ref(job: dict[str, Any], pool: dict[str, Any]) -> JobRef:
+    meta = job["metadata"]
+    key_prefix = ((pool.get("spec") or {}).get("redis") or {}).get("keyPrefix")
+    return JobRef(
+        namespace=meta["namespace"],
+        name=meta["name"],
+        pool=pool["metadata"]["name"],
+        uid=meta["uid"],
+        prefix=queue_prefix(meta["namespace"], pool["metadata"]["name"], key_prefix),
+    )
+
+
+@asynccontextmanager
+async def open_queue(cfg: ResolvedRedis, prefix: str, pool_name: str) -> AsyncIterator[Queue]:
+    client = make_client(cfg, socket_connect_timeout=3, socket_timeout=10)
+    try:
+        try:
+            await asyncio.wait_for(client.ping(), timeout=5)
+        except (RedisError, OSError, TimeoutError) as exc:
+            raise CliError(
+                f"cannot reach the Redis of ScrapePool {pool_name} at {cfg.safe_target} ({type(exc).__name__})",
+                EXIT_REDIS,
+                hint="from outside the cluster, port-forward it and pass --redis-url redis://127.0.0.1:PORT/0",
+            ) from None
+        yield Queue(client, prefix, retries=1)
+    except (QueueUnavailable, RedisError, OSError) as exc:
+        raise CliError(f"Redis error while reading ScrapePool {pool_name}'s queue: {exc}", EXIT_REDIS) from None
+    finally:
+        await client.aclose()
+
+
+async def dead_letters(cfg: ResolvedRedis, ref: JobRef) -> list[DeadLetterRecord]:
+    """Every dead letter of the job, latest first."""
+    async with open_queue(cfg, ref.prefix, ref.pool) as queue:
+        stats = await queue.job_stats(ref.uid)
+        return await queue.dead_letters(ref.uid, limit=max(stats.dead, 0) + 1000)
+
+
+async def result_records(cfg: ResolvedRedis, ref: JobRef) -> AsyncIterator[dict[str, Any]]:
+    """The job's result records in the order written, read in pages of the stream."""
+    async with open_queue(cfg, ref.prefix, ref.pool) as queue:
+        key = queue.keys.results(ref.uid)
+        start = "-"
+        while True:
+            page = await queue.redis.xrange(key, min=start, count=PAGE)
+            for entry_id, fields in page:
+                raw = fields.get(b"data") or fields.get("data") or b"{}"
+                record: dict[str, Any] = json.loads(raw)
+                if "url" not in record:
+                    url = fields.get(b"url") or fields.get("url") or b""
+                    record["url"] = url.decode() if isinstance(url, bytes) else url
+                yield record
+                last = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+                start = f"({last}"
+            if len(page) < PAGE:
+                return
+
+
+async def results_exist(cfg: ResolvedRedis, ref: JobRef) -> bool:
+    async with open_queue(cfg, ref.prefix, ref.pool) as queue:
+        return bool(await queue.redis.exists(queue.keys.results(ref.uid)))

@@ -1,0 +1,94 @@
+"""``trawl results``: a job's records from its Redis stream sink, as JSON Lines or CSV."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import AsyncIterator, Iterable
+from typing import Any, TextIO
+
+from trawl.operator.redisconn import ResolvedRedis
+
+from . import queueaccess
+from .errors import EXIT_NOT_FOUND, EXIT_OTHER_SINK, CliError
+from .queueaccess import JobRef
+
+FORMATS = ("jsonl", "csv")
+# Leading CSV columns, in this order when present; the extracted fields follow, sorted.
+CSV_FIRST = ("url", "status", "finalUrl", "depth", "title")
+CSV_SKIP = ("key", "job")
+
+
+def check_sink(job: dict[str, Any]) -> None:
+    """Results of JsonLines and Webhook sinks are not in Redis: say where they are instead."""
+    status = job.get("status") or {}
+    results = status.get("results") or {}
+    sink = results.get("sink") or ((job.get("spec") or {}).get("output") or {}).get("sink") or "RedisStream"
+    if sink == "RedisStream":
+        return
+    name = job["metadata"]["name"]
+    location = results.get("location") or "(not reported yet)"
+    where = {
+        "JsonLines": f"written by the workers as JSON Lines to {location} (on the volume mounted into the workers)",
+        "Webhook": f"POSTed to the webhook {location}",
+    }.get(sink, f"in the {sink} sink at {location}")
+    raise CliError(f"results of ScrapeJob {name} are not in Redis: they were {where}", EXIT_OTHER_SINK)
+
+
+def write_jsonl(records: Iterable[dict[str, Any]], out: TextIO) -> int:
+    count = 0
+    for record in records:
+        out.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
+        count += 1
+    return count
+
+
+def csv_cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def csv_columns(records: list[dict[str, Any]]) -> list[str]:
+    seen: set[str] = set()
+    for record in records:
+        seen.update(record)
+    first = [c for c in CSV_FIRST if c in seen]
+    rest = sorted(seen - set(first) - set(CSV_SKIP))
+    return first + rest
+
+
+def write_csv(records: list[dict[str, Any]], out: TextIO) -> int:
+    columns = csv_columns(records)
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    for record in records:
+        writer.writerow([csv_cell(record.get(c)) for c in columns])
+    return len(records)
+
+
+async def export(cfg: ResolvedRedis, job: dict[str, Any], ref: JobRef, fmt: str, out: TextIO) -> int:
+    """Write every record of the job's stream to ``out``; returns how many."""
+    if fmt not in FORMATS:
+        raise CliError(f"unknown format {fmt!r}: use jsonl or csv")
+    expected = int(((job.get("status") or {}).get("results") or {}).get("count") or 0)
+    if expected and not await queueaccess.results_exist(cfg, ref):
+        raise CliError(
+            f"the results of ScrapeJob {ref.name} are no longer in Redis (the pool's retention expired them)",
+            EXIT_NOT_FOUND,
+        )
+    stream: AsyncIterator[dict[str, Any]] = queueaccess.result_records(cfg, ref)
+    if fmt == "jsonl":
+        count = 0
+        async for record in stream:
+            out.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
+            count += 1
+        return count
+    records = [record async for record in stream]
+    return write_csv(records, out)
