@@ -83,16 +83,18 @@ async def test_two_workers_share_a_domain_rate_limit(
             redis_client,
             {
                 "urls": [site.product_url(i) for i in range(1, 41)],
-                "politeness": {"requestsPerSecond": 5, "maxConcurrencyPerDomain": 4, "respectRobotsTxt": False},
+                "politeness": {"requestsPerSecond": 5, "maxConcurrencyPerDomain": 4},
             },
         )
         a = start_worker(workers, redis_server, "rate-a", tmp_path)
         b = start_worker(workers, redis_server, "rate-b", tmp_path)
         await wait_finished(queue, job_id, 40)
-        times = sorted(e.time for e in site.entries() if e.path.startswith("/product/"))
+        entries = site.entries()
+        times = sorted(e.time for e in entries)  # every request, robots.txt included
     for proc in (a, b):
         assert procs.stop(proc, timeout=15) == 0
-    assert len(times) == 40
+    assert [e.path for e in entries].count("/robots.txt") == 1
+    assert len(times) == 41
     # In every one-second window the site saw at most 5 requests from the two workers together.
     worst = max(sum(1 for t in times[i:] if t < start + 1.0) for i, start in enumerate(times))
     assert worst <= 5, worst

@@ -20,6 +20,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from protego import Protego
 from redis.asyncio import Redis
@@ -340,37 +341,39 @@ class RobotsCache:
         self,
         redis: Redis,
         key: Callable[[str], str],
-        fetch: Callable[[str], Awaitable[tuple[int, str]]],
+        fetch: Callable[[str, Any], Awaitable[tuple[int, str]]],
         *,
         local_seconds: float = 60.0,
     ) -> None:
         self.redis = redis
         self.key = key
-        self.fetch = fetch  # url -> (status, text); raises FetchError
+        self.fetch = fetch  # (url, hop hook) -> (status, text); raises FetchError
         self.local_seconds = local_seconds
         self._local: dict[str, _Robots] = {}
         self._pending: dict[str, asyncio.Future[_Robots]] = {}
         self.fetches = 0
 
-    async def allowed(self, url: str, user_agent: str, ttl: int) -> bool:
+    async def allowed(self, url: str, user_agent: str, ttl: int, hook: Any = None) -> bool:
+        """Whether robots.txt lets ``user_agent`` fetch ``url``; ``hook`` runs before each robots.txt request
+        (the caller's rate limit: a robots.txt fetch is a request to the site like any other)."""
         origin = _origin(url)
         entry = self._local.get(origin)
         if entry is None or entry.expires < time.monotonic():
-            entry = await self._load(origin, ttl)
+            entry = await self._load(origin, ttl, hook)
         if entry.disallow_all:
             return False
         if entry.parser is None:
             return True
         return bool(entry.parser.can_fetch(url, user_agent))
 
-    async def _load(self, origin: str, ttl: int) -> _Robots:
+    async def _load(self, origin: str, ttl: int, hook: Any) -> _Robots:
         pending = self._pending.get(origin)
         if pending is not None:
             return await asyncio.shield(pending)
         future: asyncio.Future[_Robots] = asyncio.get_running_loop().create_future()
         self._pending[origin] = future
         try:
-            entry = await self._load_shared(origin, ttl)
+            entry = await self._load_shared(origin, ttl, hook)
             self._local[origin] = entry
             future.set_result(entry)
             return entry
@@ -389,7 +392,7 @@ class RobotsCache:
             return _Robots(None, True, expires)
         return _Robots(Protego.parse(raw[1:]), False, expires)
 
-    async def _load_shared(self, origin: str, ttl: int) -> _Robots:
+    async def _load_shared(self, origin: str, ttl: int, hook: Any) -> _Robots:
         key = self.key(origin)
         lock = key + ":lock"
         deadline = time.monotonic() + 15
@@ -401,16 +404,16 @@ class RobotsCache:
                 break
             await asyncio.sleep(0.05)
         try:
-            raw = await self._fetch(origin)
+            raw = await self._fetch(origin, hook)
             await self.redis.set(key, raw, ex=ttl)
             return self._parse(raw, ttl)
         finally:
             await self.redis.delete(lock)
 
-    async def _fetch(self, origin: str) -> str:
+    async def _fetch(self, origin: str, hook: Any) -> str:
         self.fetches += 1
         try:
-            status, text = await self.fetch(origin + "/robots.txt")
+            status, text = await self.fetch(origin + "/robots.txt", hook)
         except FetchError as exc:
             if exc.failure_class == FailureClass.HTTP_4XX:
                 return ALLOW_ALL

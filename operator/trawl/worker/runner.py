@@ -301,11 +301,11 @@ class Worker:
 
     # --- one task ------------------------------------------------------------------------------
 
-    async def _fetch_robots(self, url: str) -> tuple[int, str]:
+    async def _fetch_robots(self, url: str, hook: Any) -> tuple[int, str]:
         result = await self.fetcher.fetch(
             url,
             limits=FetchLimits(max_bytes=512 * 1024, max_redirects=5, total_timeout=15.0, read_timeout=15.0),
-            before_hop=None,
+            before_hop=hook,
         )
         return result.status, result.text()
 
@@ -398,8 +398,12 @@ class Worker:
 
     async def _before_hop(self, url: str, spec: WorkerJobSpec) -> None:
         pol = spec.politeness
+
+        async def robots_hop(hop_url: str) -> None:
+            await self.limiter.take_token(host_of(hop_url), pol.requests_per_second, adaptive=pol.adaptive_delay)
+
         if pol.respect_robots_txt and not await self.robots.allowed(
-            url, spec.request.user_agent, pol.robots_cache_seconds
+            url, spec.request.user_agent, pol.robots_cache_seconds, robots_hop
         ):
             raise FetchError(FailureClass.ROBOTS_DISALLOWED, f"robots.txt disallows {url}", url=url)
         await self.limiter.take_token(
