@@ -44,13 +44,16 @@ async def run(args: argparse.Namespace) -> None:
 async def loop(q: Queue, redis: aioredis.Redis, args: argparse.Namespace, index: int) -> None:
     """One claim loop: claim a batch, run it, write its side effects in one pipeline, ack it in one call."""
     idle_since = time.monotonic()
+    poll = args.poll
     while True:
         tasks = await q.claim(args.worker_id, args.batch)
         if not tasks:
             if args.idle_exit and time.monotonic() - idle_since > args.idle_exit:
                 return
-            await asyncio.sleep(args.poll)
+            await asyncio.sleep(poll)
+            poll = min(poll * 2, args.max_poll)  # back off while idle: empty claims cost Redis CPU too
             continue
+        poll = args.poll
         idle_since = time.monotonic()
         ids = [f"{t.job_id}|{t.task_id}" for t in tasks]
         pipe = redis.pipeline(transaction=False)
@@ -78,7 +81,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--loops", type=int, default=1, help="concurrent claim loops in the process")
     p.add_argument("--lease", type=float, default=30.0)
     p.add_argument("--max-stalls", type=int, default=3)
-    p.add_argument("--poll", type=float, default=0.005)
+    p.add_argument("--poll", type=float, default=0.002, help="first wait after an empty claim")
+    p.add_argument("--max-poll", type=float, default=0.1, help="longest wait between empty claims")
     p.add_argument("--idle-exit", type=float, default=0.0)
     p.add_argument("--task-seconds", type=float, default=0.0, help="simulated work per claimed batch")
     p.add_argument("--claims-key", default="")

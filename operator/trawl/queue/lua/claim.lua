@@ -80,7 +80,7 @@ end
 if #fields > 0 or redis.call('EXISTS', wk) == 1 then
   redis.call('ZADD', KEYS[3], deadline, worker)
 end
-if nonce ~= '' then
+if nonce ~= '' and #fields > 0 then
   redis.call('HSET', ck, 'n', nonce, 't', now, 'd', deadline)
 end
 return out
