@@ -50,10 +50,12 @@ def _reported() -> Iterator[None]:
     try:
         yield
     except CliError as exc:
+        from rich.markup import escape
+
         err = _console(stderr=True)
-        err.print(f"[bold red]error:[/] {exc.message}", markup=True, soft_wrap=True)
+        err.print(f"[bold red]error:[/] {escape(exc.message)}", soft_wrap=True)
         if exc.hint:
-            err.print(f"[dim]hint: {exc.hint}[/]", soft_wrap=True)
+            err.print(f"[dim]hint: {escape(exc.hint)}[/]", soft_wrap=True)
         raise typer.Exit(exc.code) from None
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
@@ -96,12 +98,13 @@ def submit(
         created = create(cluster, opts)
         job_name = created["metadata"]["name"]
         out = _console()
-        out.print(f"scrapejob.trawl.dev/{job_name} created in namespace {cluster.namespace}")
+        out.print(f"scrapejob.trawl.dev/{job_name} created in namespace {cluster.namespace}", markup=False)
         if wait:
             raise typer.Exit(_wait(cluster, job_name, timeout))
 
 
 def _wait(cluster: Cluster, name: str, timeout: float) -> int:
+    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .jobs import follow, phase
@@ -130,10 +133,10 @@ def _wait(cluster: Cluster, name: str, timeout: float) -> int:
     final = phase(last)
     out = _console()
     style = "green" if final == "Succeeded" else "red"
-    out.print(f"[{style}]{final}[/]: {status.get('message', '')}")
+    out.print(f"[{style}]{final}[/]: {escape(str(status.get('message', '')))}")
     results = status.get("results") or {}
     if results.get("location"):
-        out.print(f"results: {results.get('count', 0)} in {results.get('sink')} at {results['location']}")
+        out.print(f"results: {results.get('count', 0)} in {results.get('sink')} at {results['location']}", markup=False)
     return 0 if final == "Succeeded" else 1
 
 
@@ -169,7 +172,7 @@ def status(
             typer.echo(json.dumps(jobs, indent=2))
         elif not jobs:
             where = "any namespace" if all_namespaces else f"namespace {cluster.namespace}"
-            out.print(f"No ScrapeJobs in {where}.")
+            out.print(f"No ScrapeJobs in {where}.", markup=False)
         else:
             out.print(render.jobs_table(jobs, show_namespace=all_namespaces))
 
@@ -213,7 +216,9 @@ def results(
             finally:
                 tmp.unlink(missing_ok=True)
         where = f" to {output}" if output else ""
-        _console(stderr=True).print(f"{count} results of {ref.namespace}/{ref.name} written{where}", style="dim")
+        _console(stderr=True).print(
+            f"{count} results of {ref.namespace}/{ref.name} written{where}", style="dim", markup=False
+        )
 
 
 # ---------------------------------------------------------------------------------------------- dlq
@@ -250,10 +255,12 @@ def dlq_list(
             return
         out = _console()
         if not records:
-            out.print(f"ScrapeJob {ref.namespace}/{ref.name} has no dead letters.")
+            out.print(f"ScrapeJob {ref.namespace}/{ref.name} has no dead letters.", markup=False)
             return
         out.print(render.dead_letters_table(records))
-        out.print(f"{len(records)} dead letters; `trawl dlq retry {ref.name}` sends them back to the queue.")
+        out.print(
+            f"{len(records)} dead letters; `trawl dlq retry {ref.name}` sends them back to the queue.", markup=False
+        )
 
 
 @dlq_app.command("retry")
@@ -275,10 +282,13 @@ def dlq_retry(
         dead = int(((obj.get("status") or {}).get("counts") or {}).get("deadLettered") or 0)
         out = _console()
         if dead == 0:
-            out.print(f"ScrapeJob {cluster.namespace}/{job} has no dead letters: nothing to retry.")
+            out.print(f"ScrapeJob {cluster.namespace}/{job} has no dead letters: nothing to retry.", markup=False)
             return
         _, value = cluster.request_dead_letter_retry(job)
-        out.print(f"requested a retry of {dead} dead letters of {cluster.namespace}/{job} (annotation value {value})")
+        out.print(
+            f"requested a retry of {dead} dead letters of {cluster.namespace}/{job} (annotation value {value})",
+            markup=False,
+        )
         if not wait:
             return
         deadline = time.monotonic() + timeout
@@ -288,7 +298,8 @@ def dlq_retry(
                 counts = status.get("counts") or {}
                 out.print(
                     f"the operator requeued them: phase {status.get('phase')}, "
-                    f"{counts.get('deadLettered', 0)} dead letters left"
+                    f"{counts.get('deadLettered', 0)} dead letters left",
+                    markup=False,
                 )
                 return
             if time.monotonic() >= deadline:

@@ -81,8 +81,13 @@ def jobs_table(jobs: Sequence[dict[str, Any]], *, show_namespace: bool = False, 
             age(job["metadata"].get("creationTimestamp"), now),
             status.get("message") or "",
         ]
-        table.add_row(*row)
+        table.add_row(*_cells(*row))
     return table
+
+
+def _cells(*values: Any) -> list[RenderableType]:
+    """Table cells: strings as plain Text, so brackets in URLs or error messages are never read as markup."""
+    return [v if isinstance(v, Text | Table | Panel | Group) else Text(str(v)) for v in values]
 
 
 def _kv(rows: Sequence[tuple[str, RenderableType]]) -> Table:
@@ -90,7 +95,7 @@ def _kv(rows: Sequence[tuple[str, RenderableType]]) -> Table:
     table.add_column(style="bold")
     table.add_column()
     for key, value in rows:
-        table.add_row(key, value)
+        table.add_row(*_cells(key, value))
     return table
 
 
@@ -139,11 +144,13 @@ def job_detail(job: dict[str, Any], now: datetime | None = None) -> RenderableTy
         for c in conditions:
             style = "green" if c.get("status") == "True" else "dim"
             cond_table.add_row(
-                c.get("type", ""),
-                Text(c.get("status", ""), style=style),
-                c.get("reason", ""),
-                age(c.get("lastTransitionTime"), now),
-                c.get("message", ""),
+                *_cells(
+                    c.get("type", ""),
+                    Text(c.get("status", ""), style=style),
+                    c.get("reason", ""),
+                    age(c.get("lastTransitionTime"), now),
+                    c.get("message", ""),
+                )
             )
         parts.append(cond_table)
 
@@ -156,7 +163,7 @@ def job_detail(job: dict[str, Any], now: datetime | None = None) -> RenderableTy
             dl_table.add_column(col, overflow="fold")
         for d in dead:
             dl_table.add_row(
-                d.get("url", ""), str(d.get("attempts", "")), d.get("errorClass", ""), d.get("lastError", "")
+                *_cells(d.get("url", ""), d.get("attempts", ""), d.get("errorClass", ""), d.get("lastError", ""))
             )
         parts.append(dl_table)
 
@@ -182,7 +189,7 @@ def dead_letters_table(records: Sequence[DeadLetterRecord]) -> Table:
     table.add_column("DEAD SINCE")
     for r in records:
         when = datetime.fromtimestamp(r.time, UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if r.time else "-"
-        table.add_row(r.url, str(r.attempts), r.error_class, r.message, when)
+        table.add_row(*_cells(r.url, r.attempts, r.error_class, r.message, when))
     return table
 
 
@@ -231,7 +238,7 @@ def top_frame(history: History, *, show_namespace: bool = False, width: int = 20
             Text(sparkline([p.failure_rate for p in points], width, top=1.0), style="red"),
             _state(cur),
         ]
-        table.add_row(*row)
+        table.add_row(*_cells(*row))
     parts: list[RenderableType] = [table]
     if not history.pools:
         parts = [Text("no ScrapePools in this namespace", style="dim")]
