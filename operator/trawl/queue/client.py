@@ -20,7 +20,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict
 from importlib import resources
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
@@ -34,6 +34,7 @@ from .model import (
     JobConfig,
     JobStats,
     PoolSignals,
+    QueueClient,
     RetryPolicy,
     Task,
     WorkerActivity,
@@ -511,3 +512,9 @@ class Queue:
         deadletter, requeued, suspended, resumed, cancelled, workerlost)."""
         raw = await self._retrying(lambda: self.redis.xrange(self.keys.events, min=f"({last_id}", count=count))  # type: ignore[arg-type,return-value]
         return [(_s(eid), {_s(a): _s(b) for a, b in fields.items()}) for eid, fields in raw]
+
+
+if TYPE_CHECKING:
+
+    def _implements_the_contract(q: Queue) -> QueueClient:
+        return q  # mypy checks that Queue satisfies the QueueClient protocol

@@ -10,8 +10,8 @@ Pool-wide keys (``P`` is the prefix)::
     P:wd             zset    worker -> lease deadline (a worker's leases all share its deadline)
     P:wi             hash    worker -> "in_flight|last_seen|draining" (heartbeat reports)
     P:w:<worker>     hash    "<job>|<task>" -> "<claimed_at>|<task payload>": the worker's leased tasks
-    P:wc:<worker>    hash    the worker's last claim (nonce and reply), so a claim retried after a lost reply
-                             returns the same tasks instead of leaking leases
+    P:wc:<worker>    hash    the worker's last claim (nonce, time stamp, deadline), so a claim retried after
+                             a lost reply returns the same tasks instead of leaking leases
     P:st             hash    pool counters: completed, failed, svc (service microseconds), dead
     P:ev             stream  bounded event stream (MAXLEN ~): job-level transitions for the operator
     P:xd             zset    url -> end of its dedupe window (dedupe across jobs of the pool)
@@ -28,7 +28,9 @@ Per-job keys (``J`` is ``P:j:<job_id>``)::
     J:u              set     URLs already enqueued (crawl jobs only: within-job dedupe)
     J:res            stream  results written by the worker's Redis sink (deleted on cancel, expired on retention)
 
-Job and worker ids must not contain ``|``, ``{`` or ``}``; URLs must not contain line breaks.
+Job counters: ``pen`` = length of J:r, ``inf`` = the job's entries in workers' hashes, ``ret`` = size of
+J:z (backoff retries and delayed releases), ``dead`` = size of J:dl, ``suc`` = acked; ``tot`` is their sum.
+Job and worker ids must not contain ``|``, ``{`` or ``}``.
 """
 
 from __future__ import annotations
