@@ -50,6 +50,14 @@ def run_trawl(*args: str, kubeconfig: Path, timeout: float = 60) -> subprocess.C
     )
 
 
+def quiet_worker() -> dict[str, Any]:
+    """One worker on a free metrics port: the default 9090 may be taken by another test's worker."""
+    return {
+        "worker": {"concurrency": 16, "drainSeconds": 10, "allowedCidrs": ["127.0.0.0/8"], "metricsPort": free_port()},
+        "autoscaling": {"minReplicas": 0, "maxReplicas": 1, "idleSecondsBeforeZero": 5, "pollSeconds": 1},
+    }
+
+
 def _diag(operator: Any, supervisor: Any) -> str:
     logs = sorted(supervisor.log_dir.glob("*.log"))
     tails = [f"--- {p.name}:\n" + "\n".join(p.read_text(errors="replace").splitlines()[-15:]) for p in logs[-3:]]
@@ -66,7 +74,7 @@ def test_submit_wait_status_results_top(
     tmp_path: Path,
 ) -> None:
     cp = control_plane
-    apply(cp, pool("shop", redis_server.url), namespace=namespace)
+    apply(cp, pool("shop", redis_server.url, **quiet_worker()), namespace=namespace)
 
     # submit --crawl --wait: a progress bar until Complete, exit 0
     res = cli(
@@ -137,7 +145,7 @@ def test_dlq_list_retry_and_failed_submit(
     redis_server: RedisServer,
 ) -> None:
     cp = control_plane
-    apply(cp, pool("flaky", redis_server.url), namespace=namespace)
+    apply(cp, pool("flaky", redis_server.url, **quiet_worker()), namespace=namespace)
     # Each URL answers 503 three times, then recovers: the default three attempts are not enough.
     urls = [f"{bookstore.url}/hostile/503?id={namespace}-{i}&fail=3" for i in range(3)]
     res = cli(cp, namespace, "submit", *urls, bookstore.product_url(3), "--pool", "flaky", "--name", "flaky",

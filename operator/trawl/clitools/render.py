@@ -157,7 +157,7 @@ def job_detail(job: dict[str, Any], now: datetime | None = None) -> RenderableTy
     dead = status.get("deadLetters") or []
     if dead:
         total_dead = int(counts.get("deadLettered", len(dead)))
-        title = f"Dead letters (latest {len(dead)} of {total_dead}; `trawl dlq list {meta['name']}` shows all)"
+        title = f"Dead letters (latest {len(dead)} of {total_dead})"
         dl_table = Table(title=title, title_justify="left", box=None, header_style="bold")
         for col in ("URL", "ATTEMPTS", "ERROR", "LAST ERROR"):
             dl_table.add_column(col, overflow="fold")
@@ -166,6 +166,7 @@ def job_detail(job: dict[str, Any], now: datetime | None = None) -> RenderableTy
                 *_cells(d.get("url", ""), d.get("attempts", ""), d.get("errorClass", ""), d.get("lastError", ""))
             )
         parts.append(dl_table)
+        parts.append(Text(f"`trawl dlq list {meta['name']}` shows all of them with their attempt history."))
 
     results = status.get("results")
     if results:

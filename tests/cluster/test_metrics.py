@@ -1,0 +1,143 @@
+"""Prometheus metrics of the operator and a worker, scraped while a job runs through both.
+
+The pool's worker.metricsPort reaches the worker process through the supervisor (as TRAWL_METRICS_PORT
+reaches a pod), so the worker's /metrics is scraped exactly as a PodMonitor would. Both endpoints are
+parsed with prometheus_client's parser; every series the Grafana dashboard queries must be among them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from operator_fixtures import apply, exists, get, job, pool, wait_complete, wait_for
+from prometheus_client.parser import text_string_to_metric_families
+
+from trawl.dev.controlplane import ControlPlane
+from trawl.dev.procs import free_port
+from trawl.dev.redis_server import RedisServer
+
+DASHBOARD = Path(__file__).resolve().parents[2] / "charts/trawl/dashboards/trawl-dashboard.json"
+
+
+class Scrape:
+    """One /metrics page: samples by name, each a list of (labels, value)."""
+
+    def __init__(self, text: str) -> None:
+        self.families = {f.name: f for f in text_string_to_metric_families(text)}
+        self.samples: dict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
+        for family in self.families.values():
+            for s in family.samples:
+                self.samples[s.name].append((dict(s.labels), s.value))
+
+    def value(self, name: str, **labels: str) -> float:
+        """Sum of the samples of ``name`` whose labels include ``labels``."""
+        assert name in self.samples, f"{name} not exported; have {sorted(self.samples)}"
+        return sum(v for lab, v in self.samples[name] if all(lab.get(k) == x for k, x in labels.items()))
+
+    def labels(self, name: str, label: str) -> set[str]:
+        return {lab.get(label, "") for lab, _ in self.samples.get(name, [])}
+
+
+def scrape_url(url: str) -> Scrape:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return Scrape(resp.read().decode())
+
+
+def test_operator_and_worker_metrics_and_the_dashboard_series(
+    control_plane: ControlPlane,
+    namespace: str,
+    operator: Any,
+    supervisor: Any,
+    bookstore: Any,
+    redis_server: RedisServer,
+) -> None:
+    cp = control_plane
+    port = free_port()
+    metered = pool(
+        "metered",
+        redis_server.url,
+        worker={"concurrency": 8, "drainSeconds": 5, "allowedCidrs": ["127.0.0.0/8"], "metricsPort": port},
+        autoscaling={"minReplicas": 0, "maxReplicas": 1, "idleSecondsBeforeZero": 600, "pollSeconds": 1},
+    )
+    broken = pool("broken", "redis://127.0.0.1:1/0")  # nobody listens: the operator counts a Redis error
+    apply(cp, metered, broken, namespace=namespace)
+    wait_for("Deployment", lambda: exists(cp, "deployment", "metered-workers", namespace))
+
+    products = [bookstore.product_url(i) for i in range(1, 11)]
+    urls = [
+        *products,
+        f"{bookstore.url}/hostile/429?id={namespace}&after=1",  # deferred once (Retry-After), then ok
+        f"{bookstore.url}/hostile/404?id={namespace}",  # permanent failure: one dead letter, tolerated
+    ]
+    spec = {"maxDeadLetters": 1, "politeness": {"requestsPerSecond": 100, "maxConcurrencyPerDomain": 8}}
+    apply(cp, job("measured", "metered", urls, **spec), namespace=namespace)
+    wait_complete(cp, "measured", namespace, 120, lambda: operator.log_tail(40))
+    status = get(cp, "scrapejob", "measured", namespace)["status"]
+    assert status["phase"] == "Succeeded"
+    assert status["counts"]["succeeded"] == 11 and status["counts"]["deadLettered"] == 1
+
+    # -------------------------------------------------------------- the worker's endpoint
+    assert supervisor.live(namespace, "metered-workers") == 1
+    w = wait_for(
+        "worker metrics after the last result",
+        lambda: (
+            (s := scrape_url(f"http://127.0.0.1:{port}/metrics")).value("trawl_worker_results_written_total") >= 11
+            and s
+        ),
+        timeout=20,
+    )
+    assert w.value("trawl_worker_fetches_total", outcome="ok") == 11
+    assert w.value("trawl_worker_fetches_total", outcome="HTTP4xx") == 1
+    assert w.value("trawl_worker_results_written_total") == 11
+    assert w.value("trawl_worker_task_outcomes_total", outcome="acked") == 11
+    assert w.value("trawl_worker_task_outcomes_total", outcome="dead") == 1
+    assert w.value("trawl_worker_rate_limit_deferrals_total", reason="retry_after") == 1
+    assert w.value("trawl_worker_claimed_tasks_total") >= 13  # 12 URLs, the 429 twice
+    assert w.value("trawl_worker_fetch_seconds_count") == 11
+    assert w.value("trawl_worker_fetch_seconds_bucket", le="+Inf") == 11
+    assert 0 < w.value("trawl_worker_fetch_seconds_sum") < 30
+    assert w.value("trawl_worker_task_seconds_count") >= 12
+    assert w.value("trawl_worker_response_bytes_total") > 11 * 500
+    assert w.value("trawl_worker_wire_bytes_total") > 0
+    assert w.value("trawl_worker_in_flight") == 0
+    assert w.value("trawl_worker_draining") == 0
+
+    # -------------------------------------------------------------- the operator's endpoint
+    def operator_scrape() -> Scrape | None:
+        s = Scrape(operator.metrics_text())
+        done = s.value("trawl_operator_jobs", phase="Succeeded") == 1
+        return s if done and s.samples.get("trawl_operator_redis_errors_total") else None
+
+    o = wait_for("operator metrics", operator_scrape, timeout=30, diag=lambda: operator.metrics_text()[-3000:])
+    assert o.value("trawl_operator_jobs", phase="Succeeded") == 1
+    assert o.value("trawl_operator_jobs") == 1  # summed over the phases: one job
+    assert {"Pending", "Queued", "Running", "Succeeded", "Failed", "Suspended"} <= o.labels(
+        "trawl_operator_jobs", "phase"
+    )
+    assert o.value("trawl_operator_status_patches_total", kind="ScrapeJob") > 0
+    assert o.value("trawl_operator_status_patches_total", kind="ScrapePool") > 0
+    assert o.value("trawl_operator_reconcile_seconds_count", kind="ScrapeJob") > 0
+    assert o.value("trawl_operator_reconcile_seconds_count", kind="ScrapePool") > 0
+    assert o.value("trawl_operator_reconcile_seconds_bucket", kind="ScrapeJob", le="+Inf") == o.value(
+        "trawl_operator_reconcile_seconds_count", kind="ScrapeJob"
+    )
+    assert o.value("trawl_operator_scaling_decisions_total", pool=f"{namespace}/metered", direction="up") >= 1
+    assert o.value("trawl_operator_redis_errors_total", kind="ScrapePool") >= 1
+
+    # -------------------------------------------------------------- the dashboard
+    dashboard = json.loads(DASHBOARD.read_text())
+    queried = {
+        m
+        for p in dashboard["panels"]
+        for t in p.get("targets", [])
+        for m in re.findall(r"\btrawl_[a-z0-9_]+", t["expr"])
+    }
+    exported = set(o.samples) | set(w.samples)
+    assert queried, "the dashboard queries nothing"
+    missing = {m for m in queried if m not in exported}
+    assert not missing, f"dashboard series missing from both endpoints: {sorted(missing)}"
