@@ -102,6 +102,15 @@ def worker_cmd(
     )
 
 
+def _add_dev() -> None:
+    from trawl.dev.cli import app as dev_app
+
+    app.add_typer(dev_app, name="dev")
+
+
+_add_dev()
+
+
 # Job tools (trawl.clitools): the module imports only typer; each command loads kube/redis/rich when run.
 from trawl.clitools.app import dlq_app, results, status, submit, top  # noqa: E402
 

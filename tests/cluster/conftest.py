@@ -66,11 +66,13 @@ def operator(control_plane: ControlPlane, namespace: str, tmp_path_factory: pyte
 
 
 @pytest.fixture
-def supervisor(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """Runs `trawl worker` processes for the worker Deployments, as a kubelet would run their pods."""
+def supervisor(control_plane: ControlPlane, namespace: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Runs `trawl worker` processes for the test namespace's worker Deployments, as a kubelet would."""
     from trawl.dev.supervisor import WorkerSupervisor
 
-    sup = WorkerSupervisor(control_plane.api_client(), tmp_path_factory.mktemp("workers"), drain_timeout=20)
+    sup = WorkerSupervisor(
+        control_plane.api_client(), tmp_path_factory.mktemp("workers"), namespaces=[namespace], drain_timeout=20
+    )
     sup.start()
     try:
         yield sup

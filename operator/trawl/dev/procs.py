@@ -53,6 +53,7 @@ def start(
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
     die_with_parent: bool = True,
+    bind_to_thread: bool = False,
 ) -> subprocess.Popen[bytes]:
     """Start a process in a new session, logging to ``log_path`` (or discarding output).
 
@@ -60,9 +61,12 @@ def start(
     dies, however it dies (SIGKILL included), so no server outlives a killed test run. The
     kernel ties this to the *thread* that started the child, so it is only armed when called
     from the main thread: a worker thread that exits would otherwise take the server with it.
+    ``bind_to_thread`` arms it from any thread, for callers whose thread outlives its children
+    (the worker supervisor stops its workers before its thread ends).
     """
     preexec: Callable[[], None] | None = None
-    if die_with_parent and _prctl is not None and threading.current_thread() is threading.main_thread():
+    on_main = threading.current_thread() is threading.main_thread()
+    if die_with_parent and _prctl is not None and (on_main or bind_to_thread):
         preexec = functools.partial(_die_with_parent, os.getpid())
 
     out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - owned by the child
@@ -82,6 +86,11 @@ def start(
             out.close()  # type: ignore[union-attr]
     with _lock:
         _live.add(proc)
+    pid_file = os.environ.get("TRAWL_PIDS_FILE")
+    if pid_file:
+        # Lets a test prove afterwards that everything started here has stopped.
+        with open(pid_file, "a") as fh:
+            fh.write(f"{proc.pid}\n")
     return proc
 
 
@@ -103,6 +112,12 @@ def stop(proc: subprocess.Popen[bytes], timeout: float = 10.0, sig: int = signal
     with _lock:
         _live.discard(proc)
     return proc.returncode
+
+
+def forget(proc: subprocess.Popen[bytes]) -> None:
+    """Stop tracking a process: it is meant to outlive this one (``trawl dev up --keep``)."""
+    with _lock:
+        _live.discard(proc)
 
 
 def signal_group(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:

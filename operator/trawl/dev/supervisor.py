@@ -48,6 +48,7 @@ class WorkerSupervisor:
 
     api_client: ApiClient
     log_dir: Path
+    namespaces: list[str] | None = None  # None: every namespace
     poll_seconds: float = 1.0
     extra_env: dict[str, str] = field(default_factory=dict)
     drain_timeout: float = 60.0
@@ -102,32 +103,41 @@ class WorkerSupervisor:
         self._stop_everyone()
 
     def _sync(self, apps: kubernetes.client.AppsV1Api) -> None:
-        listing = apps.list_deployment_for_all_namespaces(label_selector=SELECTOR)
+        if self.namespaces is None:
+            listings = [apps.list_deployment_for_all_namespaces(label_selector=SELECTOR)]
+        else:
+            listings = [apps.list_namespaced_deployment(ns, label_selector=SELECTOR) for ns in self.namespaces]
         seen: set[tuple[str, str]] = set()
-        for dep in self.api_client.sanitize_for_serialization(listing).get("items", []):  # type: ignore[no-untyped-call]
-            meta = dep["metadata"]
-            key = (meta["namespace"], meta["name"])
-            seen.add(key)
-            desired = int(dep["spec"].get("replicas") or 0)
-            self._reconcile(key, dep, desired)
-            live = self.live(*key)
-            status = dep.get("status") or {}
-            if status.get("replicas", 0) != live or status.get("readyReplicas", 0) != live:
-                body = {
-                    "status": {
-                        "replicas": live,
-                        "readyReplicas": live,
-                        "availableReplicas": live,
-                        "updatedReplicas": live,
-                        "observedGeneration": meta.get("generation", 1),
-                    }
-                }
-                apps.patch_namespaced_deployment_status(meta["name"], meta["namespace"], body)
+        for listing in listings:
+            for dep in self.api_client.sanitize_for_serialization(listing).get("items", []):  # type: ignore[no-untyped-call]
+                meta = dep["metadata"]
+                key = (meta["namespace"], meta["name"])
+                seen.add(key)
+                try:
+                    self._reconcile(key, dep, int(dep["spec"].get("replicas") or 0))
+                    self._report(apps, dep, self.live(*key))
+                except Exception as exc:  # one broken Deployment (e.g. a missing Secret) must not stop the others
+                    log.warning("worker supervisor: %s/%s: %s", key[0], key[1], exc)
         with self._lock:
             gone = [k for k in self._workers if k not in seen]
         for key in gone:
             self._reconcile(key, None, 0)
         self._reap()
+
+    def _report(self, apps: kubernetes.client.AppsV1Api, dep: dict[str, Any], live: int) -> None:
+        meta = dep["metadata"]
+        status = dep.get("status") or {}
+        if status.get("replicas", 0) != live or status.get("readyReplicas", 0) != live:
+            body = {
+                "status": {
+                    "replicas": live,
+                    "readyReplicas": live,
+                    "availableReplicas": live,
+                    "updatedReplicas": live,
+                    "observedGeneration": meta.get("generation", 1),
+                }
+            }
+            apps.patch_namespaced_deployment_status(meta["name"], meta["namespace"], body)
 
     def _reconcile(self, key: tuple[str, str], dep: dict[str, Any] | None, desired: int) -> None:
         with self._lock:
@@ -167,7 +177,8 @@ class WorkerSupervisor:
         for item in container.get("env") or []:
             env[item["name"]] = self._env_value(namespace, pod_name, item)
         argv = [sys.executable, "-m", "trawl.cli", *container.get("args", ["worker"])]
-        proc = procs.start(argv, env=env, log_path=self.log_dir / f"{namespace}_{pod_name}.log")
+        # Bound to this thread, which outlives its workers: a killed parent leaves no worker behind.
+        proc = procs.start(argv, env=env, log_path=self.log_dir / f"{namespace}_{pod_name}.log", bind_to_thread=True)
         log.info("started worker %s/%s (pid %d)", namespace, pod_name, proc.pid)
         return _Worker(pod_name, proc, time.monotonic())
 
