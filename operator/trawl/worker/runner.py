@@ -57,7 +57,7 @@ class WorkerConfig:
     allowed_cidrs: list[str] = field(default_factory=list)
     max_rate_wait: float = 10.0  # wait longer than this for a domain and the task is given back with a delay
     sink_capacity: int = 0  # tasks waiting for their results to be stored before claiming stops; 0: 4x concurrency
-    idle_poll_max: float = 0.5
+    idle_poll_max: float = 0.25  # longest pause between claims while the queue is empty
     json_lines_dir: str | None = None  # overrides the job's directory (tests, local runs)
 
 
@@ -97,6 +97,7 @@ class Worker:
         self._inflight: dict[asyncio.Task[None], Task] = {}
         self._slot_free = asyncio.Event()
         self._stop = asyncio.Event()
+        self._wake = asyncio.Event()  # new local work (links enqueued) or stop: poll the queue now
         self.stopping = False
         self.processed = 0
         self._started = time.monotonic()
@@ -111,6 +112,7 @@ class Worker:
             self.stopping = True
             self.metrics.draining.set(1)
             self._stop.set()
+            self._wake.set()
             self._slot_free.set()
 
     def install_signal_handlers(self) -> None:
@@ -205,8 +207,8 @@ class Worker:
                 continue
             if not tasks:
                 self.metrics.claim_calls.labels("empty").inc()
-                await self._sleep_unless_stopping(idle)
-                idle = min(idle * 2, self.config.idle_poll_max)
+                woken = await self._idle_wait(idle)
+                idle = 0.01 if woken else min(idle * 2, self.config.idle_poll_max)
                 continue
             idle = 0.01
             self.metrics.claim_calls.labels("tasks").inc()
@@ -225,12 +227,23 @@ class Worker:
     def _finished(self, count: int) -> None:
         self.metrics.in_flight.set(self.in_flight)
         self._slot_free.set()
+        self._wake.set()
 
     def _done(self, t: asyncio.Task[None]) -> None:
         self._inflight.pop(t, None)
         self.processed += 1
         self.metrics.in_flight.set(len(self._inflight))
         self._slot_free.set()
+
+    async def _idle_wait(self, seconds: float) -> bool:
+        """Sleep until the next poll, or until this worker enqueued new links or is stopping (True)."""
+        self._wake.clear()
+        try:
+            async with asyncio.timeout(seconds):
+                await self._wake.wait()
+        except TimeoutError:
+            return False
+        return True
 
     async def _sleep_unless_stopping(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
