@@ -79,13 +79,13 @@ def test_submit_wait_status_results_top(
     # submit --crawl --wait: a progress bar until Complete, exit 0
     res = cli(
         cp, namespace, "submit", bookstore.url + "/", "--crawl", "--max-pages", "25", "--depth", "3",
-        "--pool", "shop", "--priority", "7", "--name", "books", "--wait", "--timeout", "150",
+        "--exclude", "/private/", "--pool", "shop", "--priority", "7", "--name", "books", "--wait", "--timeout", "150",
     )  # fmt: skip
     assert res.exit_code == 0, res.output + _diag(operator, supervisor)
     assert "scrapejob.trawl.dev/books created" in res.output
     assert "Succeeded" in res.output
     obj = get(cp, "scrapejob", "books", namespace)
-    assert obj["spec"]["crawl"] == {"maxPages": 25, "maxDepth": 3}
+    assert obj["spec"]["crawl"] == {"maxPages": 25, "maxDepth": 3, "exclude": ["/private/"]}
     assert obj["spec"]["priority"] == 7
     assert obj["status"]["phase"] == "Succeeded"
     assert obj["status"]["counts"]["succeeded"] == 25

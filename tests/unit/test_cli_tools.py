@@ -43,6 +43,10 @@ def test_build_job_plain_and_crawl() -> None:
     # --max-pages alone implies a crawl
     assert build_job(SubmitOptions(["https://a.example/"], max_pages=5))["spec"]["crawl"] == {"maxPages": 5}
     assert build_job(SubmitOptions(["https://a.example/"], crawl=True))["spec"]["crawl"] == {}
+    body = build_job(SubmitOptions(["https://a.example/"], exclude=("/private/",), max_dead_letters=2))
+    assert body["spec"]["crawl"] == {"exclude": ["/private/"]} and body["spec"]["maxDeadLetters"] == 2
+    with pytest.raises(CliError, match="regular expression"):
+        build_job(SubmitOptions(["https://a.example/"], include=("(",)))
 
 
 @pytest.mark.parametrize(

@@ -123,3 +123,34 @@ def test_dashboard_covers_the_operator_and_worker_series() -> None:
         "trawl_worker_rate_limit_deferrals_total",
     ):
         assert name in used, name
+
+
+def test_dashboard_configmap_template(tmp_path: Path) -> None:
+    """Off by default; when enabled, a ConfigMap for Grafana's sidecar holding exactly the dashboard file.
+
+    Rendered from a copy of the chart without values.schema.json until the schema declares
+    metrics.grafanaDashboard (the chart's schema forbids unknown values)."""
+    import shutil
+    import subprocess
+
+    import yaml
+
+    from helm_chart import CHART, helm_binary
+
+    helm = helm_binary()
+    default = subprocess.run([helm, "template", "t", str(CHART)], capture_output=True, text=True, check=True)
+    assert "trawl-dashboard.json" not in default.stdout
+    chart = tmp_path / "trawl"
+    shutil.copytree(CHART, chart)
+    (chart / "values.schema.json").unlink(missing_ok=True)
+    args = ["--set", "metrics.grafanaDashboard.enabled=true", "--set", "metrics.grafanaDashboard.namespace=grafana"]
+    out = subprocess.run(
+        [helm, "template", "t", str(chart), *args, "-s", "templates/dashboard-configmap.yaml"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    cm = yaml.safe_load(out.stdout)
+    assert cm["kind"] == "ConfigMap" and cm["metadata"]["namespace"] == "grafana"
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(cm["data"]["trawl-dashboard.json"]) == load()

@@ -79,8 +79,13 @@ def submit(
     crawl: bool = typer.Option(False, "--crawl", help="Follow links from the URLs (within the same host)."),
     max_pages: int | None = typer.Option(None, "--max-pages", help="Crawl: most pages fetched (implies --crawl)."),
     depth: int | None = typer.Option(None, "--depth", help="Crawl: link hops from a seed (implies --crawl)."),
+    include: list[str] = typer.Option([], "--include", help="Crawl: follow only links matching (regex, repeatable)."),
+    exclude: list[str] = typer.Option([], "--exclude", help="Crawl: skip links matching (regex, repeatable)."),
     pool: str = typer.Option("default", "--pool", "-p", help="ScrapePool whose workers run the job."),
     priority: int | None = typer.Option(None, "--priority", min=0, max=9, help="0 (lowest) to 9 (highest)."),
+    max_dead_letters: int | None = typer.Option(
+        None, "--max-dead-letters", min=0, help="Dead-lettered URLs the job tolerates and still succeeds."
+    ),
     name: str | None = typer.Option(None, "--name", help="Job name (default: generated from the first URL's host)."),
     wait: bool = typer.Option(False, "--wait", "-w", help="Show progress until the job is Complete or Failed."),
     timeout: float = typer.Option(0, "--timeout", help="With --wait: give up after this many seconds (0: never)."),
@@ -94,7 +99,9 @@ def submit(
         from .jobs import submit as create
 
         cluster = _connect(kubeconfig, context, namespace)
-        opts = SubmitOptions(list(urls), pool, crawl, max_pages, depth, priority, name)
+        opts = SubmitOptions(
+            list(urls), pool, crawl, max_pages, depth, priority, name, tuple(include), tuple(exclude), max_dead_letters
+        )
         created = create(cluster, opts)
         job_name = created["metadata"]["name"]
         out = _console()

@@ -28,6 +28,9 @@ class SubmitOptions:
     depth: int | None = None
     priority: int | None = None
     name: str | None = None
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    max_dead_letters: int | None = None
 
 
 def generate_name_for(url: str) -> str:
@@ -46,15 +49,21 @@ def build_job(opts: SubmitOptions) -> dict[str, Any]:
     if not opts.urls:
         raise CliError("give at least one URL")
     spec: dict[str, Any] = {"pool": opts.pool, "urls": list(opts.urls)}
-    if opts.crawl or opts.max_pages is not None or opts.depth is not None:
+    if opts.crawl or opts.max_pages is not None or opts.depth is not None or opts.include or opts.exclude:
         crawl: dict[str, Any] = {}
         if opts.max_pages is not None:
             crawl["maxPages"] = opts.max_pages
         if opts.depth is not None:
             crawl["maxDepth"] = opts.depth
+        if opts.include:
+            crawl["include"] = list(opts.include)
+        if opts.exclude:
+            crawl["exclude"] = list(opts.exclude)
         spec["crawl"] = crawl
     if opts.priority is not None:
         spec["priority"] = opts.priority
+    if opts.max_dead_letters is not None:
+        spec["maxDeadLetters"] = opts.max_dead_letters
     try:
         ScrapeJobSpec.model_validate(spec)
     except ValidationError as exc:
