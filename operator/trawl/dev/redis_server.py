@@ -75,6 +75,8 @@ class RedisServer:
                 try:
                     client.ping()
                     return
+                except redis.AuthenticationError:
+                    return  # it answered: a server started with --requirepass
                 except redis.ConnectionError:
                     if time.monotonic() > deadline:
                         raise
