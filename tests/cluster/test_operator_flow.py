@@ -71,7 +71,7 @@ def test_crawl_completes_and_results_match_the_site(
     for url, record in results.items():
         assert {k: record[k] for k in expected[url]} == expected[url]
     reasons = {e["reason"] for e in events_for(control_plane, namespace, "shop-crawl")}
-    assert {"Enqueued", "Completed"} <= reasons
+    assert {"Accepted", "Enqueued", "Completed"} <= reasons
 
 
 def test_dead_letters_then_retry_annotation_completes(

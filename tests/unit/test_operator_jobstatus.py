@@ -34,7 +34,7 @@ def test_queued_job_is_reconciling_not_ready() -> None:
     assert status["observedGeneration"] == 1
     assert is_true(status["conditions"], "Reconciling")
     assert not is_true(status["conditions"], "Ready")
-    assert [e.reason for e in events] == ["Enqueued"]
+    assert [e.reason for e in events] == ["Accepted", "Enqueued"]
 
 
 def test_running_job_counts_progress_and_eta() -> None:
@@ -106,6 +106,7 @@ def test_problem_stalls_with_event_once() -> None:
     facts = JobFacts(generation=1, suspend=False, problem=Problem("PoolNotFound", "ScrapePool x does not exist"))
     status, events = derive_job_status(facts, None, NOW)
     assert is_true(status["conditions"], "Stalled")
+    assert "Accepted" not in [e.reason for e in events]
     assert get_condition(status["conditions"], "Stalled")["reason"] == "PoolNotFound"  # type: ignore[index]
     assert [e.reason for e in events] == ["PoolNotFound"]
     again, events2 = derive_job_status(facts, status, NOW + timedelta(seconds=5))

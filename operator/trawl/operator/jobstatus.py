@@ -204,6 +204,8 @@ def derive_job_status(
     )
     status["conditions"] = merge_conditions(prev.get("conditions"), conds, generation=facts.generation, now=now)
 
+    if prev_phase is None and problem is None:
+        events.append(Transition("Normal", "Accepted", "spec is valid; the job is handed to its pool"))
     if phase != prev_phase:
         if phase == "Succeeded":
             events.append(Transition("Normal", "Completed", status["message"]))
