@@ -204,7 +204,9 @@ def derive_job_status(
     )
     status["conditions"] = merge_conditions(prev.get("conditions"), conds, generation=facts.generation, now=now)
 
-    if prev_phase is None and problem is None:
+    prev_stalled = next((c for c in prev.get("conditions") or [] if c.get("type") == "Stalled"), None)
+    first_pass = prev_phase is None and prev_stalled is None
+    if problem is None and (first_pass or (prev_stalled is not None and prev_stalled.get("status") == "True")):
         events.append(Transition("Normal", "Accepted", "spec is valid; the job is handed to its pool"))
     if phase != prev_phase:
         if phase == "Succeeded":
@@ -221,7 +223,6 @@ def derive_job_status(
         events.append(
             Transition("Warning", "DeadLettered", f"{dead - prev_dead} more URLs dead-lettered ({dead} in all)")
         )
-    prev_stalled = next((c for c in prev.get("conditions") or [] if c.get("type") == "Stalled"), None)
     if problem is not None and (prev_stalled is None or prev_stalled.get("reason") != problem.reason):
         events.append(Transition("Warning", problem.reason, problem.message))
     return status, events
