@@ -10,8 +10,11 @@ import csv
 import io
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,7 @@ from typer.testing import CliRunner
 
 from trawl.cli import app
 from trawl.clitools.errors import (
+    EXIT_FORBIDDEN,
     EXIT_NO_CRDS,
     EXIT_NOT_FOUND,
     EXIT_OTHER_SINK,
@@ -124,6 +128,9 @@ def test_submit_wait_status_results_top(
     assert len(rows) == 25
     assert {r["url"] for r in rows} == {r["url"] for r in lines}
     assert list(rows[0])[:2] == ["url", "status"]
+    # --redis-url reads the same stream through another address (as through a port-forward)
+    res = cli(cp, namespace, "results", "books", "--redis-url", redis_server.url.replace("127.0.0.1", "localhost"))
+    assert res.exit_code == 0 and res.stdout.count("\n") == 25, res.output
 
     # top --once: one frame with the pool's replicas, backlog, throughput and sparklines
     res = cli(cp, namespace, "top", "--once")
@@ -236,6 +243,23 @@ def test_error_cases(control_plane: ControlPlane, namespace: str, tmp_path: Path
         _no_traceback(res)
     res = cli(cp, namespace, "status", kubeconfig=tmp_path / "missing.kubeconfig")
     assert res.exit_code == EXIT_UNREACHABLE and "no kubeconfig found" in res.output, res.output
+
+    # RBAC: a ServiceAccount with no permissions
+    nobody = cp.service_account_kubeconfig(namespace, "nobody")
+    res = cli(cp, namespace, "status", kubeconfig=nobody)
+    assert res.exit_code == EXIT_FORBIDDEN and "not allowed" in res.output, res.output
+
+    # top without --once: a live view until Ctrl-C (exit 130), here with the pool that has no status yet
+    env = {**os.environ, "KUBECONFIG": str(cp.kubeconfig_path), "COLUMNS": "200"}
+    top = subprocess.Popen(
+        [sys.executable, "-m", "trawl.cli", "top", "-n", namespace, "--interval", "0.5"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    time.sleep(4)
+    top.send_signal(signal.SIGINT)
+    stdout, stderr = top.communicate(timeout=20)
+    assert top.returncode == 130, stderr
+    assert re.search(r"(?m)^\s*p\s+0/0\s", stdout) and "Traceback" not in stderr, (stdout, stderr)
 
     # the real entry point: one line on stderr, the exit code, no traceback
     proc = run_trawl("status", "nope", "-n", namespace, kubeconfig=cp.kubeconfig_path)

@@ -328,7 +328,10 @@ def top(
     context: str | None = CONTEXT,
     namespace: str | None = NAMESPACE,
 ) -> None:
-    """A live view of the pools: replicas, backlog, in flight, throughput and failure rate, with sparklines."""
+    """A live view of the pools: replicas, backlog, in flight, throughput and failure rate, with sparklines.
+
+    On a terminal the view refreshes in place; piped, it prints a frame per refresh. Ctrl-C stops it.
+    """
     with _reported():
         from rich.live import Live
 
@@ -343,6 +346,16 @@ def top(
             out.print(render.top_frame(history, show_namespace=all_namespaces))
             return
         width = max(10, min(40, int(window * 60 / interval)))
+        if not out.is_terminal:  # piped or redirected: a frame per refresh, like `top -b`
+            while True:
+                out.print(render.top_frame(history, show_namespace=all_namespaces, width=width))
+                out.print()
+                out.file.flush()
+                time.sleep(interval)
+                try:
+                    poll(cluster, history, time.time(), all_namespaces=all_namespaces)
+                except CliError as exc:
+                    out.print(f"last refresh failed: {exc.message}", markup=False)
         with Live(render.top_frame(history, show_namespace=all_namespaces, width=width), console=out) as live:
             while True:
                 time.sleep(interval)
