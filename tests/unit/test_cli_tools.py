@@ -155,10 +155,12 @@ def test_job_table_and_detail_render_without_markup_surprises() -> None:
         conditions=[{"type": "Failed", "status": "True", "reason": "TasksDeadLettered", "message": "1 URL [x]"}],
         deadLetters=[{"url": "https://a/[1]", "attempts": 3, "errorClass": "HTTP5xx", "lastError": "503 [/?#]"}],
         results={"sink": "RedisStream", "location": "redis: trawl:{ns/p}:j:u:res", "count": 2},
+        eta="2026-01-01T00:09:00Z",
     )
     out = text(render.job_detail(detail, now=now))
     for piece in ("TasksDeadLettered", "https://a/[1]", "503 [/?#]", "trawl dlq list a", "trawl results a", "{ns/p}"):
         assert piece in out, piece
+    assert "ETA" not in out  # a finished job keeps its last estimate on the status; not worth showing
 
 
 def test_dead_letter_rendering() -> None:

@@ -113,8 +113,9 @@ def job_detail(job: dict[str, Any], now: datetime | None = None) -> RenderableTy
         ("Message", status.get("message") or ""),
         ("Created", f"{meta.get('creationTimestamp', '-')} ({age(meta.get('creationTimestamp'), now)} ago)"),
     ]
+    finished = status.get("phase") in ("Succeeded", "Failed")
     for key, label in (("startTime", "Started"), ("completionTime", "Completed"), ("eta", "ETA")):
-        if status.get(key):
+        if status.get(key) and not (key == "eta" and finished):
             summary.append((label, str(status[key])))
     if spec.get("crawl") is not None:
         crawl = spec["crawl"]
