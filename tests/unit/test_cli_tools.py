@@ -192,3 +192,43 @@ def test_follow_until_terminal_or_timeout() -> None:
     with pytest.raises(CliError) as info:
         list(follow(_FakeCluster(["Running"]), "a", timeout=3, clock=lambda: now[0], sleep=sleep))  # type: ignore[arg-type]
     assert info.value.code == EXIT_TIMEOUT and "phase Running" in info.value.message
+
+
+def _kubeconfig(path: Any) -> Any:
+    import yaml
+
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [
+            {"name": "dev", "context": {"cluster": "c", "user": "u", "namespace": "scraping"}},
+            {"name": "prod", "context": {"cluster": "c", "user": "u", "namespace": "crawlers"}},
+            {"name": "bare", "context": {"cluster": "c", "user": "u"}},
+        ],
+        "current-context": "dev",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_connect_picks_the_namespace_like_kubectl(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from trawl.clitools.cluster import Cluster, Target
+    from trawl.clitools.errors import EXIT_UNREACHABLE
+
+    path = str(_kubeconfig(tmp_path / "config"))
+    assert Cluster.connect(Target(path)).namespace == "scraping"
+    assert Cluster.connect(Target(path, context="prod")).namespace == "crawlers"
+    assert Cluster.connect(Target(path, context="bare")).namespace == "default"
+    assert Cluster.connect(Target(path, context="prod", namespace="x")).namespace == "x"
+    monkeypatch.setenv("KUBECONFIG", f"{tmp_path / 'missing'}:{path}")
+    cluster = Cluster.connect(Target())
+    assert cluster.namespace == "scraping" and cluster.server == "https://127.0.0.1:1"
+    with pytest.raises(CliError) as info:
+        Cluster.connect(Target(path, context="nope"))
+    assert info.value.code == EXIT_UNREACHABLE and "nope" in info.value.message
+    with pytest.raises(CliError, match="no kubeconfig found"):
+        Cluster.connect(Target(str(tmp_path / "missing")))
+    err = cluster.unreachable(ConnectionRefusedError(111, "Connection refused"))
+    assert err.message == "cannot reach the Kubernetes API server at 127.0.0.1:1 (connection refused)"
