@@ -39,6 +39,11 @@ from .urlpolicy import IPNetwork, host_of, parse_networks
 
 log = logging.getLogger("trawl.worker")
 
+MAX_DEFERRALS = 5  # Retry-After releases of one task (seen by this worker) before its attempts are spent
+
+# How often in-flight tasks are checked against cancelled (deleted) jobs.
+CANCEL_CHECK_SECONDS = 1.0
+
 
 def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -93,6 +98,7 @@ class Worker:
         )
         self.robots = RobotsCache(redis, lambda origin: keys.rate_limit(origin, "robots"), self._fetch_robots)
         self._jobs: OrderedDict[str, _Job | None] = OrderedDict()
+        self._deferred: OrderedDict[tuple[str, str], int] = OrderedDict()  # Retry-After releases per task
         self._sinks: dict[tuple[Any, ...], Sink] = {}
         self._inflight: dict[asyncio.Task[None], Task] = {}
         self._slot_free = asyncio.Event()
@@ -129,15 +135,17 @@ class Worker:
             extra={"worker": self.worker_id, "concurrency": self.config.concurrency, "prefix": self.config.prefix},
         )
         heartbeat = asyncio.create_task(self._heartbeat_loop(), name="heartbeat")
+        cancel_watch = asyncio.create_task(self._cancel_watch_loop(), name="cancel-watch")
         self.finisher.start()
         try:
             await self._claim_loop()
             await self._drain()
         finally:
             await self.finisher.close()
-            heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await heartbeat
+            for loop_task in (heartbeat, cancel_watch):
+                loop_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await loop_task
             with contextlib.suppress(Exception):
                 await self.queue.heartbeat(self.worker_id, in_flight=self.in_flight, draining=True)
             await self.limiter.release_all()
@@ -170,6 +178,34 @@ class Worker:
             except Exception as exc:
                 log.warning("heartbeat failed", extra={"worker": self.worker_id, "error": repr(exc)})
             await asyncio.sleep(self.config.heartbeat_seconds)
+
+    async def _cancel_watch_loop(self) -> None:
+        """Stop work on jobs that were cancelled (deleted) while their tasks are in flight here.
+
+        Cancellation removes a job's keys; its in-flight tasks would otherwise still be fetched (an ack
+        is discarded, but the site is hit). One EXISTS per distinct in-flight job, once a second."""
+        while True:
+            await asyncio.sleep(CANCEL_CHECK_SECONDS)
+            jobs = sorted({t.job_id for t in self._inflight.values()})
+            if not jobs:
+                continue
+            try:
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    for job_id in jobs:
+                        pipe.exists(self.keys.job(job_id))
+                    found = await pipe.execute()
+            except Exception as exc:
+                log.warning("cancel check failed", extra={"worker": self.worker_id, "error": repr(exc)})
+                continue
+            gone = {job_id for job_id, n in zip(jobs, found, strict=True) if not n}
+            if not gone:
+                continue
+            for fut, task in list(self._inflight.items()):
+                if task.job_id in gone:
+                    fut.cancel()
+            for job_id in gone:
+                self._jobs.pop(job_id, None)
+            log.info("stopped tasks of cancelled jobs", extra={"worker": self.worker_id, "jobs": sorted(gone)})
 
     async def _claim_loop(self) -> None:
         conc = self.config.concurrency
@@ -306,7 +342,9 @@ class Worker:
             max_len = out.redis_stream.max_len if out.redis_stream is not None else 100_000
             ident = ("stream", max_len)
             if ident not in self._sinks:
-                self._sinks[ident] = RedisStreamSink(self.redis, self.keys.results, max_len=max_len)
+                self._sinks[ident] = RedisStreamSink(
+                    self.redis, self.keys.results, max_len=max_len, job_key=self.keys.job
+                )
         return self._sinks[ident]
 
     def _dedupe_key(self, job_id: str) -> str:
@@ -439,15 +477,26 @@ class Worker:
         if spec.politeness.adaptive_delay:
             self.limiter.adaptive(domain).observe(elapsed, retryable_net)
         log_extra = {"job": task.job_id, "url": task.url, "error_class": cls.value, "error": exc.message}
-        if (
+        honor = (
             cls in (FailureClass.HTTP_429, FailureClass.HTTP_5XX)
             and exc.retry_after is not None
             and spec.retry.honor_retry_after
-        ):
-            self.metrics.deferrals.labels("retry_after").inc()
-            log.info("deferred by Retry-After", extra={**log_extra, "delay": exc.retry_after})
-            await self.queue.release(task, self.worker_id, delay=exc.retry_after)
-            return "released"
-        outcome = await self.queue.fail(task, self.worker_id, cls.value, exc.message[:1024])
+        )
+        if honor:
+            key = (task.job_id, task.task_id)
+            count = self._deferred.pop(key, 0) + 1
+            self._deferred[key] = count
+            while len(self._deferred) > 10_000:
+                self._deferred.popitem(last=False)
+            if count <= MAX_DEFERRALS:
+                # Retry-After: give the task back for that long; no attempt is spent, no lease held meanwhile
+                self.metrics.deferrals.labels("retry_after").inc()
+                log.info("deferred by Retry-After", extra={**log_extra, "delay": exc.retry_after})
+                await self.queue.release(task, self.worker_id, delay=exc.retry_after or 0.0)
+                return "released"
+            # a site that answers Retry-After for ever: from now on each answer spends an attempt
+        outcome = await self.queue.fail(
+            task, self.worker_id, cls.value, exc.message[:1024], retry_after=exc.retry_after if honor else None
+        )
         log.info("fetch failed", extra={**log_extra, "attempt": task.attempt, "dead": outcome.dead_lettered})
         return "dead" if outcome.dead_lettered else "failed"

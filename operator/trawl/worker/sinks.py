@@ -36,8 +36,11 @@ log = logging.getLogger("trawl.worker.sinks")
 
 DEDUPE_TTL_SECONDS = 8 * 86400  # outlives the default finished-job retention (7 days)
 
-# KEYS[1] stream, KEYS[2] dedupe set. ARGV: maxlen, ttl, then (key, url, json) triples.
+# KEYS[1] stream, KEYS[2] dedupe set, KEYS[3] the job's hash (optional). ARGV: maxlen, ttl, then
+# (key, url, json) triples. A job whose hash is gone was cancelled: its late results are dropped, so
+# a cancelled job's stream is not re-created after cancel deleted it.
 STREAM_WRITE_LUA = """
+if KEYS[3] and redis.call('EXISTS', KEYS[3]) == 0 then return 0 end
 local written = 0
 for i = 3, #ARGV, 3 do
   if redis.call('SADD', KEYS[2], ARGV[i]) == 1 then
@@ -94,9 +97,10 @@ def _dumps(data: dict[str, Any]) -> str:
 class RedisStreamSink:
     """XADD to the job's stream (bounded by MAXLEN ~, expiring with the job's keys)."""
 
-    def __init__(self, redis: Redis, stream_key: Any, *, max_len: int = 100_000) -> None:
+    def __init__(self, redis: Redis, stream_key: Any, *, max_len: int = 100_000, job_key: Any = None) -> None:
         self.redis = redis
         self.stream_key = stream_key  # job_id -> key
+        self.job_key = job_key  # job_id -> the queue's job hash, whose absence means cancelled
         self.max_len = max_len
         self._script = redis.register_script(STREAM_WRITE_LUA)
 
@@ -106,7 +110,8 @@ class RedisStreamSink:
         for rec in records:
             args += [rec.key, rec.url, _dumps(rec.data)]
         try:
-            return int(await self._script(keys=[stream, stream + ":keys"], args=args))
+            keys = [stream, stream + ":keys"] + ([self.job_key(job_id)] if self.job_key is not None else [])
+            return int(await self._script(keys=keys, args=args))
         except Exception as exc:
             raise SinkError(f"redis stream write failed: {exc}") from exc
 
