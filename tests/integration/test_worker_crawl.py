@@ -175,3 +175,16 @@ async def test_blocked_redirect_is_dead_lettered_as_blocked(site: Bookstore, red
     assert records == []
     dead = await queue.dead_letters(job_id)
     assert [d.error_class for d in dead] == ["BlockedAddress"]
+
+
+async def test_endless_retry_after_eventually_spends_attempts(site: Bookstore, redis_client: aioredis.Redis) -> None:
+    url = f"{site.url}/hostile/429?id={uuid.uuid4().hex[:6]}&times=1000&after=0"
+    job_id, queue, records = await run_job(
+        redis_client,
+        {"urls": [url], "retry": {"maxAttempts": 2, "jitter": 0}, "politeness": {"requestsPerSecond": 100}},
+    )
+    assert records == []
+    dead = await queue.dead_letters(job_id)
+    assert [(d.error_class, d.attempts) for d in dead] == [("HTTP429", 2)]
+    # five deferrals without spending an attempt, then the two attempts of the retry policy
+    assert len([e for e in site.entries() if e.path == url.removeprefix(site.url)]) == 5 + 2

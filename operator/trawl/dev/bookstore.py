@@ -6,7 +6,8 @@ Site: ``/`` (home) â†’ ``/category/<slug>/page-<n>.html`` (paginated listings) â
 
 Hostile endpoints (``/hostile/...``): redirects to loopback, metadata, IPv4-mapped IPv6, private and
 ``localhost`` targets; a gzip and a brotli decompression bomb; an oversized body; a one-byte-per-second
-drip; 429 with ``Retry-After: 2`` (once per ``id``); 404; 503 that recovers after ``fail`` hits (per ``id``);
+drip; 429 with ``Retry-After: 2`` (``times`` times per ``id``, default once; ``after`` sets the
+value); 404; 503 that recovers after ``fail`` hits (per ``id``);
 and ``/private/`` which robots.txt disallows. Every request is written to an access log with its arrival
 time, so tests can measure the request rate the site saw.
 
@@ -360,7 +361,7 @@ def build_app(renderer: Renderer, access_log: Path | None, latency: float = 0.0,
         return counters[key]
 
     async def too_many(request: web.Request) -> web.Response:
-        if hit(request, "429") == 1:
+        if hit(request, "429") <= int(request.query.get("times", "1")):
             return web.Response(status=429, text="slow down", headers={"Retry-After": request.query.get("after", "2")})
         return html_response(_page("Recovered", "<h1>OK after 429</h1>", ""))
 
