@@ -15,7 +15,7 @@ mark their own completion in Redis (``INCR bench:done``, so the count is exact).
 The last line is ``ratio_vs_best_peer=<Trawl tasks/s / the fastest peer's tasks/s>``.
 
     .venv/bin/python bench/queue_throughput.py            # 20,000 tasks per system
-    .venv/bin/python bench/queue_throughput.py --quick    # 4,000 tasks per system, under two minutes
+    .venv/bin/python bench/queue_throughput.py --quick    # 3,000 tasks per system, under two minutes
 
 BullMQ is installed with npm into ~/.cache/trawl/bench-node (outside the repository) on first use.
 """
@@ -311,15 +311,15 @@ def run_system(system: System, server: RedisServer, tasks: int, workers: int, ti
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
-        "--quick", action="store_true", help="4,000 tasks per system, 15 s limit per system (under two minutes)"
+        "--quick", action="store_true", help="3,000 tasks and a 10 s run limit per system (under two minutes)"
     )
-    ap.add_argument("--tasks", type=int, default=0, help="tasks per system (default 20,000; 4,000 with --quick)")
+    ap.add_argument("--tasks", type=int, default=0, help="tasks per system (default 20,000; 3,000 with --quick)")
     ap.add_argument("--workers", type=int, default=2, help="worker processes per system")
     ap.add_argument("--only", default="", help="comma-separated systems to run (default: all)")
     ap.add_argument("--json", default="", help="also write the results to this JSON file")
     args = ap.parse_args()
-    tasks = args.tasks or (4000 if args.quick else 20000)
-    timeout = 15.0 if args.quick else 120.0
+    tasks = args.tasks or (3000 if args.quick else 20000)
+    timeout = 10.0 if args.quick else 120.0
     only = set(args.only.split(",")) if args.only else None
     procs.install_signal_handlers()
     results: list[Result] = []
