@@ -41,9 +41,13 @@ def q(redis_client: aioredis.Redis, clock: Clock) -> Queue:
     return Queue(redis_client, PREFIX, lease_seconds=10, max_stalls=2, clock=clock, rand=lambda: 0.0)
 
 
-async def test_fairness_small_job_served_within_next_claims(q: Queue) -> None:
+async def test_fairness_small_job_served_within_next_claims(q: Queue, redis_client: aioredis.Redis) -> None:
     await q.register_job(JobConfig("big"))
-    await q.enqueue("big", urls("big.example", 100_000))
+    await redis_client.config_resetstat()
+    assert await q.enqueue("big", urls("big.example", 100_000)) == 100_000
+    # A 100,000-URL job is enqueued in a bounded number of round trips (batches of enqueue_batch).
+    stat = (await redis_client.info("commandstats"))["cmdstat_evalsha"]
+    assert stat["calls"] - stat.get("failed_calls", 0) == 100_000 // q.enqueue_batch  # not counting NOSCRIPT
     first = await q.claim("w1", 50)
     assert {t.job_id for t in first} == {"big"}
     await q.register_job(JobConfig("small"))
