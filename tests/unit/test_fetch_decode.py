@@ -9,7 +9,8 @@ import brotli
 import pytest
 
 from trawl.api.policies import FailureClass
-from trawl.worker.fetch import FetchError, _Decoder, classify_status, parse_retry_after
+from trawl.worker.fetch import Fetcher, FetchError, _Decoder, classify_status, parse_retry_after
+from trawl.worker.urlpolicy import parse_networks
 
 BOMB = b"\0" * (32 * 1024 * 1024)
 
@@ -89,3 +90,28 @@ def test_retry_after() -> None:
 def test_classify_status(status: int, cls: FailureClass | None) -> None:
     error = classify_status(status, None)
     assert (error.failure_class if error else None) == cls
+
+
+@pytest.mark.parametrize(
+    ("url", "cls"),
+    [
+        ("http://2130706433/", FailureClass.BLOCKED_ADDRESS),  # the OS reads it as 127.0.0.1
+        ("http://127.1/", FailureClass.BLOCKED_ADDRESS),
+        ("http://0x7f000001/", FailureClass.BLOCKED_ADDRESS),
+        ("http://[::ffff:169.254.169.254]/", FailureClass.BLOCKED_ADDRESS),
+        ("http://169.254.169.254/latest/", FailureClass.BLOCKED_ADDRESS),
+        ("gopher://example.com/", FailureClass.INVALID_URL),
+        ("http:///nohost", FailureClass.INVALID_URL),
+        ("http://example.com:99999/", FailureClass.INVALID_URL),
+    ],
+)
+def test_check_url_refuses_before_connecting(url: str, cls: FailureClass) -> None:
+    with pytest.raises(FetchError) as err:
+        Fetcher().check_url(url)
+    assert err.value.failure_class == cls
+
+
+def test_check_url_accepts_names_and_allowed_literals() -> None:
+    assert Fetcher().check_url("https://example.com/x") == "example.com"
+    assert Fetcher().check_url("http://93.184.216.34/") == "93.184.216.34"
+    assert Fetcher(allowed=parse_networks(["127.0.0.2/32"])).check_url("http://127.0.0.2:8080/") == "127.0.0.2"

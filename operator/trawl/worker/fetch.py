@@ -328,8 +328,14 @@ class Fetcher:
             )
         if not host:
             raise FetchError(FailureClass.INVALID_URL, f"URL {url!r} has no host", url=url)
-        if host[0].isdigit() or ":" in host:
-            reason = self._block_reason(host) if _is_ip(host) else None
+        if ":" in host or host.replace(".", "").isdigit() or host.startswith("0x"):
+            # aiohttp connects to hosts that look numeric without the resolver (and the OS would read
+            # 127.1 or 2130706433 as 127.0.0.1): only a canonical IP literal is accepted, and checked here.
+            if not _is_ip(host):
+                raise FetchError(
+                    FailureClass.BLOCKED_ADDRESS, f"refused {url}: {host!r} is not a canonical IP address", url=url
+                )
+            reason = self._block_reason(host)
             if reason is not None:
                 raise FetchError(FailureClass.BLOCKED_ADDRESS, f"refused {url}: {reason}", url=url)
         return host
