@@ -14,7 +14,7 @@ import re
 import signal
 import subprocess
 import sys
-import time
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -255,11 +255,19 @@ def test_error_cases(control_plane: ControlPlane, namespace: str, tmp_path: Path
         [sys.executable, "-m", "trawl.cli", "top", "-n", namespace, "--interval", "0.5"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
-    time.sleep(4)
+    watchdog = threading.Timer(60, top.kill)  # a frame never printed must not hang the test
+    watchdog.start()
+    assert top.stdout is not None
+    seen = [top.stdout.readline() for _ in range(2)]  # the header and the pool's row of the first frame
+    while len(seen) < 8:  # and a few refreshes
+        seen.append(top.stdout.readline())
     top.send_signal(signal.SIGINT)
     stdout, stderr = top.communicate(timeout=20)
+    watchdog.cancel()
+    frames = "".join(seen) + stdout
     assert top.returncode == 130, stderr
-    assert re.search(r"(?m)^\s*p\s+0/0\s", stdout) and "Traceback" not in stderr, (stdout, stderr)
+    assert re.search(r"(?m)^\s*p\s+0/0\s", frames) and "Traceback" not in stderr, (frames, stderr)
+    assert frames.count("BACKLOG") >= 2
 
     # the real entry point: one line on stderr, the exit code, no traceback
     proc = run_trawl("status", "nope", "-n", namespace, kubeconfig=cp.kubeconfig_path)
