@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 from lupa import lua51
+from pydantic import BaseModel
 
 from trawl.api.cronscrapejob import CronScrapeJobSpec, CronScrapeJobStatus
 from trawl.api.scrapejob import ScrapeJobSpec, ScrapeJobStatus
@@ -23,7 +24,7 @@ from trawl.queue.model import JobStats
 
 ROOT = Path(__file__).resolve().parents[2]
 GITOPS = ROOT / "docs" / "gitops" / "trawl.dev"
-KINDS = {
+KINDS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     "ScrapeJob": (ScrapeJobSpec, ScrapeJobStatus),
     "ScrapePool": (ScrapePoolSpec, ScrapePoolStatus),
     "CronScrapeJob": (CronScrapeJobSpec, CronScrapeJobStatus),
@@ -153,14 +154,15 @@ def test_health_of_statuses_the_operator_derives(case: str) -> None:
     facts, phase, health = OPERATOR_CASES[case]
     status, _ = derive_job_status(facts, None, datetime(2026, 1, 1, tzinfo=UTC))
     assert status["phase"] == phase
+    metadata: dict[str, Any] = {"name": "x", "generation": 1}
     obj = {
         "apiVersion": "trawl.dev/v1alpha1",
         "kind": "ScrapeJob",
-        "metadata": {"name": "x", "generation": 1},
+        "metadata": metadata,
         "spec": {"pool": "p", "urls": ["https://example.com/"], "suspend": facts.suspend},
         "status": status,
     }
     assert run_health("ScrapeJob", obj)["status"] == health
     # A spec edit the operator has not seen yet reads as in progress, whatever the old status said.
-    obj["metadata"]["generation"] = 2
+    metadata["generation"] = 2
     assert run_health("ScrapeJob", obj)["status"] == "Progressing"
