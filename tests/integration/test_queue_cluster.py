@@ -81,11 +81,12 @@ async def test_scripts_touch_only_their_pools_slot(redis_client: aioredis.Redis)
 @pytest.fixture
 async def cluster_client() -> AsyncIterator[aioredis.Redis]:
     server = RedisServer(extra_args=["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"])
-    server.start()
+    server.start(timeout=30)
     client = aioredis.Redis.from_url(server.url)
     try:
+        server.wait_ready(timeout=30)
         await client.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
-        for _ in range(200):
+        for _ in range(600):
             info = (await client.execute_command("CLUSTER", "INFO")).decode()
             if "cluster_state:ok" in info:
                 break

@@ -25,7 +25,7 @@ def test_job_keys_cover_results_and_share_the_job_prefix() -> None:
     keys = k.job_keys("uid-1")
     assert k.results("uid-1") in keys and k.job("uid-1") in keys
     assert all(key.startswith("trawl:{n/p}:j:uid-1") for key in keys)
-    assert len(set(keys)) == len(keys) == 8
+    assert len(set(keys)) == len(keys) == 9
     assert k.rate_limit("example.com").startswith("trawl:{n/p}:rl:")
 
 

@@ -333,7 +333,17 @@ class Queue:
         j = task.job_id
         res = await self._run(
             "fail",
-            [k.worker(worker_id), k.job(j), k.delayed(j), k.delayed_jobs, k.history(j), k.stats, k.events],
+            [
+                k.worker(worker_id),
+                k.job(j),
+                k.delayed(j),
+                k.delayed_jobs,
+                k.history(j),
+                k.stats,
+                k.events,
+                k.dead(j),
+                k.dead_times(j),
+            ],
             [
                 repr(now),
                 self.events_maxlen,
@@ -410,18 +420,20 @@ class Queue:
         return spec
 
     async def dead_letters(self, job_id: str, limit: int = 100) -> list[DeadLetterRecord]:
-        """Up to ``limit`` dead letters of the job, latest first (reads at most ``limit`` records plus one page)."""
+        """The job's latest ``limit`` dead letters, latest first."""
+        k = self.keys
+
+        async def read() -> tuple[list[Any], list[Any]]:
+            ids = await self.redis.zrevrange(k.dead_times(job_id), 0, max(0, limit - 1))
+            if not ids:
+                return [], []
+            return ids, await self.redis.hmget(k.dead(job_id), ids)  # type: ignore[misc]
+
+        ids, raws = await self._retrying(read)
         records: list[DeadLetterRecord] = []
-
-        async def read() -> list[tuple[Any, Any]]:
-            found: list[tuple[Any, Any]] = []
-            async for item in self.redis.hscan_iter(self.keys.dead(job_id), count=max(limit, 10)):
-                found.append(item)
-                if len(found) >= limit:
-                    break
-            return found
-
-        for tid, raw in await self._retrying(read):
+        for tid, raw in zip(ids, raws, strict=True):
+            if raw is None:
+                continue
             rec = json.loads(raw)
             hist = rec.get("h") or []
             records.append(
@@ -435,7 +447,6 @@ class Queue:
                     history=list(hist) if isinstance(hist, list) else [],
                 )
             )
-        records.sort(key=lambda r: r.time, reverse=True)
         return records
 
     async def requeue_dead(self, job_id: str, task_ids: Sequence[str] | None = None) -> int:
@@ -444,7 +455,7 @@ class Queue:
         k = self.keys
         res = await self._run(
             "requeue_dead",
-            [k.job(job_id), k.dead(job_id), k.ready(job_id), k.stats, k.events, *self._rings],
+            [k.job(job_id), k.dead(job_id), k.ready(job_id), k.stats, k.events, *self._rings, k.dead_times(job_id)],
             [self._now(), self.events_maxlen, job_id, *(task_ids or ())],
         )
         return int(res)

@@ -24,6 +24,7 @@ Per-job keys (``J`` is ``P:j:<job_id>``)::
     J:r              list    ready tasks, each a compact payload "<task>|<attempts>|<stalls>|<depth>|<url>"
     J:z              zset    delayed tasks (payload -> due time)
     J:dl             hash    dead letters: task -> JSON record with the attempt history
+    J:dlt            zset    dead letters by time (task -> time), for "latest first"
     J:h              hash    failure history of tasks still being retried: task -> JSON list
     J:u              set     URLs already enqueued (crawl jobs only: within-job dedupe)
     J:res            stream  results written by the worker's Redis sink (deleted on cancel, expired on retention)
@@ -116,6 +117,9 @@ class Keys:
     def dead(self, job_id: str) -> str:
         return f"{self.prefix}:j:{job_id}:dl"
 
+    def dead_times(self, job_id: str) -> str:
+        return f"{self.prefix}:j:{job_id}:dlt"
+
     def history(self, job_id: str) -> str:
         return f"{self.prefix}:j:{job_id}:h"
 
@@ -140,6 +144,7 @@ class Keys:
             self.history(job_id),
             self.seen(job_id),
             self.results(job_id),
+            self.dead_times(job_id),
         ]
 
     def pool_keys(self) -> list[str]:

@@ -1,16 +1,16 @@
 -- cancel: delete every key of the job: O(size of the job). Its leased tasks stay in their workers' hashes
 -- only until the worker acks, fails or releases them (discarded, reported as lost) or its lease is reaped.
--- KEYS: 1 job hash, 2 spec, 3 ready, 4 delayed, 5 dead letters, 6 history, 7 seen, 8 results,
---       9 delayed-jobs index, 10 pool stats, 11 events, 12..21 rings 0..9
+-- KEYS: 1..9 the job's keys (job hash first; see Keys.job_keys), 10 delayed-jobs index, 11 pool stats,
+--       12 events, 13..22 rings 0..9
 -- ARGV: 1 now, 2 events maxlen, 3 job id
 local m = redis.call('HMGET', KEYS[1], 'prio', 'dead', 'exp')
 if m[1] then
-  redis.call('LREM', KEYS[12 + tonumber(m[1])], 0, ARGV[3])
+  redis.call('LREM', KEYS[13 + tonumber(m[1])], 0, ARGV[3])
   local dead = tonumber(m[2] or '0')
-  if m[3] ~= '1' and dead > 0 then redis.call('HINCRBY', KEYS[10], 'dead', 0 - dead) end
+  if m[3] ~= '1' and dead > 0 then redis.call('HINCRBY', KEYS[11], 'dead', 0 - dead) end
 end
-redis.call('ZREM', KEYS[9], ARGV[3])
-redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
-event(KEYS[11], ARGV[2], 'type', 'cancelled', 'job', ARGV[3], 't', ARGV[1])
+redis.call('ZREM', KEYS[10], ARGV[3])
+redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9])
+event(KEYS[12], ARGV[2], 'type', 'cancelled', 'job', ARGV[3], 't', ARGV[1])
 if m[1] then return 1 end
 return 0

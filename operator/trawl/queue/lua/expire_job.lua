@@ -1,12 +1,12 @@
 -- expire_job: retention. Every key of the job expires after ARGV[1] seconds; ring and delayed-index
 -- entries left behind are dropped by the next claim. The pool's dead-letter count forgets the job's now.
--- KEYS: 1 job hash, 2 spec, 3 ready, 4 delayed, 5 dead letters, 6 history, 7 seen, 8 results, 9 pool stats
+-- KEYS: 1..9 the job's keys (job hash first; see Keys.job_keys), 10 pool stats
 -- ARGV: 1 ttl seconds
 local dead = redis.call('HGET', KEYS[1], 'dead')
 if dead and redis.call('HGET', KEYS[1], 'exp') ~= '1' then
-  if tonumber(dead) > 0 then redis.call('HINCRBY', KEYS[9], 'dead', 0 - tonumber(dead)) end
+  if tonumber(dead) > 0 then redis.call('HINCRBY', KEYS[10], 'dead', 0 - tonumber(dead)) end
   redis.call('HSET', KEYS[1], 'exp', 1)
 end
 local n = 0
-for i = 1, 8 do n = n + redis.call('EXPIRE', KEYS[i], ARGV[1]) end
+for i = 1, 9 do n = n + redis.call('EXPIRE', KEYS[i], ARGV[1]) end
 return n

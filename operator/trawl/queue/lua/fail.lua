@@ -1,6 +1,7 @@
 -- fail: a failed attempt. The client decided (from the job's retry policy) between 'retry' at a time and
 -- 'dead'; the script applies it if the worker still holds the lease and the job exists.
--- KEYS: 1 worker hash, 2 job hash, 3 delayed zset, 4 delayed-jobs index, 5 history hash, 6 pool stats, 7 events
+-- KEYS: 1 worker hash, 2 job hash, 3 delayed zset, 4 delayed-jobs index, 5 history hash, 6 pool stats, 7 events,
+--       8 dead-letter hash, 9 dead-letter time index
 -- ARGV: 1 now, 2 events maxlen, 3 job id, 4 task id, 5 'retry'|'dead', 6 retry at, 7 error class, 8 message,
 --       9 history limit
 -- Returns {held (0/1), dead-lettered (0/1)}
@@ -29,6 +30,7 @@ if ARGV[5] == 'retry' then
   redis.call('HINCRBY', jk, 'ret', 1)
   return { 1, 0 }
 end
-dead_letter(jk, job_id, tid, a, s, d, url, ARGV[7], ARGV[8], now, hist, KEYS[6], KEYS[7], ARGV[2])
+dead_letter(jk, KEYS[8], KEYS[9], KEYS[5], job_id, tid, a, s, d, url, ARGV[7], ARGV[8], now, hist, KEYS[6], KEYS[7],
+  ARGV[2])
 check_finished(jk, job_id, now, KEYS[7], ARGV[2])
 return { 1, 1 }

@@ -5,7 +5,8 @@
 -- A leased task lives in its worker's hash P:w:<worker> under "<job>|<task>" as "<claimed_at>|<payload>".
 --
 -- Keys built inside scripts: claim, reap and signals discover job and worker ids in the rings, the
--- delayed-jobs index and the worker-deadline index, so they cannot declare those keys in advance. They
+-- delayed-jobs index and the worker-deadline index, so they cannot declare those keys in advance
+-- (reap's dead letters included: dead_letter takes its keys as arguments, declared ones elsewhere). They
 -- build them only from the pool prefix passed in ARGV[1], which carries the pool's hash tag: every such
 -- key is in the same cluster slot as the declared ones (tests/integration/test_queue_cluster.py runs
 -- every script on a cluster-mode server, which rejects any cross-slot access).
@@ -64,11 +65,13 @@ local function decode_list(s)
   return v
 end
 
--- Move a task (not in any other state any more) to the job's dead-letter set with its history.
-local function dead_letter(jk, job_id, tid, a, s, d, url, err, msg, now, hist, st, ev, maxlen)
-  redis.call('HSET', jk .. ':dl', tid, cjson.encode({
+-- Move a task (not in any other state any more) to the job's dead letters (dl: record with its history,
+-- dlt: time index for "latest first") and drop its retry history (h).
+local function dead_letter(jk, dl, dlt, h, job_id, tid, a, s, d, url, err, msg, now, hist, st, ev, maxlen)
+  redis.call('HSET', dl, tid, cjson.encode({
     u = url, a = a, s = s, d = d, e = err, m = msg, t = tonumber(now), h = hist }))
-  redis.call('HDEL', jk .. ':h', tid)
+  redis.call('ZADD', dlt, now, tid)
+  redis.call('HDEL', h, tid)
   redis.call('HINCRBY', jk, 'dead', 1)
   redis.call('HINCRBY', st, 'dead', 1)
   event(ev, maxlen, 'type', 'deadletter', 'job', job_id, 'task', tid, 'error', err, 't', now)
@@ -97,7 +100,7 @@ local function reap(prefix, wd, wi, st, ev, maxlen, now, max_stalls, worker_limi
           local hist = decode_list(redis.call('HGET', jk .. ':h', tid))
           hist[#hist + 1] = { attempt = a + 1, errorClass = 'Stalled',
             message = 'lease expired (worker ' .. w .. ')', time = tonumber(now) }
-          dead_letter(jk, job_id, tid, a + 1, s, d, url, 'Stalled',
+          dead_letter(jk, jk .. ':dl', jk .. ':dlt', jk .. ':h', job_id, tid, a + 1, s, d, url, 'Stalled',
             'lease expired ' .. s .. ' times', now, hist, st, ev, maxlen)
           check_finished(jk, job_id, now, ev, maxlen)
         else

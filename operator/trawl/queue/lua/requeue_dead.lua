@@ -1,6 +1,7 @@
 -- requeue_dead: send dead letters (all, or the given task ids) back to the ready list with attempts,
 -- stalls and history reset. Returns the number requeued.
--- KEYS: 1 job hash, 2 dead-letter hash, 3 ready list, 4 pool stats, 5 events, 6..15 rings 0..9
+-- KEYS: 1 job hash, 2 dead-letter hash, 3 ready list, 4 pool stats, 5 events, 6..15 rings 0..9,
+--       16 dead-letter time index
 -- ARGV: 1 now, 2 events maxlen, 3 job id, 4.. task ids (none = all)
 local jk, dl = KEYS[1], KEYS[2]
 local meta = redis.call('HMGET', jk, 'prio', 'sus')
@@ -23,6 +24,7 @@ end
 local n = #items
 if n == 0 then return 0 end
 push_many('HDEL', dl, gone)
+push_many('ZREM', KEYS[16], gone)
 local was = push_many('RPUSH', KEYS[3], items)
 redis.call('HINCRBY', jk, 'dead', -n)
 redis.call('HINCRBY', jk, 'pen', n)
