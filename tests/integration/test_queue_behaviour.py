@@ -184,6 +184,8 @@ async def test_dead_letters_with_history_and_requeue(q: Queue, clock: Clock) -> 
     assert (await q.fail(again, "w", "Timeout", "t2")).dead_lettered
     stats = await q.job_stats("d")
     assert (stats.succeeded, stats.dead, stats.pending, stats.finished) == (1, 2, 0, True)
+    assert [r.url for r in await q.dead_letters("d")] == ["https://d/flaky", "https://d/404"]  # latest first
+    assert [r.url for r in await q.dead_letters("d", limit=1)] == ["https://d/flaky"]
     letters = {r.url: r for r in await q.dead_letters("d")}
     assert letters["https://d/404"].error_class == "HTTP4xx" and letters["https://d/404"].attempts == 1
     flaky = letters["https://d/flaky"]
