@@ -177,6 +177,32 @@ def systems(url: str, workers: int, only: set[str] | None) -> list[System]:
             ],
         ),
         System(
+            "trawl-rt",
+            "as trawl, but each task's INCR is its own round trip (not a peer; not in the ratio)",
+            "2 loops x batch 200 per process",
+            trawl_enqueue(url),
+            lambda i: [
+                [
+                    PY,
+                    "-m",
+                    "trawl.queue.loadgen",
+                    "--url",
+                    url,
+                    "--prefix",
+                    TRAWL_PREFIX,
+                    "--worker-id",
+                    f"bench-w{i}",
+                    "--batch",
+                    "200",
+                    "--loops",
+                    "2",
+                    "--mark-key",
+                    DONE_KEY,
+                    "--mark-roundtrip",
+                ]
+            ],
+        ),
+        System(
             "bullmq",
             "at-least-once: locks + stalled-job check",
             "concurrency 200 per process",
@@ -353,7 +379,7 @@ def main() -> int:
     if args.json:
         Path(args.json).write_text(json.dumps([asdict(r) for r in results], indent=2))
     trawl = next((r for r in results if r.system == "trawl"), None)
-    peers = [r for r in results if r.system != "trawl" and r.tasks_per_s > 0 and not r.error]
+    peers = [r for r in results if not r.system.startswith("trawl") and r.tasks_per_s > 0 and not r.error]
     if trawl is None or not peers or trawl.error:
         print("ratio_vs_best_peer=nan")
         return 1

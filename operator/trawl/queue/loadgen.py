@@ -62,7 +62,10 @@ async def loop(q: Queue, redis: aioredis.Redis, args: argparse.Namespace, index:
         if args.results_key:
             pipe.hset(args.results_key, mapping=dict.fromkeys(ids, args.worker_id))
             pipe.rpush(f"{args.results_key}:log", *(f"{i} {args.worker_id}" for i in ids))
-        if args.mark_key:
+        if args.mark_key and args.mark_roundtrip:
+            for _ in tasks:  # each task marks its own completion with its own round trip, one after another
+                await redis.incr(args.mark_key)
+        elif args.mark_key:
             for _ in tasks:  # each task marks its own completion; the batch sends them in one round trip
                 pipe.incr(args.mark_key)
         if args.task_seconds:
@@ -88,6 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--claims-key", default="")
     p.add_argument("--results-key", default="")
     p.add_argument("--mark-key", default="")
+    p.add_argument("--mark-roundtrip", action="store_true", help="one round trip per task's mark (no pipeline)")
     asyncio.run(run(p.parse_args(argv)))
 
 
