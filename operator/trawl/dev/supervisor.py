@@ -176,6 +176,9 @@ class WorkerSupervisor:
         env = {"PATH": "/usr/bin:/bin", **_base_env(), **self.extra_env}
         for item in container.get("env") or []:
             env[item["name"]] = self._env_value(namespace, pod_name, item)
+        if "TRAWL_METRICS_PORT" in env:
+            # Pods each have their own IP; local processes share one, so each gets its own port.
+            env["TRAWL_METRICS_PORT"] = str(procs.free_port())
         argv = [sys.executable, "-m", "trawl.cli", *container.get("args", ["worker"])]
         # Bound to this thread, which outlives its workers: a killed parent leaves no worker behind.
         proc = procs.start(argv, env=env, log_path=self.log_dir / f"{namespace}_{pod_name}.log", bind_to_thread=True)
