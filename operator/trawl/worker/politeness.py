@@ -35,6 +35,7 @@ SLOT_LEASE_MS = 30_000
 SLOT_HOLD_SECONDS = 2.0
 LARGE_LIMIT = 16  # from this per-domain limit up, slots are leased in batches and kept while young
 MAX_TOKEN_BATCH = 64
+TOKEN_MAX_AGE = 0.25  # seconds a batch of rate tokens may be held before the rest is dropped
 
 # KEYS[1] rate key. ARGV: interval_us, burst, want. Returns {granted, wait_us}.
 GCRA_LUA = """
@@ -133,6 +134,7 @@ class AdaptiveDelay:
 @dataclass
 class _Domain:
     tokens: int = 0
+    tokens_at: float = 0.0
     token_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     slots: list[str] = field(default_factory=list)  # leased members not in use
     slots_all: dict[str, float] = field(default_factory=dict)  # member -> monotonic time leased
@@ -205,12 +207,15 @@ class DomainLimiter:
         interval_us = max(1, int(1_000_000 / rate))
         burst = burst_for(rate)
         async with state.token_lock:
+            if state.tokens > 0 and time.monotonic() - state.tokens_at > TOKEN_MAX_AGE:
+                state.tokens = 0  # tokens of a batch left unused: do not spend them later as a burst
             while state.tokens <= 0:
                 want = token_batch(rate)
                 granted, wait_us = await self._gcra(keys=[self.key(domain, "rate")], args=[interval_us, burst, want])
                 granted = int(granted)
                 if granted > 0:
                     state.tokens += granted
+                    state.tokens_at = time.monotonic()
                     break
                 wait = int(wait_us) / 1_000_000
                 if deadline is not None and time.monotonic() + wait > deadline:
