@@ -75,6 +75,7 @@ def test_dead_letters_fail_the_job_beyond_tolerance() -> None:
     assert status["phase"] == "Failed"
     assert is_true(status["conditions"], "Failed")
     assert is_true(status["conditions"], "DeadLettered")
+    assert is_true(status["conditions"], "Stalled")  # kstatus/Flux read a failed job as failed, not in progress
     assert status["deadLetters"][0]["url"] == "http://x/1"
     assert {e.reason for e in events} == {"Failed", "DeadLettered"}
 

@@ -173,6 +173,8 @@ def derive_job_status(
             Cond("Complete", False, reason, ""),
             Cond("Failed", True, reason, msg),
         ]
+        # kstatus (Flux) reads Stalled=True as "failed"; without it a failed job looks in progress forever.
+        conds[0] = Cond("Stalled", True, reason, msg)
         status["message"] = msg
     else:
         if problem is not None:
@@ -206,7 +208,8 @@ def derive_job_status(
 
     prev_stalled = next((c for c in prev.get("conditions") or [] if c.get("type") == "Stalled"), None)
     first_pass = prev_phase is None and prev_stalled is None
-    if problem is None and (first_pass or (prev_stalled is not None and prev_stalled.get("status") == "True")):
+    was_stuck = prev_stalled is not None and prev_stalled.get("status") == "True" and prev_phase not in TERMINAL
+    if problem is None and (first_pass or was_stuck):
         events.append(Transition("Normal", "Accepted", "spec is valid; the job is handed to its pool"))
     if phase != prev_phase:
         if phase == "Succeeded":
