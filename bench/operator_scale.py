@@ -473,6 +473,11 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         result["complete_from_first_s"] = round(max(done_at) - t_first, 2) if all_done else None
         result["succeeded_jobs"] = sum(1 for t in tracks.values() if t.phase == "Succeeded")
         result["succeeded_urls"] = sum(t.succeeded for t in tracks.values())
+        result["not_succeeded"] = {
+            name: f"{t.phase}: {(t.last_status or {}).get('message', '')}"[:200]
+            for name, t in sorted(tracks.items())
+            if t.phase != "Succeeded"
+        }
 
         patches = patch_counter(operator) - patches0
         status_writes = sum(t.status_writes for t in tracks.values())
@@ -492,8 +497,9 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         result["status_writes_max"] = max((t.status_writes for t in tracks.values()), default=0)
         requests = request_delta(requests0, apiserver_requests(admin))
         result["apiserver_requests"] = requests
-        status_patch_calls = requests.get("PATCH scrapejobs/status", "0").split()[0]
-        result["status_patch_requests_per_job"] = round(int(status_patch_calls) / args.jobs, 2)
+        # Accepted status writes, JSON/merge patches or server-side apply alike.
+        landed = sum(int(requests.get(f"{verb} scrapejobs/status", "0").split()[0]) for verb in ("PATCH", "APPLY"))
+        result["status_patch_requests_per_job"] = round(landed / args.jobs, 2)
         result["watch_events"] = observer.events
         result["watch_relists"] = observer.restarts
 
