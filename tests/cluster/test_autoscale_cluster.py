@@ -139,6 +139,7 @@ def test_backlog_scales_up_fast_then_down_to_zero_and_failures_hold(
         )
         wait_for("one worker serving", lambda: supervisor.live(namespace, "auto-workers") == 1, timeout=30)
         time.sleep(3)
+        assert rec.latest() == 1, rec.samples[-10:]
         failing = [f"{bookstore.url}/hostile/503?id={namespace}-{i}&fail=1000000" for i in range(300)]
         retry = {
             "maxAttempts": 100,
@@ -157,6 +158,9 @@ def test_backlog_scales_up_fast_then_down_to_zero_and_failures_hold(
         cond = wait_for("failure guard", guarded, timeout=60, diag=operator.log_tail)
         assert cond["reason"] == "FailureGuard"
         time.sleep(8)
-        assert rec.max_since(t1) <= 1, rec.samples[-40:]
+        scaled_late = [e["message"] for e in events_for(control_plane, namespace, "auto") if e["reason"] == "Scaled"]
+        if rec.max_since(t1) > 1:
+            print("\n".join(["SCALED:", *scaled_late, f"t1={t1}", *map(str, rec.samples[-40:])]))
+        assert rec.max_since(t1) <= 1
         control_plane.kubectl("delete", "scrapejob/failing", "-n", namespace, "--timeout=60s")
     print(f"scale-up to >=2 replicas after {scaled_up_after:.1f}s; peak {peak} replicas")

@@ -337,3 +337,31 @@ def test_scale_to_zero_then_activation() -> None:
 def test_pure_and_deterministic() -> None:
     o = obs(ready=1234, in_flight=50, arrival_rate=3.0)
     assert decide(spec(), o, OLD) == decide(spec(), o, OLD)
+
+
+def test_untried_work_waits_one_poll_then_scales_or_is_guarded() -> None:
+    """New work nobody has tried yet: hold one poll; then size it, or hold if it fails fast."""
+    base = {"current_replicas": 1, "ready": 3000, "in_flight": 0, "per_worker_throughput": 10.0}
+    untried = decide(spec(), obs(**base, recent_attempts=0), OLD)
+    assert (untried.desired, untried.action) == (1, Action.HOLD), untried.reason
+    assert "not tried yet" in untried.reason
+    tried = decide(spec(), obs(**base, recent_attempts=40, failure_rate=0.0), untried.state)
+    assert tried.action == Action.SCALE_UP and tried.desired > 1, tried.reason
+    failing = decide(spec(), obs(**base, recent_attempts=40, failure_rate=1.0), untried.state)
+    assert (failing.desired, failing.action) == (1, Action.FAILURE_GUARD), failing.reason
+
+
+def test_no_growth_on_a_poll_whose_attempts_mostly_failed() -> None:
+    """Fewer attempts than the guard needs, but failing: the smoothed rate (earlier successes) is not trusted."""
+    base = {"current_replicas": 1, "ready": 3000, "in_flight": 8, "per_worker_throughput": 10.0, "failure_rate": 0.05}
+    d = decide(spec(), obs(**base, recent_attempts=6, recent_failed=6), OLD)
+    assert (d.desired, d.action) == (1, Action.HOLD), d.reason
+    ok = decide(spec(), obs(**base, recent_attempts=6, recent_failed=0), OLD)
+    assert ok.action == Action.SCALE_UP, ok.reason
+
+
+def test_idle_pool_does_not_grow_on_a_stale_arrival_rate() -> None:
+    d = decide(
+        spec(), obs(current_replicas=1, ready=0, in_flight=0, arrival_rate=50.0, per_worker_throughput=10.0), OLD
+    )
+    assert d.desired == 1, d.reason

@@ -85,6 +85,8 @@ class Observation:
     drain_seconds: float = 30.0  # the workers' SIGTERM drain (spec.worker.drainSeconds)
     serving_workers: int | None = None  # workers already reporting (None: assume all replicas serve)
     startup_seconds: float = 15.0  # how long a new pod takes to serve (measured by the controller)
+    recent_attempts: int | None = None  # attempts finished since the previous poll (None: unknown)
+    recent_failed: int | None = None  # of those, failed attempts
 
     @property
     def work(self) -> int:
@@ -192,6 +194,11 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
     need, why = _need(spec, obs)
     notes: list[str] = []
     target = need
+    if work == 0 and target > current:
+        # Nothing outstanding means the workers keep up with arrivals: a smoothed arrival rate left
+        # over from a finished burst must not grow an idle pool.
+        target = current
+        why = f"no work outstanding: {current} workers keep up ({why})"
     rate_limited = False
     if obs.rate_limit_ceiling_replicas is not None and target > obs.rate_limit_ceiling_replicas:
         target = obs.rate_limit_ceiling_replicas
@@ -270,6 +277,30 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
         return done(0, Action.SCALE_TO_ZERO, f"no work for {now - (idle_since or now):.0f}s: scaling to zero")
 
     if target > current:
+        untried = obs.recent_attempts == 0 and obs.in_flight == 0 and obs.ready > 0
+        if untried and not guard and current >= max(1, spec.min_replicas):
+            # Work the running workers have not touched yet: one poll of their results first, so a
+            # target that fails fast engages the failure guard before the pool grows into it.
+            notes.insert(0, f"need {target}")
+            return done(
+                current,
+                Action.HOLD,
+                f"holding at {current} for one poll: {obs.ready} new tasks not tried yet, sizing once they are",
+            )
+        recent_bad = (
+            obs.recent_attempts is not None
+            and obs.recent_attempts > 0
+            and (obs.recent_failed or 0) / obs.recent_attempts > spec.failure_rate_threshold
+        )
+        if recent_bad and not guard and current >= max(1, spec.min_replicas):
+            # Too few attempts for the guard's measurement, but those there are mostly failed: the
+            # smoothed rate may still carry earlier successes, so do not grow on this poll.
+            notes.insert(0, f"need {target}")
+            return done(
+                current,
+                Action.HOLD,
+                f"holding at {current}: {obs.recent_failed} of the last poll's {obs.recent_attempts} attempts failed",
+            )
         if guard and current >= spec.min_replicas:
             notes.insert(0, f"need {target}")
             return done(

@@ -37,6 +37,8 @@ class Rates:
     recent_failure_rate: float | None = None  # failed share of the last interval (>= 10 attempts)
     active_workers: int = 0  # workers seen recently and not draining
     busy_workers: int = 0  # of those, workers holding in-flight tasks
+    recent_attempts: int | None = None  # attempts finished since the previous snapshot (None: first snapshot)
+    recent_failed: int | None = None  # of those, failed attempts
 
     @property
     def smoothed_failure_rate(self) -> float | None:
@@ -139,6 +141,8 @@ def track(
             per_worker = observed
     recent = d_failed / finished if finished >= MIN_RECENT_ATTEMPTS else None
     rates = Rates(
+        recent_attempts=finished,
+        recent_failed=d_failed,
         arrival_rate=arrival_rate,
         recent_failure_rate=recent,
         throughput=throughput,

@@ -65,6 +65,8 @@ def observation(
         drain_seconds=drain_seconds,
         serving_workers=rates.active_workers,
         startup_seconds=startup_seconds,
+        recent_attempts=rates.recent_attempts,
+        recent_failed=rates.recent_failed,
     )
 
 
