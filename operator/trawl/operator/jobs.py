@@ -20,6 +20,7 @@ from trawl.api.scrapejob import ScrapeJobSpec, SinkKind
 from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.queue import Queue, QueueUnavailable
 from trawl.queue.model import DeadLetterRecord, JobConfig, JobStats
+from trawl.worker.sinks import dedupe_key
 
 from . import kube
 from .jobstatus import TERMINAL, JobFacts, Problem, Transition, derive_job_status
@@ -226,6 +227,7 @@ async def _reconcile_with_queue(
         if spec.ttl_seconds_after_finished is not None:
             retention = max(retention, spec.ttl_seconds_after_finished + 60)
         await queue.expire_job(uid, retention)
+        await queue.redis.expire(dedupe_key(queue.keys.results(uid)), retention)
     delete = False
     if new_status["phase"] in TERMINAL and spec.ttl_seconds_after_finished is not None:
         done_at = _parse_time(new_status.get("completionTime"))
@@ -263,6 +265,8 @@ async def cancel_job(
     redis = await connections.for_pool(namespace, pool_name, pool.spec)
     queue = open_queue(redis, namespace, pool_name, pool.spec)
     await queue.cancel(uid)
+    # The sinks' record of written (job, URL) keys lives beside the results stream.
+    await redis.delete(dedupe_key(queue.keys.results(uid)))
     return "cancelled"
 
 

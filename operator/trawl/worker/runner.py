@@ -34,7 +34,7 @@ from .finish import Finish, Finisher
 from .jobspec import WorkerJobSpec, parse_worker_spec
 from .metrics import WorkerMetrics
 from .politeness import DomainLimiter, RateWaitTooLong, RobotsCache
-from .sinks import JsonLinesSink, Record, RedisStreamSink, Sink, WebhookSink, record_key
+from .sinks import JsonLinesSink, Record, RedisStreamSink, Sink, WebhookSink, dedupe_key, record_key
 from .urlpolicy import IPNetwork, host_of, parse_networks
 
 log = logging.getLogger("trawl.worker")
@@ -348,7 +348,7 @@ class Worker:
         return self._sinks[ident]
 
     def _dedupe_key(self, job_id: str) -> str:
-        return str(self.keys.results(job_id)) + ":keys"
+        return dedupe_key(str(self.keys.results(job_id)))
 
     # --- one task ------------------------------------------------------------------------------
 

@@ -90,6 +90,11 @@ class Sink(Protocol):
     async def close(self) -> None: ...
 
 
+def dedupe_key(stream_key: str) -> str:
+    """The set of (job, URL) keys already written for a job, next to its results stream."""
+    return stream_key + ":keys"
+
+
 def _dumps(data: dict[str, Any]) -> str:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
 
@@ -110,7 +115,7 @@ class RedisStreamSink:
         for rec in records:
             args += [rec.key, rec.url, _dumps(rec.data)]
         try:
-            keys = [stream, stream + ":keys"] + ([self.job_key(job_id)] if self.job_key is not None else [])
+            keys = [stream, dedupe_key(stream)] + ([self.job_key(job_id)] if self.job_key is not None else [])
             return int(await self._script(keys=keys, args=args))
         except Exception as exc:
             raise SinkError(f"redis stream write failed: {exc}") from exc
