@@ -40,6 +40,7 @@ class _Worker:
     proc: subprocess.Popen[bytes]
     started: float
     stop_requested: float | None = None
+    metrics_port: int = 0
 
 
 @dataclass
@@ -176,14 +177,21 @@ class WorkerSupervisor:
         env = {"PATH": "/usr/bin:/bin", **_base_env(), **self.extra_env}
         for item in container.get("env") or []:
             env[item["name"]] = self._env_value(namespace, pod_name, item)
-        if "TRAWL_METRICS_PORT" in env:
-            # Pods each have their own IP; local processes share one, so each gets its own port.
-            env["TRAWL_METRICS_PORT"] = str(procs.free_port())
+        metrics_port = int(env.get("TRAWL_METRICS_PORT") or 0)
+        if metrics_port:
+            # Pods each have their own IP; local processes share one: the first worker gets the
+            # template's port, later ones a free port each.
+            with self._lock:
+                alive = [w for ws in self._workers.values() for w in ws] + self._stopping
+                taken = {w.metrics_port for w in alive if w.proc.poll() is None}
+            if metrics_port in taken:
+                metrics_port = procs.free_port()
+            env["TRAWL_METRICS_PORT"] = str(metrics_port)
         argv = [sys.executable, "-m", "trawl.cli", *container.get("args", ["worker"])]
         # Bound to this thread, which outlives its workers: a killed parent leaves no worker behind.
         proc = procs.start(argv, env=env, log_path=self.log_dir / f"{namespace}_{pod_name}.log", bind_to_thread=True)
         log.info("started worker %s/%s (pid %d)", namespace, pod_name, proc.pid)
-        return _Worker(pod_name, proc, time.monotonic())
+        return _Worker(pod_name, proc, time.monotonic(), metrics_port=metrics_port)
 
     def _env_value(self, namespace: str, pod_name: str, item: dict[str, Any]) -> str:
         if "value" in item:

@@ -19,7 +19,7 @@ from typing import Any
 
 import kopf
 
-from . import clock, metrics
+from . import clock, kube, metrics
 from .autoscaling import Autoscalers, job_hosts
 from .crons import reconcile_cron
 from .jobs import cancel_job, delete_job_object, reconcile_job
@@ -140,8 +140,12 @@ async def _job(body: kopf.Body, patch: kopf.Patch, pool_index: kopf.Index[Any, A
             connections=connections,
             now=clock.now(),
         )
-    _write_status(patch, body.status, outcome.status, "ScrapeJob")
-    _post(body, outcome.events)
+    # Jobs are the many, fast-changing objects: their status is applied directly (see kube.apply_status)
+    # and Events are posted only once the write that records the transition was accepted.
+    changed = status_changed(body.status, outcome.status)
+    if changed and await kube.apply_status(JOBS, "ScrapeJob", meta.namespace or "", meta.name, outcome.status):
+        metrics.STATUS_PATCHES.labels(kind="ScrapeJob").inc()
+        _post(body, outcome.events)
     metrics.record_job_phase(meta.uid, outcome.status.get("phase"))
     if any(e.reason == "RedisUnavailable" for e in outcome.events):
         metrics.REDIS_ERRORS.labels(kind="ScrapeJob").inc()

@@ -160,6 +160,7 @@ async def reconcile_job(
             queue, config, spec, pool.spec, name, uid, generation, prev, annotations, now
         )
     except (QueueUnavailable, RedisError, OSError) as exc:
+        connections.failed(namespace, spec.pool)
         return stalled(Problem("RedisUnavailable", f"Redis error: {type(exc).__name__}: {exc}"))
 
 

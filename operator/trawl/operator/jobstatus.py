@@ -6,6 +6,7 @@ decides phase, counts, progress, ETA and conditions, and says which transitions 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -67,7 +68,9 @@ def derive_phase(facts: JobFacts, previous_phase: str | None) -> str:
     if facts.deadline_exceeded:
         return "Failed"
     if stats is None or not stats.exists:
-        return previous_phase if previous_phase in TERMINAL else "Pending"
+        # Nothing known from Redis right now (a problem, or retention removed the data): keep what
+        # the job was, so an unreachable Redis never moves a running or finished job back to Pending.
+        return previous_phase or "Pending"
     if stats.finished:
         return "Failed" if stats.dead > facts.max_dead_letters else "Succeeded"
     if facts.suspend:
@@ -231,7 +234,6 @@ def derive_job_status(
     return status, events
 
 
-def status_changed(current: dict[str, Any] | None, new: dict[str, Any]) -> bool:
-    """Whether writing ``new`` would change anything the API server stores."""
-    cur = current or {}
-    return any(cur.get(key) != value for key, value in new.items())
+def status_changed(current: Mapping[str, Any] | None, new: dict[str, Any]) -> bool:
+    """Whether writing ``new`` would change anything the API server stores (a field it drops counts)."""
+    return dict(current or {}) != new

@@ -7,7 +7,9 @@ kopf watches and patches the objects it handles; this client serves the operator
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
+import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -15,6 +17,9 @@ import kubernetes
 from kubernetes.client import ApiClient, ApiException
 
 T = TypeVar("T")
+
+API_THREADS = int(os.environ.get("TRAWL_API_THREADS", "16"))
+_executor = concurrent.futures.ThreadPoolExecutor(API_THREADS, thread_name_prefix="kube-api")
 
 GROUP = "trawl.dev"
 VERSION = "v1alpha1"
@@ -26,7 +31,10 @@ def api_client() -> ApiClient:
         kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
     except kubernetes.config.ConfigException:
         kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
-    return ApiClient()
+    conf = kubernetes.client.Configuration.get_default_copy()
+    # Bounded: one pooled connection per worker thread (kopf's own client opens one per request).
+    conf.connection_pool_maxsize = API_THREADS
+    return ApiClient(conf)
 
 
 def core() -> kubernetes.client.CoreV1Api:
@@ -42,7 +50,41 @@ def custom() -> kubernetes.client.CustomObjectsApi:
 
 
 async def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    return await asyncio.to_thread(fn, *args, **kwargs)
+    """Run a blocking client call on the API thread pool (bounded, unlike the default executor's 6 on 2 cores)."""
+    return await asyncio.get_running_loop().run_in_executor(_executor, functools.partial(fn, *args, **kwargs))
+
+
+async def apply_status(plural: str, kind: str, namespace: str, name: str, status: dict[str, Any]) -> bool:
+    """Server-side apply of a whole status under the operator's field manager. False if the object is gone.
+
+    No resourceVersion precondition: the status is derived from the queue's current counters, so the
+    newest derivation is always the right one to write, and a conflict retried later with an older
+    derivation (what a guarded patch queued behind a stale view does) could move a job backwards.
+    Conditions are a list-map keyed by type, so this never clobbers conditions other managers own."""
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": kind,
+        "metadata": {"name": name, "namespace": namespace},
+        "status": status,
+    }
+    try:
+        await call(
+            custom().patch_namespaced_custom_object_status,
+            GROUP,
+            VERSION,
+            namespace,
+            plural,
+            name,
+            body,
+            field_manager="trawl-operator",
+            force=True,
+            _content_type="application/apply-patch+yaml",
+        )
+    except Exception as exc:
+        if is_status(exc, 404):
+            return False
+        raise
+    return True
 
 
 def is_status(exc: BaseException, *codes: int) -> bool:

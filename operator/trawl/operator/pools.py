@@ -190,6 +190,7 @@ async def reconcile_pool(
         queue = open_queue(redis, namespace, name, spec)
         signals = await queue.pool_signals()
     except (RedisConfigError, RedisUnreachable, QueueUnavailable, RedisError, OSError) as exc:
+        connections.failed(namespace, name)
         new["desiredReplicas"] = current
         return _finish(new, prev, generation, now, events, problem=("RedisUnavailable", str(exc)))
 

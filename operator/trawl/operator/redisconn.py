@@ -94,10 +94,15 @@ def make_client(cfg: ResolvedRedis, **extra: Any) -> aioredis.Redis:
 
 
 class RedisConnections:
-    """One client per distinct connection setting; replaced when a pool's settings change."""
+    """One client per distinct connection setting; replaced when a pool's settings change.
+
+    A client is pinged when it is created and after a failure was reported, not on every reconcile:
+    on a busy operator a per-pass ping is the first thing to time out, which would mark healthy
+    pools' jobs as stalled."""
 
     def __init__(self) -> None:
         self._clients: dict[str, aioredis.Redis] = {}
+        self._verified: set[str] = set()
         self._by_pool: dict[tuple[str, str], str] = {}
         self._lock = asyncio.Lock()
 
@@ -109,16 +114,26 @@ class RedisConnections:
                 client = make_client(cfg)
                 self._clients[cfg.fingerprint] = client
             self._by_pool[(namespace, pool)] = cfg.fingerprint
+        if cfg.fingerprint in self._verified:
+            return client
         try:
             await asyncio.wait_for(client.ping(), timeout=5)
         except (RedisError, OSError, TimeoutError) as exc:
             raise RedisUnreachable(f"Redis at {cfg.safe_target} is unreachable: {type(exc).__name__}") from None
+        self._verified.add(cfg.fingerprint)
         return client
+
+    def failed(self, namespace: str, pool: str) -> None:
+        """A command on the pool's Redis failed: ping it again before trusting it."""
+        fingerprint = self._by_pool.get((namespace, pool))
+        if fingerprint is not None:
+            self._verified.discard(fingerprint)
 
     async def close(self) -> None:
         async with self._lock:
             clients = list(self._clients.values())
             self._clients.clear()
             self._by_pool.clear()
+            self._verified.clear()
         for client in clients:
             await client.aclose()
