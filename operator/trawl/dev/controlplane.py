@@ -242,7 +242,6 @@ def _sweep_stale_workdirs(base: Path) -> None:
             pass
 
 
-
 @dataclass
 class ControlPlane:
     """etcd and kube-apiserver on free loopback ports. Use as a context manager or start()/stop()."""
@@ -534,9 +533,7 @@ class ControlPlane:
         docs = "\n---\n".join(all_crds().values())
         self.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=trawl-dev", "-f", "-", input=docs)
         names = [kind.crd_name for kind in KINDS]
-        self.kubectl(
-            "wait", "--for=condition=Established", f"--timeout={int(timeout)}s", *(f"crd/{n}" for n in names)
-        )
+        self.kubectl("wait", "--for=condition=Established", f"--timeout={int(timeout)}s", *(f"crd/{n}" for n in names))
         return names
 
     def create_namespace(self, name: str, labels: dict[str, str] | None = None) -> str:
