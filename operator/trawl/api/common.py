@@ -114,6 +114,16 @@ def utcnow() -> datetime:
     return datetime.now(UTC).replace(microsecond=0)
 
 
+def parse_time(value: Any) -> datetime | None:
+    """An RFC 3339 timestamp as Kubernetes writes it (``...Z``), or None when absent or malformed."""
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
 def format_time(value: datetime) -> str:
     """RFC 3339 in UTC with a Z suffix, as Kubernetes writes timestamps."""
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

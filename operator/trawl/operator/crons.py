@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from trawl.api.common import API_VERSION, format_time
+from trawl.api.common import API_VERSION, format_time, parse_time
 from trawl.api.cronscrapejob import CronScrapeJobSpec
 
 from . import kube
@@ -27,15 +27,6 @@ log = logging.getLogger(__name__)
 class CronOutcome:
     status: dict[str, Any]
     events: list[Transition] = field(default_factory=list)
-
-
-def _parse(value: Any) -> datetime | None:
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def build_job(cron_name: str, cron_uid: str, spec: CronScrapeJobSpec, scheduled: datetime) -> dict[str, Any]:
@@ -118,7 +109,7 @@ async def reconcile_cron(
 
     active = sorted(j["name"] for j in jobs if j.get("phase") not in TERMINAL)
     finished = [
-        (j["name"], _parse(j.get("completionTime")) or now, j.get("phase") == "Succeeded")
+        (j["name"], parse_time(j.get("completionTime")) or now, j.get("phase") == "Succeeded")
         for j in jobs
         if j.get("phase") in TERMINAL
     ]
@@ -130,8 +121,8 @@ async def reconcile_cron(
         schedule=spec.schedule,
         time_zone=spec.time_zone,
         now=now,
-        created=_parse(created) or now,
-        last_schedule=_parse(prev.get("lastScheduleTime")),
+        created=parse_time(created) or now,
+        last_schedule=parse_time(prev.get("lastScheduleTime")),
         starting_deadline_seconds=spec.starting_deadline_seconds,
         concurrency_policy=spec.concurrency_policy.value,
         suspend=spec.suspend,

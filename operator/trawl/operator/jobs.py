@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 
+from trawl.api.common import parse_time
 from trawl.api.scrapejob import ScrapeJobSpec, SinkKind
 from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.queue import Queue, QueueUnavailable
@@ -107,15 +108,6 @@ async def _enqueue_seeds(queue: Queue, uid: str, spec: ScrapeJobSpec) -> int:
         added += await queue.enqueue(uid, seeds[start : start + ENQUEUE_BATCH], start_index=start)
     await queue.mark_enqueue_done(uid)
     return len(seeds)
-
-
-def _parse_time(value: Any) -> datetime | None:
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 async def reconcile_job(
@@ -231,7 +223,7 @@ async def _reconcile_with_queue(
         await queue.redis.expire(dedupe_key(queue.keys.results(uid)), retention)
     delete = False
     if new_status["phase"] in TERMINAL and spec.ttl_seconds_after_finished is not None:
-        done_at = _parse_time(new_status.get("completionTime"))
+        done_at = parse_time(new_status.get("completionTime"))
         delete = done_at is not None and (now - done_at).total_seconds() >= spec.ttl_seconds_after_finished
     return JobOutcome(new_status, events, delete)
 
@@ -242,7 +234,7 @@ def _deadline_exceeded(spec: ScrapeJobSpec, prev: Mapping[str, Any], stats: JobS
         return True
     if spec.active_deadline_seconds is None or stats.finished:
         return False
-    started = _parse_time(prev.get("startTime"))
+    started = parse_time(prev.get("startTime"))
     if started is None and stats.first_claim_at is not None:
         started = datetime.fromtimestamp(stats.first_claim_at, now.tzinfo)
     return started is not None and (now - started).total_seconds() > spec.active_deadline_seconds

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from trawl.api.common import format_time
+from trawl.api.common import format_time, parse_time
 from trawl.queue.model import DeadLetterRecord, JobStats
 
 from .conditions import Cond, merge_conditions
@@ -48,15 +48,6 @@ class Transition:
     type: str
     reason: str
     message: str
-
-
-def _parse_time(value: Any) -> datetime | None:
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def _ts(unix: float | None) -> str | None:
@@ -109,7 +100,7 @@ def derive_job_status(
             start_time = _ts(stats.first_claim_at)
         if phase in TERMINAL and completion_time is None:
             completion_time = _ts(stats.last_finish_at) or format_time(now)
-        started = _parse_time(start_time)
+        started = parse_time(start_time)
         remaining = stats.pending + stats.in_flight + stats.retrying
         if counts == prev.get("counts") and phase == prev_phase and "eta" in prev:
             # Unchanged counters: keep the estimate, so an idle second writes nothing.
