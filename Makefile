@@ -18,12 +18,12 @@ setup: $(VENV)/.installed
 k8s-binaries:
 	@hack/build-k8s-binaries.sh
 
-KUBEBUILDER_ASSETS ?= $(shell hack/build-k8s-binaries.sh 2>/dev/null)
-export KUBEBUILDER_ASSETS
+# kube-apiserver and etcd for the cluster tests and the demo: KUBEBUILDER_ASSETS if set, else built
+# once (a few minutes) and cached by hack/build-k8s-binaries.sh.
+ASSETS = KUBEBUILDER_ASSETS="$${KUBEBUILDER_ASSETS:-$$(hack/build-k8s-binaries.sh)}"
 
 test: setup
-	@test -n "$(KUBEBUILDER_ASSETS)" || { echo "kube-apiserver/etcd missing: run hack/build-k8s-binaries.sh"; exit 1; }
-	$(PY) -m pytest -p no:cacheprovider
+	$(ASSETS) $(PY) -m pytest -p no:cacheprovider
 
 test-unit: setup
 	$(PY) -m pytest -m unit
@@ -32,7 +32,7 @@ test-redis: setup
 	$(PY) -m pytest -m redis
 
 test-cluster: setup
-	$(PY) -m pytest -m cluster
+	$(ASSETS) $(PY) -m pytest -m cluster
 
 lint: setup
 	$(VENV)/bin/ruff check operator tests bench hack
@@ -45,8 +45,7 @@ crd: setup
 	$(VENV)/bin/trawl crd
 
 demo: setup
-	@test -n "$(KUBEBUILDER_ASSETS)" || { echo "kube-apiserver/etcd missing: run hack/build-k8s-binaries.sh"; exit 1; }
-	$(VENV)/bin/trawl dev up
+	$(ASSETS) $(VENV)/bin/trawl dev up
 
 # Container image (needs a Docker engine): one image, `trawl operator` and `trawl worker`.
 IMAGE ?= ghcr.io/trawl-dev/trawl
