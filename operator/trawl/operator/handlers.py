@@ -40,6 +40,7 @@ POOL_SYNC_SECONDS = float(os.environ.get("TRAWL_POOL_SYNC_SECONDS", "5"))
 connections = RedisConnections()
 autoscalers = Autoscalers()
 _locks: dict[str, asyncio.Lock] = {}
+_written: dict[str, dict[str, Any]] = {}  # ScrapeJob uid -> the status this process last applied
 
 
 def _lock(uid: str) -> asyncio.Lock:
@@ -128,24 +129,30 @@ async def _job(body: kopf.Body, patch: kopf.Patch, pool_index: kopf.Index[Any, A
     meta = body.metadata
     started = time.monotonic()
     async with _lock(meta.uid):
+        # The operator is the only writer of a job's status, so what it last wrote is the current
+        # status; kopf's copy of the object can lag by many seconds under load, and deriving from it
+        # would repeat transitions (and their Events) already recorded.
+        current = _written.get(meta.uid) or dict(body.status)
         outcome = await reconcile_job(
             name=meta.name,
             namespace=meta.namespace or "",
             uid=meta.uid,
             generation=int(meta.get("generation") or 0),
             spec_raw=body.spec,
-            status=body.status,
+            status=current,
             annotations=meta.annotations,
             pool_index=pool_index,
             connections=connections,
             now=clock.now(),
         )
-    # Jobs are the many, fast-changing objects: their status is applied directly (see kube.apply_status)
-    # and Events are posted only once the write that records the transition was accepted.
-    changed = status_changed(body.status, outcome.status)
-    if changed and await kube.apply_status(JOBS, "ScrapeJob", meta.namespace or "", meta.name, outcome.status):
-        metrics.STATUS_PATCHES.labels(kind="ScrapeJob").inc()
-        _post(body, outcome.events)
+        # Jobs are the many, fast-changing objects: their status is applied directly (see
+        # kube.apply_status), and Events are posted only once the write recording them was accepted.
+        if status_changed(current, outcome.status) and await kube.apply_status(
+            JOBS, "ScrapeJob", meta.namespace or "", meta.name, outcome.status
+        ):
+            _written[meta.uid] = outcome.status
+            metrics.STATUS_PATCHES.labels(kind="ScrapeJob").inc()
+            _post(body, outcome.events)
     metrics.record_job_phase(meta.uid, outcome.status.get("phase"))
     if any(e.reason == "RedisUnavailable" for e in outcome.events):
         metrics.REDIS_ERRORS.labels(kind="ScrapeJob").inc()
@@ -200,6 +207,7 @@ async def job_deleted(
         # A minute of trying: let the object go; retention still expires its keys.
         kopf.event(body, type="Warning", reason="CancelFailed", message=f"tasks left in Redis: {exc}")
     _locks.pop(meta.uid, None)
+    _written.pop(meta.uid, None)
 
 
 # ---------------------------------------------------------------- ScrapePool
