@@ -4,12 +4,14 @@ server (which rejects a script touching a key outside the slot of its declared k
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
 from redis.crc import key_slot
 
+from trawl.dev.procs import free_port
 from trawl.dev.redis_server import RedisServer
 from trawl.queue import JobConfig, Queue, RetryPolicy
 from trawl.queue.keys import Keys, pool_prefix
@@ -78,9 +80,22 @@ async def test_scripts_touch_only_their_pools_slot(redis_client: aioredis.Redis)
     assert {s for s in slots} == {key_slot(b"ns/pool-a"), key_slot(b"ns/pool-b")}
 
 
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 @pytest.fixture
 async def cluster_client() -> AsyncIterator[aioredis.Redis]:
-    server = RedisServer(extra_args=["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"])
+    # A cluster node also listens on port + 10000 (its bus): pick a port where both fit and are free.
+    port = free_port()
+    while port + 10000 > 65535 or not _port_free(port + 10000):
+        port = free_port()
+    server = RedisServer(port=port, extra_args=["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"])
     server.start(timeout=30)
     client = aioredis.Redis.from_url(server.url)
     try:
