@@ -149,6 +149,14 @@ def trawl_enqueue(url: str) -> Callable[[int], None]:
     return run
 
 
+def trawl_loadgen_argv(url: str, i: int, *extra: str) -> list[str]:
+    """One Trawl worker process of the benchmark: 2 claim loops, batches of 200, completion marks."""
+    return [
+        PY, "-m", "trawl.queue.loadgen", "--url", url, "--prefix", TRAWL_PREFIX, "--worker-id", f"bench-w{i}",
+        "--batch", "200", "--loops", "2", "--mark-key", DONE_KEY, *extra,
+    ]  # fmt: skip
+
+
 def systems(url: str, workers: int, only: set[str] | None) -> list[System]:
     out = [
         System(
@@ -156,51 +164,14 @@ def systems(url: str, workers: int, only: set[str] | None) -> list[System]:
             "at-least-once: leases + heartbeats, batch claim, batch ack",
             "2 loops x batch 200 per process",
             trawl_enqueue(url),
-            lambda i: [
-                [
-                    PY,
-                    "-m",
-                    "trawl.queue.loadgen",
-                    "--url",
-                    url,
-                    "--prefix",
-                    TRAWL_PREFIX,
-                    "--worker-id",
-                    f"bench-w{i}",
-                    "--batch",
-                    "200",
-                    "--loops",
-                    "2",
-                    "--mark-key",
-                    DONE_KEY,
-                ]
-            ],
+            lambda i: [trawl_loadgen_argv(url, i)],
         ),
         System(
             "trawl-rt",
             "as trawl, but each task's INCR is its own round trip (not a peer; not in the ratio)",
             "2 loops x batch 200 per process",
             trawl_enqueue(url),
-            lambda i: [
-                [
-                    PY,
-                    "-m",
-                    "trawl.queue.loadgen",
-                    "--url",
-                    url,
-                    "--prefix",
-                    TRAWL_PREFIX,
-                    "--worker-id",
-                    f"bench-w{i}",
-                    "--batch",
-                    "200",
-                    "--loops",
-                    "2",
-                    "--mark-key",
-                    DONE_KEY,
-                    "--mark-roundtrip",
-                ]
-            ],
+            lambda i: [trawl_loadgen_argv(url, i, "--mark-roundtrip")],
         ),
         System(
             "bullmq",
