@@ -36,7 +36,7 @@ ENQUEUE_BATCH = 5000
 def validation_message(exc: ValidationError, root: str = "spec") -> str:
     parts = []
     for err in exc.errors()[:5]:
-        loc = ".".join(str(p) for p in err["loc"] if not isinstance(p, int) or True)
+        loc = ".".join(str(p) for p in err["loc"])
         parts.append(f"{root}.{loc}: {err['msg']}" if loc else f"{root}: {err['msg']}")
     more = len(exc.errors()) - 5
     return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
