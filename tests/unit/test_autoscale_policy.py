@@ -43,7 +43,8 @@ def obs(**kw: Any) -> Observation:
 
 
 OLD = ScalerState(last_change_at=NOW - 1000)
-PENDING = ScalerState(last_change_at=NOW - 1000, below_since=NOW - 61, below_peak=1)
+# Lower answers (1) recorded for a full 60 s window, last scale-up long ago.
+PENDING = ScalerState(last_change_at=NOW - 1000, answers=((NOW - 30, 1),), answers_since=NOW - 61)
 
 CASES: list[tuple[str, dict[str, Any], dict[str, Any], ScalerState, int, Action]] = [
     # name, spec overrides, observation overrides, state, desired, action
@@ -204,12 +205,19 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any], ScalerState, int, Action]
     ),
     # Rule 5: down only after the delay, to the highest answer of the window.
     ("down_waits", {}, {"current_replicas": 5, "in_flight": 3}, OLD, 5, Action.SCALE_DOWN_PENDING),
-    ("down_to_peak", {}, {"current_replicas": 5, "in_flight": 3}, replace(PENDING, below_peak=3), 3, Action.SCALE_DOWN),
     (
-        "no_down_right_after_change",
+        "down_to_peak",
         {},
         {"current_replicas": 5, "in_flight": 3},
-        replace(PENDING, last_change_at=NOW - 10),
+        replace(PENDING, answers=((NOW - 50, 3), (NOW - 30, 1))),
+        3,
+        Action.SCALE_DOWN,
+    ),
+    (
+        "no_down_right_after_scale_up",
+        {},
+        {"current_replicas": 5, "in_flight": 3},
+        replace(PENDING, last_change_at=NOW - 10, last_up_at=NOW - 10),
         5,
         Action.SCALE_DOWN_PENDING,
     ),
@@ -298,6 +306,54 @@ def test_scale_down_needs_the_whole_delay_then_goes_down_once() -> None:
     assert counts[:first_down] == [6] * first_down
     assert first_down * 5 >= 60
     assert set(counts[first_down:]) == {1}
+
+
+def test_scale_down_follows_the_window_poll_by_poll() -> None:
+    """A backlog that shrinks steadily: after the first full window the pool steps down poll by poll
+    to the highest answer of the last scaleDownDelaySeconds, not once per delay."""
+    s = spec(max_replicas=20, scale_down_delay_seconds=60)
+    seq = [
+        obs(now=NOW + 5 * i, current_replicas=12, ready=max(0, 12_000 - 600 * i), in_flight=32, busy_workers=1)
+        for i in range(40)
+    ]
+    counts = _run(seq, s)
+    first_down = next(i for i, (a, b) in enumerate(itertools.pairwise(counts), 1) if b < a)
+    assert first_down >= 12, counts  # a full 60 s window after the scale-up first
+    tail = counts[first_down:]
+    steps = sum(1 for a, b in itertools.pairwise(tail) if b < a)
+    assert steps >= 3, counts  # then several steps, one poll apart, not one per 60 s
+    assert tail == sorted(tail, reverse=True) and counts[-1] == 1, counts
+
+
+def test_busy_workers_are_a_floor_outside_the_window() -> None:
+    """Long tasks ending one worker at a time: once a window has passed, a worker goes as soon as its
+    last task ends (its answer was never demand), so nothing idles for a further delay."""
+    s = spec(max_replicas=20, scale_down_delay_seconds=60)
+    busy = [max(0, 12 - i // 2) for i in range(40)]  # one worker's last task ends every 10 s
+    seq = [
+        obs(
+            now=NOW + 5 * i,
+            current_replicas=12,
+            in_flight=b,
+            busy_workers=b,
+            mean_service_seconds=120.0,
+            per_worker_throughput=None,
+        )
+        for i, b in enumerate(busy)
+    ]
+    counts = _run(seq, s)
+    assert counts[:12] == [12] * 12  # the first window after the scale-up
+    assert counts[12:] == [max(1, b) for b in busy[12:]], counts
+
+
+def test_an_answer_at_or_above_current_in_the_window_blocks_scale_down() -> None:
+    high_at = NOW - 20
+    st = replace(PENDING, answers=((NOW - 50, 1), (high_at, 5)))
+    d = decide(spec(), obs(current_replicas=5, in_flight=3), st)
+    assert (d.desired, d.action) == (5, Action.SCALE_DOWN_PENDING), d.reason
+    assert "scale-down in 40s" in d.reason
+    later = decide(spec(), obs(now=NOW + 41, current_replicas=5, in_flight=3), d.state)
+    assert (later.desired, later.action) == (1, Action.SCALE_DOWN), later.reason
 
 
 def test_flapping_input_does_not_flap() -> None:

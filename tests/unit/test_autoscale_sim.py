@@ -68,3 +68,16 @@ def test_rate_limited_backlog_stays_at_the_ceiling() -> None:
     assert r.started == r.tasks
     k = simulate(trace, POOL, "keda")
     assert max(s.desired for s in k.samples) > 1
+
+
+def test_wait_beyond_politeness_on_a_rate_limited_domain() -> None:
+    """With pods always serving, a rate-limited backlog's whole wait is the site's limit: the plain wait
+    grows to n / rps while the wait beyond politeness stays zero; a late start shows in both."""
+    trace = next(t for t in build_traces(1, quick=True) if t.name == "rate_limited")
+    n, rps = len(trace.arrivals), next(iter(trace.domain_rps.values()))
+    ref = simulate(trace, POOL, "static_max")
+    assert ref.p95_raw_wait >= 0.9 * n / rps
+    assert ref.p95_wait < 0.05
+    trawl = simulate(trace, POOL, "trawl")  # starts from zero: activation + pod start-up
+    assert POOL.startup_seconds <= trawl.p95_wait <= POOL.startup_seconds + 2 * POOL.autoscaling.poll_seconds
+    assert trawl.p95_raw_wait > ref.p95_raw_wait

@@ -122,7 +122,7 @@ class AutoscalingSpec(TrawlModel):
     min_replicas: int = Field(default=0, ge=0, le=1000, description="Fewest workers; 0 allows scale to zero.")
     max_replicas: int = Field(default=10, ge=1, le=1000, description="Most workers.")
     target_drain_seconds: int = Field(
-        default=60, ge=1, le=86400, description="Aim to drain the backlog within this many seconds."
+        default=30, ge=1, le=86400, description="Aim to drain the backlog within this many seconds."
     )
     failure_rate_threshold: float = Field(
         default=0.5,
@@ -132,7 +132,11 @@ class AutoscalingSpec(TrawlModel):
         "only hit it harder.",
     )
     scale_down_delay_seconds: int = Field(
-        default=60, ge=0, le=3600, description="Time the lower answer must hold before replicas go down."
+        default=60,
+        ge=0,
+        le=3600,
+        description="Scale-down window: replicas go down only to the highest answer of this many seconds, "
+        "and not within this long of a scale-up.",
     )
     idle_seconds_before_zero: int = Field(
         default=120, ge=0, le=86400, description="Idle time before scaling to zero (when minReplicas is 0)."

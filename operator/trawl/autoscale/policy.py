@@ -24,9 +24,13 @@ Rules, in the order they apply (each is covered by tests/unit/test_autoscale_pol
    of it), the answer never rises above the current replicas (nor below minReplicas): more workers
    would only hit a failing target harder. Scaling down still works. A pool at zero may still activate
    one worker (or minReplicas).
-5. **Up fast, down slow.** A higher answer applies at once. A lower one applies only after every
-   answer for ``scaleDownDelaySeconds`` was lower than the current count, and then goes to the
-   highest of those answers; no scale-down within ``scaleDownDelaySeconds`` of the last change.
+5. **Up fast, down slow.** A higher answer applies at once. Downward the pool follows the highest
+   answer of the last ``scaleDownDelaySeconds`` (a sliding window, like the HPA's stabilization
+   window, but counted in the policy's own answers): nothing goes down until the answers cover a full
+   window after the last scale-up, and then every poll may step down to the window's highest answer,
+   so a pool whose tasks finish one by one shrinks poll by poll instead of once per delay. The
+   window holds what the work asked for; workers kept only because they hold tasks (rule 3) are a
+   floor outside it, so such a worker goes as soon as its last task ends.
 6. **Bounds.** ``minReplicas`` and ``maxReplicas`` are hard: below min goes up at once (also during the
    failure guard), above max (after max was lowered) goes down at once.
 7. **Zero.** With ``minReplicas = 0`` the pool keeps one worker until it has seen no work for
@@ -98,8 +102,9 @@ class ScalerState:
     """Everything the policy remembers between calls. Start with ``ScalerState()``."""
 
     last_change_at: float | None = None  # when the desired count last changed
-    below_since: float | None = None  # since when every answer was below the current count
-    below_peak: int = 0  # the highest of those answers
+    last_up_at: float | None = None  # when it last went up (a scale-down window starts after it)
+    answers: tuple[tuple[float, int], ...] = ()  # (time, answer) of the last scaleDownDelaySeconds
+    answers_since: float | None = None  # answers recorded without a gap since then
     idle_since: float | None = None  # since when no work was seen
     guard_active: bool = False  # failure guard engaged (with hysteresis)
 
@@ -205,6 +210,7 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
         rate_limited = True
         notes.append(f"capped at {target} by per-domain rate limits")
 
+    demand = target  # what the work asks for; the scale-down window is kept over these answers
     # Rule 3: workers holding tasks stay while a backlog waits or while tasks may outlive the drain.
     backlog = obs.ready + obs.delayed_due_soon
     long_tasks = obs.mean_service_seconds is None or obs.mean_service_seconds > DRAIN_SAFE_SHARE * obs.drain_seconds
@@ -228,18 +234,26 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
         else:
             to_zero = True
     target = max(lo, min(spec.max_replicas, target))
+    demand = max(lo, min(spec.max_replicas, demand))
     if at_max:
         notes.append(f"at maxReplicas {spec.max_replicas}")
 
-    def done(
-        desired: int, action: Action, reason: str, below_since: float | None = None, below_peak: int = 0
-    ) -> Decision:
+    def done(desired: int, action: Action, reason: str) -> Decision:
         changed = desired != current
+        up = desired > current
+        window = float(spec.scale_down_delay_seconds)
+        if up:
+            answers: tuple[tuple[float, int], ...] = ()
+            since: float | None = None
+        else:
+            answers = (*((t, a) for t, a in st.answers if t > now - window), (now, demand))
+            since = st.answers_since if st.answers_since is not None else now
         new_state = replace(
             st,
             last_change_at=now if changed else st.last_change_at,
-            below_since=below_since,
-            below_peak=below_peak,
+            last_up_at=now if up else st.last_up_at,
+            answers=answers,
+            answers_since=since,
             idle_since=idle_since,
             guard_active=guard,
         )
@@ -314,20 +328,23 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
     if target == current:
         return done(current, Action.HOLD, f"steady at {current}: {why}")
 
-    # target < current: scale down only when lower answers held for the delay.
-    below_since = st.below_since if st.below_since is not None else now
-    peak = max(st.below_peak, target) if st.below_since is not None else target
+    # target < current: follow the highest answer of a full window after the last scale-up.
     delay = float(spec.scale_down_delay_seconds)
-    held = now - below_since
-    since_change = now - st.last_change_at if st.last_change_at is not None else math.inf
-    if held >= delay and since_change >= delay:
-        reason = f"scaling down {current}→{peak}: answer below {current} for {held:.0f}s; {why}"
+    recent = [(t, a) for t, a in st.answers if t > now - delay]
+    since = st.answers_since if st.answers_since is not None else now
+    since_up = now - st.last_up_at if st.last_up_at is not None else math.inf
+    wait = delay - min(now - since, since_up)
+    high = [t for t, a in recent if a >= current]
+    if high:
+        wait = max(wait, max(high) + delay - now)
+    if wait <= 0:
+        # Busy workers are a floor, not an answer: one whose last long task ends goes at once when
+        # the demand of the whole window did not need it.
+        peak = max([a for _, a in recent] + [demand, target])
+        reason = f"scaling down {current}→{peak}: highest answer of the last {delay:g}s; {why}"
         return done(peak, Action.SCALE_DOWN, reason)
-    wait = max(delay - held, delay - since_change)
     return done(
         current,
         Action.SCALE_DOWN_PENDING,
-        f"holding at {current}, {peak} would do: scale-down in {wait:.0f}s if it stays lower; {why}",
-        below_since=below_since,
-        below_peak=peak,
+        f"holding at {current}, {target} would do: scale-down in {wait:.0f}s if it stays lower; {why}",
     )
