@@ -308,6 +308,40 @@ async def test_retention_expires_every_key_of_a_finished_job(q: Queue, redis_cli
     assert await q.job_spec("old") is None
 
 
+async def test_dead_letters_requeued_after_retention_started_are_kept(
+    q: Queue, redis_client: aioredis.Redis
+) -> None:
+    """Retrying a finished job's dead letters revives it: no key keeps the retention TTL (the tasks
+    would vanish mid-run) and the pool's dead-letter count stays exact through both finishes."""
+    await q.register_job(JobConfig("again", spec={"x": 1}))
+    await q.enqueue("again", urls("a", 5))
+    await q.mark_enqueue_done("again")
+    tasks = await q.claim("w", 5)
+    for t in tasks[:3]:
+        await q.fail(t, "w", "HTTP4xx", "404")
+    await q.ack_many(tasks[3:], "w")
+    assert (await q.job_stats("again")).finished
+    assert (await q.pool_signals()).dead == 3
+    await q.expire_job("again", 100)
+    assert (await q.pool_signals()).dead == 0  # a finished job's dead letters leave the pool's count
+
+    assert await q.requeue_dead("again", [tasks[0].task_id, tasks[1].task_id]) == 2
+    for k in q.keys.job_keys("again"):
+        if await redis_client.exists(k):
+            assert await redis_client.ttl(k) == -1, k
+    assert (await q.pool_signals()).dead == 1  # the one left dead counts again
+    stats = await q.job_stats("again")
+    assert (stats.dead, stats.finished) == (1, False)
+
+    again = await q.claim("w", 5)
+    assert sorted(t.url for t in again) == sorted(t.url for t in tasks[:2])
+    await q.ack_many(again, "w")
+    assert (await q.job_stats("again")).finished
+    await q.expire_job("again", 100)
+    assert (await q.pool_signals()).dead == 0
+    assert 0 < await redis_client.ttl(q.keys.job("again")) <= 100
+
+
 async def test_pool_signals(q: Queue, clock: Clock) -> None:
     await q.register_job(JobConfig("p", retry=RetryPolicy(initial_delay=2, jitter=0)))
     await q.enqueue("p", urls("p", 10))

@@ -191,6 +191,10 @@ async def _reconcile_with_queue(
     retry_value = annotations.get(ANNOTATION_RETRY_DEAD)
     if retry_value is not None and retry_value != retry_handled:
         requeued = await queue.requeue_dead(uid)
+        if requeued:
+            # The job runs again: results it already wrote keep their dedupe set past the retention
+            # its first finish set (the queue's own keys lose their TTL in requeue_dead).
+            await queue.redis.persist(dedupe_key(queue.keys.results(uid)))
         log.info("job %s: requeued %d dead letters (annotation %r)", name, requeued, retry_value)
         retry_handled = retry_value
         stats = await queue.job_stats(uid)

@@ -455,7 +455,16 @@ class Queue:
         k = self.keys
         res = await self._run(
             "requeue_dead",
-            [k.job(job_id), k.dead(job_id), k.ready(job_id), k.stats, k.events, *self._rings, k.dead_times(job_id)],
+            [
+                k.job(job_id),
+                k.dead(job_id),
+                k.ready(job_id),
+                k.stats,
+                k.events,
+                *self._rings,
+                k.dead_times(job_id),
+                *k.job_keys(job_id),
+            ],
             [self._now(), self.events_maxlen, job_id, *(task_ids or ())],
         )
         return int(res)

@@ -1,7 +1,10 @@
 -- requeue_dead: send dead letters (all, or the given task ids) back to the ready list with attempts,
 -- stalls and history reset. Returns the number requeued.
+-- A job whose retention had started (it had finished; expire_job set 'exp') is live again: its keys
+-- lose their TTL, so the requeued tasks cannot vanish mid-run, and the pool's dead-letter count takes
+-- back the job's remaining dead letters (expire_job had removed them all).
 -- KEYS: 1 job hash, 2 dead-letter hash, 3 ready list, 4 pool stats, 5 events, 6..15 rings 0..9,
---       16 dead-letter time index
+--       16 dead-letter time index, 17..25 every key of the job (Keys.job_keys)
 -- ARGV: 1 now, 2 events maxlen, 3 job id, 4.. task ids (none = all)
 local jk, dl = KEYS[1], KEYS[2]
 local meta = redis.call('HMGET', jk, 'prio', 'sus')
@@ -26,9 +29,15 @@ if n == 0 then return 0 end
 push_many('HDEL', dl, gone)
 push_many('ZREM', KEYS[16], gone)
 local was = push_many('RPUSH', KEYS[3], items)
-redis.call('HINCRBY', jk, 'dead', -n)
+local left = redis.call('HINCRBY', jk, 'dead', -n)
 redis.call('HINCRBY', jk, 'pen', n)
-redis.call('HINCRBY', KEYS[4], 'dead', -n)
+if redis.call('HGET', jk, 'exp') == '1' then
+  for i = 17, 25 do redis.call('PERSIST', KEYS[i]) end
+  redis.call('HDEL', jk, 'exp')
+  if left ~= 0 then redis.call('HINCRBY', KEYS[4], 'dead', left) end
+else
+  redis.call('HINCRBY', KEYS[4], 'dead', -n)
+end
 redis.call('HDEL', jk, 'fin')
 ring_join(KEYS[6 + tonumber(meta[1])], ARGV[3], was, meta[2])
 event(KEYS[5], ARGV[2], 'type', 'requeued', 'job', ARGV[3], 'count', tostring(n), 't', ARGV[1])
