@@ -50,3 +50,21 @@ def test_queue_prefix_and_worker_settings() -> None:
     assert env["TRAWL_ALLOWED_CIDRS"]["value"] == "127.0.0.0/8"
     assert dep["spec"]["replicas"] == 3
     assert dep["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 60
+
+
+def test_pool_secrets_mounted_read_only_by_name() -> None:
+    spec = _spec(worker={"secrets": ["webhook-hmac", "other", "webhook-hmac"]})
+    dep = render_worker_deployment(namespace="ns", pool="p", pool_uid="u", spec=spec, replicas=1)
+    pod = dep["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert set(mounts) == {"/tmp", "/var/run/trawl/secrets/webhook-hmac", "/var/run/trawl/secrets/other"}
+    hmac_mount = mounts["/var/run/trawl/secrets/webhook-hmac"]
+    assert hmac_mount["readOnly"] is True
+    assert volumes[hmac_mount["name"]]["secret"]["secretName"] == "webhook-hmac"
+    assert len(volumes) == 3  # a name listed twice is mounted once
+    assert _env(dep)["TRAWL_SECRETS_DIR"]["value"] == "/var/run/trawl/secrets"
+    plain = render_worker_deployment(namespace="ns", pool="p", pool_uid="u", spec=_spec(), replicas=1)
+    assert "TRAWL_SECRETS_DIR" not in _env(plain)
+    assert [v["name"] for v in plain["spec"]["template"]["spec"]["volumes"]] == ["tmp"]

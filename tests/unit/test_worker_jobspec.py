@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
+
+import pytest
 
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.api.scrapepool import ScrapePoolSpec
-from trawl.worker.jobspec import build_worker_spec, parse_worker_spec, secret_env_name
+from trawl.worker.jobspec import (
+    MissingSecret,
+    build_worker_spec,
+    parse_worker_spec,
+    read_secret,
+    secret_env_name,
+    unmounted_secrets,
+)
 
 
 def test_build_and_parse_round_trip_with_pool_defaults() -> None:
@@ -41,8 +51,25 @@ def test_build_and_parse_round_trip_with_pool_defaults() -> None:
     assert parsed.crawl is not None and parsed.crawl.max_depth == 3 and parsed.crawl.scope == "SameDomain"
     assert parsed.max_pages == 50
     assert parsed.extract.fields[0].selector == "h1" and parsed.extract.only_matching == "/product/"
-    assert parsed.webhook_secret_env == secret_env_name("hk", "k.1") == "TRAWL_SECRET_HK_K_1"
+    assert parsed.output.webhook is not None and parsed.output.webhook.secret_ref is not None
+    assert (parsed.output.webhook.secret_ref.name, parsed.output.webhook.secret_ref.key) == ("hk", "k.1")
     assert spec["output"]["webhook"]["secret_ref"] == {"name": "hk", "key": "k.1"}  # a reference, never the key
+    assert unmounted_secrets(job, pool) == ["hk"]
+    mounted = pool.model_copy(update={"worker": pool.worker.model_copy(update={"secrets": ["hk"]})})
+    assert unmounted_secrets(job, mounted) == []
+
+
+def test_read_secret_from_the_mounted_file_then_the_environment(tmp_path: Path) -> None:
+    (tmp_path / "hk").mkdir()
+    (tmp_path / "hk" / "k.1").write_bytes(b"from-file")
+    env = {"TRAWL_SECRETS_DIR": str(tmp_path), secret_env_name("hk", "k.1"): "from-env"}
+    assert read_secret("hk", "k.1", env) == b"from-file"
+    assert secret_env_name("hk", "k.1") == "TRAWL_SECRET_HK_K_1"
+    assert read_secret("other", "k.1", {**env, "TRAWL_SECRET_OTHER_K_1": "from-env"}) == b"from-env"
+    with pytest.raises(MissingSecret, match=r"list Secret 'gone' in the ScrapePool's spec.worker.secrets"):
+        read_secret("gone", "k", env)
+    with pytest.raises(MissingSecret):
+        read_secret("hk", "..", env)  # never a path outside the Secret's directory
 
 
 def test_defaults_without_pool_or_sections() -> None:

@@ -8,7 +8,7 @@ from typing import Any, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from .common import Condition, SecretKeyRef, TrawlModel
+from .common import Condition, DNSLabel, SecretKeyRef, TrawlModel
 from .policies import PolitenessSpec, RequestSpec, RetrySpec
 
 DEFAULT_WORKER_IMAGE = "ghcr.io/trawl-dev/trawl:0.1.0"
@@ -80,6 +80,13 @@ class WorkerSpec(TrawlModel):
     concurrency: int = Field(default=32, ge=1, le=2048, description="Tasks in flight per worker pod.")
     resources: Resources | None = Field(default=None, description="Container resources.")
     env: list[EnvVar] | None = Field(default=None, max_length=100, description="Extra environment variables.")
+    secrets: list[DNSLabel] | None = Field(
+        default=None,
+        max_length=20,
+        description="Secrets mounted read-only into the workers at /var/run/trawl/secrets/<name>/<key>; a job's "
+        "webhook secretRef must name one of them. Rotating a Secret reaches jobs started after the kubelet updates "
+        "the files.",
+    )
     drain_seconds: int = Field(
         default=30,
         ge=1,

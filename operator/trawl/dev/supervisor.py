@@ -14,8 +14,10 @@ from __future__ import annotations
 import base64
 import logging
 import secrets
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -26,6 +28,7 @@ import kubernetes
 from kubernetes.client import ApiClient
 
 from trawl.operator.naming import LABEL_COMPONENT, LABEL_NAME
+from trawl.worker.jobspec import SECRETS_DIR_ENV
 
 from . import procs
 
@@ -41,6 +44,7 @@ class _Worker:
     started: float
     stop_requested: float | None = None
     metrics_port: int = 0
+    root: Path | None = None  # where its Secret volumes were written
 
 
 @dataclass
@@ -82,6 +86,7 @@ class WorkerSupervisor:
             procs.signal_group(worker.proc)
         for worker in everyone:
             procs.stop(worker.proc, timeout=self.drain_timeout)
+            _remove_root(worker)
 
     def live(self, namespace: str, deployment: str) -> int:
         with self._lock:
@@ -168,6 +173,7 @@ class WorkerSupervisor:
                     still.append(worker)
                 else:
                     procs.stop(worker.proc, timeout=1)  # exited: unregister; overdue: SIGKILL
+                    _remove_root(worker)
             self._stopping = still
 
     def _spawn(self, key: tuple[str, str], dep: dict[str, Any]) -> _Worker:
@@ -177,6 +183,7 @@ class WorkerSupervisor:
         env = {"PATH": "/usr/bin:/bin", **_base_env(), **self.extra_env}
         for item in container.get("env") or []:
             env[item["name"]] = self._env_value(namespace, pod_name, item)
+        root = self._mount_secrets(namespace, pod_name, dep, container, env)
         metrics_port = int(env.get("TRAWL_METRICS_PORT") or 0)
         if metrics_port:
             # Pods each have their own IP; local processes share one: the first worker gets the
@@ -191,7 +198,36 @@ class WorkerSupervisor:
         # Bound to this thread, which outlives its workers: a killed parent leaves no worker behind.
         proc = procs.start(argv, env=env, log_path=self.log_dir / f"{namespace}_{pod_name}.log", bind_to_thread=True)
         log.info("started worker %s/%s (pid %d)", namespace, pod_name, proc.pid)
-        return _Worker(pod_name, proc, time.monotonic(), metrics_port=metrics_port)
+        return _Worker(pod_name, proc, time.monotonic(), metrics_port=metrics_port, root=root)
+
+    def _mount_secrets(
+        self, namespace: str, pod_name: str, dep: dict[str, Any], container: dict[str, Any], env: dict[str, str]
+    ) -> Path | None:
+        """Write the template's Secret volumes under a private directory, as the kubelet mounts them,
+        and point the worker's secrets directory there."""
+        volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"].get("volumes") or []}
+        mounts = [(m, volumes.get(m["name"], {}).get("secret")) for m in container.get("volumeMounts") or []]
+        mounts = [(m, sv) for m, sv in mounts if sv]
+        if not mounts:
+            return None
+        root = Path(tempfile.mkdtemp(prefix=f"{pod_name}-", dir=self.log_dir))
+        core = kubernetes.client.CoreV1Api(self.api_client)
+        try:
+            for mount, volume in mounts:
+                # A missing Secret raises, as the kubelet would not start the pod either.
+                secret = core.read_namespaced_secret(volume["secretName"], namespace)
+                target = root / mount["mountPath"].lstrip("/")
+                target.mkdir(parents=True, mode=0o700)
+                for key, value in (secret.data or {}).items():
+                    path = target / key
+                    path.write_bytes(base64.b64decode(value))
+                    path.chmod(0o400)
+        except BaseException:
+            shutil.rmtree(root, ignore_errors=True)
+            raise
+        if SECRETS_DIR_ENV in env:
+            env[SECRETS_DIR_ENV] = str(root / env[SECRETS_DIR_ENV].lstrip("/"))
+        return root
 
     def _env_value(self, namespace: str, pod_name: str, item: dict[str, Any]) -> str:
         if "value" in item:
@@ -206,6 +242,11 @@ class WorkerSupervisor:
             secret = core.read_namespaced_secret(ref["name"], namespace)
             return base64.b64decode((secret.data or {})[ref["key"]]).decode()
         return ""
+
+
+def _remove_root(worker: _Worker) -> None:
+    if worker.root is not None:
+        shutil.rmtree(worker.root, ignore_errors=True)
 
 
 def _base_env() -> dict[str, str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from trawl.api.scrapepool import ScrapePoolSpec
+from trawl.worker.jobspec import SECRETS_DIR, SECRETS_DIR_ENV
 
 from .naming import FIELD_MANAGER, LABEL_MANAGED_BY, deployment_name, pool_selector, queue_prefix
 
@@ -76,6 +77,14 @@ def render_worker_deployment(
     ]
     if worker.allowed_cidrs:
         env.append({"name": "TRAWL_ALLOWED_CIDRS", "value": ",".join(worker.allowed_cidrs)})
+    mounts: list[dict[str, Any]] = [{"name": "tmp", "mountPath": "/tmp"}]
+    volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {}}]
+    if worker.secrets:
+        env.append({"name": SECRETS_DIR_ENV, "value": SECRETS_DIR})
+        for i, secret in enumerate(dict.fromkeys(worker.secrets)):
+            # Volume names are ours (secret-<n>), so any Secret name fits the 63-character limit.
+            volumes.append({"name": f"secret-{i}", "secret": {"secretName": secret, "defaultMode": 0o440}})
+            mounts.append({"name": f"secret-{i}", "mountPath": f"{SECRETS_DIR}/{secret}", "readOnly": True})
     env += [{"name": e.name, "value": e.value} for e in worker.env or []]
     container: dict[str, Any] = {
         "name": "worker",
@@ -91,7 +100,7 @@ def render_worker_deployment(
             "capabilities": {"drop": ["ALL"]},
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+        "volumeMounts": mounts,
     }
     if worker.image_pull_policy:
         container["imagePullPolicy"] = worker.image_pull_policy
@@ -108,7 +117,7 @@ def render_worker_deployment(
             "fsGroup": 10001,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "volumes": [{"name": "tmp", "emptyDir": {}}],
+        "volumes": volumes,
     }
     if worker.node_selector:
         pod_spec["nodeSelector"] = worker.node_selector

@@ -21,6 +21,7 @@ from trawl.api.scrapejob import ScrapeJobSpec, SinkKind
 from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.queue import Queue, QueueUnavailable
 from trawl.queue.model import DeadLetterRecord, JobConfig, JobStats
+from trawl.worker.jobspec import unmounted_secrets
 from trawl.worker.sinks import dedupe_key
 
 from . import kube
@@ -137,6 +138,15 @@ async def reconcile_job(
     pool = pool_from_index(pool_index, namespace, spec.pool)
     if isinstance(pool, Problem):
         return stalled(pool)
+    unmounted = unmounted_secrets(spec, pool.spec)
+    if unmounted:
+        return stalled(
+            Problem(
+                "SecretNotMounted",
+                f"output.webhook.secretRef names Secret {unmounted[0]!r}, which ScrapePool {spec.pool!r} does not "
+                f"mount into its workers: add it to the pool's spec.worker.secrets",
+            )
+        )
     try:
         config = job_config(uid, spec, pool.spec)
     except ValueError as exc:

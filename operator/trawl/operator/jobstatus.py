@@ -23,7 +23,7 @@ TERMINAL = ("Succeeded", "Failed")
 class Problem:
     """Why the operator cannot make progress (Stalled=True)."""
 
-    reason: str  # CamelCase: InvalidSpec, PoolNotFound, PoolNotReady, RedisUnavailable
+    reason: str  # CamelCase: InvalidSpec, PoolNotFound, PoolNotReady, RedisUnavailable, SecretNotMounted
     message: str
 
 

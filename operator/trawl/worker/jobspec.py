@@ -10,18 +10,23 @@ The operator calls :func:`build_worker_spec` when it registers a job; workers ca
       "retry":      ResolvedRetry dump
       "extract":    ExtractSpec dump         (fields, links, images, title, text, only_matching)
       "crawl":      CrawlSpec dump or None   (max_depth, max_pages, scope, include, exclude)
-      "output":     OutputSpec dump          (sink, redis_stream, json_lines, webhook)
-      "webhook_secret_env": name of the environment variable holding the webhook HMAC key, or None
+      "output":     OutputSpec dump          (sink, redis_stream, json_lines, webhook incl. secret_ref)
     }
 
-Secrets never travel through Redis: a webhook's ``secretRef`` becomes the name of an environment
-variable (:func:`secret_env_name`) that the operator fills from the Secret in the worker pods.
+Secrets never travel through Redis: a webhook's ``secretRef`` is a reference (Secret name and key).
+The pool mounts the Secrets its jobs may use (``spec.worker.secrets``) at
+``/var/run/trawl/secrets/<name>/<key>``, and the worker reads the key there (:func:`read_secret`), or,
+for a worker run by hand, from the environment variable ``TRAWL_SECRET_<NAME>_<KEY>``
+(:func:`secret_env_name`).
 """
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from trawl.api.policies import (
@@ -39,11 +44,43 @@ from .extract import ExtractOptions
 from .urlpolicy import CrawlPolicy
 
 SPEC_VERSION = 1
+SECRETS_DIR_ENV = "TRAWL_SECRETS_DIR"
+SECRETS_DIR = "/var/run/trawl/secrets"
+
+
+class MissingSecret(LookupError):
+    """A job references a Secret key the worker cannot read."""
 
 
 def secret_env_name(secret_name: str, key: str) -> str:
     """The environment variable a worker reads a Secret key from: TRAWL_SECRET_<NAME>_<KEY>."""
     return "TRAWL_SECRET_" + re.sub(r"[^A-Za-z0-9]", "_", f"{secret_name}_{key}").upper()
+
+
+def read_secret(name: str, key: str, environ: Mapping[str, str] | None = None) -> bytes:
+    """The value of Secret ``name``'s ``key``: the mounted file, else ``TRAWL_SECRET_<NAME>_<KEY>``."""
+    env = os.environ if environ is None else environ
+    directory = Path(env.get(SECRETS_DIR_ENV) or SECRETS_DIR)
+    if key not in (".", "..") and "/" not in name + key:
+        try:
+            return (directory / name / key).read_bytes()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            pass
+    value = env.get(secret_env_name(name, key))
+    if value:
+        return value.encode()
+    raise MissingSecret(
+        f"Secret key {name}/{key} is not readable: no file {directory / name / key} and no "
+        f"{secret_env_name(name, key)}; list Secret {name!r} in the ScrapePool's spec.worker.secrets"
+    )
+
+
+def unmounted_secrets(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> list[str]:
+    """Secrets the job references that its pool does not mount into the workers."""
+    mounted = set(pool_spec.worker.secrets or ())
+    output = job_spec.output
+    refs = [output.webhook.secret_ref] if output is not None and output.webhook is not None else []
+    return [r.name for r in refs if r is not None and r.name not in mounted]
 
 
 def build_worker_spec(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec | None) -> dict[str, Any]:
@@ -54,9 +91,6 @@ def build_worker_spec(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec | None)
     retry = resolve_retry(defaults.retry if defaults else None, job_spec.retry)
     extract = job_spec.extract or ExtractSpec()
     output = job_spec.output or OutputSpec()
-    secret_env = None
-    if output.webhook is not None and output.webhook.secret_ref is not None:
-        secret_env = secret_env_name(output.webhook.secret_ref.name, output.webhook.secret_ref.key)
     return {
         "version": SPEC_VERSION,
         "request": request.model_dump(mode="json"),
@@ -65,7 +99,6 @@ def build_worker_spec(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec | None)
         "extract": extract.model_dump(mode="json"),
         "crawl": job_spec.crawl.model_dump(mode="json") if job_spec.crawl is not None else None,
         "output": output.model_dump(mode="json"),
-        "webhook_secret_env": secret_env,
     }
 
 
@@ -80,7 +113,6 @@ class WorkerJobSpec:
     crawl: CrawlPolicy | None
     max_pages: int | None
     output: OutputSpec
-    webhook_secret_env: str | None
 
 
 def parse_worker_spec(spec: dict[str, Any] | None) -> WorkerJobSpec:
@@ -106,7 +138,6 @@ def parse_worker_spec(spec: dict[str, Any] | None) -> WorkerJobSpec:
         ),
         max_pages=crawl.max_pages if crawl is not None else None,
         output=OutputSpec.model_validate(spec.get("output") or {}),
-        webhook_secret_env=spec.get("webhook_secret_env"),
     )
 
 

@@ -31,7 +31,7 @@ from trawl.queue.model import QueueClient, Task
 from .extract import Extractor
 from .fetch import Fetcher, FetchError, FetchLimits
 from .finish import Finish, Finisher
-from .jobspec import WorkerJobSpec, parse_worker_spec
+from .jobspec import WorkerJobSpec, parse_worker_spec, read_secret
 from .metrics import WorkerMetrics
 from .politeness import DomainLimiter, RateWaitTooLong, RobotsCache
 from .sinks import JsonLinesSink, Record, RedisStreamSink, Sink, WebhookSink, dedupe_key, record_key
@@ -325,9 +325,10 @@ class Worker:
             if ident not in self._sinks:
                 self._sinks[ident] = JsonLinesSink(self.redis, dedupe, directory)
         elif out.sink == SinkKind.WEBHOOK and out.webhook is not None:
-            secret_env = spec.webhook_secret_env
-            secret_text = os.environ.get(secret_env) if secret_env else None
-            secret = secret_text.encode() if secret_text else None
+            ref = out.webhook.secret_ref
+            # Never send unsigned when signing was asked for: a missing key fails the task (retried,
+            # so mounting the Secret afterwards lets the job go on).
+            secret = read_secret(ref.name, ref.key) if ref is not None else None
             ident = ("webhook", out.webhook.url, secret, out.webhook.batch_size)
             if ident not in self._sinks:
                 self._sinks[ident] = WebhookSink(
