@@ -278,10 +278,6 @@ async def cancel_job(
 
 
 async def delete_job_object(namespace: str, name: str) -> None:
-    try:
-        await kube.call(
-            kube.custom().delete_namespaced_custom_object, kube.GROUP, kube.VERSION, namespace, "scrapejobs", name
-        )
-    except Exception as exc:
-        if not kube.is_status(exc, 404):
-            raise
+    await kube.delete_if_present(
+        kube.custom().delete_namespaced_custom_object, kube.GROUP, kube.VERSION, namespace, "scrapejobs", name
+    )

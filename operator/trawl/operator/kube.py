@@ -87,6 +87,17 @@ async def apply_status(plural: str, kind: str, namespace: str, name: str, status
     return True
 
 
+async def delete_if_present(fn: Callable[..., Any], *args: Any) -> bool:
+    """Call a client ``delete_*`` method; an object already gone is not an error. False if it was gone."""
+    try:
+        await call(fn, *args)
+    except Exception as exc:
+        if is_status(exc, 404):
+            return False
+        raise
+    return True
+
+
 def is_status(exc: BaseException, *codes: int) -> bool:
     return isinstance(exc, ApiException) and exc.status in codes
 

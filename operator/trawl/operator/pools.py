@@ -104,11 +104,7 @@ async def scale_deployment(namespace: str, pool: str, replicas: int) -> None:
 
 
 async def delete_deployment(namespace: str, pool: str) -> None:
-    try:
-        await kube.call(kube.apps().delete_namespaced_deployment, deployment_name(pool), namespace)
-    except Exception as exc:
-        if not kube.is_status(exc, 404):
-            raise
+    await kube.delete_if_present(kube.apps().delete_namespaced_deployment, deployment_name(pool), namespace)
 
 
 def deletion_costs(pod_names: list[str], signals: PoolSignals) -> dict[str, int]:
