@@ -1,9 +1,10 @@
 """Finishing tasks in batches: discovered links, result records and acks, a few round trips per batch.
 
 A task hands its outcome (links to enqueue, the record to write) to the :class:`Finisher` and frees its
-concurrency slot. The finisher runs one batch at a time, and whatever arrives meanwhile forms the next
-batch, so batches grow with load without any fixed linger. Per batch, in this order (so a crash at any
-point leaves the task leased, to be redelivered, and redelivery is idempotent):
+concurrency slot. Tasks are finished in lanes, one per sink (a job always writes to one sink), so a slow
+webhook holds back only its own jobs' acks. Each lane runs one batch at a time, and whatever arrives
+meanwhile forms its next batch, so batches grow with load without any fixed linger. Per batch, in this
+order (so a crash at any point leaves the task leased, to be redelivered, and redelivery is idempotent):
 
 1. links: one ``enqueue_discovered`` per (job, depth) — the queue dedupes and enforces maxPages
    exactly; links this worker already submitted for the job are not sent again;
@@ -55,8 +56,9 @@ class Finisher:
         self.metrics = metrics
         self.max_batch = max_batch
         self.on_finished = on_finished
-        self._pending: list[Finish] = []
-        self._busy = 0
+        self._pending: dict[int, list[Finish]] = {}  # lane (the sink's id, 0 for none) -> waiting items
+        self._busy: dict[int, int] = {}  # lane -> items of the batch it is finishing
+        self._lanes: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self._closing = False
         self._submitted: dict[str, set[str]] = {}
@@ -65,7 +67,7 @@ class Finisher:
     @property
     def count(self) -> int:
         """Tasks handed over and not yet acked or released (their leases are still held)."""
-        return len(self._pending) + self._busy
+        return sum(len(p) for p in self._pending.values()) + sum(self._busy.values())
 
     def submitted(self, job_id: str) -> set[str]:
         """Canonical URLs this worker already enqueued for the job (the queue said added or duplicate)."""
@@ -76,7 +78,8 @@ class Finisher:
             self._loop_task = asyncio.create_task(self._run(), name="finisher")
 
     def submit(self, item: Finish) -> None:
-        self._pending.append(item)
+        lane = id(item.sink) if item.sink is not None else 0
+        self._pending.setdefault(lane, []).append(item)
         self._wake.set()
 
     async def close(self) -> None:
@@ -89,23 +92,34 @@ class Finisher:
 
     async def _run(self) -> None:
         while True:
-            if not self._pending:
-                if self._closing:
-                    return
-                self._wake.clear()
-                await self._wake.wait()
-                continue
-            batch = self._pending[: self.max_batch]
-            del self._pending[: self.max_batch]
-            self._busy = len(batch)
-            try:
-                await self._flush(batch)
-            except Exception:  # never lose the loop; the tasks' leases expire and they are redelivered
-                log.exception("finishing a batch failed", extra={"worker": self.worker_id, "tasks": len(batch)})
-            finally:
-                self._busy = 0
-                if self.on_finished is not None:
-                    self.on_finished(len(batch))
+            # Cleared before looking, so a submit or a lane finishing meanwhile wakes the wait below.
+            self._wake.clear()
+            for lane, pending in list(self._pending.items()):
+                if lane in self._busy:
+                    continue
+                if not pending:
+                    del self._pending[lane]
+                    continue
+                batch = pending[: self.max_batch]
+                del pending[: self.max_batch]
+                self._busy[lane] = len(batch)
+                task = asyncio.create_task(self._lane(lane, batch), name=f"finisher-lane-{lane}")
+                self._lanes.add(task)
+                task.add_done_callback(self._lanes.discard)
+            if self._closing and not self._busy and not any(self._pending.values()):
+                return
+            await self._wake.wait()
+
+    async def _lane(self, lane: int, batch: list[Finish]) -> None:
+        try:
+            await self._flush(batch)
+        except Exception:  # never lose the lane; the tasks' leases expire and they are redelivered
+            log.exception("finishing a batch failed", extra={"worker": self.worker_id, "tasks": len(batch)})
+        finally:
+            del self._busy[lane]
+            if self.on_finished is not None:
+                self.on_finished(len(batch))
+            self._wake.set()
 
     async def _flush(self, batch: list[Finish]) -> None:
         failed: dict[int, str] = {}  # index in batch -> reason
