@@ -217,7 +217,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any], ScalerState, int, Action]
         "no_down_right_after_scale_up",
         {},
         {"current_replicas": 5, "in_flight": 3},
-        replace(PENDING, last_change_at=NOW - 10, last_up_at=NOW - 10),
+        replace(PENDING, last_change_at=NOW - 10, answers=((NOW - 10, 5),), answers_since=NOW - 10),
         5,
         Action.SCALE_DOWN_PENDING,
     ),

@@ -102,9 +102,8 @@ class ScalerState:
     """Everything the policy remembers between calls. Start with ``ScalerState()``."""
 
     last_change_at: float | None = None  # when the desired count last changed
-    last_up_at: float | None = None  # when it last went up (a scale-down window starts after it)
     answers: tuple[tuple[float, int], ...] = ()  # (time, answer) of the last scaleDownDelaySeconds
-    answers_since: float | None = None  # answers recorded without a gap since then
+    answers_since: float | None = None  # answers recorded since then (reset by a scale-up)
     idle_since: float | None = None  # since when no work was seen
     guard_active: bool = False  # failure guard engaged (with hysteresis)
 
@@ -240,18 +239,16 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
 
     def done(desired: int, action: Action, reason: str) -> Decision:
         changed = desired != current
-        up = desired > current
-        window = float(spec.scale_down_delay_seconds)
-        if up:
-            answers: tuple[tuple[float, int], ...] = ()
-            since: float | None = None
+        if desired > current:  # a scale-up starts a new window
+            answers: tuple[tuple[float, int], ...] = ((now, demand),)
+            since = now
         else:
+            window = float(spec.scale_down_delay_seconds)
             answers = (*((t, a) for t, a in st.answers if t > now - window), (now, demand))
             since = st.answers_since if st.answers_since is not None else now
         new_state = replace(
             st,
             last_change_at=now if changed else st.last_change_at,
-            last_up_at=now if up else st.last_up_at,
             answers=answers,
             answers_since=since,
             idle_since=idle_since,
@@ -332,8 +329,7 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
     delay = float(spec.scale_down_delay_seconds)
     recent = [(t, a) for t, a in st.answers if t > now - delay]
     since = st.answers_since if st.answers_since is not None else now
-    since_up = now - st.last_up_at if st.last_up_at is not None else math.inf
-    wait = delay - min(now - since, since_up)
+    wait = delay - (now - since)  # a full window of answers first (after a scale-up or a restart)
     high = [t for t, a in recent if a >= current]
     if high:
         wait = max(wait, max(high) + delay - now)
