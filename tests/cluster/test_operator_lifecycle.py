@@ -146,6 +146,13 @@ def test_cron_creates_jobs_honours_forbid_and_history(
         # Switch to Allow: the next hour starts a second job; history keeps one succeeded job at most.
         control_plane.kubectl("patch", "csj/hourly", "-n", namespace, "--type=merge", "-p",
                               '{"spec":{"concurrencyPolicy":"Allow"}}')
+
+        def allow_seen() -> bool:
+            obj = get(control_plane, "csj", "hourly", namespace)
+            return bool((obj.get("status") or {}).get("observedGeneration") == obj["metadata"]["generation"])
+
+        # Only then move the clock: a pass still holding the Forbid spec would skip the new hour.
+        wait_for("Allow observed", allow_seen, timeout=30, diag=op.log_tail)
         clock.write_text(str(3 * 3600 - now % 3600 + 5))
         wait_for("second job", lambda: len(jobs()) == 2, timeout=30, diag=op.log_tail)
     finally:
