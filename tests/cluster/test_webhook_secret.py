@@ -107,3 +107,32 @@ def test_webhook_signed_with_a_mounted_secret_and_unmounted_secret_stalls(
         want = {k: v for k, v in fields.items() if k != "rating"}  # rating comes from an XPath field not asked here
         assert {k: records[url][k] for k in want} == want
     assert get(control_plane, "scrapejob", "unmounted", namespace)["status"].get("phase") in (None, "Pending")
+
+
+def test_pool_reports_a_missing_worker_secret_until_it_exists(
+    control_plane: ControlPlane,
+    namespace: str,
+    operator: Any,
+    supervisor: Any,
+    bookstore: Any,
+    redis_server: RedisServer,
+) -> None:
+    base = pool("needs", redis_server.url)
+    base["spec"]["worker"]["secrets"] = ["absent"]
+    apply(control_plane, base, namespace=namespace)
+    urls = list(bookstore.expected())[:3]
+    apply(control_plane, job("waits", "needs", urls, extract={"fields": PRODUCT_FIELDS}), namespace=namespace)
+
+    def stalled() -> Any:
+        obj = get(control_plane, "scrapepool", "needs", namespace)
+        cond = condition(obj, "Stalled")
+        return cond is not None and cond["status"] == "True" and cond["reason"] == "SecretNotFound" and obj
+
+    obj = wait_for("pool Stalled/SecretNotFound", stalled, timeout=60, diag=operator.log_tail)
+    msg = condition(obj, "Ready")["message"]  # type: ignore[index]
+    assert "'absent'" in msg and "spec.worker.secrets" in msg
+    assert supervisor.live(namespace, "needs-workers") == 0  # as a kubelet would, no worker without its Secret
+
+    control_plane.kubectl("create", "secret", "generic", "absent", "--from-literal=k=v", "-n", namespace)
+    wait_complete(control_plane, "waits", namespace, 120, operator.log_tail)
+    assert condition(get(control_plane, "scrapepool", "needs", namespace), "Stalled")["status"] == "False"  # type: ignore[index]

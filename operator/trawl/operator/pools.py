@@ -107,6 +107,20 @@ async def delete_deployment(namespace: str, pool: str) -> None:
     await kube.delete_if_present(kube.apps().delete_namespaced_deployment, deployment_name(pool), namespace)
 
 
+async def missing_secrets(namespace: str, names: list[str]) -> list[str]:
+    """Which of the Secrets the pool mounts into its workers do not exist (pods cannot start without them)."""
+    missing = []
+    for secret in dict.fromkeys(names):
+        try:
+            await kube.call(kube.core().read_namespaced_secret, secret, namespace)
+        except Exception as exc:
+            if kube.is_status(exc, 404):
+                missing.append(secret)
+            else:  # a diagnosis, not a reason to fail the pool's pass
+                log.warning("pool secrets: cannot read Secret %s/%s: %s", namespace, secret, exc)
+    return missing
+
+
 def deletion_costs(pod_names: list[str], signals: PoolSignals) -> dict[str, int]:
     """Pod deletion cost per pod: busy pods cost more, so a scale-down removes idle pods first."""
     costs = {}
@@ -212,7 +226,18 @@ async def reconcile_pool(
         events.append(Transition("Normal", "Scaled", f"workers {current} -> {desired}: {reason}"))
     elif "lastScale" in prev:
         new["lastScale"] = prev["lastScale"]
-    return _finish(new, prev, generation, now, events, advice=advice, spec=spec)
+    problem = None
+    if spec.worker.secrets and new["readyReplicas"] < desired:
+        # Only while workers are missing: a Secret read per pass would be a needless API call.
+        missing = await missing_secrets(namespace, spec.worker.secrets)
+        if missing:
+            names = ", ".join(repr(m) for m in missing)
+            problem = (
+                "SecretNotFound",
+                f"worker pods cannot start: Secret {names} listed in spec.worker.secrets does not exist "
+                f"({new['readyReplicas']}/{desired} workers ready)",
+            )
+    return _finish(new, prev, generation, now, events, problem=problem, advice=advice, spec=spec)
 
 
 def _finish(
