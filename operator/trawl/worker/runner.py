@@ -326,8 +326,8 @@ class Worker:
                 self._sinks[ident] = JsonLinesSink(self.redis, dedupe, directory)
         elif out.sink == SinkKind.WEBHOOK and out.webhook is not None:
             ref = out.webhook.secret_ref
-            # Never send unsigned when signing was asked for: a missing key fails the task (retried,
-            # so mounting the Secret afterwards lets the job go on).
+            # Never send unsigned when signing was asked for: a missing key fails the task before it is
+            # fetched (class Internal, so dead-lettered with the reason; retry them once the key exists).
             secret = read_secret(ref.name, ref.key) if ref is not None else None
             ident = ("webhook", out.webhook.url, secret, out.webhook.batch_size)
             if ident not in self._sinks:
