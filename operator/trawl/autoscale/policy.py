@@ -335,8 +335,8 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
         wait = max(wait, max(high) + delay - now)
     if wait <= 0:
         # Busy workers are a floor, not an answer: one whose last long task ends goes at once when
-        # the demand of the whole window did not need it.
-        peak = max([a for _, a in recent] + [demand, target])
+        # the demand of the whole window did not need it. (target = this poll's demand or that floor.)
+        peak = max([a for _, a in recent] + [target])
         reason = f"scaling down {current}→{peak}: highest answer of the last {delay:g}s; {why}"
         return done(peak, Action.SCALE_DOWN, reason)
     return done(
