@@ -4,6 +4,16 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
+# System packages first, before anything is built (hack/bootstrap.sh: installs them as root, otherwise
+# names the exact command). Run while the Makefile is read so that a missing program is one line,
+# within seconds, not a build followed by a traceback. Targets that need no system package skip it.
+ifneq ($(if $(MAKECMDGOALS),$(filter-out clean images k8s-binaries lock,$(MAKECMDGOALS)),setup),)
+BOOTSTRAP_ERROR := $(shell hack/bootstrap.sh)
+ifneq ($(.SHELLSTATUS),0)
+$(error $(or $(BOOTSTRAP_ERROR),hack/bootstrap.sh failed))
+endif
+endif
+
 .PHONY: setup k8s-binaries test test-unit test-redis test-cluster lint typecheck crd demo bench e2e-kind images clean
 
 $(VENV)/.installed: pyproject.toml

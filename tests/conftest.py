@@ -28,7 +28,13 @@ async def redis_client(redis_server: RedisServer) -> AsyncIterator[aioredis.Redi
         await client.aclose()
 
 
-_LAYERS = {"unit": "unit", "integration": "redis", "cluster": "cluster", "e2e_kind": "e2e_kind"}
+_LAYERS = {
+    "unit": "unit",
+    "setup": "setup",
+    "integration": "redis",
+    "cluster": "cluster",
+    "e2e_kind": "e2e_kind",
+}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -37,5 +43,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         parts = item.path.parts
         layer = next((_LAYERS[p] for p in parts if p in _LAYERS), None)
         if layer is None:
-            raise pytest.UsageError(f"{item.nodeid} is outside tests/unit, integration, cluster or e2e_kind")
+            raise pytest.UsageError(f"{item.nodeid} is outside tests/unit, setup, integration, cluster or e2e_kind")
         item.add_marker(getattr(pytest.mark, layer))

@@ -122,7 +122,29 @@ app.add_typer(dlq_app, name="dlq")
 
 
 def main() -> None:
-    app()
+    """Every way a command can end on the user's side is an exit status and at most one line, never a
+    traceback: a closed pipe (``trawl results JOB | head``), Ctrl-C, or a :class:`CliError` raised
+    outside a command's own reporting."""
+    import os
+    import sys
+
+    from trawl.clitools.errors import CliError
+
+    try:
+        app()
+    except BrokenPipeError:
+        # The reader went away: stop quietly, as `cat` does. Point stdout at /dev/null so that the
+        # interpreter's final flush does not raise the same error again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(141)  # 128 + SIGPIPE, what a shell reports for a writer killed by the closed pipe
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except CliError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        if exc.hint:
+            print(f"hint: {exc.hint}", file=sys.stderr)
+        sys.exit(exc.code)
 
 
 if __name__ == "__main__":

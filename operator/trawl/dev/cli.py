@@ -49,8 +49,9 @@ def up(
     timeout: float = typer.Option(300.0, help="Seconds to wait for the sample job."),
 ) -> None:
     """Start the local stack, run a sample crawl with live progress, print a summary, stop everything."""
-    from .stack import LocalStack, fresh_workdir, remove_workdir
+    from .stack import LocalStack, check_programs, fresh_workdir, remove_workdir
 
+    check_programs()
     if keep:
         _up_detached(timeout)
         return

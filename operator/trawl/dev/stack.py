@@ -104,6 +104,7 @@ class LocalStack:
         return self.control_plane.kubeconfig_path
 
     def start(self, log: Any = print) -> LocalStack:
+        check_programs()
         self.workdir.mkdir(parents=True, exist_ok=True)
         try:
             log("starting etcd and kube-apiserver ...")
@@ -205,6 +206,20 @@ def _changes(values: list[int]) -> list[int]:
         if not out or out[-1] != v:
             out.append(v)
     return out
+
+
+# Programs the stack runs that come from the system, with the Debian package that provides each.
+SYSTEM_PROGRAMS = {"redis-server": "redis-server"}
+
+
+def check_programs() -> None:
+    """Fail at once, in one line, when a system program is missing (not after building the control plane)."""
+    from trawl.clitools.errors import CliError
+
+    missing = [pkg for prog, pkg in SYSTEM_PROGRAMS.items() if shutil.which(prog) is None]
+    if missing:
+        names = " ".join(missing)
+        raise CliError(f"missing {names} (not on PATH)", hint=f"sudo apt-get install -y {names}")
 
 
 def state_dir() -> Path:
