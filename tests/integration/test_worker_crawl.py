@@ -14,10 +14,13 @@ import redis.asyncio as aioredis
 
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.dev.bookstore import PRODUCT_FIELDS, PRODUCT_XPATH_FIELD, Bookstore, Renderer
+from trawl.operator.jobs import _requeue_dead
 from trawl.queue import Queue
 from trawl.queue.keys import Keys
+from trawl.queue.model import JobConfig
 from trawl.worker.extract import ExtractOptions, Extractor
 from trawl.worker.jobspec import build_job_config
+from trawl.worker.notes import JobNotes
 from trawl.worker.runner import Worker, WorkerConfig
 from trawl.worker.urlpolicy import CrawlPolicy, canonicalize
 
@@ -87,10 +90,24 @@ async def test_crawl_returns_exactly_the_expected_products(site: Bookstore, redi
     assert 3500 < await redis_client.ttl(robots_key) <= 3600  # cached in Redis for robotsCacheSeconds
     assert not [e for e in log if e.path.startswith("/private/")]  # robots.txt disallow obeyed
     stats = await queue.job_stats(job_id)
-    # home + 12 listings + 100 products succeed; /private/secret.html is dead-lettered as RobotsDisallowed
-    assert (stats.succeeded, stats.dead, stats.total) == (113, 1, 114)
-    dead = await queue.dead_letters(job_id)
-    assert [d.error_class for d in dead] == ["RobotsDisallowed"]
+    # home + 12 listings + 100 products succeed; the discovered /private/secret.html, which robots.txt
+    # disallows, is skipped (acked without a fetch, recorded with its reason), not dead-lettered
+    assert (stats.succeeded, stats.dead, stats.total) == (114, 0, 114)
+    count, sample = await JobNotes(redis_client, Keys(PREFIX).job).skipped(job_id)
+    assert count == 1
+    assert [s.url for s in sample] == [site.url + "/private/secret.html"]
+    assert "robots.txt disallows" in sample[0].reason
+
+
+async def test_a_seed_that_robots_disallows_is_a_dead_letter(site: Bookstore, redis_client: aioredis.Redis) -> None:
+    job_id, queue, _records = await run_job(
+        redis_client,
+        {"urls": [site.url + "/private/secret.html", site.url + "/"], "politeness": {"requestsPerSecond": 1000}},
+    )
+    stats = await queue.job_stats(job_id)
+    assert (stats.succeeded, stats.dead) == (1, 1)
+    assert [d.error_class for d in await queue.dead_letters(job_id)] == ["RobotsDisallowed"]
+    assert (await JobNotes(redis_client, Keys(PREFIX).job).skipped(job_id))[0] == 0
 
 
 async def test_max_pages_is_exact(site: Bookstore, redis_client: aioredis.Redis) -> None:
@@ -188,3 +205,28 @@ async def test_endless_retry_after_eventually_spends_attempts(site: Bookstore, r
     assert [(d.error_class, d.attempts) for d in dead] == [("HTTP429", 2)]
     # five deferrals without spending an attempt, then the two attempts of the retry policy
     assert len([e for e in site.entries() if e.path == url.removeprefix(site.url)]) == 5 + 2
+
+
+async def test_dlq_retry_leaves_permanent_classes_alone_unless_asked(redis_client: aioredis.Redis) -> None:
+    queue = Queue(redis_client, PREFIX, lease_seconds=10)
+    job_id = uuid.uuid4().hex[:12]
+    await queue.register_job(JobConfig(job_id))
+    classes = ["RobotsDisallowed", "HTTP4xx", "SinkFailed", "Timeout", "ParseLimit"]
+    await queue.enqueue(job_id, [f"http://site.test/{c}" for c in classes])
+    await queue.mark_enqueue_done(job_id)
+    for task in await queue.claim("w", len(classes)):
+        cls = task.url.rsplit("/", 1)[1]
+        await queue.fail(task, "w", cls, f"failed as {cls}", retry_after=None)
+    # max_attempts of the default policy may retry Timeout: spend the retries until all are dead
+    while (await queue.job_stats(job_id)).dead < len(classes):
+        await queue.redis.zadd(
+            Keys(PREFIX).delayed(job_id), {m: 0 for m in await queue.redis.zrange(Keys(PREFIX).delayed(job_id), 0, -1)}
+        )
+        for task in await queue.claim("w", len(classes)):
+            cls = task.url.rsplit("/", 1)[1]
+            await queue.fail(task, "w", cls, f"failed as {cls}")
+    assert await _requeue_dead(queue, job_id, len(classes), include_permanent=False) == 2
+    left = {d.error_class for d in await queue.dead_letters(job_id)}
+    assert left == {"RobotsDisallowed", "HTTP4xx", "ParseLimit"}
+    assert await _requeue_dead(queue, job_id, 3, include_permanent=True) == 3
+    assert (await queue.job_stats(job_id)).dead == 0

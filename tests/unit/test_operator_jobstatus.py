@@ -4,11 +4,17 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from trawl.api.scrapejob import ScrapeJobStatus
 from trawl.operator.conditions import get_condition, is_true
 from trawl.operator.jobstatus import JobFacts, Problem, derive_job_status, status_changed
 from trawl.queue.model import DeadLetterRecord, JobStats
+from trawl.worker.notes import Skipped
 
 NOW = datetime(2026, 11, 25, 12, 0, 0, tzinfo=UTC)
+
+
+def _ts(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def stats(**kw: object) -> JobStats:
@@ -140,3 +146,29 @@ def test_unchanged_counts_keep_eta() -> None:
     first, _ = derive_job_status(JobFacts(generation=1, suspend=False, stats=s), {"phase": "Running"}, NOW)
     second, _ = derive_job_status(JobFacts(generation=1, suspend=False, stats=s), first, NOW + timedelta(seconds=3))
     assert not status_changed(first, second)
+
+
+def test_skipped_links_are_counted_apart_and_do_not_fail_the_job() -> None:
+    s = stats(pending=0, succeeded=10, first_claim_at=NOW.timestamp() - 5, last_finish_at=NOW.timestamp() - 1)
+    sample = [Skipped("http://x/private/a", "robots.txt disallows http://x/private/a", NOW.timestamp())]
+    facts = JobFacts(generation=1, suspend=False, stats=s, skipped=2, skipped_sample=sample)
+    status, _ = derive_job_status(facts, {"phase": "Running"}, NOW)
+    assert status["phase"] == "Succeeded"
+    assert status["counts"]["succeeded"] == 8 and status["counts"]["skipped"] == 2
+    assert status["skipped"] == [
+        {"url": "http://x/private/a", "reason": "robots.txt disallows http://x/private/a", "time": _ts(NOW)}
+    ]
+    assert status["message"] == "8 of 10 URLs scraped, 2 skipped (robots.txt)"
+    ScrapeJobStatus.model_validate(status)  # the CRD's schema accepts it
+
+
+def test_a_failing_sink_stalls_the_running_job_with_its_error() -> None:
+    s = stats(pending=5, in_flight=5, first_claim_at=NOW.timestamp() - 5)
+    problem = Problem("SinkFailing", "the job's sink is failing: webhook http://h/ failed: HTTP 400")
+    status, events = derive_job_status(
+        JobFacts(generation=1, suspend=False, stats=s, problem=problem), {"phase": "Running"}, NOW
+    )
+    stalled = get_condition(status["conditions"], "Stalled")
+    assert stalled is not None and stalled["status"] == "True" and stalled["reason"] == "SinkFailing"
+    assert status["message"] == problem.message
+    assert [e.reason for e in events] == ["SinkFailing"]

@@ -37,6 +37,8 @@ class FailureClass(StrEnum):
     TOO_LARGE = "TooLarge"
     INVALID_URL = "InvalidURL"
     INTERNAL = "Internal"
+    SINK_FAILED = "SinkFailed"
+    PARSE_LIMIT = "ParseLimit"
 
 
 RETRYABLE_BY_DEFAULT: tuple[FailureClass, ...] = (
@@ -45,6 +47,22 @@ RETRYABLE_BY_DEFAULT: tuple[FailureClass, ...] = (
     FailureClass.HTTP_429,
     FailureClass.HTTP_5XX,
     FailureClass.STALLED,
+)
+
+# Failures that another attempt of the same request cannot fix: `trawl dlq retry` leaves their dead
+# letters alone unless asked for all of them (SinkFailed and Internal are fixed outside the page, so they
+# are worth a retry once the sink or the worker is repaired).
+PERMANENT_CLASSES: frozenset[str] = frozenset(
+    c.value
+    for c in (
+        FailureClass.HTTP_4XX,
+        FailureClass.ROBOTS_DISALLOWED,
+        FailureClass.BLOCKED_ADDRESS,
+        FailureClass.BAD_CONTENT,
+        FailureClass.TOO_LARGE,
+        FailureClass.INVALID_URL,
+        FailureClass.PARSE_LIMIT,
+    )
 )
 
 

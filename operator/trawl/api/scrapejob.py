@@ -15,6 +15,7 @@ from .policies import FailureClass, PolitenessSpec, RequestSpec, RetrySpec
 MAX_INLINE_URLS = 5000
 MAX_GENERATED_URLS = 1_000_000
 MAX_DEAD_LETTERS_ON_STATUS = 20
+MAX_SKIPPED_ON_STATUS = 10
 
 
 class CrawlScope(StrEnum):
@@ -284,6 +285,17 @@ class TaskCounts(TrawlModel):
     succeeded: int = Field(default=0, ge=0, description="Fetched and written to the sink.")
     retrying: int = Field(default=0, ge=0, description="Failed and waiting for another attempt.")
     dead_lettered: int = Field(default=0, ge=0, description="Failed for good.")
+    skipped: int | None = Field(
+        default=None, ge=0, description="Discovered links not fetched because robots.txt disallows them."
+    )
+
+
+class SkippedURL(TrawlModel):
+    """A discovered URL that was not fetched, and why (not a failure)."""
+
+    url: str = Field(max_length=2048, description="The URL.")
+    reason: str = Field(default="", max_length=1024, description="Why it was skipped.")
+    time: datetime | None = Field(default=None, description="When it was skipped.")
 
 
 class DeadLetter(TrawlModel):
@@ -327,6 +339,11 @@ class ScrapeJobStatus(TrawlModel):
         default=None,
         max_length=MAX_DEAD_LETTERS_ON_STATUS,
         description=f"The latest {MAX_DEAD_LETTERS_ON_STATUS} dead letters; `trawl dlq list` shows all.",
+    )
+    skipped: list[SkippedURL] | None = Field(
+        default=None,
+        max_length=MAX_SKIPPED_ON_STATUS,
+        description=f"Up to {MAX_SKIPPED_ON_STATUS} of the URLs counted in counts.skipped.",
     )
     results: ResultsLocation | None = Field(default=None, description="Where the results are.")
     retry_dead_letters_handled: str | None = Field(

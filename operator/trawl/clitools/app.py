@@ -275,11 +275,18 @@ def dlq_retry(
     job: str = typer.Argument(..., help="The job's name."),
     wait: bool = typer.Option(True, "--wait/--no-wait", help="Wait until the operator has requeued them."),
     timeout: float = typer.Option(60, "--timeout", help="With --wait: seconds to wait for the operator."),
+    include_permanent: bool = typer.Option(
+        False,
+        "--all",
+        help="Also retry permanent failures (HTTP4xx, RobotsDisallowed, BlockedAddress, ParseLimit, ...).",
+    ),
     kubeconfig: str | None = KUBECONFIG,
     context: str | None = CONTEXT,
     namespace: str | None = NAMESPACE,
 ) -> None:
-    """Send a job's dead letters back to the queue (sets the trawl.dev/retry-dead-letters annotation)."""
+    """Send a job's dead letters back to the queue (sets the trawl.dev/retry-dead-letters annotation).
+
+    Only failures another attempt may fix are retried (timeouts, 5xx, SinkFailed, ...) unless --all."""
     with _reported():
         from .errors import EXIT_TIMEOUT
         from .jobs import get_job
@@ -291,7 +298,7 @@ def dlq_retry(
         if dead == 0:
             out.print(f"ScrapeJob {cluster.namespace}/{job} has no dead letters: nothing to retry.", markup=False)
             return
-        _, value = cluster.request_dead_letter_retry(job)
+        _, value = cluster.request_dead_letter_retry(job, include_permanent=include_permanent)
         out.print(
             f"requested a retry of {dead} dead letters of {cluster.namespace}/{job} (annotation value {value})",
             markup=False,

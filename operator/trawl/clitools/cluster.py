@@ -18,7 +18,7 @@ import kubernetes
 import urllib3
 from kubernetes.client import ApiClient, ApiException, Configuration
 
-from trawl.operator.naming import ANNOTATION_RETRY_DEAD
+from trawl.operator.naming import ANNOTATION_RETRY_DEAD, RETRY_ALL_SUFFIX
 
 from .errors import EXIT_FORBIDDEN, EXIT_NO_CRDS, EXIT_NOT_FOUND, EXIT_UNREACHABLE, CliError
 
@@ -183,9 +183,10 @@ class Cluster:
         )
         return obj
 
-    def request_dead_letter_retry(self, name: str) -> tuple[dict[str, Any], str]:
-        """Set the retry annotation to a new value; the operator requeues the dead letters. Returns the value."""
-        value = str(time.time_ns())
+    def request_dead_letter_retry(self, name: str, *, include_permanent: bool = False) -> tuple[dict[str, Any], str]:
+        """Set the retry annotation to a new value; the operator requeues the dead letters (only those of
+        retryable classes unless ``include_permanent``). Returns the value."""
+        value = str(time.time_ns()) + (RETRY_ALL_SUFFIX if include_permanent else "")
         return self.annotate("ScrapeJob", name, {ANNOTATION_RETRY_DEAD: value}), value
 
     def read_secret_key(self, name: str, key: str) -> str:

@@ -17,16 +17,18 @@ from pydantic import ValidationError
 from redis.exceptions import RedisError
 
 from trawl.api.common import parse_time
+from trawl.api.policies import PERMANENT_CLASSES
 from trawl.api.scrapejob import ScrapeJobSpec, SinkKind
 from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.queue import Queue, QueueUnavailable
 from trawl.queue.model import DeadLetterRecord, JobConfig, JobStats
 from trawl.worker.jobspec import unmounted_secrets
+from trawl.worker.notes import JobNotes, skipped_key
 from trawl.worker.sinks import dedupe_key
 
 from . import kube
 from .jobstatus import TERMINAL, JobFacts, Problem, Transition, derive_job_status
-from .naming import ANNOTATION_RETRY_DEAD, queue_prefix
+from .naming import ANNOTATION_RETRY_DEAD, RETRY_ALL_SUFFIX, queue_prefix
 from .redisconn import RedisConfigError, RedisConnections, RedisUnreachable
 
 log = logging.getLogger(__name__)
@@ -200,16 +202,25 @@ async def _reconcile_with_queue(
     retry_handled = prev.get("retryDeadLettersHandled")
     retry_value = annotations.get(ANNOTATION_RETRY_DEAD)
     if retry_value is not None and retry_value != retry_handled:
-        requeued = await queue.requeue_dead(uid)
+        requeued = await _requeue_dead(queue, uid, stats.dead, include_permanent=retry_value.endswith(RETRY_ALL_SUFFIX))
         if requeued:
             # The job runs again: results it already wrote keep their dedupe set past the retention
             # its first finish set (the queue's own keys lose their TTL in requeue_dead).
             await queue.redis.persist(dedupe_key(queue.keys.results(uid)))
+            await queue.redis.persist(skipped_key(queue.keys.job(uid)))
         log.info("job %s: requeued %d dead letters (annotation %r)", name, requeued, retry_value)
         retry_handled = retry_value
         stats = await queue.job_stats(uid)
     if stats.suspended != want_suspended:
         stats = await queue.job_stats(uid)
+
+    notes = JobNotes(queue.redis, queue.keys.job)
+    skipped, skipped_sample = await notes.skipped(uid)
+    problem = None
+    if not stats.finished:
+        trouble = await notes.sink_trouble(uid)
+        if trouble is not None:
+            problem = Problem("SinkFailing", f"the job's sink is failing: {trouble.message}")
 
     dead_letters: list[DeadLetterRecord] = []
     prev_dead = int((prev.get("counts") or {}).get("deadLettered", -1))
@@ -223,8 +234,11 @@ async def _reconcile_with_queue(
         max_dead_letters=spec.max_dead_letters,
         enqueued=enqueued,
         dead_letters=dead_letters,
-        results=results_location(queue, spec, uid, name, stats.succeeded),
+        results=results_location(queue, spec, uid, name, stats.succeeded - min(skipped, stats.succeeded)),
         retry_handled=retry_handled,
+        problem=problem,
+        skipped=skipped,
+        skipped_sample=skipped_sample,
     )
     new_status, events = derive_job_status(facts, prev, now)
     if not dead_letters and stats.dead and "deadLetters" in prev:
@@ -235,11 +249,24 @@ async def _reconcile_with_queue(
             retention = max(retention, spec.ttl_seconds_after_finished + 60)
         await queue.expire_job(uid, retention)
         await queue.redis.expire(dedupe_key(queue.keys.results(uid)), retention)
+        await queue.redis.expire(skipped_key(queue.keys.job(uid)), retention)
     delete = False
     if new_status["phase"] in TERMINAL and spec.ttl_seconds_after_finished is not None:
         done_at = parse_time(new_status.get("completionTime"))
         delete = done_at is not None and (now - done_at).total_seconds() >= spec.ttl_seconds_after_finished
     return JobOutcome(new_status, events, delete)
+
+
+async def _requeue_dead(queue: Queue, uid: str, dead: int, *, include_permanent: bool) -> int:
+    """Send dead letters back to the queue: by default only those another attempt may fix (a page that
+    robots.txt forbids or that answered 404 would fail the same way); all of them when asked."""
+    if include_permanent:
+        return await queue.requeue_dead(uid)
+    records = await queue.dead_letters(uid, limit=max(1, dead))
+    retryable = [r.task_id for r in records if r.error_class not in PERMANENT_CLASSES]
+    if not retryable:
+        return 0
+    return await queue.requeue_dead(uid, retryable)
 
 
 def _deadline_exceeded(spec: ScrapeJobSpec, prev: Mapping[str, Any], stats: JobStats, now: datetime) -> bool:
@@ -273,7 +300,7 @@ async def cancel_job(
     queue = open_queue(redis, namespace, pool_name, pool.spec)
     await queue.cancel(uid)
     # The sinks' record of written (job, URL) keys lives beside the results stream.
-    await redis.delete(dedupe_key(queue.keys.results(uid)))
+    await redis.delete(dedupe_key(queue.keys.results(uid)), skipped_key(queue.keys.job(uid)))
     return "cancelled"
 
 

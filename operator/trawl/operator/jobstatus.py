@@ -13,6 +13,7 @@ from typing import Any
 
 from trawl.api.common import format_time, parse_time
 from trawl.queue.model import DeadLetterRecord, JobStats
+from trawl.worker.notes import Skipped
 
 from .conditions import Cond, merge_conditions
 
@@ -39,6 +40,8 @@ class JobFacts:
     dead_letters: list[DeadLetterRecord] = field(default_factory=list)
     results: dict[str, Any] | None = None
     retry_handled: str | None = None
+    skipped: int = 0  # acked without a fetch (robots.txt disallows a discovered link): part of stats.succeeded
+    skipped_sample: list[Skipped] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,14 +88,17 @@ def derive_job_status(
     start_time = prev.get("startTime")
     completion_time = prev.get("completionTime") if phase in TERMINAL else None
     if stats is not None and stats.exists:
+        skipped = min(facts.skipped, stats.succeeded)
         counts = {
             "total": stats.total,
             "pending": stats.pending,
             "inFlight": stats.in_flight,
-            "succeeded": stats.succeeded,
+            "succeeded": stats.succeeded - skipped,
             "retrying": stats.retrying,
             "deadLettered": stats.dead,
         }
+        if skipped:
+            counts["skipped"] = skipped
         status["counts"] = counts
         done = stats.succeeded + stats.dead
         status["progress"] = int(100 * done / stats.total) if stats.total else 0
@@ -122,6 +128,12 @@ def derive_job_status(
         status["enqueued"] = facts.enqueued
     elif "enqueued" in prev:
         status["enqueued"] = prev["enqueued"]
+    if facts.skipped_sample:
+        status["skipped"] = [
+            {"url": s.url[:2048], "reason": s.reason[:1024], "time": _ts(s.time)} for s in facts.skipped_sample[:10]
+        ]
+    elif "skipped" in prev:
+        status["skipped"] = prev["skipped"]
     if facts.dead_letters:
         status["deadLetters"] = [
             {
@@ -147,7 +159,12 @@ def derive_job_status(
         conds.append(Cond("Stalled", False, "Reconciled", ""))
     if phase == "Succeeded":
         total = stats.total if stats is not None else 0
-        msg = f"{total - dead} of {total} URLs scraped" + (f", {dead} dead-lettered" if dead else "")
+        skipped = int(status.get("counts", {}).get("skipped", 0))
+        msg = (
+            f"{total - dead - skipped} of {total} URLs scraped"
+            + (f", {skipped} skipped (robots.txt)" if skipped else "")
+            + (f", {dead} dead-lettered" if dead else "")
+        )
         conds += [
             Cond("Ready", True, "Succeeded", msg),
             Cond("Reconciling", False, "Succeeded", ""),

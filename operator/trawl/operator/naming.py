@@ -8,6 +8,8 @@ LABEL_NAME = "app.kubernetes.io/name"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_CRON = "trawl.dev/cronscrapejob"
 ANNOTATION_RETRY_DEAD = "trawl.dev/retry-dead-letters"
+# A retry annotation value ending in this also requeues permanent failure classes (`trawl dlq retry --all`).
+RETRY_ALL_SUFFIX = "/all"
 ANNOTATION_SCHEDULED_AT = "trawl.dev/scheduled-at"
 POD_DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 FINALIZER = "trawl.dev/finalizer"

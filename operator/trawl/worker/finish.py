@@ -9,7 +9,14 @@ order (so a crash at any point leaves the task leased, to be redelivered, and re
 1. links: one ``enqueue_discovered`` per (job, depth) — the queue dedupes and enforces maxPages
    exactly; links this worker already submitted for the job are not sent again;
 2. records: one write per (sink, job) — deduplicated by (job, URL) in the sink;
-3. one ``ack_many`` for every task whose links and record were stored; the others are released.
+3. one ``ack_many`` for every task whose links and record were stored.
+
+A task whose links could not be enqueued (Redis trouble) is released. A task whose record the sink
+refused is *not* given back (that would refetch the page, again and again while the sink is down): the
+record is kept here, its lease held, and written again on its own with exponential backoff until
+``sink_retry_seconds`` after its first failure; then the task is dead-lettered as ``SinkFailed`` with the
+sink's error. While a job's writes fail, the job hash says so (:mod:`trawl.worker.notes`), and the
+operator shows the job ``Stalled/SinkFailing`` with the error.
 
 The number of tasks waiting here bounds claiming (backpressure when a sink or Redis is slow).
 """
@@ -19,18 +26,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from trawl.api.policies import FailureClass
 from trawl.queue.model import QueueClient, Task
 
 from .metrics import WorkerMetrics
+from .notes import JobNotes
 from .sinks import Record, Sink, SinkError
 
 log = logging.getLogger("trawl.worker.finish")
 
 SUBMITTED_CAP = 500_000  # links remembered per job before the memory is reset
 RELEASE_DELAY = 5.0
+SINK_RETRY_SECONDS = 300.0  # a sink outage shorter than this costs no refetch and loses no record
+SINK_BACKOFF_FIRST = 1.0
+SINK_BACKOFF_MAX = 30.0
+SINK_OK_REFRESH = 10.0  # seconds between clears of a job's sink-failing note by a worker that writes fine
 
 
 @dataclass(slots=True)
@@ -39,6 +53,13 @@ class Finish:
     links: list[str]
     record: Record | None
     sink: Sink | None
+    sink_failures: int = 0  # failed writes of this record so far
+    first_failure: float = 0.0  # monotonic time of the first
+
+
+def sink_backoff(failures: int, first: float = SINK_BACKOFF_FIRST, cap: float = SINK_BACKOFF_MAX) -> float:
+    """Seconds before the next write of a record whose write failed ``failures`` times (>= 1)."""
+    return float(min(cap, first * 2 ** (failures - 1)))
 
 
 class Finisher:
@@ -50,12 +71,21 @@ class Finisher:
         *,
         max_batch: int = 512,
         on_finished: Callable[[int], None] | None = None,
+        notes: JobNotes | None = None,
+        sink_retry_seconds: float = SINK_RETRY_SECONDS,
+        sink_backoff_first: float = SINK_BACKOFF_FIRST,
     ) -> None:
         self.queue = queue
         self.worker_id = worker_id
         self.metrics = metrics
         self.max_batch = max_batch
         self.on_finished = on_finished
+        self.notes = notes
+        self.sink_retry_seconds = sink_retry_seconds
+        self.sink_backoff_first = sink_backoff_first
+        self._waiting: dict[int, tuple[Finish, asyncio.TimerHandle]] = {}  # records waiting to be written again
+        self._sink_noted: dict[str, float] = {}  # job -> when this worker last set or cleared its sink note
+        self._sink_noted_bad: set[str] = set()  # jobs this worker marked as failing
         self._pending: dict[int, list[Finish]] = {}  # lane (the sink's id, 0 for none) -> waiting items
         self._busy: dict[int, int] = {}  # lane -> items of the batch it is finishing
         self._lanes: set[asyncio.Task[None]] = set()
@@ -67,7 +97,7 @@ class Finisher:
     @property
     def count(self) -> int:
         """Tasks handed over and not yet acked or released (their leases are still held)."""
-        return sum(len(p) for p in self._pending.values()) + sum(self._busy.values())
+        return sum(len(p) for p in self._pending.values()) + sum(self._busy.values()) + len(self._waiting)
 
     def submitted(self, job_id: str) -> set[str]:
         """Canonical URLs this worker already enqueued for the job (the queue said added or duplicate)."""
@@ -78,13 +108,22 @@ class Finisher:
             self._loop_task = asyncio.create_task(self._run(), name="finisher")
 
     def submit(self, item: Finish) -> None:
-        lane = id(item.sink) if item.sink is not None else 0
-        self._pending.setdefault(lane, []).append(item)
+        self._pending.setdefault(_lane_of(item), []).append(item)
         self._wake.set()
 
+    def _resubmit(self, key: int) -> None:
+        entry = self._waiting.pop(key, None)
+        if entry is not None:
+            self.submit(entry[0])
+
     async def close(self) -> None:
-        """Finish everything handed over, then stop."""
+        """Finish everything handed over, then stop. Records still waiting for a failing sink are tried
+        once more now; those that fail again are given back (their pages will be fetched again)."""
         self._closing = True
+        for item, handle in list(self._waiting.values()):
+            handle.cancel()
+            self._pending.setdefault(_lane_of(item), []).append(item)
+        self._waiting.clear()
         self._wake.set()
         if self._loop_task is not None:
             await self._loop_task
@@ -163,16 +202,19 @@ class Finisher:
             *(sink.write(job_id, _records(batch, idxs)) for (_sid, job_id), (sink, idxs) in write_calls),
             return_exceptions=True,
         )
-        for ((_sid, _job_id), (_sink, idxs)), res in zip(write_calls, written, strict=True):
+        sink_failed: dict[int, str] = {}
+        for ((_sid, job_id), (_sink, idxs)), res in zip(write_calls, written, strict=True):
             if isinstance(res, BaseException):
-                reason = str(res) if isinstance(res, SinkError) else repr(res)
+                reason = str(res) if isinstance(res, SinkError) else f"{type(res).__name__}: {res}"
                 for i in idxs:
-                    failed[i] = reason
+                    sink_failed[i] = reason
+                await self._note_sink(job_id, reason)
             else:
                 self.metrics.results.inc(int(res))
+                await self._note_sink(job_id, None)
 
         # 3. acks for the stored, releases for the rest
-        ok = [batch[i].task for i in range(len(batch)) if i not in failed]
+        ok = [batch[i].task for i in range(len(batch)) if i not in failed and i not in sink_failed]
         if ok:
             await self._ack(ok)
         for i, reason in failed.items():
@@ -184,6 +226,64 @@ class Finisher:
             with contextlib.suppress(Exception):
                 await self.queue.release(item.task, self.worker_id, delay=RELEASE_DELAY)
             self.metrics.outcomes.labels("released").inc()
+        for i, reason in sink_failed.items():
+            await self._sink_failed(batch[i], reason)
+
+    async def _sink_failed(self, item: Finish, reason: str) -> None:
+        """Keep the record and write it again later, or, once its budget is spent, dead-letter the task."""
+        now = time.monotonic()
+        item.links = []  # enqueued already
+        item.sink_failures += 1
+        if item.sink_failures == 1:
+            item.first_failure = now
+        extra = {"job": item.task.job_id, "url": item.task.url, "error": reason, "failures": item.sink_failures}
+        delay = sink_backoff(item.sink_failures, self.sink_backoff_first)
+        if not self._closing and now + delay - item.first_failure <= self.sink_retry_seconds:
+            self.metrics.sink_retries.inc()
+            log.warning("sink write failed; the record is kept and written again", extra={**extra, "delay": delay})
+            key = id(item)
+            handle = asyncio.get_running_loop().call_later(delay, self._resubmit, key)
+            self._waiting[key] = (item, handle)
+            return
+        if self._closing and now - item.first_failure <= self.sink_retry_seconds:
+            # Shutting down with budget left: give the task back rather than spend it on our exit.
+            log.warning("sink write failed while draining; given back", extra=extra)
+            with contextlib.suppress(Exception):
+                await self.queue.release(item.task, self.worker_id, delay=RELEASE_DELAY)
+            self.metrics.outcomes.labels("released").inc()
+            return
+        message = f"sink failed for {now - item.first_failure:.0f}s ({item.sink_failures} writes): {reason}"
+        log.warning("sink retry budget spent; dead-lettered", extra=extra)
+        try:
+            outcome = await self.queue.fail(item.task, self.worker_id, FailureClass.SINK_FAILED.value, message)
+        except Exception as exc:  # the lease expires and the task is redelivered: nothing is lost
+            log.warning("could not dead-letter the task", extra={**extra, "fail_error": repr(exc)})
+            return
+        self.metrics.sink_failed.inc()
+        self.metrics.outcomes.labels("dead" if outcome.dead_lettered else "failed").inc()
+
+    async def _note_sink(self, job_id: str, error: str | None) -> None:
+        """Tell the operator the job's sink fails (``error``) or works again (None); cheap when unchanged."""
+        if self.notes is None:
+            return
+        now = time.monotonic()
+        last = self._sink_noted.get(job_id)
+        fresh = last is not None and now - last < SINK_OK_REFRESH
+        if error is None and fresh and job_id not in self._sink_noted_bad:
+            return
+        try:
+            if error is None:
+                await self.notes.sink_ok(job_id)
+                self._sink_noted_bad.discard(job_id)
+            else:
+                await self.notes.sink_failing(job_id, error)
+                self._sink_noted_bad.add(job_id)
+        except Exception as exc:
+            log.warning("could not record the sink's state", extra={"job": job_id, "error": repr(exc)})
+            return
+        self._sink_noted[job_id] = now
+        while len(self._sink_noted) > 10_000:
+            self._sink_noted.pop(next(iter(self._sink_noted)))
 
     async def _ack(self, tasks: Sequence[Task]) -> None:
         ack_many = getattr(self.queue, "ack_many", None)
@@ -199,6 +299,10 @@ class Finisher:
         self.metrics.outcomes.labels("acked").inc(n)
         if n < len(tasks):
             self.metrics.outcomes.labels("lease_lost").inc(len(tasks) - n)
+
+
+def _lane_of(item: Finish) -> int:
+    return id(item.sink) if item.sink is not None else 0
 
 
 def _records(batch: list[Finish], idxs: list[int]) -> list[Record]:

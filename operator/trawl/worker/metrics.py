@@ -45,6 +45,15 @@ class WorkerMetrics:
         )
         self.results = Counter("trawl_worker_results_written_total", "Result records written.", registry=r)
         self.discovered = Counter("trawl_worker_links_enqueued_total", "Crawl links enqueued.", registry=r)
+        self.skipped = Counter(
+            "trawl_worker_skipped_total", "Discovered URLs skipped without a fetch, by reason.", ["reason"], registry=r
+        )
+        self.sink_retries = Counter(
+            "trawl_worker_sink_retries_total", "Record writes retried after a sink failure.", registry=r
+        )
+        self.sink_failed = Counter(
+            "trawl_worker_sink_failed_total", "Tasks dead-lettered as SinkFailed (retry budget spent).", registry=r
+        )
         self.draining = Gauge("trawl_worker_draining", "1 while the worker drains after SIGTERM.", registry=r)
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:

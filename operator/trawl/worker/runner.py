@@ -30,9 +30,10 @@ from trawl.queue.model import QueueClient, Task
 
 from .extract import Extractor
 from .fetch import Fetcher, FetchError, FetchLimits
-from .finish import Finish, Finisher
+from .finish import SINK_BACKOFF_FIRST, SINK_RETRY_SECONDS, Finish, Finisher
 from .jobspec import WorkerJobSpec, parse_worker_spec, read_secret
 from .metrics import WorkerMetrics
+from .notes import JobNotes
 from .politeness import DomainLimiter, RateWaitTooLong, RobotsCache
 from .sinks import JsonLinesSink, Record, RedisStreamSink, Sink, WebhookSink, dedupe_key, record_key
 from .urlpolicy import IPNetwork, host_of, parse_networks
@@ -64,6 +65,8 @@ class WorkerConfig:
     sink_capacity: int = 0  # tasks waiting for their results to be stored before claiming stops; 0: 4x concurrency
     idle_poll_max: float = 0.25  # longest pause between claims while the queue is empty
     json_lines_dir: str | None = None  # overrides the job's directory (tests, local runs)
+    sink_retry_seconds: float = SINK_RETRY_SECONDS  # a record's write is retried this long, then SinkFailed
+    sink_backoff_seconds: float = SINK_BACKOFF_FIRST  # first delay of a record's write retries (doubling)
 
 
 @dataclass
@@ -97,6 +100,7 @@ class Worker:
             redis, keys.rate_limit, self.worker_id, max_wait=config.max_rate_wait, on_wait=self._on_rate_wait
         )
         self.robots = RobotsCache(redis, lambda origin: keys.rate_limit(origin, "robots"), self._fetch_robots)
+        self.notes = JobNotes(redis, keys.job)
         self._jobs: OrderedDict[str, _Job | None] = OrderedDict()
         self._deferred: OrderedDict[tuple[str, str], int] = OrderedDict()  # Retry-After releases per task
         self._sinks: dict[tuple[Any, ...], Sink] = {}
@@ -107,7 +111,15 @@ class Worker:
         self.stopping = False
         self.processed = 0
         self._started = time.monotonic()
-        self.finisher = Finisher(queue, self.worker_id, self.metrics, on_finished=self._finished)
+        self.finisher = Finisher(
+            queue,
+            self.worker_id,
+            self.metrics,
+            on_finished=self._finished,
+            notes=self.notes,
+            sink_retry_seconds=config.sink_retry_seconds,
+            sink_backoff_first=config.sink_backoff_seconds,
+        )
         self.finish_capacity = config.sink_capacity or 4 * config.concurrency
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -478,6 +490,14 @@ class Worker:
         if spec.politeness.adaptive_delay:
             self.limiter.adaptive(domain).observe(elapsed, retryable_net)
         log_extra = {"job": task.job_id, "url": task.url, "error_class": cls.value, "error": exc.message}
+        if cls == FailureClass.ROBOTS_DISALLOWED and task.depth > 0:
+            # A link the crawl found that robots.txt forbids is not a failure of the job: it is recorded
+            # as skipped (count and sample on the job's status) and acked. A listed seed stays a dead letter.
+            await self.notes.skip(task.job_id, task.task_id, task.url, exc.message)
+            self.metrics.skipped.labels(cls.value).inc()
+            log.info("skipped", extra=log_extra)
+            self.finisher.submit(Finish(task, [], None, None))
+            return "handed"
         honor = (
             cls in (FailureClass.HTTP_429, FailureClass.HTTP_5XX)
             and exc.retry_after is not None

@@ -1,0 +1,109 @@
+"""What workers tell the operator about a job besides the queue's counters: skipped URLs, a failing sink.
+
+Kept beside the queue's keys rather than in them (the queue's scripts own those):
+
+- ``J:sk`` (hash, task id -> JSON ``{"url", "reason", "time"}``): URLs a crawl discovered that were not
+  fetched because robots.txt disallows them. A skip is not a failure: the task is acked, and the
+  operator reports ``counts.skipped`` and a sample (``status.skipped``). Written with HSETNX, so a
+  redelivered task is counted once; the key follows the job hash's expiry and is deleted on cancel.
+- fields ``se`` (message) and ``ses`` (since, unix seconds) of the job hash: the job's sink is failing
+  right now. Set by a worker whose write failed, cleared by the next successful write; the operator
+  shows the job ``Stalled/SinkFailing`` with the message while they are set.
+
+Both scripts do nothing for a job whose hash is gone (cancelled or expired), so they never re-create it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+
+SKIP_SAMPLE = 10
+
+# KEYS[1] job hash, KEYS[2] skip hash. ARGV: task id, JSON. Returns 1 if newly recorded.
+SKIP_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local added = redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2])
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
+return added
+"""
+
+# KEYS[1] job hash. ARGV: message, since (kept from the first failure of a run of failures).
+SINK_ERROR_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'se', ARGV[1])
+redis.call('HSETNX', KEYS[1], 'ses', ARGV[2])
+return 1
+"""
+
+
+def skipped_key(job_key: str) -> str:
+    """The skip hash of a job, next to its hash (``job_key`` is ``Keys.job(job_id)``)."""
+    return job_key + ":sk"
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    url: str
+    reason: str
+    time: float
+
+
+@dataclass(frozen=True, slots=True)
+class SinkTrouble:
+    message: str
+    since: float
+
+
+class JobNotes:
+    """Writes (worker) and reads (operator) of the notes above; ``job_key`` maps a job id to its hash."""
+
+    def __init__(self, redis: Redis, job_key: Any) -> None:
+        self.redis = redis
+        self.job_key = job_key
+        self._skip = redis.register_script(SKIP_LUA)
+        self._sink_error = redis.register_script(SINK_ERROR_LUA)
+
+    async def skip(self, job_id: str, task_id: str, url: str, reason: str) -> bool:
+        jk = str(self.job_key(job_id))
+        doc = json.dumps({"url": url, "reason": reason, "time": round(time.time(), 3)}, separators=(",", ":"))
+        return int(await self._skip(keys=[jk, skipped_key(jk)], args=[task_id, doc])) == 1
+
+    async def sink_failing(self, job_id: str, message: str) -> None:
+        await self._sink_error(keys=[str(self.job_key(job_id))], args=[message[:1024], repr(time.time())])
+
+    async def sink_ok(self, job_id: str) -> None:
+        await self.redis.hdel(str(self.job_key(job_id)), "se", "ses")  # type: ignore[misc]
+
+    async def skipped(self, job_id: str, sample: int = SKIP_SAMPLE) -> tuple[int, list[Skipped]]:
+        """How many URLs were skipped, and up to ``sample`` of them."""
+        key = skipped_key(str(self.job_key(job_id)))
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hlen(key)
+            pipe.hscan(key, 0, count=sample)
+            count, (_cursor, found) = await pipe.execute()
+        out: list[Skipped] = []
+        for raw in list(found.values())[:sample]:
+            doc = json.loads(raw)
+            out.append(Skipped(str(doc["url"]), str(doc["reason"]), float(doc["time"])))
+        out.sort(key=lambda s: s.time)
+        return int(count), out
+
+    async def sink_trouble(self, job_id: str) -> SinkTrouble | None:
+        msg, since = await self.redis.hmget(str(self.job_key(job_id)), ["se", "ses"])  # type: ignore[misc]
+        if msg is None:
+            return None
+        text = msg.decode() if isinstance(msg, bytes) else str(msg)
+        return SinkTrouble(text, float(since) if since is not None else time.time())
+
+    async def forget(self, job_id: str) -> None:
+        """Delete the skip hash (the job was cancelled; the sink fields go with the job hash)."""
+        await self.redis.delete(skipped_key(str(self.job_key(job_id))))
+
+    async def expire(self, job_id: str, ttl_seconds: int) -> None:
+        await self.redis.expire(skipped_key(str(self.job_key(job_id))), max(1, int(ttl_seconds)))
