@@ -14,15 +14,25 @@ $(error $(or $(BOOTSTRAP_ERROR),hack/bootstrap.sh failed))
 endif
 endif
 
-.PHONY: setup k8s-binaries test test-unit test-redis test-cluster lint typecheck crd demo bench e2e-kind images clean
+.PHONY: setup bench-setup lock k8s-binaries test test-unit test-redis test-cluster lint typecheck crd demo bench e2e-kind images clean
 
-$(VENV)/.installed: pyproject.toml
+# Dependencies come from the lock (requirements/*.txt, every file's sha256 checked), the package itself
+# on top without resolving anything again: the same versions on every machine, in CI and in the image.
+$(VENV)/.installed: pyproject.toml requirements/test.txt
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet --require-hashes -r requirements/test.txt
+	$(PY) -m pip install --quiet --no-deps -e .
 	touch $@
 
 setup: $(VENV)/.installed
+
+# The benchmark peers (Dramatiq, Celery, RQ, arq, Huey, Scrapy, ...) on top of setup, from their lock.
+bench-setup: setup
+	$(PY) -m pip install --quiet --require-hashes -r requirements/bench.txt
+
+# Regenerate requirements/*.txt after changing a dependency in pyproject.toml (uv from PyPI, cached).
+lock:
+	hack/lock.sh
 
 # Builds kube-apiserver and etcd once (cached under ~/.cache/trawl/k8s) and exports the folder.
 k8s-binaries:
