@@ -2,12 +2,35 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import redis.asyncio as aioredis
 
 from trawl.dev.redis_server import RedisServer
+
+# Prometheus's default port and the worker template's default metrics port.
+HELD_PORT = 9090
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _hold_port_9090() -> Iterator[None]:
+    """The whole run holds 127.0.0.1:9090, as a machine running Prometheus does: nothing in the suite may
+    depend on a fixed port being free. If another process holds it already, so much the better."""
+    holder: socket.socket | None = socket.socket()
+    assert holder is not None
+    try:
+        holder.bind(("127.0.0.1", HELD_PORT))
+        holder.listen()
+    except OSError:
+        holder.close()
+        holder = None
+    try:
+        yield
+    finally:
+        if holder is not None:
+            holder.close()
 
 
 @pytest.fixture(scope="session")

@@ -54,6 +54,9 @@ def operator_cmd(
     all_namespaces: bool = typer.Option(False, "--all-namespaces", "-A", help="Watch every namespace."),
     metrics_port: int = typer.Option(8080, help="Port of the Prometheus /metrics endpoint (0: off)."),
     health_port: int = typer.Option(8081, help="Port of the /healthz liveness endpoint (0: off)."),
+    bind_address: str = typer.Option(
+        "0.0.0.0", "--bind-address", help="Address the metrics and health endpoints listen on."
+    ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging."),
 ) -> None:
     """Run the operator: reconcile ScrapeJobs, ScrapePools and CronScrapeJobs."""
@@ -64,6 +67,7 @@ def operator_cmd(
         all_namespaces=all_namespaces,
         metrics_port=metrics_port,
         health_port=health_port,
+        bind_address=bind_address,
         verbose=verbose,
     )
 
@@ -77,6 +81,9 @@ def worker_cmd(
     concurrency: int = typer.Option(32, envvar="TRAWL_CONCURRENCY", help="Tasks in flight."),
     drain_seconds: float = typer.Option(30.0, envvar="TRAWL_DRAIN_SECONDS", help="Grace period on SIGTERM."),
     metrics_port: int = typer.Option(0, envvar="TRAWL_METRICS_PORT", help="Prometheus port (0: off)."),
+    metrics_address: str = typer.Option(
+        "0.0.0.0", envvar="TRAWL_METRICS_ADDRESS", help="Address the metrics endpoint listens on."
+    ),
     allowed_cidrs: str = typer.Option(
         "", envvar="TRAWL_ALLOWED_CIDRS", help="Comma-separated private/loopback networks the worker may fetch."
     ),
@@ -94,6 +101,7 @@ def worker_cmd(
             concurrency=concurrency,
             drain_seconds=drain_seconds,
             metrics_port=metrics_port,
+            metrics_address=metrics_address,
             allowed_cidrs=allowed_cidrs,
             worker_id=worker_id,
             lease_seconds=lease_seconds,

@@ -133,14 +133,14 @@ def test_cron_creates_jobs_honours_forbid_and_history(
         # Jump to just after the next full hour: one job.
         now = time.time()
         clock.write_text(str(3600 - now % 3600 + 5))
-        first = wait_for("first job", lambda: jobs() if len(jobs()) == 1 else None, timeout=30, diag=op.log_tail)
+        first = wait_for("first job", lambda: jobs() if len(jobs()) == 1 else None, timeout=90, diag=op.log_tail)
         status = get(control_plane, "csj", "hourly", namespace)["status"]
         assert status["active"] == [{"name": first[0].split("/")[1]}]
         assert status["lastScheduleTime"]
         # Another hour later the first job is still active (no workers): Forbid skips the run.
         clock.write_text(str(2 * 3600 - now % 3600 + 5))
         wait_for("skip", lambda: (get(control_plane, "csj", "hourly", namespace)["status"].get("skippedReason")
-                                  == "ConcurrencyForbidden"), timeout=30, diag=op.log_tail)
+                                  == "ConcurrencyForbidden"), timeout=90, diag=op.log_tail)
         assert jobs() == first
         assert any(e["reason"] == "ConcurrencyForbidden" for e in events_for(control_plane, namespace, "hourly"))
         # Switch to Allow: the next hour starts a second job; history keeps one succeeded job at most.
@@ -152,9 +152,9 @@ def test_cron_creates_jobs_honours_forbid_and_history(
             return bool((obj.get("status") or {}).get("observedGeneration") == obj["metadata"]["generation"])
 
         # Only then move the clock: a pass still holding the Forbid spec would skip the new hour.
-        wait_for("Allow observed", allow_seen, timeout=30, diag=op.log_tail)
+        wait_for("Allow observed", allow_seen, timeout=90, diag=op.log_tail)
         clock.write_text(str(3 * 3600 - now % 3600 + 5))
-        wait_for("second job", lambda: len(jobs()) == 2, timeout=30, diag=op.log_tail)
+        wait_for("second job", lambda: len(jobs()) == 2, timeout=90, diag=op.log_tail)
     finally:
         op.stop()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -105,3 +106,48 @@ async def test_slow_sink_backpressure_metrics_and_activity(
     assert "trawl_worker_fetch_seconds_bucket" in metrics and "trawl_worker_in_flight" in metrics
     stats = await queue.job_stats(job_id)
     assert stats.succeeded == 60
+
+
+async def test_busy_metrics_port_is_a_clear_error_not_a_crash(
+    site: Bookstore, redis_client: aioredis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another process holds the metrics port (Prometheus's 9090, say): the worker says so, serves no
+    /metrics (so its readiness probe fails and the pod shows not ready) and still does its work."""
+    job = ScrapeJobSpec.model_validate(
+        {
+            "pool": "obs",
+            "urls": [site.product_url(i) for i in range(1, 6)],
+            "politeness": {"requestsPerSecond": 1000, "respectRobotsTxt": False},
+        }
+    )
+    job_id = uuid.uuid4().hex[:12]
+    queue = Queue(redis_client, PREFIX, lease_seconds=10)
+    await queue.register_job(build_job_config(job_id, job, None))
+    await queue.enqueue(job_id, job.seed_urls())
+    await queue.mark_enqueue_done(job_id)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        config = WorkerConfig(
+            prefix=PREFIX,
+            worker_id="obs-busy",
+            concurrency=2,
+            metrics_port=port,
+            metrics_address="127.0.0.1",
+            allowed_cidrs=["127.0.0.2/32"],
+        )
+        worker = Worker(config, queue, redis_client, Keys(PREFIX))
+        runner = asyncio.create_task(worker.run())
+        try:
+            deadline = time.monotonic() + 60
+            while not (await queue.job_stats(job_id)).finished:
+                assert time.monotonic() < deadline, "job did not finish"
+                assert not runner.done(), runner.exception() if runner.done() else None
+                await asyncio.sleep(0.05)
+        finally:
+            worker.request_stop()
+            await asyncio.wait_for(runner, 30)
+    assert (await queue.job_stats(job_id)).succeeded == 5
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert any(f"cannot listen on 127.0.0.1:{port}" in m and "not ready" in m for m in errors), errors

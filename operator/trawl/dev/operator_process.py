@@ -79,6 +79,7 @@ class OperatorProcess:
         argv = [
             sys.executable, "-m", "trawl.cli", "operator", *scope,
             "--health-port", str(self.health_port), "--metrics-port", str(self.metrics_port),
+            "--bind-address", "127.0.0.1",
         ]  # fmt: skip
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), **self.env}
         self.proc = procs.start(argv, env=env, log_path=self.log_path)

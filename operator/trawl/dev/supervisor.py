@@ -92,6 +92,12 @@ class WorkerSupervisor:
         with self._lock:
             return sum(1 for w in self._workers.get((namespace, deployment), []) if w.proc.poll() is None)
 
+    def metrics_ports(self, namespace: str, deployment: str) -> list[int]:
+        """The loopback metrics ports of the deployment's live workers (each has its own)."""
+        with self._lock:
+            workers = self._workers.get((namespace, deployment), [])
+            return [w.metrics_port for w in workers if w.proc.poll() is None and w.metrics_port]
+
     def worker_pids(self) -> list[int]:
         with self._lock:
             return [w.proc.pid for ws in self._workers.values() for w in ws] + [w.proc.pid for w in self._stopping]
@@ -184,16 +190,13 @@ class WorkerSupervisor:
         for item in container.get("env") or []:
             env[item["name"]] = self._env_value(namespace, pod_name, item)
         root = self._mount_secrets(namespace, pod_name, dep, container, env)
-        metrics_port = int(env.get("TRAWL_METRICS_PORT") or 0)
-        if metrics_port:
-            # Pods each have their own IP; local processes share one: the first worker gets the
-            # template's port, later ones a free port each.
-            with self._lock:
-                alive = [w for ws in self._workers.values() for w in ws] + self._stopping
-                taken = {w.metrics_port for w in alive if w.proc.poll() is None}
-            if metrics_port in taken:
-                metrics_port = procs.free_port()
+        metrics_port = 0
+        if int(env.get("TRAWL_METRICS_PORT") or 0):
+            # Pods each have their own IP; local processes share one host, where the template's port
+            # (9090 by default) may be anyone's: every worker gets a free loopback port instead.
+            metrics_port = procs.free_port()
             env["TRAWL_METRICS_PORT"] = str(metrics_port)
+            env["TRAWL_METRICS_ADDRESS"] = "127.0.0.1"
         argv = [sys.executable, "-m", "trawl.cli", *container.get("args", ["worker"])]
         # Bound to this thread, which outlives its workers: a killed parent leaves no worker behind.
         proc = procs.start(argv, env=env, log_path=self.log_dir / f"{namespace}_{pod_name}.log", bind_to_thread=True)

@@ -16,6 +16,7 @@ def run(
     all_namespaces: bool = False,
     metrics_port: int = 8080,
     health_port: int = 8081,
+    bind_address: str = "0.0.0.0",
     verbose: bool = False,
 ) -> None:
     """Run until SIGTERM/SIGINT. Watches the given namespaces, or all of them."""
@@ -32,12 +33,12 @@ def run(
     from . import handlers  # noqa: F401 - registers the handlers with kopf
 
     if metrics_port:
-        start_http_server(metrics_port)
+        start_http_server(metrics_port, addr=bind_address)
     asyncio.run(
         kopf.operator(
             standalone=True,
             clusterwide=all_namespaces,
             namespaces=list(namespaces),
-            liveness_endpoint=f"http://0.0.0.0:{health_port}/healthz" if health_port else None,
+            liveness_endpoint=f"http://{bind_address}:{health_port}/healthz" if health_port else None,
         )
     )

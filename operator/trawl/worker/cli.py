@@ -57,6 +57,7 @@ def main(
     concurrency: int = 32,
     drain_seconds: float = 30.0,
     metrics_port: int = 0,
+    metrics_address: str = "0.0.0.0",
     allowed_cidrs: str = "",
     worker_id: str = "",
     lease_seconds: float = 30.0,
@@ -72,6 +73,7 @@ def main(
         drain_seconds=drain_seconds,
         heartbeat_seconds=max(0.5, min(5.0, lease_seconds / 4)),
         metrics_port=metrics_port or None,
+        metrics_address=metrics_address,
         allowed_cidrs=[c.strip() for c in allowed_cidrs.split(",") if c.strip()],
     )
     return asyncio.run(_run(config, lease_seconds))

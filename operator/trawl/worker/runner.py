@@ -60,6 +60,7 @@ class WorkerConfig:
     drain_seconds: float = 30.0
     heartbeat_seconds: float = 5.0
     metrics_port: int | None = None
+    metrics_address: str = "0.0.0.0"  # every interface of the pod; the local supervisor uses loopback
     allowed_cidrs: list[str] = field(default_factory=list)
     max_rate_wait: float = 10.0  # wait longer than this for a domain and the task is given back with a delay
     sink_capacity: int = 0  # tasks waiting for their results to be stored before claiming stops; 0: 4x concurrency
@@ -141,7 +142,7 @@ class Worker:
     async def run(self) -> None:
         await self.fetcher.start()
         if self.config.metrics_port:
-            self.metrics.serve(self.config.metrics_port)
+            self._serve_metrics(self.config.metrics_port, self.config.metrics_address)
         log.info(
             "worker started",
             extra={"worker": self.worker_id, "concurrency": self.config.concurrency, "prefix": self.config.prefix},
@@ -166,6 +167,25 @@ class Worker:
             await self.fetcher.close()
             self.metrics.shutdown()
             log.info("worker stopped", extra={"worker": self.worker_id, "processed": self.processed})
+
+    def _serve_metrics(self, port: int, address: str) -> None:
+        """Serve /metrics, or say clearly why not and keep working without it.
+
+        Exiting instead would restart the pod in a loop behind a Deployment the kubelet may still count
+        as ready; without a listener the readiness probe (GET /metrics) fails, so the pod is visibly not
+        ready while the error below says why, and tasks it claims are still done.
+        """
+        try:
+            self.metrics.serve(port, address)
+        except OSError as exc:
+            log.error(
+                "metrics endpoint disabled: cannot listen on %s:%d (%s); this worker stays not ready. "
+                "Free the port or set the pool's worker.metricsPort to a free one",
+                address,
+                port,
+                exc.strerror or exc,
+                extra={"worker": self.worker_id},
+            )
 
     async def _drain(self) -> None:
         """Let in-flight tasks finish within the grace period; give the rest back."""
