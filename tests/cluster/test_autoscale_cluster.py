@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -13,6 +15,7 @@ from operator_fixtures import apply, condition, events_for, exists, get, job, po
 from trawl.dev.bookstore import Bookstore
 from trawl.dev.controlplane import ControlPlane
 from trawl.dev.redis_server import RedisServer
+from trawl.operator.naming import pool_selector
 
 
 class ReplicaRecorder:
@@ -165,3 +168,43 @@ def test_backlog_scales_up_fast_then_down_to_zero_and_failures_hold(
         assert rec.max_since(t1) <= 1
         control_plane.kubectl("delete", "scrapejob/failing", "-n", namespace, "--timeout=60s")
     print(f"scale-up to >=2 replicas after {scaled_up_after:.1f}s; peak {peak} replicas")
+
+
+def test_measured_pod_startup_on_the_pool_status(
+    control_plane: ControlPlane, namespace: str, operator: Any, supervisor: Any, redis_server: RedisServer
+) -> None:
+    """The controller measures its pods' creation → Ready time and shows what it uses on the pool.
+
+    The local control plane has no kubelet: the test creates a worker pod object and sets its Ready
+    condition 7 s after its creation, as a kubelet would report a pod that took 7 s to start."""
+    labels = pool_selector("startup")
+    pod_obj = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "startup-workers-abc12", "labels": labels},
+        "spec": {"containers": [{"name": "worker", "image": "trawl-worker:dev"}]},
+    }
+    apply(control_plane, pod_obj, namespace=namespace)
+    created = datetime.fromisoformat(
+        get(control_plane, "pod", "startup-workers-abc12", namespace)["metadata"]["creationTimestamp"].replace(
+            "Z", "+00:00"
+        )
+    )
+    ready_at = (created + timedelta(seconds=7)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    status = {"status": {"conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": ready_at}]}}
+    control_plane.kubectl(
+        "patch", "pod/startup-workers-abc12", "-n", namespace, "--subresource=status", "--type=merge",
+        "-p", json.dumps(status),
+    )  # fmt: skip
+    # minReplicas 1: the supervisor's worker makes the Deployment's ready count change, so the
+    # operator lists the pool's pods on that pass.
+    apply(
+        control_plane,
+        pool("startup", redis_server.url, autoscaling={"minReplicas": 1, "maxReplicas": 2, "pollSeconds": 1}),
+        namespace=namespace,
+    )
+
+    def measured() -> Any:
+        return (get(control_plane, "scrapepool", "startup", namespace).get("status") or {}).get("podStartupSeconds")
+
+    assert wait_for("measured start-up", measured, timeout=60, diag=operator.log_tail) == 7.0

@@ -227,6 +227,12 @@ class ScrapePoolStatus(TrawlModel):
     queue: QueueSignals | None = Field(default=None, description="Queue signals.")
     last_scale: ScalingDecision | None = Field(default=None, description="The last scaling decision.")
     scaling_reason: str | None = Field(default=None, max_length=1024, description="Why replicas are what they are.")
+    pod_startup_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        description="Measured worker pod start-up (creation to Ready, median of the last 10 pods) that the "
+        "autoscaler uses; absent before the first pod was Ready (it then assumes 15 s).",
+    )
     deployment: str | None = Field(default=None, description="Name of the worker Deployment.")
     conditions: list[Condition] | None = Field(
         default=None, description="Ready, Reconciling, Stalled, Degraded, ScalingLimited."

@@ -9,17 +9,23 @@ deferral, no attempt spent). New pods serve after ``startup_seconds``. A removed
 and has ``drain_seconds`` to finish its tasks; what is still running then is released to the queue
 and counted as interrupted.
 
-Both autoscalers see the same pool, the same trace and the same per-task random numbers:
+Every policy sees the same pool, the same trace and the same per-task random numbers:
 
-- ``trawl``: :func:`trawl.autoscale.step` every ``pollSeconds``, from a :class:`PoolSignals` built
-  like the queue's, with the rate-limit ceiling from per-domain backlog; before removing pods the
-  controller sets ``pod-deletion-cost`` = in-flight tasks, so the ReplicaSet removes idle pods first.
-- ``keda``: :class:`trawl.autoscale.kedahpa.KedaHpaModel` on the ready-list length; the ReplicaSet
-  removes not-ready pods first, then the most recently ready ones, whatever they are doing.
-- ``static_max``: a reference, ``maxReplicas`` pods serving from the start: the least wait any
-  policy capped at ``maxReplicas`` can reach, at the highest cost.
+- ``trawl``: :func:`trawl.autoscale.step.plan` every ``pollSeconds``, the controller's own call, with
+  only what the controller has: a :class:`PoolSignals` snapshot built like the queue's, job-index
+  entries (waiting tasks, the job's hosts when it has few, its politeness) for the rate-limit
+  ceiling, and each pod's creation → ready time for the measured start-up (15 s assumed before the
+  first). Before removing pods the controller sets ``pod-deletion-cost`` = in-flight tasks, so the
+  ReplicaSet removes idle pods first.
+- ``keda_stock``: :class:`trawl.autoscale.kedahpa.KedaHpaModel` on the ready-list length with KEDA's
+  and the HPA's defaults; ``keda_tuned``: the same with pollingInterval, scale-down stabilization and
+  cooldown equal to Trawl's pollSeconds, scaleDownDelaySeconds and idleSecondsBeforeZero, and
+  ``listLength`` = the worker's concurrency (:func:`tuned_keda`). The ReplicaSet removes not-ready
+  pods first, then the most recently ready ones, whatever they are doing.
+- ``static_max``: a reference, ``maxReplicas`` pods serving from the start, at the highest cost.
 
-Pure Python, deterministic for a given seed; no plotting here.
+The seed draws everything random: the trace's arrivals, service times, failures, retry jitter and
+the phase of every poll loop. Pure Python, deterministic for a given seed; no plotting here.
 """
 
 from __future__ import annotations
@@ -27,17 +33,17 @@ from __future__ import annotations
 import heapq
 import math
 import random
-import zlib
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import Any
 
-from trawl.api.scrapepool import AutoscalingSpec
+from trawl.api.scrapepool import AutoscalingSpec, ScrapePoolSpec
 from trawl.queue.model import PoolSignals, WorkerActivity
 
 from .kedahpa import KedaHpaConfig, KedaHpaModel
-from .rates import DomainBacklog, rate_limit_ceiling
-from .step import PoolScalerState, step
+from .step import PoolScalerState, plan
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +71,10 @@ class Trace:
         return any(start <= t < end for start, end, _ in self.fail_windows)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class PoolConfig:
     autoscaling: AutoscalingSpec
-    keda: KedaHpaConfig
+    keda: KedaHpaConfig  # the stock baseline (replica bounds set, defaults otherwise)
     concurrency: int = 32
     drain_seconds: float = 30.0
     # Kubernetes' pod start-up SLO (stateless pods, image already on the node, creation -> running
@@ -80,6 +86,34 @@ class PoolConfig:
     retry_jitter: float = 0.2
     due_soon_seconds: float = 5.0
     sample_seconds: float = 5.0
+
+    @cached_property
+    def spec(self) -> ScrapePoolSpec:
+        """The ScrapePool the controller would read."""
+        return ScrapePoolSpec.model_validate(
+            {
+                "redis": {"url": "redis://sim:6379"},
+                "worker": {"concurrency": self.concurrency, "drainSeconds": self.drain_seconds},
+                "autoscaling": self.autoscaling.model_dump(by_alias=True),
+            }
+        )
+
+    @cached_property
+    def keda_tuned(self) -> KedaHpaConfig:
+        return tuned_keda(self.keda, self.autoscaling, self.concurrency)
+
+
+def tuned_keda(stock: KedaHpaConfig, spec: AutoscalingSpec, concurrency: int) -> KedaHpaConfig:
+    """KEDA as a careful platform engineer would set it for this pool: polling, scale-down stabilization
+    and cooldown as Trawl's, and one worker's concurrency per pod as the list-length target. The HPA's
+    sync period (a kube-controller-manager flag) and its rate policies stay as they are."""
+    return replace(
+        stock,
+        list_length=float(concurrency),
+        polling_interval=float(spec.poll_seconds),
+        scale_down_stabilization=float(spec.scale_down_delay_seconds),
+        cooldown_period=float(spec.idle_seconds_before_zero),
+    )
 
 
 @dataclass
@@ -173,7 +207,7 @@ class _Pod:
         self.tasks: dict[int, _Task] = {}
 
 
-POLICIES = ("trawl", "keda", "static_max")
+POLICIES = ("trawl", "keda_stock", "keda_tuned", "static_max")
 
 # Event kinds, in tie-break order at equal times.
 _ARRIVAL, _DUE, _FINISH, _POD_READY, _DRAIN_END, _TRAWL, _KEDA, _HPA, _SAMPLE = range(9)
@@ -185,6 +219,7 @@ class Simulation:
             raise ValueError(policy)
         self.trace, self.pool, self.policy = trace, pool, policy
         self.rng = random.Random(seed * 7919 + 1)
+        self.phase = random.Random(f"{trace.name}/{seed}")  # where each poll loop starts in its period
         task_rng = random.Random(seed * 104729 + 2)
         mu = math.log(trace.service_mean) - trace.service_sigma**2 / 2
         self.tasks = [
@@ -218,7 +253,8 @@ class Simulation:
         self.samples: list[Sample] = []
         self.reasons: list[tuple[float, int, str]] = []
         self.state: PoolScalerState | None = None
-        self.keda = KedaHpaModel(pool.keda)
+        self.startups: list[tuple[str, float]] = []  # pods that became ready since the last Trawl poll
+        self.keda = KedaHpaModel(pool.keda_tuned if policy == "keda_tuned" else pool.keda)
 
     # -- event plumbing -------------------------------------------------------------------------
     def _push(self, t: float, kind: int, payload: object = None) -> None:
@@ -387,48 +423,53 @@ class Simulation:
             time=self.now,
         )
 
+    def _jobs(self) -> list[dict[str, Any]]:
+        """Job-index entries as the controller sees them: a rate-limited domain is one job with that
+        host and its politeness; the rest is one job over too many hosts to bound (no ceiling)."""
+        jobs: list[dict[str, Any]] = []
+        other = 0
+        for domain, n in self.outstanding.items():
+            rps = self.trace.domain_rps.get(domain)
+            if rps is None:
+                other += n
+                continue
+            politeness = {"requestsPerSecond": rps, "maxConcurrencyPerDomain": 1000}
+            jobs.append({"waiting": n, "hosts": [f"d{domain}.example"], "politeness": politeness})
+        if other:
+            jobs.append({"waiting": other, "hosts": None, "politeness": {}})
+        return jobs
+
     def _trawl_poll(self) -> None:
-        spec = self.pool.autoscaling
-        signals = self._signals()
-        mean_service = None
-        if self.state is not None and self.state.rates is not None:
-            mean_service = self.state.rates.rates.mean_service_seconds
-        ceiling = rate_limit_ceiling(
-            (DomainBacklog(n, self.trace.domain_rps.get(d)) for d, n in self.outstanding.items()),
-            mean_service_seconds=mean_service,
-            concurrency=self.pool.concurrency,
-        )
-        result = step(
-            spec,
-            signals,
+        result = plan(
+            self.pool.spec,
+            self._signals(),
             self.spec_replicas,
             self.state,
-            concurrency=self.pool.concurrency,
-            drain_seconds=self.pool.drain_seconds,
-            rate_limit_ceiling_replicas=ceiling,
-            startup_seconds=self.pool.startup_seconds,
+            jobs=self._jobs(),
+            pod_startups=self.startups,
         )
+        self.startups = []
         self.state = result.state
         self._set_replicas(result.decision.desired, result.decision.reason)
-        self._push(self.now + spec.poll_seconds, _TRAWL)
+        self._push(self.now + self.pool.autoscaling.poll_seconds, _TRAWL)
 
     def _keda_poll(self) -> None:
         n = self.keda.keda_poll(self.now, len(self.ready), self.spec_replicas)
         if n is not None:
             self._set_replicas(n, f"KEDA {'activation' if n else 'cooldown to zero'}, list length {len(self.ready)}")
-        self._push(self.now + self.pool.keda.polling_interval, _KEDA)
+        self._push(self.now + self.keda.config.polling_interval, _KEDA)
 
     def _hpa_sync(self) -> None:
         n = self.keda.hpa_sync(self.now, len(self.ready), self.spec_replicas)
         if n is not None:
             self._set_replicas(n, f"HPA, list length {len(self.ready)}")
-        self._push(self.now + self.pool.keda.hpa_sync_period, _HPA)
+        self._push(self.now + self.keda.config.hpa_sync_period, _HPA)
 
     # -- run ------------------------------------------------------------------------------------
     def run(self) -> Result:
         for task in self.tasks:
             self._push(task.enqueued, _ARRIVAL, task)
-        phase = random.Random(zlib.crc32(self.trace.name.encode()))
+        phase = self.phase
         if self.policy == "trawl":
             self._push(phase.uniform(0, self.pool.autoscaling.poll_seconds), _TRAWL)
         elif self.policy == "static_max":
@@ -441,8 +482,8 @@ class Simulation:
                 self.pods[pod.id] = pod
             self.spec_replicas = len(self.pods)
         else:
-            self._push(phase.uniform(0, self.pool.keda.polling_interval), _KEDA)
-            self._push(phase.uniform(0, self.pool.keda.hpa_sync_period), _HPA)
+            self._push(phase.uniform(0, self.keda.config.polling_interval), _KEDA)
+            self._push(phase.uniform(0, self.keda.config.hpa_sync_period), _HPA)
         self._push(0.0, _SAMPLE)
         end = self.trace.duration
         handlers: dict[int, Callable[[object], None]] = {
@@ -506,6 +547,8 @@ class Simulation:
         pod = self.pods.get(payload)
         if pod is not None:
             pod.serving = True
+            if self.policy == "trawl":
+                self.startups.append((str(pod.id), pod.ready_at - pod.created))
             self._dispatch()
 
     def _sample(self) -> None:
@@ -615,14 +658,16 @@ def build_traces(seed: int = 1, quick: bool = False, fail_duration_factor: float
         Trace("spiky_bursts", f"1/s background and {bursts} bursts of 250-4000 tasks within 10 s", dur, sorted(arr))
     )
 
+    rng = random.Random(seed * 31 + 4)
     dur = 900.0 if quick else 1200.0
     n = 1500 if quick else 3000
     rps = 5.0
-    arr = [(60.0 + i * 1e-3, RATE_LIMITED_DOMAIN) for i in range(n)]
+    t0 = rng.uniform(50.0, 70.0)
+    arr = sorted((t0 + rng.uniform(0, 5), RATE_LIMITED_DOMAIN) for _ in range(n))
     traces.append(
         Trace(
             "rate_limited",
-            f"{n} tasks at t=60 s, all on one domain limited to {rps:g} req/s",
+            f"{n} tasks within 5 s at t=50-70 s, all on one domain limited to {rps:g} req/s",
             dur,
             arr,
             domain_rps={RATE_LIMITED_DOMAIN: rps},

@@ -1,34 +1,44 @@
-"""One call per poll for the controller: snapshot in, decision out, state kept by the caller.
+"""One call per poll, shared by the controller and the simulator: snapshot in, decision out.
 
     state = None
-    every poll_seconds:
+    every spec.autoscaling.pollSeconds:
         signals = await queue.pool_signals()
-        result = step(pool.spec.autoscaling, signals, deployment_replicas, state,
-                      concurrency=pool.spec.worker.concurrency, drain_seconds=pool.spec.worker.drain_seconds)
+        result = plan(pool.spec, signals, deployment_replicas, state,
+                      jobs=jobs_by_pool_index_entries, pod_startups=measured_pods)
         state = result.state
         if result.decision.changed: mark idle pods cheapest to delete, then patch the scale subresource
 
-Pure: it composes :func:`trawl.autoscale.rates.track` and :func:`trawl.autoscale.policy.decide`.
+:func:`plan` is the only place an :class:`Observation` is built: from the queue snapshot, the smoothed
+rates, the rate-limit ceiling of the jobs' backlog and the measured pod start-up. The controller
+(``trawl.operator.autoscaling``) and the simulator (``trawl.autoscale.sim``) both call it, so the
+simulated policy knows exactly what the real one knows. Pure: it composes
+:func:`trawl.autoscale.rates.track`, :func:`trawl.autoscale.startup.record` and
+:func:`trawl.autoscale.policy.decide`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from trawl.api.scrapepool import AutoscalingSpec
+from trawl.api.scrapepool import AutoscalingSpec, ScrapePoolSpec
 from trawl.queue.model import PoolSignals
 
+from .backlog import domain_backlog
 from .policy import Decision, Observation, ScalerState, decide
-from .rates import DEFAULT_TAU_SECONDS, Rates, RateTracker, track
+from .rates import DEFAULT_TAU_SECONDS, Rates, RateTracker, rate_limit_ceiling, track
+from .startup import DEFAULT_STARTUP_SECONDS, StartupEstimate, record
 
 
 @dataclass(frozen=True, slots=True)
 class PoolScalerState:
-    """Everything kept between polls of one pool. Losing it (operator restart) is safe: rates are
-    measured again and a pending scale-down waits its delay again."""
+    """Everything kept between polls of one pool. Losing it (operator restart) is safe: rates and
+    start-up are measured again and a pending scale-down waits its delay again."""
 
     rates: RateTracker | None = None
     policy: ScalerState = field(default_factory=ScalerState)
+    startup: StartupEstimate = field(default_factory=StartupEstimate)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +46,7 @@ class StepResult:
     decision: Decision
     rates: Rates
     state: PoolScalerState
+    observation: Observation | None = None
 
 
 def observation(
@@ -46,7 +57,7 @@ def observation(
     concurrency: int,
     drain_seconds: float,
     rate_limit_ceiling_replicas: int | None = None,
-    startup_seconds: float = 15.0,
+    startup_seconds: float = DEFAULT_STARTUP_SECONDS,
 ) -> Observation:
     """The policy's input from a snapshot and the smoothed rates."""
     return Observation(
@@ -80,9 +91,11 @@ def step(
     drain_seconds: float = 30.0,
     rate_limit_ceiling_replicas: int | None = None,
     tau_seconds: float = DEFAULT_TAU_SECONDS,
-    startup_seconds: float = 15.0,
+    startup_seconds: float | None = None,
 ) -> StepResult:
-    """Fold ``signals`` into the rates, decide, and return the decision with the next state."""
+    """Fold ``signals`` into the rates, decide, and return the decision with the next state.
+
+    ``startup_seconds`` None: the state's start-up estimate (measured, else the default)."""
     st = state or PoolScalerState()
     tracker = track(st.rates, signals, concurrency=concurrency, tau_seconds=tau_seconds)
     obs = observation(
@@ -92,7 +105,38 @@ def step(
         concurrency=concurrency,
         drain_seconds=drain_seconds,
         rate_limit_ceiling_replicas=rate_limit_ceiling_replicas,
-        startup_seconds=startup_seconds,
+        startup_seconds=st.startup.seconds if startup_seconds is None else startup_seconds,
     )
     decision = decide(spec, obs, st.policy)
-    return StepResult(decision=decision, rates=tracker.rates, state=PoolScalerState(tracker, decision.state))
+    return StepResult(decision, tracker.rates, PoolScalerState(tracker, decision.state, st.startup), obs)
+
+
+def plan(
+    pool: ScrapePoolSpec,
+    signals: PoolSignals,
+    current_replicas: int,
+    state: PoolScalerState | None = None,
+    *,
+    jobs: Iterable[Mapping[str, Any]] = (),
+    pod_startups: Iterable[tuple[str, float]] = (),
+) -> StepResult:
+    """The controller's (and the simulator's) poll: record newly measured pod start-ups, compute the
+    rate-limit ceiling from the jobs' backlog (jobs-by-pool index entries), then :func:`step`."""
+    st = state or PoolScalerState()
+    st = PoolScalerState(st.rates, st.policy, record(st.startup, pod_startups))
+    backlog = domain_backlog(jobs, pool)
+    mean_service = st.rates.rates.mean_service_seconds if st.rates else None
+    ceiling = (
+        rate_limit_ceiling(backlog, mean_service_seconds=mean_service, concurrency=pool.worker.concurrency)
+        if backlog
+        else None
+    )
+    return step(
+        pool.autoscaling,
+        signals,
+        current_replicas,
+        st,
+        concurrency=pool.worker.concurrency,
+        drain_seconds=pool.worker.drain_seconds,
+        rate_limit_ceiling_replicas=ceiling,
+    )

@@ -1,8 +1,9 @@
 """Glue between a pool's queue signals and the pure scaling policy in :mod:`trawl.autoscale`.
 
-Keeps, per pool, what the policy needs between calls (the rate tracker and the policy's state) so
-the policy itself stays a pure function. Losing it (operator restart) is safe: rates are measured
-again and a pending scale-down waits its delay again.
+Keeps, per pool, what the policy needs between calls (the rate tracker, the measured pod start-up
+and the policy's state) so the policy itself stays a pure function. Losing it (operator restart) is
+safe: rates and start-up are measured again and a pending scale-down waits its delay again. The
+decision itself is :func:`trawl.autoscale.step.plan`, the same call the simulator makes.
 """
 
 from __future__ import annotations
@@ -11,15 +12,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
-from urllib.parse import urlsplit
 
-from trawl.api.policies import PolitenessSpec, resolve_politeness
 from trawl.api.scrapepool import ScrapePoolSpec
-from trawl.autoscale.rates import DomainBacklog, rate_limit_ceiling
-from trawl.autoscale.step import PoolScalerState, step
+from trawl.autoscale.backlog import MAX_HOSTS_PER_JOB, domain_backlog, job_hosts
+from trawl.autoscale.step import PoolScalerState, plan
 from trawl.queue.model import PoolSignals
 
-MAX_HOSTS_PER_JOB = 16
+__all__ = ["MAX_HOSTS_PER_JOB", "Autoscalers", "ScaleAdvice", "domain_backlog", "job_hosts"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,55 +32,7 @@ class ScaleAdvice:
     failure_guard: bool = False
     limited: bool = False
     limited_reason: str | None = None
-
-
-def job_hosts(spec: Mapping[str, Any]) -> list[str] | None:
-    """The hosts a job's seeds point at, or None when there are too many to count as rate-limited."""
-    hosts: set[str] = set()
-    for url in spec.get("urls") or []:
-        hosts.add((urlsplit(str(url)).hostname or "").lower())
-    for rng in spec.get("urlRanges") or []:
-        hosts.add((urlsplit(str(rng.get("template", ""))).hostname or "").lower())
-    if not hosts or len(hosts) > MAX_HOSTS_PER_JOB:
-        return None
-    return sorted(hosts)
-
-
-def domain_backlog(jobs: Iterable[Mapping[str, Any]], pool: ScrapePoolSpec) -> dict[str, DomainBacklog] | None:
-    """Backlog per domain from the pool's active jobs (index entries), with the rate each allows.
-
-    A crawl's discovered links stay on its seeds' hosts unless its scope is SameDomain; jobs whose
-    hosts cannot be bounded make the ceiling unbounded (None)."""
-    out: dict[str, DomainBacklog] = {}
-    defaults = pool.defaults.politeness if pool.defaults else None
-    for entry in jobs:
-        waiting = int(entry.get("waiting") or 0)
-        if waiting <= 0:
-            continue
-        hosts = entry.get("hosts")
-        if not hosts:
-            return None
-        try:
-            pol = resolve_politeness(defaults, PolitenessSpec.model_validate(entry.get("politeness") or {}))
-        except ValueError:
-            continue
-        share = max(1, waiting // len(hosts))
-        for host in hosts:
-            prev = out.get(host)
-            rps = (
-                pol.requests_per_second
-                if prev is None or prev.requests_per_second is None
-                else min(prev.requests_per_second, pol.requests_per_second)
-            )
-            conc = (
-                pol.max_concurrency_per_domain
-                if prev is None or prev.max_concurrency is None
-                else min(prev.max_concurrency, pol.max_concurrency_per_domain)
-            )
-            out[host] = DomainBacklog(
-                tasks=(prev.tasks if prev else 0) + share, requests_per_second=rps, max_concurrency=conc
-            )
-    return out
+    startup_seconds: float | None = None  # measured pod start-up (median of recent pods), None before any
 
 
 @dataclass
@@ -89,9 +40,18 @@ class Autoscalers:
     """Per-pool autoscaler state, keyed by (namespace, name)."""
 
     states: dict[tuple[str, str], PoolScalerState] = field(default_factory=dict)
+    ready_seen: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def forget(self, key: tuple[str, str]) -> None:
         self.states.pop(key, None)
+        self.ready_seen.pop(key, None)
+
+    def wants_startups(self, key: tuple[str, str], ready_replicas: int) -> bool:
+        """Whether to list the pool's pods for start-up times on this pass: only when the Deployment's
+        ready count changed (a pod became Ready, or the operator restarted), not on every poll."""
+        changed = self.ready_seen.get(key) != ready_replicas
+        self.ready_seen[key] = ready_replicas
+        return changed and ready_replicas > 0
 
     def advise(
         self,
@@ -101,24 +61,9 @@ class Autoscalers:
         current: int,
         now: datetime,
         jobs: Iterable[Mapping[str, Any]] = (),
+        pod_startups: Iterable[tuple[str, float]] = (),
     ) -> ScaleAdvice:
-        state = self.states.get(key)
-        backlog = domain_backlog(jobs, pool)
-        mean_service = state.rates.rates.mean_service_seconds if state and state.rates else None
-        ceiling = (
-            rate_limit_ceiling(backlog, mean_service_seconds=mean_service, concurrency=pool.worker.concurrency)
-            if backlog
-            else None
-        )
-        result = step(
-            pool.autoscaling,
-            signals,
-            current,
-            state,
-            concurrency=pool.worker.concurrency,
-            drain_seconds=pool.worker.drain_seconds,
-            rate_limit_ceiling_replicas=ceiling,
-        )
+        result = plan(pool, signals, current, self.states.get(key), jobs=jobs, pod_startups=pod_startups)
         self.states[key] = result.state
         decision, rates = result.decision, result.rates
         limited_reason = "MaxReplicas" if decision.at_max else ("RateLimited" if decision.rate_limited else None)
@@ -132,4 +77,5 @@ class Autoscalers:
             failure_guard=decision.failure_guard,
             limited=decision.limited,
             limited_reason=limited_reason,
+            startup_seconds=result.state.startup.measured,
         )

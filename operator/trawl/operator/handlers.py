@@ -35,12 +35,16 @@ JOBS, POOLS, CRONS = "scrapejobs", "scrapepools", "cronscrapejobs"
 
 JOB_SYNC_SECONDS = float(os.environ.get("TRAWL_JOB_SYNC_SECONDS", "1"))
 CRON_SYNC_SECONDS = float(os.environ.get("TRAWL_CRON_SYNC_SECONDS", "10"))
+# Pools without autoscaling refresh their status this often; autoscaled pools every
+# spec.autoscaling.pollSeconds, checked on a timer that ticks every POOL_TICK_SECONDS.
 POOL_SYNC_SECONDS = float(os.environ.get("TRAWL_POOL_SYNC_SECONDS", "5"))
+POOL_TICK_SECONDS = min(1.0, POOL_SYNC_SECONDS)
 
 connections = RedisConnections()
 autoscalers = Autoscalers()
 _locks: dict[str, asyncio.Lock] = {}
 _written: dict[str, dict[str, Any]] = {}  # ScrapeJob uid -> the status this process last applied
+_pool_passes: dict[str, float] = {}  # ScrapePool uid -> monotonic time of its last reconcile
 
 
 def _lock(uid: str) -> asyncio.Lock:
@@ -213,9 +217,21 @@ async def job_deleted(
 # ---------------------------------------------------------------- ScrapePool
 
 
+def pool_poll_seconds(spec: Mapping[str, Any]) -> float:
+    """How often the timer reconciles a pool: ``autoscaling.pollSeconds`` when it autoscales."""
+    auto = spec.get("autoscaling") or {}
+    if auto.get("enabled", True) is False:
+        return POOL_SYNC_SECONDS
+    try:
+        return max(POOL_TICK_SECONDS, float(auto.get("pollSeconds", 5)))
+    except (TypeError, ValueError):  # an invalid spec is reported by the reconcile itself
+        return POOL_SYNC_SECONDS
+
+
 async def _pool(body: kopf.Body, patch: kopf.Patch, jobs_by_pool: kopf.Index[Any, Any]) -> None:
     meta = body.metadata
     started = time.monotonic()
+    _pool_passes[meta.uid] = started
     async with _lock(meta.uid):
         outcome = await reconcile_pool(
             name=meta.name,
@@ -248,8 +264,12 @@ async def pool_changed(body: kopf.Body, patch: kopf.Patch, jobs_by_pool: kopf.In
     await _pool(body, patch, jobs_by_pool)
 
 
-@kopf.timer(GROUP, VERSION, POOLS, interval=POOL_SYNC_SECONDS, errors=kopf.ErrorsMode.TEMPORARY)
+@kopf.timer(GROUP, VERSION, POOLS, interval=POOL_TICK_SECONDS, errors=kopf.ErrorsMode.TEMPORARY)
 async def pool_sync(body: kopf.Body, patch: kopf.Patch, jobs_by_pool: kopf.Index[Any, Any], **_: Any) -> None:
+    last = _pool_passes.get(body.metadata.uid)
+    # Half a tick of slack, so a timer firing slightly early does not skip a whole interval.
+    if last is not None and time.monotonic() - last < pool_poll_seconds(body.spec) - POOL_TICK_SECONDS / 2:
+        return
     await _pool(body, patch, jobs_by_pool)
 
 
@@ -265,6 +285,7 @@ async def pool_deleted(body: kopf.Body, jobs_by_pool: kopf.Index[Any, Any], **_:
         raise kopf.TemporaryError(message, delay=10)
     await delete_deployment(meta.namespace or "", meta.name)
     autoscalers.forget((meta.namespace or "", meta.name))
+    _pool_passes.pop(meta.uid, None)
     _locks.pop(meta.uid, None)
 
 

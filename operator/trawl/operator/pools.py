@@ -20,6 +20,7 @@ from redis.exceptions import RedisError
 
 from trawl.api.common import format_time
 from trawl.api.scrapepool import ScrapePoolSpec
+from trawl.autoscale.startup import pod_startup
 from trawl.queue import QueueUnavailable
 from trawl.queue.model import PoolSignals
 
@@ -151,6 +152,14 @@ async def mark_idle_pods(namespace: str, pool: str, signals: PoolSignals) -> int
     return patched
 
 
+async def pod_startups(namespace: str, pool: str) -> list[tuple[str, float]]:
+    """Creation → Ready seconds of the pool's Ready worker pods, for the autoscaler's start-up estimate."""
+    selector = ",".join(f"{k}={v}" for k, v in pool_selector(pool).items())
+    pods = await kube.call(kube.core().list_namespaced_pod, namespace, label_selector=selector)
+    found = (pod_startup(p) for p in kube.to_dict(pods).get("items", []))
+    return [f for f in found if f is not None]
+
+
 def _signals_status(signals: PoolSignals, advice: ScaleAdvice | None) -> dict[str, Any]:
     return {
         "ready": signals.ready,
@@ -206,7 +215,15 @@ async def reconcile_pool(
 
     advice: ScaleAdvice | None = None
     if spec.autoscaling.enabled:
-        advice = autoscalers.advise((namespace, name), spec, signals, current, now, jobs or [])
+        startups: list[tuple[str, float]] = []
+        if autoscalers.wants_startups((namespace, name), new["readyReplicas"]):
+            try:
+                startups = await pod_startups(namespace, name)
+            except Exception as exc:  # the estimate keeps its last value (or the default)
+                log.warning("pool %s/%s: cannot list worker pods for start-up times: %s", namespace, name, exc)
+        advice = autoscalers.advise((namespace, name), spec, signals, current, now, jobs or [], startups)
+        if advice.startup_seconds is not None:
+            new["podStartupSeconds"] = round(advice.startup_seconds, 2)
         desired = advice.desired
         reason = advice.reason
     else:
@@ -262,7 +279,15 @@ def _finish(
         prev_stalled = next((c for c in prev.get("conditions") or [] if c.get("type") == "Stalled"), None)
         if prev_stalled is None or prev_stalled.get("reason") != reason or prev_stalled.get("status") != "True":
             events.append(Transition("Warning", reason, msg))
-        for key in ("queue", "lastScale", "scalingReason", "desiredReplicas", "replicas", "readyReplicas"):
+        for key in (
+            "queue",
+            "lastScale",
+            "scalingReason",
+            "desiredReplicas",
+            "replicas",
+            "readyReplicas",
+            "podStartupSeconds",
+        ):
             if key not in new and key in prev:
                 new[key] = prev[key]
     else:
