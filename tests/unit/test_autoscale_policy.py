@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 
 from trawl.api.scrapepool import AutoscalingSpec
 from trawl.autoscale import Action, Observation, ScalerState, decide
+from trawl.autoscale.policy import MIN_DOWN_SHARE
 
 NOW = 10_000.0
 
@@ -343,7 +345,31 @@ def test_busy_workers_are_a_floor_outside_the_window() -> None:
     ]
     counts = _run(seq, s)
     assert counts[:12] == [12] * 12  # the first window after the scale-up
-    assert counts[12:] == [max(1, b) for b in busy[12:]], counts
+    tail = counts[12:]
+    assert all(c >= max(1, b) for c, b in zip(tail, busy[12:], strict=True)), counts  # never below busy
+    steps = [(a, b) for a, b in itertools.pairwise(counts) if b != a]
+    assert all(b < a for a, b in steps), counts
+    # Each step is worth its Event: a fifth of the pool at least, or down to the floor.
+    assert all(b == 1 or a - b >= math.ceil(MIN_DOWN_SHARE * a) for a, b in steps), counts
+    # ...and no worker idles longer than it takes a fifth of the pool to free up.
+    assert all(c <= max(1, b) + math.ceil(MIN_DOWN_SHARE * 12) for c, b in zip(tail, busy[12:], strict=True))
+    assert counts[-1] == 1, counts
+
+
+def test_small_scale_down_steps_wait_until_they_add_up() -> None:
+    """A window peak one below a pool of 10 is not worth an Event; two below (a fifth) is, once a
+    quarter of the window has passed since the last change."""
+    st = replace(PENDING, answers=((NOW - 30, 9),))
+    d = decide(spec(max_replicas=20), obs(current_replicas=10, in_flight=3), st)
+    assert (d.desired, d.action) == (10, Action.SCALE_DOWN_PENDING), d.reason
+    st = replace(PENDING, answers=((NOW - 30, 8),))
+    d = decide(spec(max_replicas=20), obs(current_replicas=10, in_flight=3), st)
+    assert (d.desired, d.action) == (8, Action.SCALE_DOWN), d.reason
+    # A step right after the previous change waits a quarter of the window (60 s here).
+    d = decide(spec(max_replicas=20), obs(current_replicas=10, in_flight=3), replace(st, last_change_at=NOW - 10))
+    assert (d.desired, d.action) == (10, Action.SCALE_DOWN_PENDING), d.reason
+    d = decide(spec(max_replicas=20), obs(current_replicas=10, in_flight=3), replace(st, last_change_at=NOW - 15))
+    assert (d.desired, d.action) == (8, Action.SCALE_DOWN), d.reason
 
 
 def test_an_answer_at_or_above_current_in_the_window_blocks_scale_down() -> None:

@@ -30,7 +30,11 @@ Rules, in the order they apply (each is covered by tests/unit/test_autoscale_pol
    window after the last scale-up, and then every poll may step down to the window's highest answer,
    so a pool whose tasks finish one by one shrinks poll by poll instead of once per delay. The
    window holds what the work asked for; workers kept only because they hold tasks (rule 3) are a
-   floor outside it, so such a worker goes as soon as its last task ends.
+   floor outside it, so such a worker goes as soon as its last task ends. A step down must be worth
+   its Event (and its pod churn): it removes at least a fifth of the pool (``MIN_DOWN_SHARE``) or
+   takes it to its floor (minReplicas, or the one worker kept before zero), and comes at least a
+   quarter of the window (``DOWN_SPACING_SHARE``) after the previous change; until then the steps
+   add up into one.
 6. **Bounds.** ``minReplicas`` and ``maxReplicas`` are hard: below min goes up at once (also during the
    failure guard), above max (after max was lowered) goes down at once.
 7. **Zero.** With ``minReplicas = 0`` the pool keeps one worker until it has seen no work for
@@ -55,6 +59,11 @@ COLD_START_STEP = 4
 TARGET_UTILIZATION = 0.8
 # Tasks longer than this share of the worker's drain period may not finish when their pod is removed.
 DRAIN_SAFE_SHARE = 1 / 3
+# A scale-down step removes at least this share of the pool (or reaches its floor): fewer, larger
+# steps, each one Event and one ReplicaSet change, instead of one pod per poll.
+MIN_DOWN_SHARE = 0.2
+# ... and comes at least this share of scaleDownDelaySeconds after the previous change.
+DOWN_SPACING_SHARE = 0.25
 
 
 class Action(StrEnum):
@@ -337,8 +346,17 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
         # Busy workers are a floor, not an answer: one whose last long task ends goes at once when
         # the demand of the whole window did not need it. (target = this poll's demand or that floor.)
         peak = max([a for _, a in recent] + [target])
-        reason = f"scaling down {current}→{peak}: highest answer of the last {delay:g}s; {why}"
-        return done(peak, Action.SCALE_DOWN, reason)
+        step = current - peak
+        spaced = st.last_change_at is None or now - st.last_change_at >= DOWN_SPACING_SHARE * delay
+        if spaced and (peak <= lo or step >= max(1, math.ceil(MIN_DOWN_SHARE * current - 1e-9))):
+            reason = f"scaling down {current}→{peak}: highest answer of the last {delay:g}s; {why}"
+            return done(peak, Action.SCALE_DOWN, reason)
+        return done(
+            current,
+            Action.SCALE_DOWN_PENDING,
+            f"holding at {current}, {peak} would do: a step of {step} waits until it removes a fifth of the pool "
+            f"and {DOWN_SPACING_SHARE * delay:g}s have passed since the last change; {why}",
+        )
     return done(
         current,
         Action.SCALE_DOWN_PENDING,
