@@ -8,6 +8,7 @@
 #   requirements/runtime.txt  the package's own dependencies   (worker_image/Dockerfile)
 #   requirements/test.txt     + the test extra                  (make setup, so make test and .ci/run)
 #   requirements/bench.txt    + the bench extra                 (make bench-setup, docs/benchmarks.md)
+#   requirements/browser.txt  runtime + the browser extra       (worker_image/Dockerfile.browser)
 # They are universal (valid for any platform and Python >= 3.11), so one set serves laptops, CI and
 # the image. Without other arguments the versions already locked are kept where pyproject.toml allows
 # them; `--upgrade` moves everything to the newest allowed versions.
@@ -33,4 +34,5 @@ compile() {
 compile bench.txt --extra test --extra bench "$@"
 compile test.txt --extra test -c requirements/bench.txt "$@"
 compile runtime.txt -c requirements/bench.txt "$@"
-echo "[lock] wrote requirements/runtime.txt test.txt bench.txt" >&2
+compile browser.txt --extra browser -c requirements/bench.txt "$@"
+echo "[lock] wrote requirements/runtime.txt test.txt bench.txt browser.txt" >&2

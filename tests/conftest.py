@@ -55,6 +55,7 @@ _LAYERS = {
     "unit": "unit",
     "setup": "setup",
     "integration": "redis",
+    "browser": "browser",
     "cluster": "cluster",
     "e2e_kind": "e2e_kind",
 }
@@ -66,5 +67,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         parts = item.path.parts
         layer = next((_LAYERS[p] for p in parts if p in _LAYERS), None)
         if layer is None:
-            raise pytest.UsageError(f"{item.nodeid} is outside tests/unit, setup, integration, cluster or e2e_kind")
+            raise pytest.UsageError(
+                f"{item.nodeid} is outside tests/unit, setup, integration, browser, cluster or e2e_kind"
+            )
         item.add_marker(getattr(pytest.mark, layer))

@@ -13,7 +13,7 @@ from typing import Any
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from trawl.api import policies, scrapejob, scrapepool
+from trawl.api import policies, render, scrapejob, scrapepool
 from trawl.api.cronscrapejob import TIMEZONE_PATTERN, CronScrapeJobSpec, JobTemplateMetadata, ScrapeJobTemplate
 
 Strategy = st.SearchStrategy[Any]
@@ -142,6 +142,24 @@ extract = obj(
         "onlyMatching": regex,
     },
 )
+
+
+def _render(wait: str) -> Strategy:
+    required = {"mode": enum(render.RenderMode), "waitFor": st.just(wait)}
+    if wait == "Selector":
+        required["selector"] = st.sampled_from(["ol.items li", "#content", "div.product h1"])
+    optional = {
+        "delaySeconds": floats(0, 60),
+        "timeoutSeconds": floats(1, 300),
+        "screenshot": st.booleans(),
+        "blockResources": st.lists(enum(render.BlockedResource), max_size=4, unique=True),
+    }
+    if wait != "Selector":
+        optional["selector"] = st.sampled_from(["ol.items li", "#content"])
+    return obj(render.RenderSpec, required, optional)
+
+
+render_spec = st.one_of(st.sampled_from([w.value for w in render.RenderWait]).flatmap(_render), st.just({}))
 url_range = ordered(
     obj(
         scrapejob.UrlRange,
@@ -192,6 +210,7 @@ def _job_spec(seeds: dict[str, Strategy], more: dict[str, Strategy]) -> Strategy
 
 _job_optional: dict[str, Strategy] = {
     "crawl": crawl,
+    "render": render_spec,
     "extract": extract,
     "request": request,
     "politeness": politeness,

@@ -11,7 +11,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[2]
-LOCKS = {"runtime": [], "test": ["test"], "bench": ["test", "bench"]}
+LOCKS = {"runtime": [], "test": ["test"], "bench": ["test", "bench"], "browser": ["browser"]}
 PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)(?:\s*;\s*([^\\]+?))?\s*\\?$", re.M)
 
 
@@ -50,7 +50,7 @@ def test_every_pin_carries_hashes(lock: str) -> None:
 
 def test_the_locks_agree_on_shared_packages() -> None:
     bench = _pins("bench")
-    for lock in ("runtime", "test"):
+    for lock in ("runtime", "test", "browser"):
         pins = _pins(lock)
         assert pins, lock
         differ = {n: (v, bench.get(n)) for n, v in pins.items() if bench.get(n) != v}

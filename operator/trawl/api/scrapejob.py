@@ -11,6 +11,7 @@ from pydantic import Field, field_validator, model_validator
 
 from .common import Condition, DNSLabel, HttpURL, SecretKeyRef, TrawlModel
 from .policies import FailureClass, PolitenessSpec, RequestSpec, RetrySpec
+from .render import RenderSpec
 
 MAX_INLINE_URLS = 5000
 MAX_GENERATED_URLS = 1_000_000
@@ -224,6 +225,9 @@ class ScrapeJobSpec(TrawlModel):
     )
     crawl: CrawlSpec | None = Field(default=None, description="Follow links from the URLs.")
     extract: ExtractSpec | None = Field(default=None, description="What to extract from each page.")
+    render: RenderSpec | None = Field(
+        default=None, description="Load pages in a headless browser before extraction. Default: plain fetching."
+    )
     request: RequestSpec | None = Field(default=None, description="Request settings; unset fields use the pool's.")
     politeness: PolitenessSpec | None = Field(
         default=None, description="Politeness settings; unset fields use the pool's."

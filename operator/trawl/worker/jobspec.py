@@ -11,6 +11,7 @@ The operator calls :func:`build_worker_spec` when it registers a job; workers ca
       "extract":    ExtractSpec dump         (fields, links, images, title, text, only_matching)
       "crawl":      CrawlSpec dump or None   (max_depth, max_pages, scope, include, exclude)
       "output":     OutputSpec dump          (sink, redis_stream, json_lines, webhook incl. secret_ref)
+      "render":     RenderSpec dump or None  (mode Browser: waits, time cap, screenshot, blocked resources)
     }
 
 Secrets never travel through Redis: a webhook's ``secretRef`` is a reference (Secret name and key).
@@ -37,6 +38,7 @@ from trawl.api.policies import (
     resolve_request,
     resolve_retry,
 )
+from trawl.api.render import RenderSpec
 from trawl.api.scrapejob import CrawlSpec, ExtractSpec, OutputSpec, ScrapeJobSpec
 from trawl.api.scrapepool import ScrapePoolSpec
 
@@ -99,6 +101,8 @@ def build_worker_spec(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec | None)
         "extract": extract.model_dump(mode="json"),
         "crawl": job_spec.crawl.model_dump(mode="json") if job_spec.crawl is not None else None,
         "output": output.model_dump(mode="json"),
+        # Only a Browser render is sent: plain fetching stays the spec that workers have always read.
+        "render": job_spec.render.model_dump(mode="json") if job_spec.render and job_spec.render.browser else None,
     }
 
 
@@ -113,6 +117,7 @@ class WorkerJobSpec:
     crawl: CrawlPolicy | None
     max_pages: int | None
     output: OutputSpec
+    render: RenderSpec | None = None  # set only for mode Browser
 
 
 def parse_worker_spec(spec: dict[str, Any] | None) -> WorkerJobSpec:
@@ -138,6 +143,7 @@ def parse_worker_spec(spec: dict[str, Any] | None) -> WorkerJobSpec:
         ),
         max_pages=crawl.max_pages if crawl is not None else None,
         output=OutputSpec.model_validate(spec.get("output") or {}),
+        render=RenderSpec.model_validate(spec["render"]) if spec.get("render") else None,
     )
 
 

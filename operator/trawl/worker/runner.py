@@ -35,6 +35,7 @@ from .jobspec import WorkerJobSpec, parse_worker_spec, read_secret
 from .metrics import WorkerMetrics
 from .notes import JobNotes
 from .politeness import DomainLimiter, RateWaitTooLong, RobotsCache
+from .render.hook import BrowserCrashed, Renderer
 from .sinks import JsonLinesSink, Record, RedisStreamSink, Sink, WebhookSink, dedupe_key, record_key
 from .urlpolicy import IPNetwork, host_of, parse_networks
 
@@ -122,6 +123,7 @@ class Worker:
             sink_backoff_first=config.sink_backoff_seconds,
         )
         self.finish_capacity = config.sink_capacity or 4 * config.concurrency
+        self.renderer = Renderer(self.allowed, self.metrics.registry)  # starts Chromium on the first Browser task
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -165,6 +167,7 @@ class Worker:
             for sink in self._sinks.values():
                 await sink.close()
             await self.fetcher.close()
+            await self.renderer.close()
             self.metrics.shutdown()
             log.info("worker stopped", extra={"worker": self.worker_id, "processed": self.processed})
 
@@ -433,18 +436,24 @@ class Worker:
                 waited += time.monotonic() - t0
 
         fetch_started = time.monotonic()
+        render_info: dict[str, Any] = {}
         try:
             async with self.limiter.slot(
                 domain, pol.max_concurrency_per_domain, deadline=time.monotonic() + self.config.max_rate_wait
             ):
                 waited = time.monotonic() - fetch_started
-                result = await self.fetcher.fetch(
-                    task.url,
-                    limits=job.limits,
-                    headers=job.headers,
-                    user_agent=spec.request.user_agent,
-                    before_hop=before_hop,
-                )
+                if spec.render is not None:  # Browser mode: same limits, hooks and errors as a fetch
+                    result, render_info = await self.renderer.render(
+                        task.url, spec.render, job.limits, job.headers, spec.request.user_agent, before_hop
+                    )
+                else:
+                    result = await self.fetcher.fetch(
+                        task.url,
+                        limits=job.limits,
+                        headers=job.headers,
+                        user_agent=spec.request.user_agent,
+                        before_hop=before_hop,
+                    )
             elapsed = time.monotonic() - fetch_started - waited
             if pol.adaptive_delay:
                 self.limiter.adaptive(domain).observe(elapsed, False)
@@ -456,6 +465,8 @@ class Worker:
             self.metrics.deferrals.labels("rate_limit").inc()
             await self.queue.release(task, self.worker_id, delay=max(exc.wait, 0.5))
             return "released"
+        except BrowserCrashed as exc:
+            return await self._browser_crashed(task, exc)
         except FetchError as exc:
             return await self._failed(task, job, domain, exc, time.monotonic() - fetch_started - waited)
 
@@ -475,6 +486,7 @@ class Worker:
                 "attempt": task.attempt,
                 "fetchedAt": round(time.time(), 3),
                 **page.data,
+                **render_info,
             }
             record = Record(task.job_id, task.url, data)
         self.finisher.submit(Finish(task, links, record, job.sink))
@@ -496,6 +508,21 @@ class Worker:
             adaptive=pol.adaptive_delay,
             deadline=time.monotonic() + self.config.max_rate_wait,
         )
+
+    async def _browser_crashed(self, task: Task, exc: BrowserCrashed) -> str:
+        """The browser died under the page: not the site's fault, so no attempt is spent and the domain is
+        not slowed down; the task goes back at once (a page that crashes every browser fails after
+        MAX_DEFERRALS such releases)."""
+        key = (task.job_id, task.task_id)
+        count = self._deferred.pop(key, 0) + 1
+        self._deferred[key] = count
+        if count <= MAX_DEFERRALS:
+            self.metrics.deferrals.labels("browser_crash").inc()
+            log.info("browser crashed; task given back", extra={"job": task.job_id, "url": task.url})
+            await self.queue.release(task, self.worker_id, delay=0.5)
+            return "released"
+        outcome = await self.queue.fail(task, self.worker_id, exc.failure_class.value, exc.message[:1024])
+        return "dead" if outcome.dead_lettered else "failed"
 
     async def _failed(self, task: Task, job: _Job, domain: str, exc: FetchError, elapsed: float) -> str:
         spec = job.spec

@@ -1,0 +1,68 @@
+"""Memory of a browser: the proportional set size (PSS) of its main process and all its descendants.
+
+PSS counts shared pages once across the processes that share them, so the sum over Chromium's
+browser, zygote, renderer and utility processes is what the browser really costs the node.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+PROC = Path("/proc")
+
+
+def find_pid(marker: str) -> int | None:
+    """The browser's main process: the one whose command line carries ``marker`` and is not a child type."""
+    needle = marker.encode()
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if needle in cmd and b"--type=" not in cmd:
+            return int(entry.name)
+    return None
+
+
+def _children() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = defaultdict(list)
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # the command name may hold spaces and parentheses: fields start after the last ')'
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 1:
+            tree[int(fields[1])].append(int(entry.name))
+    return tree
+
+
+def descendants(pid: int) -> list[int]:
+    tree = _children()
+    out = [pid]
+    i = 0
+    while i < len(out):
+        out.extend(tree.get(out[i], ()))
+        i += 1
+    return out
+
+
+def pss_bytes(pid: int) -> int:
+    """PSS of ``pid`` (0 when it is gone or unreadable)."""
+    try:
+        for line in (PROC / str(pid) / "smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return 0
+    return 0
+
+
+def tree_pss_bytes(pid: int) -> int:
+    return sum(pss_bytes(p) for p in descendants(pid))

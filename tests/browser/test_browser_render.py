@@ -1,0 +1,221 @@
+"""Browser rendering end to end: the real worker, queue and Redis, headless Chromium and loopback sites."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from aiohttp import web
+
+from trawl.api.scrapejob import ScrapeJobSpec
+from trawl.dev.bookstore import Renderer, catalog
+from trawl.dev.jsbookstore import LISTING_FIELDS, Hits, build_app, listing_paths
+from trawl.queue import Queue
+from trawl.queue.keys import Keys
+from trawl.worker.jobspec import build_job_config
+from trawl.worker.render.settings import BrowserSettings
+from trawl.worker.runner import Worker, WorkerConfig
+
+PREFIX = "trawl:{test/render}"
+SITE_HOST = "127.0.0.2"  # the fixture site: allowed explicitly, as the other worker tests allow theirs
+ALLOWED = [f"{SITE_HOST}/32"]  # the protected server's 127.0.0.3 is NOT allowed
+POLITE = {"requestsPerSecond": 1000, "maxConcurrencyPerDomain": 8}
+
+
+@pytest.fixture
+async def site() -> AsyncIterator[tuple[str, Renderer, Hits]]:
+    renderer = Renderer(catalog(3, 10, 5))  # 6 listings of 5 products: small, the machine is shared
+    hits = Hits()
+    runner = web.AppRunner(build_app(renderer, hits), access_log=None)
+    await runner.setup()
+    tcp = web.TCPSite(runner, SITE_HOST, 0)
+    await tcp.start()
+    assert tcp._server is not None
+    port = tcp._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://{SITE_HOST}:{port}", renderer, hits
+    finally:
+        await runner.cleanup()
+
+
+async def run_job(
+    redis: aioredis.Redis,
+    spec: dict[str, Any],
+    *,
+    wait_seconds: float = 120.0,
+    pages: int = 4,
+    during: Callable[[Worker], Any] | None = None,
+) -> tuple[str, Queue, Worker, list[dict[str, Any]]]:
+    """Run one in-process worker until the job finishes; returns its records."""
+    job = ScrapeJobSpec.model_validate({"pool": "render", "politeness": POLITE, **spec})
+    job_id = uuid.uuid4().hex[:12]
+    queue = Queue(redis, PREFIX, lease_seconds=30)
+    await queue.register_job(build_job_config(job_id, job, None))
+    await queue.enqueue(job_id, job.seed_urls())
+    await queue.mark_enqueue_done(job_id)
+    worker = Worker(
+        WorkerConfig(prefix=PREFIX, worker_id="w-" + job_id, concurrency=2 * pages, allowed_cidrs=ALLOWED),
+        queue,
+        redis,
+        Keys(PREFIX),
+    )
+    worker.renderer.settings = BrowserSettings(pages_per_browser=pages)
+    runner = asyncio.create_task(worker.run())
+    watcher = asyncio.create_task(during(worker)) if during is not None else None
+    try:
+        deadline = time.monotonic() + wait_seconds
+        while not (await queue.job_stats(job_id)).finished:
+            assert time.monotonic() < deadline, await queue.job_stats(job_id)
+            assert not runner.done(), runner
+            await asyncio.sleep(0.05)
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+        worker.request_stop()
+        await asyncio.wait_for(runner, 60)
+    entries = await redis.xrange(Keys(PREFIX).results(job_id))
+    return job_id, queue, worker, [json.loads(fields[b"data"]) for _id, fields in entries]
+
+
+def by_listing(records: list[dict[str, Any]], flavour: str) -> dict[str, dict[str, Any]]:
+    """Records keyed by the listing path without its flavour prefix, with only the extracted fields."""
+    out = {}
+    for r in records:
+        path = r["url"].split("/", 3)[3]
+        assert path.startswith(flavour + "/"), r["url"]
+        out[path[len(flavour) :]] = {k: r[k] for k in ("names", "prices", "links", "heading", "title")}
+    return out
+
+
+async def test_script_built_and_xhr_fed_lists_yield_the_static_records(
+    site: tuple[str, Renderer, Hits], redis_client: aioredis.Redis
+) -> None:
+    base, renderer, _hits = site
+    extract = {"fields": LISTING_FIELDS}
+    results = {}
+    for flavour, render in (
+        ("static", None),
+        ("js", {"mode": "Browser"}),
+        ("xhr", {"mode": "Browser", "waitFor": "Selector", "selector": "ol.items li.item"}),
+    ):
+        urls = [base + p for p in listing_paths(renderer, flavour)]
+        spec: dict[str, Any] = {"urls": urls, "extract": extract}
+        if render is not None:
+            spec["render"] = render
+        t0 = time.monotonic()
+        job_id, queue, _worker, records = await run_job(redis_client, spec)
+        print(flavour, time.monotonic() - t0)
+        stats = await queue.job_stats(job_id)
+        assert (stats.succeeded, stats.dead) == (len(urls), 0), await queue.dead_letters(job_id)
+        results[flavour] = by_listing(records, flavour)
+        assert len(results[flavour]) == len(urls) == 6
+        if render is not None:
+            assert all(r["render"]["blockedRequests"] == 0 for r in records)
+    static = results["static"]
+    assert sum(len(v["names"]) for v in static.values()) == 30  # every product listed once
+    assert all(len(v["names"]) == len(v["prices"]) > 0 for v in static.values())
+    assert results["js"] == static
+    assert results["xhr"] == static
+
+
+async def test_page_scripts_cannot_reach_loopback_or_metadata(
+    site: tuple[str, Renderer, Hits],
+    protected: tuple[str, list[str]],
+    redis_client: aioredis.Redis,
+) -> None:
+    base, _renderer, _hits = site
+    target, protected_hits = protected
+    url = f"{base}/hostile/ssrf.html?target={target}"
+    job_id, queue, worker, records = await run_job(
+        redis_client,
+        {
+            "urls": [url],
+            "extract": {"fields": [{"name": "state", "selector": "#state"}]},
+            "render": {"mode": "Browser", "waitFor": "NetworkIdle", "timeoutSeconds": 20},
+        },
+    )
+    assert (await queue.job_stats(job_id)).succeeded == 1
+    [record] = records
+    assert record["state"] == "tried"  # the script ran to its end: every attempt below was made
+    assert protected_hits == []  # fetch, XHR, WebSocket, beacon, popup, iframe, image: none got through
+    # fetch, XHR, WebSocket, beacon, iframe and image towards the protected host, and the metadata address
+    assert record["render"]["blockedRequests"] >= 4
+    assert record["finalUrl"] == url  # no popup or navigation took the page elsewhere
+    pool = worker.renderer.pool
+    assert pool is not None
+    blocked_metric = worker.metrics.registry.get_sample_value("trawl_worker_browser_blocked_requests_total")
+    assert blocked_metric is not None and blocked_metric >= 4
+
+
+async def test_never_idle_page_ends_at_its_time_cap(
+    site: tuple[str, Renderer, Hits], redis_client: aioredis.Redis
+) -> None:
+    base, _renderer, hits = site
+    cap = 3.0
+    started = time.monotonic()
+    job_id, queue, _worker, records = await run_job(
+        redis_client,
+        {
+            "urls": [f"{base}/hostile/never-idle.html"],
+            "extract": {"fields": [{"name": "rows", "selector": "p.row", "multiple": True}]},
+            "render": {"mode": "Browser", "waitFor": "NetworkIdle", "timeoutSeconds": cap},
+        },
+    )
+    assert (await queue.job_stats(job_id)).succeeded == 1
+    [record] = records
+    assert record["render"]["timedOut"] is True
+    assert cap <= record["render"]["seconds"] < cap + 10  # taken at the cap, not after a lease or a retry
+    assert record["rows"]  # the page as it was at the cap, rows appended so far included
+    assert hits.paths.count("/api/tick") >= 3  # the page really kept the network busy
+    assert time.monotonic() - started < 60
+
+
+async def test_a_browser_crash_loses_no_task(site: tuple[str, Renderer, Hits], redis_client: aioredis.Redis) -> None:
+    base, renderer, _hits = site
+    urls = [base + p for p in listing_paths(renderer, "js")]
+    killed: list[int] = []
+
+    async def kill_browser_mid_render(worker: Worker) -> None:
+        while True:
+            pool = worker.renderer.pool
+            pages = worker.metrics.registry.get_sample_value("trawl_worker_browser_pages") or 0
+            if pool is not None and pool.browser_pids() and pages >= 2:
+                pid = pool.browser_pids()[0]
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+                return
+            await asyncio.sleep(0.02)
+
+    job_id, queue, worker, records = await run_job(
+        redis_client,
+        {
+            "urls": urls,
+            "extract": {"fields": LISTING_FIELDS},
+            # each page stays open a while, so the kill lands while pages are being rendered
+            "render": {"mode": "Browser", "waitFor": "Delay", "delaySeconds": 1.0},
+            "retry": {"maxAttempts": 3, "initialDelaySeconds": 0.1},
+        },
+        during=kill_browser_mid_render,
+    )
+    assert killed, "the browser was never killed"
+    stats = await queue.job_stats(job_id)
+    assert (stats.succeeded, stats.dead) == (len(urls), 0), await queue.dead_letters(job_id)
+    assert sorted(r["url"] for r in records) == sorted(urls)  # every URL exactly once
+    assert sum(len(r["names"]) for r in records) == 30  # the lists were rendered in full
+    given_back = worker.metrics.registry.get_sample_value(
+        "trawl_worker_rate_limit_deferrals_total", {"reason": "browser_crash"}
+    )
+    assert given_back is not None and given_back >= 2  # the pages cut by the crash went back, no attempt spent...
+    assert max(r["attempt"] for r in records) == 1
+    pool = worker.renderer.pool
+    assert pool is not None and pool.launches >= 2  # ...and were rendered in a new browser
+    restarts = worker.metrics.registry.get_sample_value("trawl_worker_browser_restarts_total", {"reason": "crash"})
+    assert restarts == 1
