@@ -157,7 +157,7 @@ async def _job(body: kopf.Body, patch: kopf.Patch, pool_index: kopf.Index[Any, A
             _written[meta.uid] = outcome.status
             metrics.STATUS_PATCHES.labels(kind="ScrapeJob").inc()
             _post(body, outcome.events)
-    metrics.record_job_phase(meta.uid, outcome.status.get("phase"))
+    metrics.record_job(meta.uid, meta.namespace or "", meta.name, str(body.spec.get("pool") or ""), outcome.status)
     if any(e.reason == "RedisUnavailable" for e in outcome.events):
         metrics.REDIS_ERRORS.labels(kind="ScrapeJob").inc()
     metrics.RECONCILE_SECONDS.labels(kind="ScrapeJob").observe(time.monotonic() - started)
@@ -204,7 +204,7 @@ async def job_deleted(
             connections=connections,
         )
         logger.info("ScrapeJob deleted: %s", outcome)
-        metrics.record_job_phase(meta.uid, None)
+        metrics.forget_job(meta.uid)
     except RedisUnreachable as exc:
         if retry < 12:
             raise kopf.TemporaryError(f"cannot cancel the job's tasks yet: {exc}", delay=5) from None
@@ -247,6 +247,7 @@ async def _pool(body: kopf.Body, patch: kopf.Patch, jobs_by_pool: kopf.Index[Any
         )
     _write_status(patch, body.status, outcome.status, "ScrapePool")
     _post(body, outcome.events)
+    metrics.record_pool(meta.namespace or "", meta.name, outcome.status)
     metrics.RECONCILE_SECONDS.labels(kind="ScrapePool").observe(time.monotonic() - started)
     for event in outcome.events:
         if event.reason == "Scaled":
@@ -286,6 +287,7 @@ async def pool_deleted(body: kopf.Body, jobs_by_pool: kopf.Index[Any, Any], **_:
     await delete_deployment(meta.namespace or "", meta.name)
     autoscalers.forget((meta.namespace or "", meta.name))
     _pool_passes.pop(meta.uid, None)
+    metrics.forget_pool(meta.namespace or "", meta.name)
     _locks.pop(meta.uid, None)
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter as Tally
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -43,3 +46,111 @@ class _PhaseCollector(Collector):
 
 
 REGISTRY.register(_PhaseCollector())
+
+
+# ---------------------------------------------------------------- per pool and per job, for alerting
+#
+# Gauges are produced at scrape time from what the reconcilers last computed (the status they wrote),
+# so they cost nothing between scrapes and disappear with their object. Labels: namespace, pool, job.
+
+POOL_COUNTS = {
+    "trawl_pool_backlog_tasks": ("ready", "Tasks ready to be claimed by the pool's workers."),
+    "trawl_pool_delayed_tasks": ("delayed", "Tasks waiting for a retry backoff or a politeness delay."),
+    "trawl_pool_in_flight_tasks": ("inFlight", "Tasks claimed by a worker and not yet finished."),
+    "trawl_pool_dead_letters": ("dead", "Dead-lettered tasks of the pool's jobs."),
+}
+POOL_CONDITIONS = ("Ready", "Stalled", "Degraded", "ScalingLimited")
+JOB_STATES = ("total", "pending", "inFlight", "succeeded", "retrying", "deadLettered")
+JOB_PHASES = ("Pending", "Queued", "Running", "Succeeded", "Failed", "Suspended")
+
+
+@dataclass
+class _PoolSeen:
+    status: dict[str, Any]
+    # When the pool's backlog last moved (empty, or tasks completing): the age of a backlog that does not.
+    moving_at: float
+
+
+_pools: dict[tuple[str, str], _PoolSeen] = {}
+_jobs: dict[str, tuple[str, str, str, dict[str, Any]]] = {}  # uid -> namespace, name, pool, status
+
+
+def backlog_moving(status: Mapping[str, Any]) -> bool:
+    """Nothing waits, or the pool completes tasks: a backlog only ages while neither holds."""
+    queue = status.get("queue") or {}
+    waiting = int(queue.get("ready") or 0) + int(queue.get("delayed") or 0)
+    return waiting == 0 or float(queue.get("throughputPerSecond") or 0) > 0
+
+
+def record_pool(namespace: str, name: str, status: Mapping[str, Any], now: float | None = None) -> None:
+    now = time.monotonic() if now is None else now
+    seen = _pools.get((namespace, name))
+    moving_at = now if seen is None or backlog_moving(status) else seen.moving_at
+    _pools[(namespace, name)] = _PoolSeen(dict(status), moving_at)
+
+
+def forget_pool(namespace: str, name: str) -> None:
+    _pools.pop((namespace, name), None)
+
+
+def record_job(uid: str, namespace: str, name: str, pool: str, status: Mapping[str, Any]) -> None:
+    record_job_phase(uid, status.get("phase"))
+    _jobs[uid] = (namespace, name, pool, dict(status))
+
+
+def forget_job(uid: str) -> None:
+    record_job_phase(uid, None)
+    _jobs.pop(uid, None)
+
+
+class _ObjectCollector(Collector):
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield from self.pool_families(self.clock())
+        yield from self.job_families()
+
+    def pool_families(self, now: float) -> Iterator[GaugeMetricFamily]:
+        pools = sorted(_pools.items())
+        labels = ["namespace", "pool"]
+        for metric, (key, doc) in POOL_COUNTS.items():
+            family = GaugeMetricFamily(metric, doc, labels=labels)
+            for (ns, name), seen in pools:
+                family.add_metric([ns, name], float((seen.status.get("queue") or {}).get(key) or 0))
+            yield family
+        stalled = GaugeMetricFamily(
+            "trawl_pool_backlog_stalled_seconds",
+            "Seconds the pool has had waiting tasks without completing any (0 while empty or draining): how long "
+            "its oldest pending work has been stuck at least.",
+            labels=labels,
+        )
+        desired = GaugeMetricFamily("trawl_pool_desired_replicas", "Workers the autoscaler asks for.", labels=labels)
+        ready = GaugeMetricFamily("trawl_pool_ready_replicas", "Worker pods ready.", labels=labels)
+        condition = GaugeMetricFamily(
+            "trawl_pool_condition", "1 while the pool's condition is True.", labels=[*labels, "condition"]
+        )
+        for (ns, name), seen in pools:
+            stalled.add_metric([ns, name], 0.0 if backlog_moving(seen.status) else max(0.0, now - seen.moving_at))
+            desired.add_metric([ns, name], float(seen.status.get("desiredReplicas") or 0))
+            ready.add_metric([ns, name], float(seen.status.get("readyReplicas") or 0))
+            conds = {c.get("type"): c.get("status") for c in seen.status.get("conditions") or []}
+            for ctype in POOL_CONDITIONS:
+                condition.add_metric([ns, name, ctype], 1.0 if conds.get(ctype) == "True" else 0.0)
+        yield from (stalled, desired, ready, condition)
+
+    def job_families(self) -> Iterator[GaugeMetricFamily]:
+        labels = ["namespace", "job", "pool"]
+        tasks = GaugeMetricFamily("trawl_job_tasks", "A job's tasks by state.", labels=[*labels, "state"])
+        phase = GaugeMetricFamily("trawl_job_phase", "1 for the job's current phase.", labels=[*labels, "phase"])
+        for _uid, (ns, name, pool, status) in sorted(_jobs.items(), key=lambda kv: kv[1][:2]):
+            counts = status.get("counts") or {}
+            for state in JOB_STATES:
+                tasks.add_metric([ns, name, pool, state], float(counts.get(state) or 0))
+            current = status.get("phase")
+            for p in JOB_PHASES:
+                phase.add_metric([ns, name, pool, p], 1.0 if p == current else 0.0)
+        yield from (tasks, phase)
+
+
+REGISTRY.register(_ObjectCollector())
