@@ -37,7 +37,16 @@ VALUE_SETS: dict[str, list[str]] = {
     "no-redis": ["no-redis-values.yaml"],
     "metrics": ["metrics-values.yaml"],
     "minimal": ["minimal-values.yaml"],
+    "openshift": ["openshift-values.yaml"],
 }
+
+# The Prometheus Operator's API: the monitoring objects render only where it exists (as in a cluster
+# running it). render() assumes it by default; pass api_versions=() for a cluster without it.
+MONITORING_APIS = (
+    "monitoring.coreos.com/v1/ServiceMonitor",
+    "monitoring.coreos.com/v1/PodMonitor",
+    "monitoring.coreos.com/v1/PrometheusRule",
+)
 
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 
@@ -96,11 +105,14 @@ def render(
     values_files: Iterable[Path] = (),
     set_values: Mapping[str, str] | None = None,
     include_crds: bool = False,
+    api_versions: Iterable[str] = MONITORING_APIS,
 ) -> list[dict[str, Any]]:
     """``helm template`` the chart and return the rendered objects (empty documents dropped)."""
     args = ["template", release, str(CHART), "--namespace", namespace]
     if include_crds:
         args.append("--include-crds")
+    for api in api_versions:
+        args += ["--api-versions", api]
     args += values_args(value_set, values_files, **dict(set_values or {}))
     text = helm(*args).stdout
     return [doc for doc in yaml.safe_load_all(text) if doc]

@@ -276,6 +276,10 @@ worker = obj(
         "drainSeconds": ints(1, 3600),
         "allowedCidrs": st.lists(st.sampled_from(["10.0.0.0/8", "192.168.1.0/24", "127.0.0.1/32", "fd00::/8"])),
         "secrets": st.lists(dns_label, max_size=20),
+        "imagePullSecrets": st.lists(dns_label, max_size=20),
+        "podSecurityContext": st.fixed_dictionaries(
+            {"runAsNonRoot": st.booleans()}, optional={"runAsUser": ints(1, 65535), "fsGroup": ints(1, 65535)}
+        ),
         "nodeSelector": label_map,
         "tolerations": st.lists(
             st.fixed_dictionaries(

@@ -4,11 +4,13 @@ operator, Redis and worker pods are admitted under the "restricted" Pod Security
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 from typing import Any
 
 import pytest
+import yaml
 
 from helm_chart import (
     CHART,
@@ -31,8 +33,8 @@ RESTRICTED = {
 }
 
 # Minimal stand-ins for the Prometheus Operator CRDs: enough for the API server to accept (and
-# prune nothing from) the chart's ServiceMonitor and PodMonitor. The real CRDs validate more.
-_MONITOR_KINDS = {"ServiceMonitor": "servicemonitors", "PodMonitor": "podmonitors"}
+# prune nothing from) the chart's ServiceMonitor, PodMonitor and PrometheusRule. The real CRDs validate more.
+_MONITOR_KINDS = {"ServiceMonitor": "servicemonitors", "PodMonitor": "podmonitors", "PrometheusRule": "prometheusrules"}
 
 
 def _monitor_crd(kind: str, plural: str) -> dict[str, Any]:
@@ -219,6 +221,12 @@ def test_helm_install_and_uninstall(control_plane: ControlPlane, restricted_name
         "get", "secret", secret, "-n", restricted_namespace, "-o", "jsonpath={.data.password}"
     ).stdout
     assert before and before == after
+    # Every render that can see the cluster (helm upgrade, Flux's helm-controller, `helm template
+    # --dry-run=server`) gives the same Secret: the live password, twice.
+    server_side = ["template", release, str(CHART), *kube, "--dry-run=server"]
+    rendered = [one([d for d in yaml.safe_load_all(helm(*server_side).stdout) if d], "Secret") for _ in range(2)]
+    assert rendered[0] == rendered[1]
+    assert base64.b64encode(rendered[0]["stringData"]["password"].encode()).decode() == before
     helm("uninstall", release, *kube, "--timeout", "60s", timeout=180)
     left = control_plane.kubectl("get", "deployments", "-n", restricted_namespace, "-o", "name").stdout.split()
     assert left == [], left

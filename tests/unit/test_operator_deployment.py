@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from trawl.api.scrapepool import ScrapePoolSpec
-from trawl.operator.deployment import render_worker_deployment
+import pytest
+
+from trawl.api.scrapepool import DEFAULT_WORKER_IMAGE, ScrapePoolSpec
+from trawl.operator.deployment import WorkerDefaults, render_worker_deployment
 from trawl.operator.naming import queue_prefix
 
 
@@ -68,3 +70,36 @@ def test_pool_secrets_mounted_read_only_by_name() -> None:
     plain = render_worker_deployment(namespace="ns", pool="p", pool_uid="u", spec=_spec(), replicas=1)
     assert "TRAWL_SECRETS_DIR" not in _env(plain)
     assert [v["name"] for v in plain["spec"]["template"]["spec"]["volumes"]] == ["tmp"]
+
+
+def _pod(spec: ScrapePoolSpec, defaults: WorkerDefaults | None = None) -> dict:  # type: ignore[type-arg]
+    dep = render_worker_deployment(namespace="ns", pool="p", pool_uid="u", spec=spec, replicas=1, defaults=defaults)
+    return dep["spec"]["template"]["spec"]  # type: ignore[no-any-return]
+
+
+def test_image_and_pull_secrets_default_from_the_operator_and_the_pool_overrides() -> None:
+    chart = WorkerDefaults(image="registry.example/trawl:1.2.3", image_pull_secrets=["regcred"])
+    pod = _pod(_spec(), chart)
+    assert pod["containers"][0]["image"] == "registry.example/trawl:1.2.3"
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    own = _spec(worker={"image": "mine/trawl:dev", "imagePullSecrets": ["a", "b", "a"]})
+    pod = _pod(own, chart)
+    assert pod["containers"][0]["image"] == "mine/trawl:dev"
+    assert pod["imagePullSecrets"] == [{"name": "a"}, {"name": "b"}]
+    # An explicit empty list means "none", not "the operator's".
+    assert "imagePullSecrets" not in _pod(_spec(worker={"imagePullSecrets": []}), chart)
+    bare = _pod(_spec(), WorkerDefaults())
+    assert bare["containers"][0]["image"] == DEFAULT_WORKER_IMAGE and "imagePullSecrets" not in bare
+
+
+def test_worker_defaults_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRAWL_WORKER_IMAGE", "r.example/t:9")
+    monkeypatch.setenv("TRAWL_WORKER_IMAGE_PULL_SECRETS", "one, two,")
+    assert WorkerDefaults.from_env() == WorkerDefaults("r.example/t:9", ["one", "two"])
+
+
+def test_pod_security_context_without_fixed_ids_when_asked() -> None:
+    assert _pod(_spec(), WorkerDefaults())["securityContext"]["runAsUser"] == 10001
+    openshift = _spec(worker={"podSecurityContext": {"runAsNonRoot": True}})
+    ctx = _pod(openshift, WorkerDefaults())["securityContext"]
+    assert ctx == {"runAsNonRoot": True}

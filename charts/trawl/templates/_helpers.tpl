@@ -87,9 +87,11 @@ app.kubernetes.io/component: worker
 {{/* The restricted Pod Security Standard, for pods. */}}
 {{- define "trawl.podSecurityContext" -}}
 runAsNonRoot: true
+{{- if .Values.securityContext.fixedIds }}
 runAsUser: 10001
 runAsGroup: 10001
 fsGroup: 10001
+{{- end }}
 seccompProfile:
   type: RuntimeDefault
 {{- end }}
@@ -135,4 +137,9 @@ seccompProfile:
 {{- if and .Values.defaultPool.enabled .Values.watchNamespaces (not (has .Release.Namespace .Values.watchNamespaces)) }}
 {{- fail (printf "defaultPool is created in the release namespace %s, which watchNamespaces does not list: add it or disable defaultPool" .Release.Namespace) }}
 {{- end }}
+{{- end }}
+
+{{/* The worker image a ScrapePool gets when it names none: workerImage, else the operator's own image. */}}
+{{- define "trawl.workerImage" -}}
+{{- default (include "trawl.image" .) .Values.workerImage }}
 {{- end }}

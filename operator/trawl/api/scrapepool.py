@@ -73,7 +73,25 @@ class EnvVar(TrawlModel):
 class WorkerSpec(TrawlModel):
     """The worker pods of the pool."""
 
-    image: str = Field(default=DEFAULT_WORKER_IMAGE, min_length=1, max_length=512, description="Worker image.")
+    image: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=512,
+        description="Worker image. Default: the operator's default worker image (the chart sets its own image), "
+        f"else {DEFAULT_WORKER_IMAGE}.",
+    )
+    image_pull_secrets: list[DNSLabel] | None = Field(
+        default=None,
+        max_length=20,
+        description="Secrets for pulling the worker image from a private registry (in the pool's namespace). "
+        "Default: the operator's default pull secrets (the chart's imagePullSecrets).",
+    )
+    pod_security_context: dict[str, Any] | None = Field(
+        default=None,
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+        description="Replaces the pods' securityContext (core/v1 PodSecurityContext). Default: non-root with fixed "
+        "ids 10001; on OpenShift give {runAsNonRoot: true} so the platform assigns the ids.",
+    )
     image_pull_policy: str | None = Field(
         default=None, pattern=r"^(Always|IfNotPresent|Never)$", description="Always, IfNotPresent or Never."
     )

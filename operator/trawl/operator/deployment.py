@@ -7,14 +7,43 @@ Secret reference, and its grace period exceeds the worker's drain so scale-down 
 
 from __future__ import annotations
 
+import copy
+import os
+from dataclasses import dataclass, field
 from typing import Any
 
-from trawl.api.scrapepool import ScrapePoolSpec
+from trawl.api.scrapepool import DEFAULT_WORKER_IMAGE, ScrapePoolSpec
 from trawl.worker.jobspec import SECRETS_DIR, SECRETS_DIR_ENV
 
 from .naming import FIELD_MANAGER, LABEL_MANAGED_BY, deployment_name, pool_selector, queue_prefix
 
 GRACE_MARGIN_SECONDS = 10
+
+# Fixed ids of the image's user; a pool's podSecurityContext replaces them (OpenShift assigns its own).
+DEFAULT_POD_SECURITY_CONTEXT: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "runAsUser": 10001,
+    "runAsGroup": 10001,
+    "fsGroup": 10001,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+@dataclass(frozen=True)
+class WorkerDefaults:
+    """What a pool that names no image or pull secrets gets: the operator's settings (the chart passes its own
+    image and imagePullSecrets as TRAWL_WORKER_IMAGE / TRAWL_WORKER_IMAGE_PULL_SECRETS)."""
+
+    image: str = DEFAULT_WORKER_IMAGE
+    image_pull_secrets: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_env(cls) -> WorkerDefaults:
+        secrets = os.environ.get("TRAWL_WORKER_IMAGE_PULL_SECRETS", "")
+        return cls(
+            image=os.environ.get("TRAWL_WORKER_IMAGE") or DEFAULT_WORKER_IMAGE,
+            image_pull_secrets=[s.strip() for s in secrets.split(",") if s.strip()],
+        )
 
 
 def redis_env(spec: ScrapePoolSpec) -> list[dict[str, Any]]:
@@ -61,9 +90,11 @@ def render_worker_deployment(
     pool_uid: str,
     spec: ScrapePoolSpec,
     replicas: int | None,
+    defaults: WorkerDefaults | None = None,
 ) -> dict[str, Any]:
     """The Deployment object. ``replicas`` None leaves the field out so an apply never resets it."""
     worker = spec.worker
+    defaults = defaults or WorkerDefaults.from_env()
     selector = pool_selector(pool)
     labels = {**(worker.pod_labels or {}), **selector}
     env = [
@@ -88,7 +119,7 @@ def render_worker_deployment(
     env += [{"name": e.name, "value": e.value} for e in worker.env or []]
     container: dict[str, Any] = {
         "name": "worker",
-        "image": worker.image,
+        "image": worker.image or defaults.image,
         "args": ["worker"],
         "env": env,
         "ports": [{"name": "metrics", "containerPort": worker.metrics_port, "protocol": "TCP"}],
@@ -110,15 +141,12 @@ def render_worker_deployment(
         "containers": [container],
         "terminationGracePeriodSeconds": worker.drain_seconds + GRACE_MARGIN_SECONDS,
         "automountServiceAccountToken": False,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": 10001,
-            "runAsGroup": 10001,
-            "fsGroup": 10001,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": copy.deepcopy(worker.pod_security_context or DEFAULT_POD_SECURITY_CONTEXT),
         "volumes": volumes,
     }
+    pull_secrets = worker.image_pull_secrets if worker.image_pull_secrets is not None else defaults.image_pull_secrets
+    if pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": name} for name in dict.fromkeys(pull_secrets)]
     if worker.node_selector:
         pod_spec["nodeSelector"] = worker.node_selector
     if worker.tolerations:

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Builds a pinned Go command-line tool from the Go module proxy once and caches it under
+# ~/.cache/trawl/tools/<name>-<version>/. Prints the binary's path; a second run is instant.
+#
+#   hack/build-go-tool.sh promtool     # Prometheus's rule checker (tests of charts/trawl/files/alerts.yaml)
+#   hack/build-go-tool.sh actionlint   # GitHub Actions workflow linter (tests of .github/workflows/)
+#
+# Why build instead of downloading: this environment reaches package registries only, and the Go
+# module proxy serves these tools as modules. `go install pkg@version` needs no go.mod of ours.
+set -euo pipefail
+
+declare -A PACKAGES=(
+  [promtool]="github.com/prometheus/prometheus/cmd/promtool"
+  [actionlint]="github.com/rhysd/actionlint/cmd/actionlint"
+)
+declare -A VERSIONS=(
+  [promtool]="${PROMTOOL_VERSION:-v0.316.0}"   # Prometheus 3.x (its Go module is tagged v0.3xx)
+  [actionlint]="${ACTIONLINT_VERSION:-v1.7.12}"
+)
+
+name="${1:?usage: hack/build-go-tool.sh promtool|actionlint}"
+pkg="${PACKAGES[$name]:?unknown tool $name}"
+version="${VERSIONS[$name]}"
+CACHE_ROOT="${TRAWL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/trawl}"
+DEST="$CACHE_ROOT/tools/$name-$version"
+BIN="$DEST/$name"
+log() { echo "[build-go-tool] $*" >&2; }
+
+if [[ -x "$BIN" ]]; then
+  echo "$BIN"
+  exit 0
+fi
+
+# shellcheck source=hack/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+find_go
+mkdir -p "$DEST"
+start=$(date +%s)
+log "building $name $version ($pkg) with $("$GO" version)"
+GOBIN="$DEST/.tmp" CGO_ENABLED=0 GOFLAGS="-trimpath -buildvcs=false" "$GO" install -ldflags "-s -w" "$pkg@$version"
+mv "$DEST/.tmp/$name" "$BIN"
+rmdir "$DEST/.tmp"
+log "built $name in $(( $(date +%s) - start ))s"
+echo "$BIN"
