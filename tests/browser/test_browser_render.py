@@ -14,15 +14,20 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 
+from trawl.api.render import RenderSpec
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.dev.bookstore import Renderer, catalog
 from trawl.dev.jsbookstore import LISTING_FIELDS, Hits, build_app, listing_paths
 from trawl.queue import Queue
 from trawl.queue.keys import Keys
 from trawl.worker.jobspec import build_job_config
+from trawl.worker.render.browser import BrowserPool
+from trawl.worker.render.metrics import BrowserMetrics
 from trawl.worker.render.settings import BrowserSettings
 from trawl.worker.runner import Worker, WorkerConfig
+from trawl.worker.urlpolicy import parse_networks
 
 PREFIX = "trawl:{test/render}"
 SITE_HOST = "127.0.0.2"  # the fixture site: allowed explicitly, as the other worker tests allow theirs
@@ -219,3 +224,30 @@ async def test_a_browser_crash_loses_no_task(site: tuple[str, Renderer, Hits], r
     assert pool is not None and pool.launches >= 2  # ...and were rendered in a new browser
     restarts = worker.metrics.registry.get_sample_value("trawl_worker_browser_restarts_total", {"reason": "crash"})
     assert restarts == 1
+
+
+async def test_blocked_resource_types_are_never_requested_and_a_browser_over_its_memory_is_replaced(
+    site: tuple[str, Renderer, Hits],
+) -> None:
+    base, _renderer, hits = site
+    registry = CollectorRegistry()
+    # a ceiling every browser is over: each render's memory check retires the browser it ran in
+    pool = BrowserPool(
+        parse_networks(ALLOWED), BrowserSettings(pages_per_browser=2, memory_limit_bytes=1), BrowserMetrics(registry)
+    )
+    try:
+        spec = RenderSpec.model_validate({"mode": "Browser", "blockResources": ["image", "font", "media"]})
+        for _ in range(2):
+            result = await pool.render(f"{base}/media/page.html", spec)
+            assert b'id="top"' in result.fetch.body
+        assert hits.paths.count("/media/style.css") == 2  # not blocked: fetched each time
+        assert "/media/pic.png" not in hits.paths  # blocked: never requested
+        assert (
+            registry.get_sample_value("trawl_worker_browser_aborted_requests_total", {"reason": "resource_type"}) == 2
+        )
+        assert pool.launches == 2  # the second page ran in a new browser
+        assert registry.get_sample_value("trawl_worker_browser_restarts_total", {"reason": "memory"}) == 2
+        assert (registry.get_sample_value("trawl_worker_browser_memory_bytes") or 0) > 10 * 2**20  # measured PSS
+    finally:
+        await pool.close()
+    assert pool.browser_pids() == []

@@ -5,7 +5,8 @@
 - ``/xhr/...``: an empty list filled by a script from ``/api/...json`` fetched after load;
 plus hostile pages: ``/hostile/ssrf.html?target=URL`` (a script, an image, an iframe, a WebSocket, a
 popup and a beacon all aimed at ``target`` and at the cloud metadata address) and
-``/hostile/never-idle.html`` (polls and scrolls for ever, so the network is never idle).
+``/hostile/never-idle.html`` (polls and scrolls for ever, so the network is never idle), and
+``/media/page.html`` (a stylesheet and an image, for resource blocking).
 
 All three flavours of a listing yield the same records with :data:`LISTING_FIELDS`.
 """
@@ -150,6 +151,24 @@ setInterval(more, 100);
             f'<h1 id="top">Endless</h1><script>{script}</script></body></html>'
         )
 
+    async def media_page(request: web.Request) -> web.Response:
+        return html(
+            '<!DOCTYPE html><html><head><meta charset="utf-8"><title>Media</title>'
+            '<link rel="stylesheet" href="/media/style.css"></head><body><h1 id="top">Media</h1>'
+            '<img src="/media/pic.png" alt="pic"></body></html>'
+        )
+
+    async def media_file(request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if name == "style.css":
+            return web.Response(text="h1 { color: red; }", content_type="text/css")
+        # a 1x1 transparent PNG
+        png = bytes.fromhex(
+            "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c4890000000d4944415478da63"
+            "f8ffff3f0005fe02fea73581e40000000049454e44ae426082"
+        )
+        return web.Response(body=png, content_type="image/png")
+
     async def tick(request: web.Request) -> web.Response:
         return web.json_response({"ok": True})
 
@@ -163,6 +182,8 @@ setInterval(more, 100);
     app.router.add_get("/{flavour}/category/{slug}/page-{page:\\d+}.html", listing)
     app.router.add_get("/api/category/{slug}/page-{page:\\d+}.json", api)
     app.router.add_get("/api/tick", tick)
+    app.router.add_get("/media/page.html", media_page)
+    app.router.add_get("/media/{name}", media_file)
     app.router.add_get("/hostile/ssrf.html", ssrf)
     app.router.add_get("/hostile/never-idle.html", never_idle)
     app.router.add_get("/sw.js", sw)

@@ -136,6 +136,8 @@ class PolicyProxy:
             except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError):
                 return
             try:
+                if self.stats.over_budget:  # the page's budget is spent: nothing more for it
+                    raise ProxyRefused(403, f"page traffic exceeded {self.max_bytes} bytes")
                 up_reader, upstream, first = await self._open(head)
             except ProxyRefused as refused:
                 await self._refuse(writer, refused)

@@ -1,0 +1,89 @@
+"""spec.render: validation, what reaches the worker spec, Chromium's command line, the proxy's parsing."""
+
+from __future__ import annotations
+
+import pydantic
+import pytest
+
+from trawl.api.render import RenderMode, RenderWait
+from trawl.api.scrapejob import ScrapeJobSpec
+from trawl.worker.jobspec import build_worker_spec, parse_worker_spec
+from trawl.worker.render.proxy import split_host_port
+from trawl.worker.render.settings import BASE_ARGS, BrowserSettings
+
+
+def job(render: dict[str, object] | None) -> ScrapeJobSpec:
+    spec: dict[str, object] = {"pool": "p", "urls": ["https://shop.test/"]}
+    if render is not None:
+        spec["render"] = render
+    return ScrapeJobSpec.model_validate(spec)
+
+
+def test_browser_render_reaches_the_worker_and_fetch_stays_the_plain_path() -> None:
+    rendered = parse_worker_spec(
+        build_worker_spec(
+            job({"mode": "Browser", "waitFor": "Selector", "selector": "ol li", "screenshot": True}), None
+        )
+    )
+    assert rendered.render is not None
+    assert (rendered.render.mode, rendered.render.wait_for, rendered.render.selector) == (
+        RenderMode.BROWSER,
+        RenderWait.SELECTOR,
+        "ol li",
+    )
+    assert rendered.render.screenshot and rendered.render.timeout_seconds == 30
+    # no render, or mode Fetch, is the plain fetch path: nothing browser-related reaches the worker
+    for plain in (None, {"mode": "Fetch", "waitFor": "NetworkIdle"}):
+        built = build_worker_spec(job(plain), None)
+        assert built["render"] is None and parse_worker_spec(built).render is None
+    # a spec written before render existed still parses
+    old = build_worker_spec(job(None), None)
+    del old["render"]
+    assert parse_worker_spec(old).render is None
+
+
+def test_selector_wait_needs_a_selector_and_limits_hold() -> None:
+    with pytest.raises(pydantic.ValidationError, match="selector is required"):
+        job({"mode": "Browser", "waitFor": "Selector"})
+    with pytest.raises(pydantic.ValidationError):
+        job({"mode": "Browser", "timeoutSeconds": 0})
+    with pytest.raises(pydantic.ValidationError):
+        job({"mode": "Browser", "blockResources": ["script"]})  # scripts are the point of rendering
+
+
+def test_chromium_flags_keep_it_quiet_and_sandboxed_unless_told() -> None:
+    args = BrowserSettings(no_sandbox=False).args("m1")
+    for flag in ("--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-quic"):
+        assert flag in args
+    assert "--no-sandbox" not in args and args[-1] == "--trawl-browser=m1"
+    assert "--no-sandbox" in BrowserSettings(no_sandbox=True).args("m2")
+    assert "--no-sandbox" in BrowserSettings(no_sandbox=False).args("m3", no_sandbox=True)
+    assert not any(a.startswith("--proxy-bypass") for a in BASE_ARGS)  # loopback is never exempt
+
+
+def test_settings_from_the_environment() -> None:
+    s = BrowserSettings.from_env(
+        {"TRAWL_BROWSER_PAGES": "3", "TRAWL_BROWSER_MEMORY_MIB": "512", "TRAWL_BROWSER_NO_SANDBOX": "false"}
+    )
+    assert (s.pages_per_browser, s.memory_limit_bytes, s.no_sandbox) == (3, 512 * 2**20, False)
+    assert BrowserSettings.from_env({}).no_sandbox is None
+
+
+@pytest.mark.parametrize(
+    ("authority", "expected"),
+    [
+        ("shop.test:443", ("shop.test", 443)),
+        ("shop.test", ("shop.test", 80)),
+        ("[::1]:8080", ("::1", 8080)),
+        ("[fe80::1]", ("fe80::1", 80)),
+        ("169.254.169.254:80", ("169.254.169.254", 80)),
+    ],
+)
+def test_proxy_authority_parsing(authority: str, expected: tuple[str, int]) -> None:
+    assert split_host_port(authority, 80) == expected
+
+
+@pytest.mark.parametrize("bad", ["", ":80", "host:0", "host:99999", "host:x", "[::1"])
+def test_proxy_rejects_junk_authorities(bad: str) -> None:
+    with pytest.raises(ValueError):
+        split_host_port(bad, 80)
