@@ -56,6 +56,7 @@ _LAYERS = {
     "setup": "setup",
     "integration": "redis",
     "browser": "browser",
+    "sinks": "sinks",
     "cluster": "cluster",
     "e2e_kind": "e2e_kind",
 }
@@ -68,6 +69,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         layer = next((_LAYERS[p] for p in parts if p in _LAYERS), None)
         if layer is None:
             raise pytest.UsageError(
-                f"{item.nodeid} is outside tests/unit, setup, integration, browser, cluster or e2e_kind"
+                f"{item.nodeid} is outside tests/unit, setup, integration, browser, sinks, cluster or e2e_kind"
             )
         item.add_marker(getattr(pytest.mark, layer))

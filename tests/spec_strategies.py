@@ -175,17 +175,29 @@ url_range = ordered(
 )
 
 
+pg_name = st.from_regex(r"[a-z_][a-z0-9_]{0,20}", fullmatch=True)
+
+
 def _output(sink: str) -> Strategy:
     settings = {
         "redisStream": obj(scrapejob.RedisStreamSink, {}, {"maxLen": ints(1, 10_000_000)}),
         "jsonLines": obj(
             scrapejob.JsonLinesSink, {"directory": st.from_regex(r"/[a-z0-9/_-]{0,30}", fullmatch=True)}, {}
         ),
-        "webhook": obj(
-            scrapejob.WebhookSink, {"url": http_url}, {"secretRef": secret_ref, "batchSize": ints(1, 1000)}
+        "webhook": obj(scrapejob.WebhookSink, {"url": http_url}, {"secretRef": secret_ref, "batchSize": ints(1, 1000)}),
+        "postgres": obj(
+            scrapejob.PostgresSink,
+            {"host": host, "database": pg_name, "user": pg_name},
+            {
+                "port": ints(1, 65535),
+                "passwordSecretRef": secret_ref,
+                "table": st.builds("{}{}".format, st.sampled_from(["", "results.", "s_1."]), pg_name),
+                "sslMode": st.sampled_from(["disable", "allow", "prefer", "require", "verify-ca", "verify-full"]),
+                "connectTimeoutSeconds": ints(1, 300),
+            },
         ),
     }
-    key = {"RedisStream": "redisStream", "JsonLines": "jsonLines", "Webhook": "webhook"}[sink]
+    key = {"RedisStream": "redisStream", "JsonLines": "jsonLines", "Webhook": "webhook", "PostgreSQL": "postgres"}[sink]
     required = {"sink": st.just(sink), key: settings[key]}
     optional = {k: v for k, v in settings.items() if k != key}
     return obj(scrapejob.OutputSpec, required, optional)
@@ -216,9 +228,7 @@ _job_optional: dict[str, Strategy] = {
     "politeness": politeness,
     "retry": retry,
     "priority": ints(0, 9),
-    "dedupe": obj(
-        scrapejob.DedupeSpec, {}, {"acrossJobs": st.booleans(), "windowSeconds": ints(1, 30 * 86400)}
-    ),
+    "dedupe": obj(scrapejob.DedupeSpec, {}, {"acrossJobs": st.booleans(), "windowSeconds": ints(1, 30 * 86400)}),
     "activeDeadlineSeconds": ints(1, 10**9),
     "suspend": st.booleans(),
     "maxDeadLetters": ints(0, 10**6),
@@ -233,9 +243,7 @@ scrape_job_spec = st.one_of(
 
 # ------------------------------------------------------------------ ScrapePool
 
-_redis_url = st.builds(
-    "{}://{}:{}/{}".format, st.sampled_from(["redis", "rediss"]), host, ints(1, 65535), ints(0, 15)
-)
+_redis_url = st.builds("{}://{}:{}/{}".format, st.sampled_from(["redis", "rediss"]), host, ints(1, 65535), ints(0, 15))
 _redis_common = {
     "passwordSecretRef": secret_ref,
     "tls": obj(
@@ -294,6 +302,8 @@ worker = obj(
         "metricsPort": ints(1024, 65535),
     },
 )
+
+
 def _min_within_default_max(d: dict[str, Any]) -> dict[str, Any]:
     """minReplicas alone must not exceed the default maxReplicas (10)."""
     if "maxReplicas" not in d and d.get("minReplicas", 0) > 10:
@@ -335,9 +345,7 @@ scrape_pool_spec = obj(
                 "finishedJobRetentionSeconds": ints(60, 10**8),
             },
         ),
-        "defaults": obj(
-            scrapepool.PoolDefaults, {}, {"request": request, "politeness": politeness, "retry": retry}
-        ),
+        "defaults": obj(scrapepool.PoolDefaults, {}, {"request": request, "politeness": politeness, "retry": retry}),
     },
 )
 

@@ -229,7 +229,7 @@ def test_error_cases(control_plane: ControlPlane, namespace: str, tmp_path: Path
                "-p", json.dumps(status))  # fmt: skip
     res = cli(cp, namespace, "results", "files")
     assert res.exit_code == EXIT_OTHER_SINK, res.output
-    assert "/data/files-x.jsonl" in res.output and "not in Redis" in res.output
+    assert "/data/files-x.jsonl" in res.output and "cannot be read back" in res.output
 
     # no cluster: a kubeconfig whose server nobody listens on; no kubeconfig at all
     config = yaml.safe_load(cp.kubeconfig_path.read_text())

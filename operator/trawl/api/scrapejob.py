@@ -154,6 +154,7 @@ class SinkKind(StrEnum):
     REDIS_STREAM = "RedisStream"
     JSON_LINES = "JsonLines"
     WEBHOOK = "Webhook"
+    POSTGRESQL = "PostgreSQL"
 
 
 class JsonLinesSink(TrawlModel):
@@ -178,6 +179,39 @@ class WebhookSink(TrawlModel):
     batch_size: int = Field(default=50, ge=1, le=1000, description="Results per POST.")
 
 
+PG_IDENT = r"[a-z_][a-z0-9_]{0,62}"
+
+
+class PostgresSink(TrawlModel):
+    """Results upserted into a PostgreSQL table shared by jobs, one row per (job, URL).
+
+    The table (created at job acceptance when missing, checked when present) has the columns ``key``
+    (primary key: a hash of job and URL, so a redelivered task never adds a second row), ``job``
+    (the ScrapeJob's UID), ``url``, ``data`` (jsonb, the whole record) and ``written_at``.
+    """
+
+    host: str = Field(min_length=1, max_length=253, description="Server host name or IP address.")
+    port: int = Field(default=5432, ge=1, le=65535, description="Server port.")
+    database: str = Field(min_length=1, max_length=63, description="Database name.")
+    user: str = Field(min_length=1, max_length=63, description="Role to connect as.")
+    password_secret_ref: SecretKeyRef | None = Field(
+        default=None,
+        description="Secret key holding the password; the Secret must be listed in the pool's spec.worker.secrets.",
+    )
+    table: str = Field(
+        default="trawl_results",
+        max_length=127,
+        pattern=rf"^({PG_IDENT}\.)?{PG_IDENT}$",
+        description="Table, optionally schema-qualified (schema.table); created when missing.",
+    )
+    ssl_mode: str = Field(
+        default="prefer",
+        pattern=r"^(disable|allow|prefer|require|verify-ca|verify-full)$",
+        description="libpq sslmode: disable, allow, prefer, require, verify-ca or verify-full.",
+    )
+    connect_timeout_seconds: int = Field(default=10, ge=1, le=300, description="Connection timeout.")
+
+
 class RedisStreamSink(TrawlModel):
     """Results in a Redis stream of the pool's Redis, kept with the job's other keys."""
 
@@ -187,10 +221,11 @@ class RedisStreamSink(TrawlModel):
 class OutputSpec(TrawlModel):
     """Where results go."""
 
-    sink: SinkKind = Field(default=SinkKind.REDIS_STREAM, description="RedisStream, JsonLines or Webhook.")
+    sink: SinkKind = Field(default=SinkKind.REDIS_STREAM, description="RedisStream, JsonLines, Webhook or PostgreSQL.")
     redis_stream: RedisStreamSink | None = Field(default=None, description="Settings for sink RedisStream.")
     json_lines: JsonLinesSink | None = Field(default=None, description="Settings for sink JsonLines (required then).")
     webhook: WebhookSink | None = Field(default=None, description="Settings for sink Webhook (required then).")
+    postgres: PostgresSink | None = Field(default=None, description="Settings for sink PostgreSQL (required then).")
 
     @model_validator(mode="after")
     def _settings_for_sink(self) -> Self:
@@ -198,6 +233,8 @@ class OutputSpec(TrawlModel):
             raise ValueError("output.jsonLines is required when sink is JsonLines")
         if self.sink == SinkKind.WEBHOOK and self.webhook is None:
             raise ValueError("output.webhook is required when sink is Webhook")
+        if self.sink == SinkKind.POSTGRESQL and self.postgres is None:
+            raise ValueError("output.postgres is required when sink is PostgreSQL")
         return self
 
 
@@ -316,7 +353,7 @@ class ResultsLocation(TrawlModel):
     """Where the results are."""
 
     sink: SinkKind = Field(description="Kind of sink.")
-    location: str = Field(max_length=2048, description="Redis key, file path or webhook URL.")
+    location: str = Field(max_length=2048, description="Redis key, file path, webhook URL or PostgreSQL table.")
     count: int = Field(default=0, ge=0, description="Results written.")
 
 

@@ -192,11 +192,14 @@ def results(
     fmt: str = typer.Option("jsonl", "--format", "-f", help="jsonl or csv."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout."),
     redis_url: str | None = REDIS_URL,
+    postgres_address: str | None = typer.Option(
+        None, "--postgres-address", help="Reach the job's PostgreSQL at this host:port instead (e.g. a port-forward)."
+    ),
     kubeconfig: str | None = KUBECONFIG,
     context: str | None = CONTEXT,
     namespace: str | None = NAMESPACE,
 ) -> None:
-    """Export a job's results from its Redis stream sink as JSON Lines or CSV."""
+    """Export a job's results from its Redis stream or PostgreSQL sink as JSON Lines or CSV."""
     with _reported():
         from . import results as res
         from .jobs import get_job_and_pool
@@ -207,16 +210,29 @@ def results(
         cluster = _connect(kubeconfig, context, namespace)
         obj, pool = get_job_and_pool(cluster, job)
         res.check_sink(obj)
-        cfg = resolve_redis(cluster, pool, redis_url)
         ref = job_ref(obj, pool)
+        if res.sink_of(obj) == "PostgreSQL":
+            pg = ((obj.get("spec") or {}).get("output") or {}).get("postgres") or {}
+            ref_pw = pg.get("passwordSecretRef")
+            password = cluster.read_secret_key(ref_pw["name"], ref_pw["key"]) if ref_pw else None
+            target = res.postgres_target(obj, password, postgres_address)
+
+            def export(out: Any) -> Any:
+                return res.export_postgres(target, ref.uid, fmt, out)
+        else:
+            cfg = resolve_redis(cluster, pool, redis_url)
+
+            def export(out: Any) -> Any:
+                return res.export(cfg, obj, ref, fmt, out)
+
         if output is None:
-            count = _run_async(lambda: res.export(cfg, obj, ref, fmt, sys.stdout))
+            count = _run_async(lambda: export(sys.stdout))
             sys.stdout.flush()
         else:
             tmp = output.with_name(output.name + ".part")
             try:
                 with tmp.open("w", encoding="utf-8", newline="") as fh:
-                    count = _run_async(lambda: res.export(cfg, obj, ref, fmt, fh))
+                    count = _run_async(lambda: export(fh))
                 tmp.replace(output)
             except OSError as exc:
                 raise CliError(f"cannot write {output}: {exc.strerror or exc}") from None

@@ -1,13 +1,18 @@
-"""``trawl results``: a job's records from its Redis stream sink, as JSON Lines or CSV."""
+"""``trawl results``: a job's records from its Redis stream or PostgreSQL sink, as JSON Lines or CSV."""
 
 from __future__ import annotations
 
 import csv
 import json
 from collections.abc import AsyncIterator, Iterable
+from dataclasses import replace
 from typing import Any, TextIO
 
+import psycopg
+
+from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.operator.redisconn import ResolvedRedis
+from trawl.worker.pgsink import PgTarget, read_records, target_from_spec
 
 from . import queueaccess
 from .errors import EXIT_NOT_FOUND, EXIT_OTHER_SINK, CliError
@@ -19,12 +24,20 @@ CSV_FIRST = ("url", "status", "finalUrl", "depth", "title")
 CSV_SKIP = ("key", "job")
 
 
+READABLE = ("RedisStream", "PostgreSQL")
+
+
+def sink_of(job: dict[str, Any]) -> str:
+    results = (job.get("status") or {}).get("results") or {}
+    return str(results.get("sink") or ((job.get("spec") or {}).get("output") or {}).get("sink") or "RedisStream")
+
+
 def check_sink(job: dict[str, Any]) -> None:
-    """Results of JsonLines and Webhook sinks are not in Redis: say where they are instead."""
+    """Results of JsonLines and Webhook sinks cannot be read back: say where they are instead."""
     status = job.get("status") or {}
     results = status.get("results") or {}
-    sink = results.get("sink") or ((job.get("spec") or {}).get("output") or {}).get("sink") or "RedisStream"
-    if sink == "RedisStream":
+    sink = sink_of(job)
+    if sink in READABLE:
         return
     name = job["metadata"]["name"]
     location = results.get("location") or "(not reported yet)"
@@ -32,7 +45,7 @@ def check_sink(job: dict[str, Any]) -> None:
         "JsonLines": f"written by the workers as JSON Lines to {location} (on the volume mounted into the workers)",
         "Webhook": f"POSTed to the webhook {location}",
     }.get(sink, f"in the {sink} sink at {location}")
-    raise CliError(f"results of ScrapeJob {name} are not in Redis: they were {where}", EXIT_OTHER_SINK)
+    raise CliError(f"results of ScrapeJob {name} cannot be read back: they were {where}", EXIT_OTHER_SINK)
 
 
 def write_jsonl(records: Iterable[dict[str, Any]], out: TextIO) -> int:
@@ -83,7 +96,33 @@ async def export(cfg: ResolvedRedis, job: dict[str, Any], ref: JobRef, fmt: str,
             f"the results of ScrapeJob {ref.name} are no longer in Redis (the pool's retention expired them)",
             EXIT_NOT_FOUND,
         )
-    stream: AsyncIterator[dict[str, Any]] = queueaccess.result_records(cfg, ref)
+    return await write_records(queueaccess.result_records(cfg, ref), fmt, out)
+
+
+def postgres_target(job: dict[str, Any], password: str | None, address: str | None = None) -> PgTarget:
+    """Where the job's PostgreSQL sink is; ``address`` (host:port) overrides, e.g. for a port-forward."""
+    spec = ScrapeJobSpec.model_validate(job["spec"])
+    assert spec.output is not None and spec.output.postgres is not None
+    target = target_from_spec(spec.output.postgres, password)
+    if address:
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            raise CliError(f"--postgres-address {address!r} is not host:port")
+        target = replace(target, host=host.strip("[]"), port=int(port))
+    return target
+
+
+async def export_postgres(target: PgTarget, job_uid: str, fmt: str, out: TextIO) -> int:
+    """Write every record of the job from its PostgreSQL table to ``out``; returns how many."""
+    if fmt not in FORMATS:
+        raise CliError(f"unknown format {fmt!r}: use jsonl or csv")
+    try:
+        return await write_records(read_records(target, job_uid), fmt, out)
+    except (psycopg.Error, OSError) as exc:
+        raise CliError(f"cannot read PostgreSQL {target.describe()}: {' '.join(str(exc).split())}") from None
+
+
+async def write_records(stream: AsyncIterator[dict[str, Any]], fmt: str, out: TextIO) -> int:
     if fmt == "jsonl":
         count = 0
         async for record in stream:

@@ -54,6 +54,7 @@ def start(
     cwd: Path | None = None,
     die_with_parent: bool = True,
     bind_to_thread: bool = False,
+    user: str | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start a process in a new session, logging to ``log_path`` (or discarding output).
 
@@ -62,7 +63,9 @@ def start(
     kernel ties this to the *thread* that started the child, so it is only armed when called
     from the main thread: a worker thread that exits would otherwise take the server with it.
     ``bind_to_thread`` arms it from any thread, for callers whose thread outlives its children
-    (the worker supervisor stops its workers before its thread ends).
+    (the worker supervisor stops its workers before its thread ends). ``user`` runs the child as that
+    account (servers such as postgres refuse root); Popen switches users before the death signal is
+    armed, so the switch does not clear it.
     """
     preexec: Callable[[], None] | None = None
     on_main = threading.current_thread() is threading.main_thread()
@@ -80,6 +83,7 @@ def start(
             cwd=cwd,
             start_new_session=True,
             preexec_fn=preexec,
+            user=user,
         )
     finally:
         if log_path:

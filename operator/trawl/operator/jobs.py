@@ -30,6 +30,7 @@ from . import kube
 from .jobstatus import TERMINAL, JobFacts, Problem, Transition, derive_job_status
 from .naming import ANNOTATION_RETRY_DEAD, RETRY_ALL_SUFFIX, queue_prefix
 from .redisconn import RedisConfigError, RedisConnections, RedisUnreachable
+from .sinkcheck import sink_problem
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,12 @@ def validation_message(exc: ValidationError, root: str = "spec") -> str:
         parts.append(f"{root}.{loc}: {err['msg']}" if loc else f"{root}: {err['msg']}")
     more = len(exc.errors()) - 5
     return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
+
+
+class SinkNotReady(Exception):
+    def __init__(self, problem: Problem) -> None:
+        super().__init__(problem.message)
+        self.problem = problem
 
 
 @dataclass
@@ -97,6 +104,9 @@ def results_location(queue: Queue, spec: ScrapeJobSpec, uid: str, name: str, cou
         location = f"{output.json_lines.directory.rstrip('/')}/{name}-{uid}.jsonl"
     elif sink == SinkKind.WEBHOOK and output and output.webhook:
         location = output.webhook.url
+    elif sink == SinkKind.POSTGRESQL and output and output.postgres:
+        pg = output.postgres
+        location = f"postgresql://{pg.user}@{pg.host}:{pg.port}/{pg.database} table {pg.table} (job = '{uid}')"
     else:
         location = f"redis: {queue.keys.results(uid)}"
     return {"sink": sink.value, "location": location, "count": count}
@@ -145,7 +155,7 @@ async def reconcile_job(
         return stalled(
             Problem(
                 "SecretNotMounted",
-                f"output.webhook.secretRef names Secret {unmounted[0]!r}, which ScrapePool {spec.pool!r} does not "
+                f"the job's output names Secret {unmounted[0]!r}, which ScrapePool {spec.pool!r} does not "
                 f"mount into its workers: add it to the pool's spec.worker.secrets",
             )
         )
@@ -161,8 +171,10 @@ async def reconcile_job(
     queue = open_queue(redis, namespace, spec.pool, pool.spec)
     try:
         return await _reconcile_with_queue(
-            queue, config, spec, pool.spec, name, uid, generation, prev, annotations, now
+            queue, config, spec, pool.spec, namespace, name, uid, generation, prev, annotations, now
         )
+    except SinkNotReady as exc:
+        return stalled(exc.problem)
     except (QueueUnavailable, RedisError, OSError) as exc:
         connections.failed(namespace, spec.pool)
         return stalled(Problem("RedisUnavailable", f"Redis error: {type(exc).__name__}: {exc}"))
@@ -173,6 +185,7 @@ async def _reconcile_with_queue(
     config: JobConfig,
     spec: ScrapeJobSpec,
     pool: ScrapePoolSpec,
+    namespace: str,
     name: str,
     uid: str,
     generation: int,
@@ -187,6 +200,11 @@ async def _reconcile_with_queue(
         # Retention removed the queue data of a finished job: the status is the record now.
         facts = JobFacts(generation=generation, suspend=spec.suspend, stats=None)
         return JobOutcome(*derive_job_status(facts, prev, now))
+    if not stats.exists:
+        # Accepting the job: its sink must be able to take the records before anything is fetched.
+        problem = await sink_problem(namespace, spec)
+        if problem is not None:
+            raise SinkNotReady(problem)
     if not stats.exists or not stats.enqueue_done:
         await queue.register_job(config)
         enqueued = await _enqueue_seeds(queue, uid, spec)

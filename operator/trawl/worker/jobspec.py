@@ -81,7 +81,11 @@ def unmounted_secrets(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> lis
     """Secrets the job references that its pool does not mount into the workers."""
     mounted = set(pool_spec.worker.secrets or ())
     output = job_spec.output
-    refs = [output.webhook.secret_ref] if output is not None and output.webhook is not None else []
+    refs = []
+    if output is not None and output.webhook is not None:
+        refs.append(output.webhook.secret_ref)
+    if output is not None and output.postgres is not None:
+        refs.append(output.postgres.password_secret_ref)
     return [r.name for r in refs if r is not None and r.name not in mounted]
 
 

@@ -34,6 +34,7 @@ from .finish import SINK_BACKOFF_FIRST, SINK_RETRY_SECONDS, Finish, Finisher
 from .jobspec import WorkerJobSpec, parse_worker_spec, read_secret
 from .metrics import WorkerMetrics
 from .notes import JobNotes
+from .pgsink import PostgresSink, target_from_spec
 from .politeness import DomainLimiter, RateWaitTooLong, RobotsCache
 from .render.hook import BrowserCrashed, Renderer
 from .sinks import JsonLinesSink, Record, RedisStreamSink, Sink, WebhookSink, dedupe_key, record_key
@@ -374,6 +375,14 @@ class Worker:
                     batch_size=out.webhook.batch_size,
                     allowed=self.allowed,
                 )
+        elif out.sink == SinkKind.POSTGRESQL and out.postgres is not None:
+            ref = out.postgres.password_secret_ref
+            # As for the webhook: a missing password fails the task before it is fetched (Internal).
+            password = read_secret(ref.name, ref.key).decode() if ref is not None else None
+            target = target_from_spec(out.postgres, password)
+            ident = ("postgres", target)
+            if ident not in self._sinks:
+                self._sinks[ident] = PostgresSink(target)
         else:
             max_len = out.redis_stream.max_len if out.redis_stream is not None else 100_000
             ident = ("stream", max_len)
