@@ -265,6 +265,9 @@ worker = obj(
         "image": st.from_regex(r"[a-z0-9./-]{1,30}(:[a-z0-9.]{1,10})?", fullmatch=True),
         "imagePullPolicy": st.sampled_from(["Always", "IfNotPresent", "Never"]),
         "concurrency": ints(1, 2048),
+        "browser": obj(
+            render.BrowserWorkerSpec, {}, {"pagesPerBrowser": ints(1, 64), "memoryLimitMiB": ints(64, 65536)}
+        ),
         "resources": obj(
             scrapepool.Resources,
             {},

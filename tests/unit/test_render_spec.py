@@ -87,3 +87,19 @@ def test_proxy_authority_parsing(authority: str, expected: tuple[str, int]) -> N
 def test_proxy_rejects_junk_authorities(bad: str) -> None:
     with pytest.raises(ValueError):
         split_host_port(bad, 80)
+
+
+def test_a_browser_pool_passes_its_settings_to_the_workers() -> None:
+    from trawl.api.scrapepool import ScrapePoolSpec
+    from trawl.operator.deployment import render_worker_deployment
+
+    def env_of(worker: dict[str, object]) -> dict[str, str]:
+        spec = ScrapePoolSpec.model_validate({"redis": {"url": "redis://r:6379"}, "worker": worker})
+        dep = render_worker_deployment(namespace="ns", pool="p", pool_uid="u", spec=spec, replicas=1)
+        [container] = dep["spec"]["template"]["spec"]["containers"]
+        return {e["name"]: e.get("value", "") for e in container["env"]}
+
+    browser = env_of({"image": "trawl-browser:1", "browser": {"pagesPerBrowser": 4, "memoryLimitMiB": 1536}})
+    assert (browser["TRAWL_BROWSER_PAGES"], browser["TRAWL_BROWSER_MEMORY_MIB"]) == ("4", "1536")
+    plain = env_of({})
+    assert not any(name.startswith("TRAWL_BROWSER_") for name in plain)

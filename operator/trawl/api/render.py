@@ -75,3 +75,30 @@ class RenderSpec(TrawlModel):
     @property
     def browser(self) -> bool:
         return self.mode == RenderMode.BROWSER
+
+
+class BrowserWorkerSpec(TrawlModel):
+    """The pool's workers render pages in headless Chromium (run the browser worker image)."""
+
+    pages_per_browser: int = Field(
+        default=8,
+        ge=1,
+        le=64,
+        description="Pages rendered at once per worker, each in its own browser context (set worker.concurrency "
+        "to the same number: tasks beyond it only wait for a page).",
+    )
+    memory_limit_mib: int = Field(
+        default=1024,
+        ge=64,
+        le=65536,
+        alias="memoryLimitMiB",
+        description="The browser is replaced once its processes use more memory than this (PSS, MiB); keep it "
+        "below the container's memory limit.",
+    )
+
+    def env(self) -> list[dict[str, str]]:
+        """The worker's environment for these settings (read by trawl.worker.render.settings)."""
+        return [
+            {"name": "TRAWL_BROWSER_PAGES", "value": str(self.pages_per_browser)},
+            {"name": "TRAWL_BROWSER_MEMORY_MIB", "value": str(self.memory_limit_mib)},
+        ]

@@ -10,6 +10,7 @@ from pydantic import Field, field_validator, model_validator
 
 from .common import Condition, DNSLabel, SecretKeyRef, TrawlModel
 from .policies import PolitenessSpec, RequestSpec, RetrySpec
+from .render import BrowserWorkerSpec
 
 DEFAULT_WORKER_IMAGE = "ghcr.io/trawl-dev/trawl:0.1.0"
 
@@ -127,6 +128,11 @@ class WorkerSpec(TrawlModel):
     )
     pod_annotations: dict[str, str] | None = Field(default=None, description="Extra annotations on the pods.")
     pod_labels: dict[str, str] | None = Field(default=None, description="Extra labels on the pods.")
+    browser: BrowserWorkerSpec | None = Field(
+        default=None,
+        description="Headless Chromium settings for pools that run ScrapeJobs with render.mode Browser (the "
+        "image must be the browser worker image).",
+    )
     metrics_port: int = Field(default=9090, ge=1024, le=65535, description="Port of the Prometheus metrics endpoint.")
 
     @field_validator("allowed_cidrs")

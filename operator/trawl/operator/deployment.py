@@ -116,6 +116,8 @@ def render_worker_deployment(
             # Volume names are ours (secret-<n>), so any Secret name fits the 63-character limit.
             volumes.append({"name": f"secret-{i}", "secret": {"secretName": secret, "defaultMode": 0o440}})
             mounts.append({"name": f"secret-{i}", "mountPath": f"{SECRETS_DIR}/{secret}", "readOnly": True})
+    if worker.browser is not None:
+        env += worker.browser.env()
     env += [{"name": e.name, "value": e.value} for e in worker.env or []]
     container: dict[str, Any] = {
         "name": "worker",
