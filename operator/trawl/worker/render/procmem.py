@@ -6,6 +6,7 @@ browser, zygote, renderer and utility processes is what the browser really costs
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from pathlib import Path
 
@@ -66,3 +67,26 @@ def pss_bytes(pid: int) -> int:
 
 def tree_pss_bytes(pid: int) -> int:
     return sum(pss_bytes(p) for p in descendants(pid))
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time of ``pid`` plus that of its children already reaped (user + system), 0 when gone."""
+    try:
+        stat = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rfind(")") + 2 :].split()
+    # after the command: state(0) ppid(1) ... utime(11) stime(12) cutime(13) cstime(14)
+    ticks = sum(int(f) for f in fields[11:15])
+    return ticks / _CLK_TCK
+
+
+def tree_cpu_seconds(pid: int, exclude: set[int] | None = None) -> float:
+    """CPU time of ``pid`` and its live descendants (each counting its reaped children), minus ``exclude`` trees."""
+    skip: set[int] = set()
+    for e in exclude or ():
+        skip.update(descendants(e))
+    return sum(cpu_seconds(p) for p in descendants(pid) if p not in skip)
+
+
+_CLK_TCK = float(os.sysconf("SC_CLK_TCK"))

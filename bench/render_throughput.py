@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""Render throughput: pages/s and memory of the browser path against the static fetch path, same site.
+
+The site is ``trawl.dev.jsbookstore`` in its own process on a free loopback port: the bookstore's
+listing pages (10 products each) served three ways — static HTML, a list built by an inline script,
+and a list filled from an XHR. One worker process's two load paths are measured on them, with the
+same extraction rules (``LISTING_FIELDS``) and the same checks that every page yields its 10 items:
+
+(a) fetch:  ``Fetcher`` (the SSRF-safe aiohttp client) + ``Extractor`` on the static listings,
+            ``--concurrency`` pages at once;
+(b) render: ``BrowserPool`` (Debian's Chromium via Playwright, a context per page, every connection
+            through the policy proxy) + the same ``Extractor``, ``--pages`` pages at once, on the
+            script-built listings (waitFor Load) and on the XHR-fed ones (waitFor Selector).
+
+CPU: seconds of user + system time per page, of this process and its descendants (Playwright's
+driver, every Chromium process; reaped renderers count through their parent), the site excluded. On
+a shared machine pages/s follows the load; CPU per page does not, so the ratio to compare is that one.
+
+The queue, politeness and sinks are left out: they are the same for both paths. Memory: PSS of the
+browser's processes (browser, zygote, renderers, utilities) idle after a warm-up and at its peak
+while rendering; per context = (peak - idle) / pages. The worker process's own RSS is printed too.
+
+    .venv/bin/python bench/render_throughput.py            # 400 listings per path
+    .venv/bin/python bench/render_throughput.py --quick    # 60 listings per path
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from trawl.api.render import RenderSpec
+from trawl.dev import procs
+from trawl.dev.bookstore import Renderer, catalog
+from trawl.dev.jsbookstore import LISTING_FIELDS, listing_paths
+from trawl.worker.extract import ExtractOptions, Extractor
+from trawl.worker.fetch import Fetcher, FetchLimits
+from trawl.worker.render import procmem
+from trawl.worker.render.browser import BrowserPool
+from trawl.worker.render.settings import BrowserSettings, find_chromium
+from trawl.worker.urlpolicy import parse_networks
+
+HOST = "127.0.0.2"
+
+
+def rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def cpu(site_pid: int) -> float:
+    """CPU seconds of this process and its descendants (Playwright's driver, Chromium), the site excluded."""
+    return procmem.tree_cpu_seconds(os.getpid(), exclude={site_pid})
+
+
+async def run_all(urls: list[str], concurrency: int, one: Any) -> float:
+    sem = asyncio.Semaphore(concurrency)
+
+    async def guarded(u: str) -> None:
+        async with sem:
+            await one(u)
+
+    t0 = time.monotonic()
+    await asyncio.gather(*(guarded(u) for u in urls))
+    return time.monotonic() - t0
+
+
+async def bench(base: str, renderer: Renderer, concurrency: int, pages: int, site_pid: int) -> list[str]:
+    allowed = parse_networks([f"{HOST}/32"])
+    extractor = Extractor(ExtractOptions.from_dict({"fields": LISTING_FIELDS}))
+    lines: list[str] = []
+
+    def check(body: bytes, url: str) -> None:
+        data = extractor.extract(body, url).data
+        assert len(data["names"]) == 10 and len(data["prices"]) == 10, (url, data)
+
+    # (a) the static fetch path
+    static = [base + p for p in listing_paths(renderer, "static")]
+    async with Fetcher(allowed=allowed) as fetcher:
+
+        async def fetch_one(u: str) -> None:
+            result = await fetcher.fetch(u, limits=FetchLimits())
+            check(result.body, u)
+
+        await run_all(static[:20], concurrency, fetch_one)  # warm-up
+        cpu0 = cpu(site_pid)
+        secs = await run_all(static, concurrency, fetch_one)
+        fetch_cpu = (cpu(site_pid) - cpu0) / len(static)
+    fetch_rate = len(static) / secs
+    lines.append(
+        f"fetch   static  pages={len(static)} concurrency={concurrency} seconds={secs:.2f} pages/s={fetch_rate:.1f} "
+        f"cpu_ms/page={fetch_cpu * 1000:.1f}"
+    )
+
+    # (b) the browser path
+    pool = BrowserPool(allowed, BrowserSettings(pages_per_browser=pages))
+    try:
+        peak = 0
+
+        async def sample() -> None:
+            nonlocal peak
+            while True:
+                peak = max(peak, await pool.memory_bytes())
+                await asyncio.sleep(0.2)
+
+        for flavour, spec in (
+            ("js", RenderSpec(mode="Browser")),
+            ("xhr", RenderSpec(mode="Browser", wait_for="Selector", selector="ol.items li.item")),
+        ):
+            urls = [base + p for p in listing_paths(renderer, flavour)]
+
+            async def render_one(u: str, spec: RenderSpec = spec) -> None:
+                result = await pool.render(u, spec)
+                check(result.fetch.body, u)
+
+            await run_all(urls[: 2 * pages], pages, render_one)  # warm-up: browser started, caches warm
+            idle = await pool.memory_bytes()
+            peak = idle
+            sampler = asyncio.create_task(sample())
+            cpu0 = cpu(site_pid)
+            secs = await run_all(urls, pages, render_one)
+            render_cpu = (cpu(site_pid) - cpu0) / len(urls)
+            sampler.cancel()
+            rate = len(urls) / secs
+            per_context = (peak - idle) / pages
+            lines.append(
+                f"render  {flavour:<6}  pages={len(urls)} contexts={pages} seconds={secs:.2f} pages/s={rate:.1f} "
+                f"ratio_vs_fetch={rate / fetch_rate:.3f} cpu_ms/page={render_cpu * 1000:.0f} "
+                f"cpu_ratio={render_cpu / max(fetch_cpu, 1e-6):.0f}x browser_idle_MiB={idle / 2**20:.0f} "
+                f"browser_peak_MiB={peak / 2**20:.0f} per_context_MiB={per_context / 2**20:.1f}"
+            )
+    finally:
+        await pool.close()
+    lines.append(f"worker process max RSS MiB={rss_mib():.0f} (Python side of both paths)")
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--quick", action="store_true", help="60 listings per path instead of 400")
+    parser.add_argument("--concurrency", type=int, default=8, help="fetches in flight (static path)")
+    parser.add_argument("--pages", type=int, default=8, help="pages rendered at once (browser contexts)")
+    args = parser.parse_args()
+    if find_chromium() is None:
+        print("no Chromium: apt-get install chromium", file=sys.stderr)
+        return 2
+    categories, per_category = (6, 100) if args.quick else (10, 400)  # full pages of 10: 60 or 400 listings
+    renderer = Renderer(catalog(categories, per_category, 10))
+    port = procs.free_port(HOST)
+    argv = [
+        sys.executable, "-m", "trawl.dev.jsbookstore", "--host", HOST, "--port", str(port),
+        "--categories", str(categories), "--books-per-category", str(per_category), "--per-page", "10",
+    ]  # fmt: skip
+    log = Path(f"/tmp/trawl-render-bench-{port}.log")
+    site = procs.start(argv, log_path=log)
+    try:
+        procs.wait_for_port(HOST, port, 20, site)
+        lines = asyncio.run(bench(f"http://{HOST}:{port}", renderer, args.concurrency, args.pages, site.pid))
+    finally:
+        procs.stop(site)
+        log.unlink(missing_ok=True)
+    for line in lines:
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
