@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -54,6 +55,19 @@ def proc_cpu(pid: int) -> float:
     """utime + stime of a live process, in seconds."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of a live process and its live children (the worker's parser processes)."""
+    total = proc_cpu(pid)
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        children = []
+    for child in children:
+        with contextlib.suppress(OSError):
+            total += tree_cpu(int(child))
+    return total
 
 
 # --- the site ---------------------------------------------------------------------------------------
@@ -127,7 +141,7 @@ class Nginx:
 # --- (a) Trawl ----------------------------------------------------------------------------------------
 
 
-async def run_trawl(base: str, tmp: Path, expected_pages: int) -> dict[str, Any]:
+async def run_trawl(base: str, tmp: Path, expected_pages: int, parse_processes: int = 2) -> dict[str, Any]:
     import redis.asyncio as aioredis
 
     from trawl.api.scrapejob import ScrapeJobSpec
@@ -159,7 +173,7 @@ async def run_trawl(base: str, tmp: Path, expected_pages: int) -> dict[str, Any]
         argv = [
             sys.executable, "-m", "trawl.cli", "worker", "--redis-url", redis_server.url, "--prefix", prefix,
             "--concurrency", str(CONCURRENCY), "--allowed-cidrs", "127.0.0.1/32", "--worker-id", "bench",
-            "--log-level", "WARNING",
+            "--log-level", "WARNING", "--parse-processes", str(parse_processes),
         ]  # fmt: skip
         worker = procs.start(argv, log_path=tmp / "trawl-worker.log")
         profiler = None
@@ -178,7 +192,7 @@ async def run_trawl(base: str, tmp: Path, expected_pages: int) -> dict[str, Any]
                     [pyspy, "record", "--format", "raw", "-r", "200", "-o", profile, "--pid", str(worker.pid)]
                 )
                 await asyncio.sleep(1.0)
-            cpu0, rcpu0 = proc_cpu(worker.pid), proc_cpu(redis_server.proc.pid)  # type: ignore[union-attr]
+            cpu0, rcpu0 = tree_cpu(worker.pid), proc_cpu(redis_server.proc.pid)  # type: ignore[union-attr]
             t0 = time.perf_counter()
             await queue.enqueue(job_id, [base + "/"])
             await queue.mark_enqueue_done(job_id)
@@ -190,7 +204,7 @@ async def run_trawl(base: str, tmp: Path, expected_pages: int) -> dict[str, Any]
                     raise SystemExit("trawl worker died:\n" + (tmp / "trawl-worker.log").read_text()[-3000:])
                 await asyncio.sleep(0.02)
             elapsed = time.perf_counter() - t0
-            cpu = proc_cpu(worker.pid) - cpu0
+            cpu = tree_cpu(worker.pid) - cpu0
             rcpu = proc_cpu(redis_server.proc.pid) - rcpu0  # type: ignore[union-attr]
         finally:
             if profiler is not None:
@@ -203,7 +217,7 @@ async def run_trawl(base: str, tmp: Path, expected_pages: int) -> dict[str, Any]
             records[data["url"]] = {k: data.get(k) for k in FIELDS}
         await redis.aclose()
     return {
-        "name": "trawl",
+        "name": "trawl" if parse_processes else "trawl-inline",
         "pages": stats.succeeded,
         "dead": stats.dead,
         "seconds": elapsed,
@@ -357,7 +371,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="400 products instead of 2,000 (under a minute).")
     parser.add_argument("--products", type=int, default=None)
-    parser.add_argument("--only", choices=["trawl", "scrapy", "bare"], action="append", help="Run only these.")
+    parser.add_argument(
+        "--only", choices=["trawl", "trawl-inline", "scrapy", "bare"], action="append", help="Run only these."
+    )
     parser.add_argument(
         "--repeat", type=int, default=1, help="Run each crawler N times, interleaved; report each one's fastest run."
     )
@@ -372,7 +388,7 @@ def main() -> None:
         return
 
     products = args.products or (400 if args.quick else 2000)
-    only = args.only or ["trawl", "scrapy", "bare"]
+    only = args.only or ["trawl", "scrapy", "bare"]  # trawl-inline: parsing on the event loop (no isolation)
     tmp = Path(tempfile.mkdtemp(prefix="trawl-crawlbench-"))
     try:
         root = tmp / "site"
@@ -387,10 +403,13 @@ def main() -> None:
             base = f"http://127.0.0.1:{nginx.port}"
             results: dict[str, dict[str, Any]] = {}
             for round_no in range(args.repeat):
-                for kind in ("bare", "scrapy", "trawl"):
+                for kind in ("bare", "scrapy", "trawl", "trawl-inline"):
                     if kind not in only:
                         continue
-                    r = asyncio.run(run_trawl(base, tmp, pages)) if kind == "trawl" else run_child(kind, base, tmp)
+                    if kind.startswith("trawl"):
+                        r = asyncio.run(run_trawl(base, tmp, pages, 0 if kind == "trawl-inline" else 2))
+                    else:
+                        r = run_child(kind, base, tmp)
                     r["pps"] = r["pages"] / r["seconds"]
                     if args.repeat > 1:
                         cpu_ms = r["cpu"] / r["pages"] * 1000
@@ -404,11 +423,11 @@ def main() -> None:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
-    print(f"{'crawler':8} {'pages':>6} {'records':>7} {'seconds':>8} {'pages/s':>9} {'CPU s/page':>11}")
+    print(f"{'crawler':12} {'pages':>6} {'records':>7} {'seconds':>8} {'pages/s':>9} {'CPU s/page':>11}")
     for r in results.values():
         extra = f"   (+ redis-server {r['redis_cpu'] / r['pages'] * 1000:.3f} ms/page)" if "redis_cpu" in r else ""
         print(
-            f"{r['name']:8} {r['pages']:>6} {len(r['records']):>7} {r['seconds']:>8.2f} {r['pps']:>9.1f}"
+            f"{r['name']:12} {r['pages']:>6} {len(r['records']):>7} {r['seconds']:>8.2f} {r['pps']:>9.1f}"
             f" {r['cpu'] / r['pages']:>11.5f}{extra}"
         )
     reference = next(iter(results.values()))["records"]
@@ -428,6 +447,9 @@ def main() -> None:
         cpu = {k: r["cpu"] / r["pages"] for k, r in results.items()}
         print(f"cpu_per_page_ratio_vs_scrapy={cpu['scrapy'] / cpu['trawl']:.2f} "
               f"cpu_per_page_ratio_vs_ceiling={cpu['bare'] / cpu['trawl']:.2f}")  # fmt: skip
+    inline = results.get("trawl-inline")
+    if trawl and inline:  # what isolating parsing in child processes costs (or gains)
+        print(f"ratio_isolated_vs_inline={trawl['pps'] / inline['pps']:.2f}")
     print(f"ratio_vs_scrapy={vs_scrapy:.2f} ratio_vs_ceiling={vs_ceiling:.2f}")
 
 

@@ -90,6 +90,12 @@ def worker_cmd(
     worker_id: str = typer.Option("", envvar="TRAWL_WORKER_ID", help="Worker id (default: host-pid-random)."),
     lease_seconds: float = typer.Option(30.0, envvar="TRAWL_LEASE_SECONDS", help="Lease of claimed tasks."),
     log_level: str = typer.Option("INFO", envvar="TRAWL_LOG_LEVEL", help="Log level."),
+    parse_processes: int = typer.Option(
+        2, envvar="TRAWL_PARSE_PROCESSES", help="Parser child processes (0: parse on the event loop, no budget)."
+    ),
+    parse_seconds: float = typer.Option(
+        10.0, envvar="TRAWL_PARSE_SECONDS", help="Time budget of one page's parse; over it the URL is ParseLimit."
+    ),
 ) -> None:
     """Run a scrape worker: claim tasks of the pool, fetch, extract, write results."""
     from trawl.worker.cli import main as worker_main
@@ -106,6 +112,8 @@ def worker_cmd(
             worker_id=worker_id,
             lease_seconds=lease_seconds,
             log_level=log_level,
+            parse_processes=parse_processes,
+            parse_seconds=parse_seconds,
         )
     )
 

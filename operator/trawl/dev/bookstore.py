@@ -7,7 +7,9 @@ Site: ``/`` (home) → ``/category/<slug>/page-<n>.html`` (paginated listings) �
 Hostile endpoints (``/hostile/...``): redirects to loopback, metadata, IPv4-mapped IPv6, private and
 ``localhost`` targets; a gzip and a brotli decompression bomb; an oversized body; a one-byte-per-second
 drip; 429 with ``Retry-After: 2`` (``times`` times per ``id``, default once; ``after`` sets the
-value); 404; 503 that recovers after ``fail`` hits (per ``id``);
+value); 404; 503 that recovers after ``fail`` hits (per ``id``); ``/hostile/deep?n=`` (``n`` nested
+``div``s, 200,000 by default: a parser trap); ``/hostile/charset/<kind>`` (Shift_JIS and ISO-8859-1
+pages whose charset only the document or only the header declares, :data:`CHARSET_PAGES`);
 and ``/private/`` which robots.txt disallows. Every request is written to an access log with its arrival
 time, so tests can measure the request rate the site saw.
 
@@ -373,6 +375,18 @@ def build_app(renderer: Renderer, access_log: Path | None, latency: float = 0.0,
     async def not_found(request: web.Request) -> web.Response:
         raise web.HTTPNotFound(text="gone")
 
+    async def deep(request: web.Request) -> web.Response:
+        n = min(int(request.query.get("n", "200000")), 1_000_000)
+        body = "<html><head><title>deep</title></head><body>" + "<div>" * n + "x" + "</div>" * n + "</body></html>"
+        return web.Response(body=body.encode(), content_type="text/html")
+
+    async def charset(request: web.Request) -> web.Response:
+        kind = request.match_info["kind"]
+        if kind not in CHARSET_PAGES:
+            raise web.HTTPNotFound()
+        body, header = charset_page(kind)
+        return web.Response(body=body, headers={"Content-Type": header})
+
     async def hits(request: web.Request) -> web.Response:
         return web.json_response(counters)
 
@@ -390,6 +404,8 @@ def build_app(renderer: Renderer, access_log: Path | None, latency: float = 0.0,
     app.router.add_get("/hostile/429", too_many)
     app.router.add_get("/hostile/503", unavailable)
     app.router.add_get("/hostile/404", not_found)
+    app.router.add_get("/hostile/deep", deep)
+    app.router.add_get("/hostile/charset/{kind}", charset)
     app.router.add_get("/_hits", hits)
     if log_file is not None:
 
@@ -398,6 +414,29 @@ def build_app(renderer: Renderer, access_log: Path | None, latency: float = 0.0,
 
         app.on_cleanup.append(close_log)
     return app
+
+
+# Pages whose charset is declared only in the document, or only in the header (title, encoding, how).
+CHARSET_TITLE = {"sjis-meta": "日本語のタイトル", "latin1-meta": "Café crème brûlée", "latin1-header": "Señor Müller"}
+CHARSET_PAGES = {
+    "sjis-meta": ("shift_jis", "meta"),  # <meta charset="Shift_JIS">, Content-Type without charset
+    "latin1-meta": ("iso-8859-1", "http-equiv"),  # <meta http-equiv="Content-Type" ... charset=iso-8859-1>
+    "latin1-header": ("iso-8859-1", "header"),  # Content-Type: text/html; charset=ISO-8859-1, no meta
+}
+
+
+def charset_page(kind: str) -> tuple[bytes, str]:
+    """The body and Content-Type header of ``/hostile/charset/<kind>``."""
+    encoding, how = CHARSET_PAGES[kind]
+    title = CHARSET_TITLE[kind]
+    meta = {
+        "meta": f'<meta charset="{encoding}">',
+        "http-equiv": f'<meta http-equiv="Content-Type" content="text/html; charset={encoding}">',
+        "header": "",
+    }[how]
+    page = f"<html><head>{meta}<title>{title}</title></head><body><h1>{title}</h1></body></html>"
+    header = f"text/html; charset={encoding}" if how == "header" else "text/html"
+    return page.encode(encoding), header
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,6 +62,8 @@ def main(
     worker_id: str = "",
     lease_seconds: float = 30.0,
     log_level: str = "INFO",
+    parse_processes: int = 2,
+    parse_seconds: float = 10.0,
 ) -> int:
     wid = worker_id or default_worker_id()
     logs.setup(log_level, worker=wid)
@@ -75,5 +77,7 @@ def main(
         metrics_port=metrics_port or None,
         metrics_address=metrics_address,
         allowed_cidrs=[c.strip() for c in allowed_cidrs.split(",") if c.strip()],
+        parse_processes=parse_processes,
+        parse_seconds=parse_seconds,
     )
     return asyncio.run(_run(config, lease_seconds))

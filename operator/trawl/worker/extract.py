@@ -14,6 +14,7 @@ from urllib.parse import urljoin
 
 from selectolax.lexbor import LexborHTMLParser as HTMLParser
 from selectolax.lexbor import LexborNode as Node
+from w3lib.encoding import html_to_unicode
 
 _WS = re.compile(r"\s+")
 _SKIP_TEXT_TAGS = ("script", "style", "noscript", "template", "head")
@@ -113,8 +114,10 @@ class Extractor:
     def matches(self, url: str) -> bool:
         return self._only is None or self._only.search(url) is not None
 
-    def extract(self, html: str | bytes, url: str) -> Page:
+    def extract(self, html: str | bytes, url: str, *, content_type: str | None = None) -> Page:
         page = Page(matched=self.matches(url))
+        if isinstance(html, bytes):
+            html = decode_html(html, content_type)
         try:
             tree = HTMLParser(html)
         except Exception:  # selectolax is robust, but a parser failure must never kill a task
@@ -212,6 +215,14 @@ class Extractor:
             except Exception:
                 out[spec.name] = [] if spec.multiple else None
         return out
+
+
+def decode_html(body: bytes, content_type: str | None) -> str:
+    """The page's text, decoded as a browser would: a byte-order mark first, then the charset of the
+    Content-Type header, then a ``<meta charset>`` / ``http-equiv`` in the document, then UTF-8
+    (w3lib's implementation of the HTML5 sniffing rules; undecodable bytes become U+FFFD)."""
+    _encoding, text = html_to_unicode(content_type, body, auto_detect_fun=None)
+    return str(text)
 
 
 def readable_text(tree: HTMLParser, limit: int = 100_000) -> str:

@@ -54,6 +54,9 @@ class WorkerMetrics:
         self.sink_failed = Counter(
             "trawl_worker_sink_failed_total", "Tasks dead-lettered as SinkFailed (retry budget spent).", registry=r
         )
+        self.parse_limits = Counter(
+            "trawl_worker_parse_limits_total", "Pages dead-lettered as ParseLimit (size, tags, time).", registry=r
+        )
         self.draining = Gauge("trawl_worker_draining", "1 while the worker drains after SIGTERM.", registry=r)
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:

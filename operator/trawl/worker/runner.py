@@ -34,6 +34,8 @@ from .finish import SINK_BACKOFF_FIRST, SINK_RETRY_SECONDS, Finish, Finisher
 from .jobspec import WorkerJobSpec, parse_worker_spec, read_secret
 from .metrics import WorkerMetrics
 from .notes import JobNotes
+from .parsepool import DEFAULT_MAX_BYTES, DEFAULT_MAX_TAGS, ParseLimit, ParseLimits, ParsePool
+from .parsepool import DEFAULT_SECONDS as DEFAULT_PARSE_SECONDS
 from .pgsink import PostgresSink, target_from_spec
 from .politeness import DomainLimiter, RateWaitTooLong, RobotsCache
 from .render.hook import BrowserCrashed, Renderer
@@ -68,6 +70,10 @@ class WorkerConfig:
     sink_capacity: int = 0  # tasks waiting for their results to be stored before claiming stops; 0: 4x concurrency
     idle_poll_max: float = 0.25  # longest pause between claims while the queue is empty
     json_lines_dir: str | None = None  # overrides the job's directory (tests, local runs)
+    parse_processes: int = 2  # parser child processes; 0 parses on the event loop (no time budget)
+    parse_seconds: float = DEFAULT_PARSE_SECONDS  # time budget of one page's parse and extraction
+    parse_max_bytes: int = DEFAULT_MAX_BYTES
+    parse_max_tags: int = DEFAULT_MAX_TAGS
     sink_retry_seconds: float = SINK_RETRY_SECONDS  # a record's write is retried this long, then SinkFailed
     sink_backoff_seconds: float = SINK_BACKOFF_FIRST  # first delay of a record's write retries (doubling)
 
@@ -104,6 +110,10 @@ class Worker:
         )
         self.robots = RobotsCache(redis, lambda origin: keys.rate_limit(origin, "robots"), self._fetch_robots)
         self.notes = JobNotes(redis, keys.job)
+        self.parser = ParsePool(
+            config.parse_processes,
+            ParseLimits(config.parse_seconds, config.parse_max_bytes, config.parse_max_tags),
+        )
         self._jobs: OrderedDict[str, _Job | None] = OrderedDict()
         self._deferred: OrderedDict[tuple[str, str], int] = OrderedDict()  # Retry-After releases per task
         self._sinks: dict[tuple[Any, ...], Sink] = {}
@@ -144,6 +154,7 @@ class Worker:
 
     async def run(self) -> None:
         await self.fetcher.start()
+        await self.parser.start()
         if self.config.metrics_port:
             self._serve_metrics(self.config.metrics_port, self.config.metrics_address)
         log.info(
@@ -169,6 +180,7 @@ class Worker:
                 await sink.close()
             await self.fetcher.close()
             await self.renderer.close()
+            await self.parser.close()
             self.metrics.shutdown()
             log.info("worker stopped", extra={"worker": self.worker_id, "processed": self.processed})
 
@@ -479,7 +491,15 @@ class Worker:
         except FetchError as exc:
             return await self._failed(task, job, domain, exc, time.monotonic() - fetch_started - waited)
 
-        page = job.extractor.extract(result.body, task.url)
+        content_type = result.content_type + (f"; charset={result.charset}" if result.charset else "")
+        try:
+            page = await self.parser.extract(job.extractor, result.body, task.url, content_type=content_type)
+        except ParseLimit as exc:
+            # A page no parser should spend longer on: that URL alone fails, for good.
+            self.metrics.parse_limits.inc()
+            log.warning("parse limit", extra={"job": task.job_id, "url": task.url, "error": str(exc)})
+            failed = await self.queue.fail(task, self.worker_id, FailureClass.PARSE_LIMIT.value, str(exc)[:1024])
+            return "dead" if failed.dead_lettered else "failed"
         links: list[str] = []
         if spec.crawl is not None and page.links:
             links = spec.crawl.select(page.links, task.url, task.depth, self.finisher.submitted(task.job_id))

@@ -1,0 +1,220 @@
+"""Parsing and extraction in child processes, with limits: no page can stall the worker's event loop.
+
+HTML parsers are super-linear on hostile input (20,000 nested ``div``s take seconds, 200,000 minutes),
+and a parse on the event loop stops heartbeats, claims and every other task. So each page is parsed in
+one of a few child processes (``multiprocessing`` spawn; each handles one page at a time), and:
+
+- a body larger than ``max_bytes`` or with more tags than ``max_tags`` (counted as ``<`` bytes, which
+  costs a C-speed scan) is refused before it is sent;
+- a parse that takes longer than ``seconds`` kills its child (a thread cannot be stopped; a process
+  can) and a fresh one takes its place; only that page fails.
+
+Both raise :class:`ParseLimit`, which the worker dead-letters as the permanent class ``ParseLimit``.
+A child that dies for another reason (out of memory) fails its page the same way. Pages are decoded in
+the child as a browser would (:func:`trawl.worker.extract.decode_html`).
+
+``processes=0`` parses in-process, on the event loop (tests and benchmarks that compare).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import multiprocessing
+import pickle
+import signal
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from .extract import ExtractOptions, Extractor, Page
+
+log = logging.getLogger("trawl.worker.parse")
+
+DEFAULT_SECONDS = 10.0
+DEFAULT_MAX_BYTES = 16 * 1024 * 1024
+DEFAULT_MAX_TAGS = 1_000_000
+STARTUP_SECONDS = 60.0
+_SEND_IN_THREAD = 256 * 1024  # bodies above this are written to the pipe off the event loop
+
+
+class ParseLimit(Exception):
+    """The page exceeded a parse limit (size, tags, time) or killed its parser; permanent."""
+
+
+@dataclass(frozen=True, slots=True)
+class ParseLimits:
+    seconds: float = DEFAULT_SECONDS
+    max_bytes: int = DEFAULT_MAX_BYTES
+    max_tags: int = DEFAULT_MAX_TAGS
+
+
+def check_size(body: bytes, limits: ParseLimits) -> None:
+    """Refuse a body before parsing it: too large, or more tags than the limit."""
+    if len(body) > limits.max_bytes:
+        raise ParseLimit(f"document of {len(body)} bytes is over the parse limit of {limits.max_bytes}")
+    tags = body.count(b"<")
+    if tags > limits.max_tags:
+        raise ParseLimit(f"document has about {tags} tags, over the parse limit of {limits.max_tags}")
+
+
+def _child_main(conn: Connection) -> None:
+    """A parser process: one request at a time until the pipe closes (the worker ended or killed it)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker decides when its children end
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    extractors: dict[tuple[ExtractOptions, bool], Extractor] = {}
+    conn.send_bytes(b"ready")  # imports done: from now on the time budget measures parsing only
+    while True:
+        try:
+            raw = conn.recv_bytes()
+        except (EOFError, OSError):
+            return
+        options, need_links, body, url, content_type = pickle.loads(raw)
+        try:
+            key = (options, need_links)
+            extractor = extractors.get(key)
+            if extractor is None:
+                if len(extractors) > 64:
+                    extractors.clear()
+                extractor = extractors[key] = Extractor(options, need_links=need_links)
+            page = extractor.extract(body, url, content_type=content_type)
+            reply: tuple[Any, ...] = ("ok", page.data, page.links, page.matched)
+        except Exception as exc:  # a bug in extraction: the page fails, the child lives on
+            reply = ("error", f"{type(exc).__name__}: {exc}")
+        try:
+            conn.send_bytes(pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))
+        except (BrokenPipeError, OSError):
+            return
+
+
+class _Child:
+    def __init__(self, ctx: Any) -> None:
+        parent, child = ctx.Pipe(duplex=True)
+        self.conn: Connection = parent
+        self.proc = ctx.Process(target=_child_main, args=(child,), name="trawl-parser", daemon=True)
+        self.proc.start()
+        child.close()
+        # Wait (in the caller's thread) until the child has imported its modules, so a busy machine's
+        # start-up time is not charged to the first page's budget.
+        if not self.conn.poll(STARTUP_SECONDS) or self.conn.recv_bytes() != b"ready":
+            self.kill()
+            raise RuntimeError(f"a parser process did not start within {STARTUP_SECONDS:g}s")
+
+    def kill(self) -> None:
+        with contextlib.suppress(Exception):
+            self.proc.kill()
+        with contextlib.suppress(Exception):
+            self.proc.join(5)
+        with contextlib.suppress(Exception):
+            self.conn.close()
+
+
+class ParsePool:
+    """``processes`` parser children; :meth:`extract` waits for a free one (bounded by the caller's task)."""
+
+    def __init__(self, processes: int = 2, limits: ParseLimits | None = None) -> None:
+        self.processes = processes
+        self.limits = limits or ParseLimits()
+        self._ctx = multiprocessing.get_context("spawn")
+        self._idle: asyncio.Queue[_Child] | None = None
+        self._all: set[_Child] = set()
+        self.killed = 0  # children killed for running over the budget
+        self.busy_since: dict[_Child, float] = {}
+
+    async def start(self) -> None:
+        if self.processes <= 0 or self._idle is not None:
+            return
+        self._idle = asyncio.Queue()
+        children = await asyncio.gather(*(asyncio.to_thread(self._spawn) for _ in range(self.processes)))
+        for child in children:
+            self._idle.put_nowait(child)
+
+    def _spawn(self) -> _Child:
+        child = _Child(self._ctx)
+        self._all.add(child)
+        return child
+
+    async def close(self) -> None:
+        for child in list(self._all):
+            await asyncio.to_thread(child.kill)
+        self._all.clear()
+        self._idle = None
+
+    @property
+    def oldest_busy_seconds(self) -> float:
+        """How long the longest-running parse has been going (0 when idle): for the liveness report."""
+        if not self.busy_since:
+            return 0.0
+        return time.monotonic() - min(self.busy_since.values())
+
+    async def extract(self, extractor: Extractor, body: bytes, url: str, *, content_type: str | None = None) -> Page:
+        check_size(body, self.limits)
+        if self._idle is None:
+            return extractor.extract(body, url, content_type=content_type)
+        try:  # bounded: if replacements could not be started, fail the page (Internal, retried) not hang
+            async with asyncio.timeout(STARTUP_SECONDS + self.limits.seconds):
+                child = await self._idle.get()
+        except TimeoutError:
+            raise RuntimeError("no parser process became free (could they not be started?)") from None
+        keep = False  # unless the child answered: over a limit, dead or cancelled mid-parse, it is replaced
+        try:
+            reply = await self._call(child, extractor, body, url, content_type)
+            keep = True
+        finally:
+            self.busy_since.pop(child, None)
+            if keep:
+                self._idle.put_nowait(child)
+            else:
+                self._all.discard(child)
+                await asyncio.shield(self._replace(child))
+        if reply[0] != "ok":
+            raise RuntimeError(f"extraction failed: {reply[1]}")  # a bug, not the page: class Internal
+        return Page(data=reply[1], links=reply[2], matched=reply[3])
+
+    async def _replace(self, child: _Child) -> None:
+        await asyncio.to_thread(child.kill)
+        if self._idle is None:
+            return
+        try:
+            self._idle.put_nowait(await asyncio.to_thread(self._spawn))
+        except Exception as exc:
+            log.error("could not start a parser process", extra={"error": repr(exc)})
+
+    async def _call(
+        self, child: _Child, extractor: Extractor, body: bytes, url: str, content_type: str | None
+    ) -> tuple[Any, ...]:
+        loop = asyncio.get_running_loop()
+        data = pickle.dumps(
+            (extractor.options, extractor.need_links, body, url, content_type), protocol=pickle.HIGHEST_PROTOCOL
+        )
+        self.busy_since[child] = time.monotonic()
+        if len(data) > _SEND_IN_THREAD:
+            await asyncio.to_thread(child.conn.send_bytes, data)
+        else:
+            child.conn.send_bytes(data)
+        ready = loop.create_future()
+        fd = child.conn.fileno()
+
+        def readable() -> None:
+            if not ready.done():
+                ready.set_result(None)
+
+        loop.add_reader(fd, readable)
+        try:
+            async with asyncio.timeout(self.limits.seconds):
+                await ready
+        except TimeoutError:
+            self.killed += 1
+            log.warning("parse over its time budget; parser killed", extra={"url": url})
+            raise ParseLimit(f"parsing took longer than the budget of {self.limits.seconds:g}s") from None
+        finally:
+            loop.remove_reader(fd)
+        try:
+            reply: tuple[Any, ...] = pickle.loads(child.conn.recv_bytes())
+        except (EOFError, OSError) as exc:
+            child.proc.join(1)
+            code = child.proc.exitcode
+            raise ParseLimit(f"the parser died on this page (exit code {code}): {exc!r}") from None
+        return reply
