@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 
@@ -50,6 +51,7 @@ async def test_loopback_site_is_refused_without_allow_list(site: Bookstore) -> N
         ("mapped", "::ffff:169.254.169.254"),
         ("private", "10.0.0.1"),
         ("localhost", "localhost"),
+        ("localhost-dot", "localhost."),
     ],
 )
 async def test_redirects_to_internal_addresses_are_refused(site: Bookstore, kind: str, target: str) -> None:
@@ -117,3 +119,18 @@ async def test_numeric_spellings_of_loopback_are_refused(site: Bookstore, host: 
     target = f"http://{host}:{site.port}/"
     error = await _fetch_error(f"{site.url}/hostile/redirect/to?url={target}")
     assert error.failure_class == FailureClass.BLOCKED_ADDRESS, error
+
+
+async def test_credentials_never_reach_a_second_origin(site: Bookstore) -> None:
+    secret = {"Authorization": "Bearer s3cret", "Cookie": "session=s3cret", "X-Api-Key": "s3cret"}
+    with Bookstore(host="127.0.0.2", categories=1, books_per_category=1) as other:
+        async with Fetcher(allowed=ALLOWED) as fetcher:
+            same = await fetcher.fetch(f"{site.url}/hostile/redirect/to?url=/hostile/headers", headers=secret)
+            cross = await fetcher.fetch(
+                f"{site.url}/hostile/redirect/to?url={other.url}/hostile/headers", headers=secret
+            )
+    assert same.redirects and cross.redirects and cross.final_url.startswith(other.url)
+    got_same, got_cross = json.loads(same.body), json.loads(cross.body)
+    assert {k: got_same.get(k) for k in secret} == secret  # the job's own origin gets its headers
+    assert not set(secret) & set(got_cross)  # another origin gets none of them
+    assert got_cross["User-Agent"] == got_same["User-Agent"]

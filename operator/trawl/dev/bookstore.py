@@ -10,6 +10,7 @@ drip; 429 with ``Retry-After: 2`` (``times`` times per ``id``, default once; ``a
 value); 404; 503 that recovers after ``fail`` hits (per ``id``); ``/hostile/deep?n=`` (``n`` nested
 ``div``s, 200,000 by default: a parser trap); ``/hostile/charset/<kind>`` (Shift_JIS and ISO-8859-1
 pages whose charset only the document or only the header declares, :data:`CHARSET_PAGES`);
+``/hostile/headers`` (echoes the request headers as JSON: what reached this origin);
 and ``/private/`` which robots.txt disallows. Every request is written to an access log with its arrival
 time, so tests can measure the request rate the site saw.
 
@@ -315,6 +316,7 @@ def build_app(renderer: Renderer, access_log: Path | None, latency: float = 0.0,
         "mapped": lambda r: "http://[::ffff:169.254.169.254]/latest/meta-data/",
         "private": lambda r: "http://10.0.0.1/",
         "localhost": lambda r: f"http://localhost:{port_of(r)}/",
+        "localhost-dot": lambda r: f"http://localhost.:{port_of(r)}/",  # the root's dot: the same name
     }
 
     async def redirect(request: web.Request) -> web.Response:
@@ -387,6 +389,9 @@ def build_app(renderer: Renderer, access_log: Path | None, latency: float = 0.0,
         body, header = charset_page(kind)
         return web.Response(body=body, headers={"Content-Type": header})
 
+    async def echo_headers(request: web.Request) -> web.Response:
+        return web.Response(text=json.dumps(dict(request.headers)), content_type="text/html")  # fetchable
+
     async def hits(request: web.Request) -> web.Response:
         return web.json_response(counters)
 
@@ -406,6 +411,7 @@ def build_app(renderer: Renderer, access_log: Path | None, latency: float = 0.0,
     app.router.add_get("/hostile/404", not_found)
     app.router.add_get("/hostile/deep", deep)
     app.router.add_get("/hostile/charset/{kind}", charset)
+    app.router.add_get("/hostile/headers", echo_headers)
     app.router.add_get("/_hits", hits)
     if log_file is not None:
 

@@ -196,6 +196,17 @@ class _Decoder:
         return b"".join(parts)
 
 
+def _origin_of(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) with default ports filled in: two URLs of one origin compare equal."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    scheme = parts.scheme.lower()
+    return scheme, (parts.hostname or "").rstrip("."), port or {"http": 80, "https": 443}.get(scheme)
+
+
 class SafeResolver(AbstractResolver):
     """Resolves names and returns only addresses that pass the block list (raising when none does).
 
@@ -210,8 +221,10 @@ class SafeResolver(AbstractResolver):
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[ResolveResult]:
         try:
+            # "localhost." is "localhost": the root's dot is dropped so such a name resolves (and its
+            # addresses are checked) like the name without it, instead of failing as a connection error.
             infos = await self._loop.getaddrinfo(
-                host, port, type=socket.SOCK_STREAM, family=family, flags=socket.AI_ADDRCONFIG
+                host.rstrip(".") or host, port, type=socket.SOCK_STREAM, family=family, flags=socket.AI_ADDRCONFIG
             )
         except socket.gaierror as exc:
             raise OSError(f"cannot resolve {host}: {exc.strerror}") from exc
@@ -376,15 +389,20 @@ class Fetcher:
         req_headers["Accept-Encoding"] = "gzip, deflate, br"
         req_headers.setdefault("Accept", "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8")
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=limits.connect_timeout, sock_read=limits.read_timeout)
+        # The job's headers (Authorization, Cookie, ...) go to the first URL's origin only: a redirect to
+        # another origin gets the worker's own headers, as curl and requests drop credentials.
+        own_headers = {k: v for k, v in req_headers.items() if k in ("User-Agent", "Accept-Encoding", "Accept")}
+        first_origin = _origin_of(url)
         redirects: list[str] = []
         current = url
         while True:
             self.check_url(current)
             if before_hop is not None:
                 await before_hop(current)
+            hop_headers = req_headers if _origin_of(current) == first_origin else own_headers
             try:
                 async with self._session.get(
-                    current, headers=req_headers, allow_redirects=False, timeout=timeout
+                    current, headers=hop_headers, allow_redirects=False, timeout=timeout
                 ) as resp:
                     self._check_peer(resp, current)
                     status = resp.status
