@@ -43,6 +43,7 @@ async def _run(
     await queue.register_job(build_job_config(job_id, job, None))
     await queue.enqueue(job_id, job.seed_urls())
     await queue.mark_enqueue_done(job_id)
+    config.setdefault("parse_processes", 1)  # one parser child: enough here, and quicker to start
     worker = Worker(
         WorkerConfig(prefix=PREFIX, worker_id="w-" + job_id, concurrency=8, allowed_cidrs=ALLOWED, **config),
         queue,
@@ -123,3 +124,30 @@ async def test_declared_character_sets_decode_as_a_browser_would(
     _job_id, _queue, _worker, records, _probe = await _run(redis_client, urls)
     titles = {r["url"].rsplit("/", 1)[1]: r["title"] for r in records}
     assert titles == CHARSET_TITLE
+
+
+async def test_robots_crawl_delay_is_honoured(redis_client: aioredis.Redis) -> None:
+    robots = "User-agent: *\nCrawl-delay: 0.5\nDisallow: /private/\n"
+    with Bookstore(host="127.0.0.2", robots_txt=robots, categories=1, books_per_category=5) as slow:
+        urls = [slow.product_url(i) for i in range(1, 6)]
+        _job_id, _queue, _worker, records, _probe = await _run(redis_client, urls)
+        times = sorted(e.time for e in slow.entries() if e.path.startswith("/product/"))
+    assert len(records) == len(urls) and len(times) == len(urls)
+    # The job asked for 1000 requests/s; the site's Crawl-delay of 0.5 s spaced them (a lower bound:
+    # a busy machine only spaces them further).
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert min(gaps) >= 0.45, gaps
+
+
+async def test_a_5xx_robots_txt_is_a_temporary_disallow(redis_client: aioredis.Redis) -> None:
+    with Bookstore(host="127.0.0.2", robots_fail=1, categories=1, books_per_category=3) as flaky:
+        urls = [flaky.product_url(i) for i in range(1, 4)]
+        job_id, queue, _worker, records, _probe = await _run(redis_client, urls, robots_unavailable_seconds=1.0)
+        log = [(e.path, e.status) for e in flaky.entries()]
+    stats = await queue.job_stats(job_id)
+    assert (stats.succeeded, stats.dead) == (len(urls), 0)
+    assert [r["attempt"] for r in records] == [1] * len(urls)  # waited without spending an attempt
+    robots = [i for i, (path, _status) in enumerate(log) if path == "/robots.txt"]
+    assert [log[i][1] for i in robots] == [503, 200]
+    pages = [i for i, (path, _status) in enumerate(log) if path.startswith("/product/")]
+    assert min(pages) > robots[1]  # nothing of the origin was fetched while its robots.txt failed

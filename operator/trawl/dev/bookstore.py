@@ -246,7 +246,14 @@ def write_static_site(directory: Path, renderer: Renderer) -> int:
 # --- the server ------------------------------------------------------------------------------------
 
 
-def build_app(renderer: Renderer, access_log: Path | None, latency: float = 0.0, redirect_port: int = 0) -> object:
+def build_app(
+    renderer: Renderer,
+    access_log: Path | None,
+    latency: float = 0.0,
+    redirect_port: int = 0,
+    robots_txt: str = ROBOTS_TXT,
+    robots_fail: int = 0,
+) -> object:
     from aiohttp import web
 
     cat = renderer.cat
@@ -302,7 +309,9 @@ def build_app(renderer: Renderer, access_log: Path | None, latency: float = 0.0,
         return html_response(renderer.product(int(request.match_info["id"])))
 
     async def robots(request: web.Request) -> web.Response:
-        return web.Response(text=ROBOTS_TXT, content_type="text/plain")
+        if hit(request, "robots") <= robots_fail:  # the first robots_fail requests: a server error
+            return web.Response(status=503, text="robots.txt unavailable")
+        return web.Response(text=robots_txt, content_type="text/plain")
 
     async def private(request: web.Request) -> web.Response:
         return html_response(_page("Secret", "<h1>Staff only</h1>", ""))
@@ -465,6 +474,8 @@ class Bookstore:
     per_page: int = 10
     related: int = 4
     latency: float = 0.0
+    robots_txt: str = ROBOTS_TXT
+    robots_fail: int = 0  # the first N robots.txt requests answer 503
     workdir: Path | None = None
     proc: object | None = None
     _tmp: object | None = field(default=None, repr=False)
@@ -493,7 +504,8 @@ class Bookstore:
             sys.executable, "-m", "trawl.dev.bookstore", "--host", self.host, "--port", str(self.port),
             "--categories", str(self.categories), "--books-per-category", str(self.books_per_category),
             "--per-page", str(self.per_page), "--related", str(self.related), "--latency", str(self.latency),
-            "--access-log", str(self.access_log),
+            "--access-log", str(self.access_log), "--robots-txt", self.robots_txt,
+            "--robots-fail", str(self.robots_fail),
         ]  # fmt: skip
         self.proc = procs.start(argv, log_path=self.workdir / "server.log")
         procs.wait_for_port(self.host, self.port, timeout, self.proc)  # type: ignore[arg-type]
@@ -551,6 +563,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--per-page", type=int, default=10)
     parser.add_argument("--related", type=int, default=4)
     parser.add_argument("--latency", type=float, default=0.0)
+    parser.add_argument("--robots-txt", default=ROBOTS_TXT, help="The robots.txt served.")
+    parser.add_argument("--robots-fail", type=int, default=0, help="Answer 503 to the first N robots.txt requests.")
     parser.add_argument("--access-log", type=Path, default=None)
     parser.add_argument("--print-expected", action="store_true", help="Print the expected records as JSON and exit.")
     args = parser.parse_args(argv)
@@ -558,7 +572,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.print_expected:
         json.dump([expected_record(p) for p in renderer.cat.products], sys.stdout, indent=1)
         return
-    app = build_app(renderer, args.access_log, latency=args.latency)
+    app = build_app(
+        renderer, args.access_log, latency=args.latency, robots_txt=args.robots_txt, robots_fail=args.robots_fail
+    )
     web.run_app(app, host=args.host, port=args.port, print=None, access_log=None)  # type: ignore[arg-type]
 
 

@@ -138,6 +138,7 @@ class AdaptiveDelay:
 class _Domain:
     tokens: int = 0
     tokens_at: float = 0.0
+    tokens_rate: float = 0.0  # the rate the held tokens were granted at
     token_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     slots: list[str] = field(default_factory=list)  # leased members not in use
     slots_all: dict[str, float] = field(default_factory=dict)  # member -> monotonic time leased
@@ -214,6 +215,8 @@ class DomainLimiter:
         async with state.token_lock:
             if state.tokens > 0 and time.monotonic() - state.tokens_at > TOKEN_MAX_AGE:
                 state.tokens = 0  # tokens of a batch left unused: do not spend them later as a burst
+            if state.tokens > 0 and rate < state.tokens_rate:
+                state.tokens = 0  # granted at a faster rate (e.g. before robots.txt's Crawl-delay was known)
             while state.tokens <= 0:
                 want = token_batch(rate)
                 granted, wait_us = await self._gcra(keys=[self.key(domain, "rate")], args=[interval_us, burst, want])
@@ -221,6 +224,7 @@ class DomainLimiter:
                 if granted > 0:
                     state.tokens += granted
                     state.tokens_at = time.monotonic()
+                    state.tokens_rate = rate
                     break
                 wait = int(wait_us) / 1_000_000
                 if deadline is not None and time.monotonic() + wait > deadline:
@@ -329,7 +333,10 @@ class DomainLimiter:
 
 ALLOW_ALL = "A"
 DISALLOW_ALL = "D"
+UNAVAILABLE = "U"  # robots.txt answered 5xx or could not be fetched: a temporary complete disallow
 ROBOTS_MAX_BYTES = 512 * 1024
+UNAVAILABLE_SECONDS = 30.0  # how long a 5xx robots.txt holds the origin's tasks back before it is asked again
+MAX_CRAWL_DELAY = 30.0  # a larger robots.txt Crawl-delay is honoured as this (a task must finish some day)
 
 
 @dataclass
@@ -337,14 +344,22 @@ class _Robots:
     parser: Protego | None  # None: allow all
     disallow_all: bool
     expires: float
+    unavailable: str | None = None  # why robots.txt could not be read (temporary disallow)
+
+
+class RobotsUnavailable(FetchError):
+    """robots.txt answered 5xx or was unreachable: nothing of the origin is fetched for a while (RFC 9309
+    2.3.1.4). Raised with ``retry_after``, so the task is given back without spending an attempt."""
 
 
 class RobotsCache:
     """robots.txt per scheme://host:port, parsed with protego, cached in Redis (TTL) and in memory.
 
     Only one worker of the pool fetches a host's robots.txt at a time (a short Redis lock); the others
-    wait for the cached copy. 4xx means allow all; 5xx or an unreachable host fails the task as a
-    retryable error (RFC 9309 treats an unreachable robots.txt as complete disallow, temporarily).
+    wait for the cached copy. 4xx means allow all; 5xx or an unreachable host is a complete disallow for
+    ``UNAVAILABLE_SECONDS`` (RFC 9309), cached like any answer: tasks of the origin are given back with
+    that delay (:class:`RobotsUnavailable`, no attempt spent) and robots.txt is asked again after it.
+    ``Crawl-delay`` is read for the user agent (:meth:`crawl_delay`).
     """
 
     def __init__(
@@ -354,8 +369,10 @@ class RobotsCache:
         fetch: Callable[[str, Any], Awaitable[tuple[int, str]]],
         *,
         local_seconds: float = 60.0,
+        unavailable_seconds: float = UNAVAILABLE_SECONDS,
     ) -> None:
         self.redis = redis
+        self.unavailable_seconds = unavailable_seconds
         self.key = key
         self.fetch = fetch  # (url, hop hook) -> (status, text); raises FetchError
         self.local_seconds = local_seconds
@@ -370,11 +387,27 @@ class RobotsCache:
         entry = self._local.get(origin)
         if entry is None or entry.expires < time.monotonic():
             entry = await self._load(origin, ttl, hook)
+        if entry.unavailable is not None:
+            raise RobotsUnavailable(
+                FailureClass.HTTP_5XX,
+                entry.unavailable,
+                url=url,
+                retry_after=max(1.0, entry.expires - time.monotonic()),
+            )
         if entry.disallow_all:
             return False
         if entry.parser is None:
             return True
         return bool(entry.parser.can_fetch(url, user_agent))
+
+    def crawl_delay(self, url: str, user_agent: str) -> float | None:
+        """The origin's robots.txt ``Crawl-delay`` for ``user_agent`` (seconds, capped), if it has one;
+        only meaningful after :meth:`allowed` loaded the origin."""
+        entry = self._local.get(_origin(url))
+        if entry is None or entry.parser is None:
+            return None
+        delay = entry.parser.crawl_delay(user_agent)
+        return min(float(delay), MAX_CRAWL_DELAY) if delay else None
 
     async def _load(self, origin: str, ttl: int, hook: Any) -> _Robots:
         pending = self._pending.get(origin)
@@ -396,6 +429,8 @@ class RobotsCache:
 
     def _parse(self, raw: str, ttl: int) -> _Robots:
         expires = time.monotonic() + min(ttl, self.local_seconds)
+        if raw.startswith(UNAVAILABLE):
+            return _Robots(None, True, time.monotonic() + self.unavailable_seconds, unavailable=raw[1:])
         if raw == ALLOW_ALL:
             return _Robots(None, False, expires)
         if raw == DISALLOW_ALL:
@@ -415,7 +450,11 @@ class RobotsCache:
             await asyncio.sleep(0.05)
         try:
             raw = await self._fetch(origin, hook)
-            await self.redis.set(key, raw, ex=ttl)
+            unavailable_ms = max(1, int(self.unavailable_seconds * 1000))
+            if raw.startswith(UNAVAILABLE):
+                await self.redis.set(key, raw, px=unavailable_ms)
+            else:
+                await self.redis.set(key, raw, ex=ttl)
             return self._parse(raw, ttl)
         finally:
             await self.redis.delete(lock)
@@ -429,11 +468,9 @@ class RobotsCache:
                 return ALLOW_ALL
             if exc.failure_class in (FailureClass.TOO_LARGE, FailureClass.BAD_CONTENT):
                 return ALLOW_ALL
-            raise FetchError(
-                exc.failure_class if exc.failure_class != FailureClass.HTTP_429 else FailureClass.HTTP_5XX,
-                f"robots.txt of {origin} unavailable: {exc.message}",
-                retry_after=exc.retry_after,
-            ) from exc
+            if exc.failure_class in (FailureClass.BLOCKED_ADDRESS, FailureClass.INVALID_URL):
+                raise  # the origin itself is refused: its pages fail the same way, for good
+            return UNAVAILABLE + f"robots.txt of {origin} unavailable ({exc.failure_class.value}): {exc.message}"
         if 200 <= status < 300:
             return "R" + text
         return ALLOW_ALL

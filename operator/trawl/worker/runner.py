@@ -37,7 +37,7 @@ from .notes import JobNotes
 from .parsepool import DEFAULT_MAX_BYTES, DEFAULT_MAX_TAGS, ParseLimit, ParseLimits, ParsePool
 from .parsepool import DEFAULT_SECONDS as DEFAULT_PARSE_SECONDS
 from .pgsink import PostgresSink, target_from_spec
-from .politeness import DomainLimiter, RateWaitTooLong, RobotsCache
+from .politeness import UNAVAILABLE_SECONDS, DomainLimiter, RateWaitTooLong, RobotsCache
 from .render.hook import BrowserCrashed, Renderer
 from .sinks import JsonLinesSink, Record, RedisStreamSink, Sink, WebhookSink, dedupe_key, record_key
 from .urlpolicy import IPNetwork, host_of, parse_networks
@@ -70,6 +70,7 @@ class WorkerConfig:
     sink_capacity: int = 0  # tasks waiting for their results to be stored before claiming stops; 0: 4x concurrency
     idle_poll_max: float = 0.25  # longest pause between claims while the queue is empty
     json_lines_dir: str | None = None  # overrides the job's directory (tests, local runs)
+    robots_unavailable_seconds: float = UNAVAILABLE_SECONDS  # a 5xx robots.txt disallows its origin this long
     parse_processes: int = 2  # parser child processes; 0 parses on the event loop (no time budget)
     parse_seconds: float = DEFAULT_PARSE_SECONDS  # time budget of one page's parse and extraction
     parse_max_bytes: int = DEFAULT_MAX_BYTES
@@ -108,7 +109,12 @@ class Worker:
         self.limiter = DomainLimiter(
             redis, keys.rate_limit, self.worker_id, max_wait=config.max_rate_wait, on_wait=self._on_rate_wait
         )
-        self.robots = RobotsCache(redis, lambda origin: keys.rate_limit(origin, "robots"), self._fetch_robots)
+        self.robots = RobotsCache(
+            redis,
+            lambda origin: keys.rate_limit(origin, "robots"),
+            self._fetch_robots,
+            unavailable_seconds=config.robots_unavailable_seconds,
+        )
         self.notes = JobNotes(redis, keys.job)
         self.parser = ParsePool(
             config.parse_processes,
@@ -154,7 +160,6 @@ class Worker:
 
     async def run(self) -> None:
         await self.fetcher.start()
-        await self.parser.start()
         if self.config.metrics_port:
             self._serve_metrics(self.config.metrics_port, self.config.metrics_address)
         log.info(
@@ -527,13 +532,16 @@ class Worker:
         async def robots_hop(hop_url: str) -> None:
             await self.limiter.take_token(host_of(hop_url), pol.requests_per_second, adaptive=pol.adaptive_delay)
 
-        if pol.respect_robots_txt and not await self.robots.allowed(
-            url, spec.request.user_agent, pol.robots_cache_seconds, robots_hop
-        ):
-            raise FetchError(FailureClass.ROBOTS_DISALLOWED, f"robots.txt disallows {url}", url=url)
+        rate = pol.requests_per_second
+        if pol.respect_robots_txt:
+            if not await self.robots.allowed(url, spec.request.user_agent, pol.robots_cache_seconds, robots_hop):
+                raise FetchError(FailureClass.ROBOTS_DISALLOWED, f"robots.txt disallows {url}", url=url)
+            crawl_delay = self.robots.crawl_delay(url, spec.request.user_agent)
+            if crawl_delay:  # the site's Crawl-delay wins over a faster job rate
+                rate = min(rate, 1.0 / crawl_delay)
         await self.limiter.take_token(
             host_of(url),
-            pol.requests_per_second,
+            rate,
             adaptive=pol.adaptive_delay,
             deadline=time.monotonic() + self.config.max_rate_wait,
         )
