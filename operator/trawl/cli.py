@@ -96,6 +96,12 @@ def worker_cmd(
     parse_seconds: float = typer.Option(
         10.0, envvar="TRAWL_PARSE_SECONDS", help="Time budget of one page's parse; over it the URL is ParseLimit."
     ),
+    max_tasks: int = typer.Option(
+        0, envvar="TRAWL_MAX_TASKS", help="Drain and exit (to be restarted) after this many tasks; 0: never."
+    ),
+    max_rss_mb: int = typer.Option(
+        0, envvar="TRAWL_MAX_RSS_MB", help="Drain and exit (to be restarted) above this resident memory; 0: never."
+    ),
 ) -> None:
     """Run a scrape worker: claim tasks of the pool, fetch, extract, write results."""
     from trawl.worker.cli import main as worker_main
@@ -114,6 +120,8 @@ def worker_cmd(
             log_level=log_level,
             parse_processes=parse_processes,
             parse_seconds=parse_seconds,
+            max_tasks=max_tasks,
+            max_rss_mb=max_rss_mb,
         )
     )
 

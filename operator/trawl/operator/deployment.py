@@ -126,6 +126,13 @@ def render_worker_deployment(
         "env": env,
         "ports": [{"name": "metrics", "containerPort": worker.metrics_port, "protocol": "TCP"}],
         "readinessProbe": {"httpGet": {"path": "/metrics", "port": "metrics"}, "periodSeconds": 10},
+        # /livez fails when the worker's event loop has not run for 30 s or its heartbeats stopped.
+        "livenessProbe": {
+            "httpGet": {"path": "/livez", "port": "metrics"},
+            "periodSeconds": 10,
+            "timeoutSeconds": 5,
+            "failureThreshold": 3,
+        },
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,

@@ -64,6 +64,8 @@ def main(
     log_level: str = "INFO",
     parse_processes: int = 2,
     parse_seconds: float = 10.0,
+    max_tasks: int = 0,
+    max_rss_mb: int = 0,
 ) -> int:
     wid = worker_id or default_worker_id()
     logs.setup(log_level, worker=wid)
@@ -79,5 +81,7 @@ def main(
         allowed_cidrs=[c.strip() for c in allowed_cidrs.split(",") if c.strip()],
         parse_processes=parse_processes,
         parse_seconds=parse_seconds,
+        max_tasks=max_tasks,
+        max_rss_mb=max_rss_mb,
     )
     return asyncio.run(_run(config, lease_seconds))

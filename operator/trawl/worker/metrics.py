@@ -2,9 +2,27 @@
 
 from __future__ import annotations
 
+import socket
+import threading
+from collections.abc import Callable
+from socketserver import ThreadingMixIn
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+
+
+class ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _V6Server(ThreadingWSGIServer):
+    address_family = socket.AF_INET6
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # probes every few seconds: not worth a line
+        return
 
 
 class WorkerMetrics:
@@ -59,9 +77,26 @@ class WorkerMetrics:
         )
         self.draining = Gauge("trawl_worker_draining", "1 while the worker drains after SIGTERM.", registry=r)
 
-    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
-        """Serve /metrics on ``port`` from a daemon thread until :meth:`shutdown`."""
-        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
+    def serve(self, port: int, addr: str = "0.0.0.0", live: Callable[[], str | None] | None = None) -> None:
+        """Serve /metrics (and /livez) on ``port`` from a daemon thread until :meth:`shutdown`.
+
+        ``/livez`` answers 200, or 503 with the reason ``live`` returns: the endpoint runs in its own
+        thread, so it answers even while the event loop is stuck, which is what the liveness probe needs
+        (``/metrics`` answering says nothing about the loop)."""
+        metrics_app = make_wsgi_app(self.registry)
+
+        def app(environ: dict[str, Any], start_response: Any) -> Any:
+            if environ.get("PATH_INFO") == "/livez":
+                problem = live() if live is not None else None
+                status = "503 Service Unavailable" if problem else "200 OK"
+                start_response(status, [("Content-Type", "text/plain; charset=utf-8")])
+                return [((problem or "ok") + "\n").encode()]
+            return metrics_app(environ, start_response)
+
+        server_class = _V6Server if ":" in addr else ThreadingWSGIServer
+        server = make_server(addr, port, app, server_class, handler_class=_QuietHandler)
+        thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
+        thread.start()
         self._server: Any = server
 
     def shutdown(self) -> None:

@@ -50,6 +50,16 @@ MAX_DEFERRALS = 5  # Retry-After releases of one task (seen by this worker) befo
 CANCEL_CHECK_SECONDS = 1.0
 
 
+def rss_mb() -> float | None:
+    """This process's resident set size in MB (Linux), or None."""
+    try:
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE") / (1024 * 1024)
+
+
 def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
@@ -75,6 +85,10 @@ class WorkerConfig:
     parse_seconds: float = DEFAULT_PARSE_SECONDS  # time budget of one page's parse and extraction
     parse_max_bytes: int = DEFAULT_MAX_BYTES
     parse_max_tags: int = DEFAULT_MAX_TAGS
+    loop_stall_seconds: float = 30.0  # /livez fails when the event loop has not run for this long
+    heartbeat_stale_seconds: float = 0.0  # /livez fails when no heartbeat was attempted for this long; 0: 12 beats
+    max_tasks: int = 0  # recycle (drain and exit, to be restarted) after this many tasks; 0: never
+    max_rss_mb: int = 0  # recycle once the process's resident memory exceeds this; 0: never
     sink_retry_seconds: float = SINK_RETRY_SECONDS  # a record's write is retried this long, then SinkFailed
     sink_backoff_seconds: float = SINK_BACKOFF_FIRST  # first delay of a record's write retries (doubling)
 
@@ -130,6 +144,8 @@ class Worker:
         self.stopping = False
         self.processed = 0
         self._started = time.monotonic()
+        self._tick = self._heartbeat_ok = self._started  # the loop last ran / a heartbeat was last sent
+        self.recycled: str | None = None  # why the worker stopped itself to be replaced, if it did
         self.finisher = Finisher(
             queue,
             self.worker_id,
@@ -162,6 +178,7 @@ class Worker:
         await self.fetcher.start()
         if self.config.metrics_port:
             self._serve_metrics(self.config.metrics_port, self.config.metrics_address)
+        ticker = asyncio.create_task(self._tick_loop(), name="loop-tick")
         log.info(
             "worker started",
             extra={"worker": self.worker_id, "concurrency": self.config.concurrency, "prefix": self.config.prefix},
@@ -174,7 +191,7 @@ class Worker:
             await self._drain()
         finally:
             await self.finisher.close()
-            for loop_task in (heartbeat, cancel_watch):
+            for loop_task in (heartbeat, cancel_watch, ticker):
                 loop_task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await loop_task
@@ -197,7 +214,7 @@ class Worker:
         ready while the error below says why, and tasks it claims are still done.
         """
         try:
-            self.metrics.serve(port, address)
+            self.metrics.serve(port, address, live=self.liveness_problem)
         except OSError as exc:
             log.error(
                 "metrics endpoint disabled: cannot listen on %s:%d (%s); this worker stays not ready. "
@@ -230,7 +247,43 @@ class Worker:
                 await self.limiter.refresh()
             except Exception as exc:
                 log.warning("heartbeat failed", extra={"worker": self.worker_id, "error": repr(exc)})
+            # An attempt, failed or not, proves the loop beats; a Redis outage is not cured by a restart.
+            self._heartbeat_ok = time.monotonic()
             await asyncio.sleep(self.config.heartbeat_seconds)
+
+    async def _tick_loop(self) -> None:
+        """Prove the event loop runs (read by /livez from the metrics thread) and recycle when due."""
+        while True:
+            self._tick = time.monotonic()
+            reason = self.recycle_reason()
+            if reason is not None and not self.stopping:
+                log.info("recycling the worker: draining, then exiting to be restarted", extra={"reason": reason})
+                self.recycled = reason
+                self.request_stop()
+            await asyncio.sleep(1.0)
+
+    def recycle_reason(self) -> str | None:
+        """Why this process should be replaced by a fresh one (like Celery's max-tasks-per-child)."""
+        cfg = self.config
+        if cfg.max_tasks and self.processed >= cfg.max_tasks:
+            return f"processed {self.processed} tasks (max_tasks {cfg.max_tasks})"
+        if cfg.max_rss_mb:
+            rss = rss_mb()
+            if rss is not None and rss > cfg.max_rss_mb:
+                return f"resident memory {rss:.0f} MB over max_rss_mb {cfg.max_rss_mb}"
+        return None
+
+    def liveness_problem(self) -> str | None:
+        """Why the worker is not alive (None: alive). Called from the metrics thread, so it only reads."""
+        now = time.monotonic()
+        stalled = now - self._tick
+        if stalled > self.config.loop_stall_seconds:
+            return f"event loop has not run for {stalled:.0f}s"
+        stale = self.config.heartbeat_stale_seconds or 12 * self.config.heartbeat_seconds
+        since = now - self._heartbeat_ok
+        if since > stale:
+            return f"no heartbeat for {since:.0f}s"
+        return None
 
     async def _cancel_watch_loop(self) -> None:
         """Stop work on jobs that were cancelled (deleted) while their tasks are in flight here.
