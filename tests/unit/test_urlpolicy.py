@@ -93,6 +93,12 @@ def test_registrable_domain() -> None:
     assert registrable_domain("www.shop.example.com") == "example.com"
     assert registrable_domain("books.example.co.uk") == "example.co.uk"
     assert registrable_domain("127.0.0.1") == "127.0.0.1"
+    # The Public Suffix List, not a guess: private suffixes are sites of their own, wildcards and exceptions
+    assert registrable_domain("alice.github.io") == "alice.github.io" != registrable_domain("bob.github.io")
+    assert registrable_domain("www.city.kawasaki.jp") == "city.kawasaki.jp"
+    assert registrable_domain("a.b.example.kawasaki.jp") == "b.example.kawasaki.jp"
+    assert registrable_domain("www.example.com.au") == "example.com.au"
+    assert registrable_domain("localhost.") == "localhost"
 
 
 def test_crawl_policy_scope_depth_include_exclude() -> None:

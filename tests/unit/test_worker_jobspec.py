@@ -77,3 +77,39 @@ def test_defaults_without_pool_or_sections() -> None:
     assert parsed.crawl is None and parsed.max_pages is None
     assert parsed.request.max_redirects == 10 and parsed.politeness.respect_robots_txt
     assert parsed.output.sink.value == "RedisStream"
+
+
+def _problem(job: dict[str, object], pool: dict[str, object] | None = None) -> str | None:
+    from trawl.worker.jobspec import spec_problem
+
+    spec = ScrapeJobSpec.model_validate({"pool": "p", "urls": ["https://example.com/"], **job})
+    return spec_problem(build_worker_spec(spec, ScrapePoolSpec.model_validate(pool) if pool else None))
+
+
+@pytest.mark.parametrize(
+    ("field", "expected"),
+    [
+        ({"name": "ok", "selector": "div.product h1"}, None),
+        ({"name": "ok", "selector": "//p/text()", "kind": "XPath"}, None),
+        ({"name": "price", "selector": "p["}, "spec.extract.fields[0].selector ('price'): invalid CSS selector"),
+        ({"name": "attr", "selector": "a::attr(href)"}, "invalid CSS selector 'a::attr(href)'"),
+        ({"name": "x", "selector": "//p[", "kind": "XPath"}, "invalid XPath selector '//p['"),
+    ],
+)
+def test_selectors_are_checked_when_the_job_is_accepted(field: dict[str, str], expected: str | None) -> None:
+    problem = _problem({"extract": {"fields": [field]}})
+    if expected is None:
+        assert problem is None
+    else:
+        assert problem is not None and expected in problem
+
+
+def test_header_values_with_cr_or_lf_are_refused_naming_the_field() -> None:
+    assert _problem({"request": {"headers": {"Authorization": "Bearer x"}}}) is None
+    problem = _problem({"request": {"headers": {"X-Evil": "a\r\nHost: other"}}})
+    assert problem is not None and "spec.request.headers['X-Evil']" in problem and "CR, LF" in problem
+    problem = _problem({"request": {"headers": {"Bad Name": "v"}}})
+    assert problem is not None and "not a valid header name" in problem
+    pool = {"redis": {"url": "redis://r:6379/0"}, "defaults": {"request": {"headers": {"X-Pool": "a\nb"}}}}
+    problem = _problem({}, pool)
+    assert problem is not None and "X-Pool" in problem and "defaults.request.headers" in problem

@@ -22,7 +22,7 @@ from trawl.api.scrapejob import ScrapeJobSpec, SinkKind
 from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.queue import Queue, QueueUnavailable
 from trawl.queue.model import DeadLetterRecord, JobConfig, JobStats
-from trawl.worker.jobspec import unmounted_secrets
+from trawl.worker.jobspec import spec_problem, unmounted_secrets
 from trawl.worker.notes import JobNotes, skipped_key
 from trawl.worker.sinks import dedupe_key
 
@@ -163,6 +163,9 @@ async def reconcile_job(
         config = job_config(uid, spec, pool.spec)
     except ValueError as exc:
         return stalled(Problem("InvalidSpec", f"spec combined with pool defaults is invalid: {exc}"))
+    unusable = spec_problem(config.spec)
+    if unusable is not None:
+        return stalled(Problem("InvalidSpec", unusable))
     try:
         redis = await connections.for_pool(namespace, spec.pool, pool.spec)
     except (RedisConfigError, RedisUnreachable) as exc:

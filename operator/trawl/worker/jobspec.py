@@ -110,6 +110,38 @@ def build_worker_spec(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec | None)
     }
 
 
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # an HTTP token (RFC 9110 5.1)
+
+
+def spec_problem(spec: dict[str, Any]) -> str | None:
+    """What in a worker spec (:func:`build_worker_spec`) a worker could not use, naming the field; None if
+    nothing. Checked when the job is accepted, with the libraries the worker uses, so a bad selector or
+    header is ``Stalled/InvalidSpec`` on the job instead of a null field or an Internal failure per URL."""
+    from parsel import Selector
+    from selectolax.lexbor import LexborHTMLParser
+
+    probe = LexborHTMLParser("<html><body><p>probe</p></body></html>")
+    xprobe = Selector(text="<html><body><p>probe</p></body></html>")
+    for i, f in enumerate((spec.get("extract") or {}).get("fields") or []):
+        where = f"spec.extract.fields[{i}].selector ({f.get('name')!r})"
+        selector = str(f.get("selector") or "")
+        try:
+            if str(f.get("kind") or "CSS").lower() == "xpath":
+                xprobe.xpath(selector)
+            else:
+                probe.css(selector)
+        except Exception as exc:
+            kind = "XPath" if str(f.get("kind") or "CSS").lower() == "xpath" else "CSS"
+            return f"{where}: invalid {kind} selector {selector!r}: {exc}"
+    for name, value in ((spec.get("request") or {}).get("headers") or {}).items():
+        where = f"spec.request.headers[{name!r}] (or the pool's defaults.request.headers)"
+        if not _HEADER_NAME.fullmatch(name):
+            return f"{where}: {name!r} is not a valid header name"
+        if any(c in str(value) for c in "\r\n\0"):
+            return f"{where}: the value contains CR, LF or NUL (header injection)"
+    return None
+
+
 @dataclass(frozen=True)
 class WorkerJobSpec:
     """A parsed worker spec: everything needed to process one task of the job."""

@@ -6,12 +6,15 @@ links are followed).
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import posixpath
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
+
+import tldextract
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -194,21 +197,21 @@ def canonicalize_slow(url: str, *, keep_fragment: bool = False) -> str | None:
     return urlunsplit((scheme, netloc, path, query, fragment))
 
 
-def registrable_domain(host: str) -> str:
-    """A close approximation of the registrable domain (eTLD+1) without a public-suffix list.
+@functools.cache
+def _suffixes() -> tldextract.TLDExtract:
+    # The Public Suffix List snapshot bundled with tldextract: no download (suffix_list_urls=()), no cache
+    # files; private suffixes count (github.io, blogspot.com: every subdomain is someone else's site).
+    return tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None, include_psl_private_domains=True)
 
-    Two labels, or three when the second-level label is a common generic one under a two-letter
-    country code (``example.co.uk``). IP addresses are their own domain.
-    """
+
+def registrable_domain(host: str) -> str:
+    """The registrable domain (eTLD+1) of a host by the Public Suffix List: ``alice.github.io`` and
+    ``bob.github.io`` are two sites, ``www.city.kawasaki.jp`` belongs to ``city.kawasaki.jp``. IP addresses,
+    single labels and public suffixes themselves are their own domain."""
     host = host.lower().rstrip(".")
     if host.startswith("[") or re.fullmatch(r"[0-9.]+", host):
         return host
-    labels = host.split(".")
-    if len(labels) <= 2:
-        return host
-    if len(labels[-1]) == 2 and labels[-2] in {"co", "com", "net", "org", "gov", "edu", "ac", "or", "ne", "go"}:
-        return ".".join(labels[-3:])
-    return ".".join(labels[-2:])
+    return _suffixes()(host).top_domain_under_public_suffix or host
 
 
 def host_of(url: str) -> str:
