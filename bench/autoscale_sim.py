@@ -286,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="skip the stress run (start-up 15 s, maxReplicas 20, failures as slow as successes)",
     )
+    ap.add_argument("--stress-only", action="store_true", help="only the stress run (its lines come last)")
     args = ap.parse_args(argv)
     n = args.seeds or (5 if args.quick else 20)
     seeds = list(range(args.first_seed, args.first_seed + n))
@@ -299,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
             args.quick,
         )
     ]
+    if args.stress_only:
+        configs = []
     if not args.no_stress:
         configs.append(Config("stress", make_pool(args.min_replicas, 20, 15.0, args.target_drain), 1.0, args.quick))
     outputs: list[list[str]] = []
@@ -311,8 +314,9 @@ def main(argv: list[str] | None = None) -> int:
         text = "\n".join(out)
         print(text if args.markdown else text.replace("**", ""))
     head = outputs[0]
-    print(head[-2].removeprefix("# headline: "))
-    print(head[-1].removeprefix("# headline: "))
+    label = "# stress: " if args.stress_only else "# headline: "
+    print(head[-2].removeprefix(label))
+    print(head[-1].removeprefix(label))
     return 0
 
 
