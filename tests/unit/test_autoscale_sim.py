@@ -50,7 +50,9 @@ def test_long_tasks_trawl_interrupts_nothing() -> None:
 
 
 def test_failure_window_no_trawl_scale_up() -> None:
-    trace = next(t for t in build_traces(1, quick=True) if t.name == "failing_downstream")
+    rng = random.Random(7)
+    arrivals = sorted((rng.uniform(0, 600), rng.randrange(50)) for _ in range(6000))  # 10/s
+    trace = Trace("fail", "test", 600.0, arrivals, fail_windows=[(200.0, 400.0, 0.9)], fail_duration_factor=0.1)
     r = simulate(trace, POOL, "trawl")
     assert r.scale_ups_while_failing == 0
     assert r.failing_replica_seconds > 0
@@ -79,3 +81,19 @@ def test_wait_beyond_politeness_on_a_rate_limited_domain() -> None:
     trawl = simulate(trace, POOL, "trawl")  # starts from zero: activation + pod start-up
     assert POOL.startup_seconds <= trawl.p95_wait <= POOL.startup_seconds + 2 * POOL.autoscaling.poll_seconds
     assert trawl.p95_raw_wait > ref.p95_raw_wait
+
+
+def test_keda_tuned_uses_trawls_settings_and_the_workers_concurrency() -> None:
+    pool = PoolConfig(
+        AutoscalingSpec(max_replicas=10, poll_seconds=5, scale_down_delay_seconds=60, idle_seconds_before_zero=120),
+        KedaHpaConfig(max_replica_count=10),
+        concurrency=32,
+    )
+    k = pool.keda_tuned
+    assert (k.polling_interval, k.scale_down_stabilization, k.cooldown_period, k.list_length) == (5, 60, 120, 32)
+    assert (k.hpa_sync_period, k.max_replica_count) == (pool.keda.hpa_sync_period, 10)  # the rest stays stock
+
+
+def test_the_poll_phase_varies_with_the_seed() -> None:
+    a, b = simulate(burst(), POOL, "trawl", seed=1), simulate(burst(), POOL, "trawl", seed=2)
+    assert a.reasons[0][0] != b.reasons[0][0]  # the first decision lands at another time
