@@ -372,6 +372,10 @@ class ScrapeJobStatus(TrawlModel):
     )
     counts: TaskCounts | None = Field(default=None, description="Tasks by state.")
     progress: int | None = Field(default=None, ge=0, le=100, description="Finished tasks as a percentage of all.")
+    progress_text: str | None = Field(default=None, max_length=8, description="progress with its %, for kubectl.")
+    duration: str | None = Field(
+        default=None, max_length=32, description="completionTime - startTime, as kubectl shows durations (2m13s)."
+    )
     eta: datetime | None = Field(default=None, description="Estimated completion time at the current rate.")
     start_time: datetime | None = Field(default=None, description="When the first task was claimed.")
     completion_time: datetime | None = Field(default=None, description="When the job finished.")

@@ -124,6 +124,12 @@ def derive_job_status(
         status["startTime"] = start_time
     if completion_time:
         status["completionTime"] = completion_time
+    # Derived for `kubectl get` columns, which cannot format: PROGRESS with its %, DURATION once finished.
+    if "progress" in status:
+        status["progressText"] = f"{status['progress']}%"
+    started_at, completed_at = parse_time(start_time), parse_time(completion_time)
+    if started_at is not None and completed_at is not None:
+        status["duration"] = human_duration((completed_at - started_at).total_seconds())
     if facts.enqueued is not None:
         status["enqueued"] = facts.enqueued
     elif "enqueued" in prev:
@@ -245,3 +251,18 @@ def derive_job_status(
 def status_changed(current: Mapping[str, Any] | None, new: dict[str, Any]) -> bool:
     """Whether writing ``new`` would change anything the API server stores (a field it drops counts)."""
     return dict(current or {}) != new
+
+
+def human_duration(seconds: float) -> str:
+    """kubectl's style: 45s, 2m13s, 1h5m, 3d4h (two units at most)."""
+    total = max(0, int(seconds))
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours}h" if hours else f"{days}d"
+    if hours:
+        return f"{hours}h{minutes}m" if minutes else f"{hours}h"
+    if minutes:
+        return f"{minutes}m{secs}s" if secs else f"{minutes}m"
+    return f"{secs}s"
