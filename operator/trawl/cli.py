@@ -14,9 +14,37 @@ app = typer.Typer(
 )
 
 
+SHELLS = ("bash", "zsh", "fish")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"trawl {version('trawl')}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    _version_flag: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
     """Trawl: Kubernetes-native web scraping at scale."""
+
+
+@app.command()
+def completion(shell: str = typer.Argument(..., help="bash, zsh or fish.")) -> None:
+    """Print the shell completion script: `source <(trawl completion bash)`, or save it where your shell
+    loads completions from (e.g. `trawl completion fish > ~/.config/fish/completions/trawl.fish`)."""
+    from typer._completion_shared import get_completion_script
+
+    from trawl.clitools.errors import CliError
+
+    if shell not in SHELLS:
+        raise CliError(f"unknown shell {shell!r}: use {', '.join(SHELLS)}")
+    typer.echo(get_completion_script(prog_name="trawl", complete_var="_TRAWL_COMPLETE", shell=shell))
 
 
 @app.command()
@@ -154,6 +182,10 @@ def main() -> None:
 
     from trawl.clitools.errors import CliError
 
+    # Typer's completion classes (the scripts of `trawl completion` call back with _TRAWL_COMPLETE set).
+    from typer.completion import completion_init
+
+    completion_init()
     try:
         app()
     except BrokenPipeError:

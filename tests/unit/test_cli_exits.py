@@ -29,3 +29,24 @@ def test_dev_up_without_redis_server_is_one_line() -> None:
         "error: missing redis-server (not on PATH)",
         "hint: sudo apt-get install -y redis-server",
     ]
+
+
+def test_version() -> None:
+    from importlib.metadata import version
+
+    proc = subprocess.run([*TRAWL, "--version"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == f"trawl {version('trawl')}"
+
+
+def test_bash_completion_script_and_its_callback() -> None:
+    script = subprocess.run([*TRAWL, "completion", "bash"], capture_output=True, text=True, timeout=60)
+    assert script.returncode == 0 and "_TRAWL_COMPLETE=complete_bash" in script.stdout
+    # What the script runs on <TAB> after `trawl st`, with the same environment it sets.
+    env = {**os.environ, "_TRAWL_COMPLETE": "complete_bash", "COMP_WORDS": "trawl st", "COMP_CWORD": "1"}
+    entry = os.path.join(os.path.dirname(sys.executable), "trawl")  # the name the completion variable is for
+    words = subprocess.run([entry], env=env, capture_output=True, text=True, timeout=60).stdout.split()
+    assert words == ["status"]
+    bad = subprocess.run([*TRAWL, "completion", "tcsh"], capture_output=True, text=True, timeout=60)
+    assert (
+        bad.returncode == 1 and bad.stderr.startswith("error: unknown shell 'tcsh'") and "Traceback" not in bad.stderr
+    )

@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from trawl.clitools import render
-from trawl.clitools.errors import EXIT_OTHER_SINK, EXIT_TIMEOUT, CliError
+from trawl.clitools.errors import EXIT_OTHER_SINK, EXIT_STALLED, EXIT_TIMEOUT, CliError
 from trawl.clitools.jobs import SubmitOptions, build_job, follow, generate_name_for
 from trawl.clitools.results import check_sink, csv_columns, write_csv, write_jsonl
 from trawl.clitools.top import History, sample_pool, sparkline
@@ -192,6 +192,41 @@ def test_follow_until_terminal_or_timeout() -> None:
     with pytest.raises(CliError) as info:
         list(follow(_FakeCluster(["Running"]), "a", timeout=3, clock=lambda: now[0], sleep=sleep))  # type: ignore[arg-type]
     assert info.value.code == EXIT_TIMEOUT and "phase Running" in info.value.message
+
+
+class _StallingCluster:
+    """Stalled for the first ``blip`` reads, then Running, then Stalled for good."""
+
+    namespace = "ns"
+
+    def __init__(self, blip: int) -> None:
+        self.reads = 0
+        self.blip = blip
+
+    def get(self, kind: str, name: str) -> dict[str, Any]:
+        self.reads += 1
+        job = _job(name, "Running")
+        if self.reads <= self.blip or self.reads > self.blip + 2:
+            msg = "redis://r:6379 unreachable"
+            job["status"]["conditions"] = [
+                {"type": "Stalled", "status": "True", "reason": "RedisUnavailable", "message": msg}
+            ]
+        return job
+
+
+def test_follow_ends_promptly_with_the_reason_when_the_job_stays_stalled() -> None:
+    now = [0.0]
+
+    def sleep(dt: float) -> None:
+        now[0] += dt
+
+    cluster: Any = _StallingCluster(blip=5)  # a 5 s blip (shorter than the grace) does not end the wait
+    with pytest.raises(CliError) as info:
+        list(follow(cluster, "a", stalled_grace=15, clock=lambda: now[0], sleep=sleep))
+    assert info.value.code == EXIT_STALLED
+    assert info.value.message == "ScrapeJob ns/a is stalled (RedisUnavailable): redis://r:6379 unreachable"
+    assert cluster.reads == 5 + 2 + 16  # the blip, two healthy reads, then 15 s of stall
+    assert now[0] == 5 + 2 + 15
 
 
 def _kubeconfig(path: Any) -> Any:

@@ -114,7 +114,7 @@ def _wait(cluster: Cluster, name: str, timeout: float) -> int:
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .jobs import follow, phase
+    from .jobs import follow, phase, stalled
 
     err = _console(stderr=True)
     last: dict[str, Any] = {}
@@ -135,7 +135,9 @@ def _wait(cluster: Cluster, name: str, timeout: float) -> int:
             total = int(counts.get("total") or 0) or None
             done = int(counts.get("succeeded") or 0) + int(counts.get("deadLettered") or 0)
             dead = int(counts.get("deadLettered") or 0)
-            progress.update(task, total=total, completed=done, phase=phase(job), dead=f"{dead} dead" if dead else "")
+            stall = stalled(job)
+            shown = f"{phase(job)}, Stalled: {stall[0]}" if stall else phase(job)
+            progress.update(task, total=total, completed=done, phase=shown, dead=f"{dead} dead" if dead else "")
     status = last.get("status") or {}
     final = phase(last)
     out = _console()

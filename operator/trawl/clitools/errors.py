@@ -10,6 +10,7 @@ EXIT_REDIS = 6  # the pool's Redis cannot be reached or its settings cannot be r
 EXIT_FORBIDDEN = 7  # RBAC denies the call
 EXIT_OTHER_SINK = 8  # the job's results are not in a Redis stream
 EXIT_TIMEOUT = 9  # --wait gave up
+EXIT_STALLED = 10  # --wait: the job is Stalled (its reason says why) and will not move by itself
 
 
 class CliError(Exception):

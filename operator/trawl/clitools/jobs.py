@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from trawl.api.scrapejob import ScrapeJobSpec
 
 from .cluster import Cluster
-from .errors import EXIT_NOT_FOUND, EXIT_TIMEOUT, CliError
+from .errors import EXIT_NOT_FOUND, EXIT_STALLED, EXIT_TIMEOUT, CliError
 
 TERMINAL = ("Succeeded", "Failed")
 
@@ -116,23 +116,47 @@ def phase(job: dict[str, Any]) -> str:
     return str((job.get("status") or {}).get("phase") or "Pending")
 
 
+def stalled(job: dict[str, Any]) -> tuple[str, str] | None:
+    """(reason, message) while the job's Stalled condition is True: the operator cannot make progress."""
+    for cond in (job.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Stalled" and cond.get("status") == "True":
+            return str(cond.get("reason") or "Stalled"), str(cond.get("message") or "")
+    return None
+
+
 def follow(
     cluster: Cluster,
     name: str,
     *,
     interval: float = 1.0,
     timeout: float | None = None,
+    stalled_grace: float | None = 15.0,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Iterator[dict[str, Any]]:
-    """Yield the job every ``interval`` seconds until it is Succeeded or Failed (the last one yielded)."""
+    """Yield the job every ``interval`` seconds until it is Succeeded or Failed (the last one yielded).
+
+    A job Stalled for ``stalled_grace`` seconds on end ends the wait with its reason: it will not move
+    until someone fixes the cause (a blip shorter than the grace, such as a Redis restart, does not).
+    """
     deadline = None if not timeout else clock() + timeout
+    stalled_since: float | None = None
     while True:
         job = get_job(cluster, name)
         yield job
         if phase(job) in TERMINAL:
             return
-        if deadline is not None and clock() >= deadline:
+        now = clock()
+        stall = stalled(job)
+        stalled_since = (stalled_since if stalled_since is not None else now) if stall else None
+        if stall and stalled_grace is not None and stalled_since is not None and now - stalled_since >= stalled_grace:
+            reason, message = stall
+            raise CliError(
+                f"ScrapeJob {cluster.namespace}/{name} is stalled ({reason}): {message}",
+                EXIT_STALLED,
+                hint=f"fix the cause, then `trawl status {name} -w` follows it again",
+            )
+        if deadline is not None and now >= deadline:
             raise CliError(
                 f"timed out after {timeout:g}s waiting for ScrapeJob {cluster.namespace}/{name} (phase {phase(job)})",
                 EXIT_TIMEOUT,
