@@ -183,7 +183,7 @@ def main() -> None:
     from trawl.clitools.errors import CliError
 
     # Typer's completion classes (the scripts of `trawl completion` call back with _TRAWL_COMPLETE set).
-    from typer.completion import completion_init
+    from typer._completion_classes import completion_init
 
     completion_init()
     try:
