@@ -180,11 +180,11 @@ def main() -> None:
     import os
     import sys
 
+    from typer._completion_classes import completion_init
+
     from trawl.clitools.errors import CliError
 
     # Typer's completion classes (the scripts of `trawl completion` call back with _TRAWL_COMPLETE set).
-    from typer._completion_classes import completion_init
-
     completion_init()
     try:
         app()
