@@ -8,7 +8,7 @@ from trawl.api.scrapejob import ScrapeJobStatus
 from trawl.operator.conditions import get_condition, is_true
 from trawl.operator.jobstatus import JobFacts, Problem, derive_job_status, status_changed
 from trawl.queue.model import DeadLetterRecord, JobStats
-from trawl.worker.notes import Skipped
+from trawl.worker.notes import Skipped, Throttled
 
 NOW = datetime(2026, 11, 25, 12, 0, 0, tzinfo=UTC)
 
@@ -172,3 +172,16 @@ def test_a_failing_sink_stalls_the_running_job_with_its_error() -> None:
     assert stalled is not None and stalled["status"] == "True" and stalled["reason"] == "SinkFailing"
     assert status["message"] == problem.message
     assert [e.reason for e in events] == ["SinkFailing"]
+
+
+def test_open_circuit_breakers_are_listed_while_the_job_runs() -> None:
+    s = stats(pending=5, in_flight=1, succeeded=4, first_claim_at=NOW.timestamp() - 5)
+    t = Throttled("shop.example:443", "HTTP5xx: HTTP 503 from https://shop.example/x", NOW.timestamp() + 30)
+    status, _ = derive_job_status(
+        JobFacts(generation=1, suspend=False, stats=s, throttled=[t]), {"phase": "Running"}, NOW
+    )
+    assert status["throttledDomains"] == [
+        {"domain": "shop.example:443", "reason": t.reason, "until": _ts(NOW + timedelta(seconds=30))}
+    ]
+    assert "circuit breaker open for shop.example:443" in status["message"]
+    ScrapeJobStatus.model_validate(status)

@@ -339,6 +339,14 @@ class SkippedURL(TrawlModel):
     time: datetime | None = Field(default=None, description="When it was skipped.")
 
 
+class ThrottledDomain(TrawlModel):
+    """A domain whose circuit breaker is open: the job's tasks for it wait without spending attempts."""
+
+    domain: str = Field(max_length=253, description="host[:port].")
+    reason: str = Field(default="", max_length=512, description="The failure that opened the breaker.")
+    until: datetime | None = Field(default=None, description="When a probe request will be tried.")
+
+
 class DeadLetter(TrawlModel):
     """A URL that failed for good."""
 
@@ -384,6 +392,11 @@ class ScrapeJobStatus(TrawlModel):
         default=None,
         max_length=MAX_DEAD_LETTERS_ON_STATUS,
         description=f"The latest {MAX_DEAD_LETTERS_ON_STATUS} dead letters; `trawl dlq list` shows all.",
+    )
+    throttled_domains: list[ThrottledDomain] | None = Field(
+        default=None,
+        max_length=10,
+        description="Domains whose circuit breaker is open now (repeated timeouts, 5xx, connection errors).",
     )
     skipped: list[SkippedURL] | None = Field(
         default=None,

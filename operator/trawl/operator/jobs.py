@@ -23,7 +23,7 @@ from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.queue import Queue, QueueUnavailable
 from trawl.queue.model import DeadLetterRecord, JobConfig, JobStats
 from trawl.worker.jobspec import spec_problem, unmounted_secrets
-from trawl.worker.notes import JobNotes, skipped_key
+from trawl.worker.notes import JobNotes, skipped_key, throttled_key
 from trawl.worker.sinks import dedupe_key
 
 from . import kube
@@ -238,7 +238,9 @@ async def _reconcile_with_queue(
     notes = JobNotes(queue.redis, queue.keys.job)
     skipped, skipped_sample = await notes.skipped(uid)
     problem = None
+    throttled = []
     if not stats.finished:
+        throttled = await notes.throttled_domains(uid)
         trouble = await notes.sink_trouble(uid)
         if trouble is not None:
             problem = Problem("SinkFailing", f"the job's sink is failing: {trouble.message}")
@@ -260,6 +262,7 @@ async def _reconcile_with_queue(
         problem=problem,
         skipped=skipped,
         skipped_sample=skipped_sample,
+        throttled=throttled,
     )
     new_status, events = derive_job_status(facts, prev, now)
     if not dead_letters and stats.dead and "deadLetters" in prev:
@@ -271,6 +274,7 @@ async def _reconcile_with_queue(
         await queue.expire_job(uid, retention)
         await queue.redis.expire(dedupe_key(queue.keys.results(uid)), retention)
         await queue.redis.expire(skipped_key(queue.keys.job(uid)), retention)
+        await queue.redis.expire(throttled_key(queue.keys.job(uid)), retention)
     delete = False
     if new_status["phase"] in TERMINAL and spec.ttl_seconds_after_finished is not None:
         done_at = parse_time(new_status.get("completionTime"))
@@ -321,7 +325,9 @@ async def cancel_job(
     queue = open_queue(redis, namespace, pool_name, pool.spec)
     await queue.cancel(uid)
     # The sinks' record of written (job, URL) keys lives beside the results stream.
-    await redis.delete(dedupe_key(queue.keys.results(uid)), skipped_key(queue.keys.job(uid)))
+    await redis.delete(
+        dedupe_key(queue.keys.results(uid)), skipped_key(queue.keys.job(uid)), throttled_key(queue.keys.job(uid))
+    )
     return "cancelled"
 
 

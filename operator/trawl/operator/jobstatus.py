@@ -13,7 +13,7 @@ from typing import Any
 
 from trawl.api.common import format_time, parse_time
 from trawl.queue.model import DeadLetterRecord, JobStats
-from trawl.worker.notes import Skipped
+from trawl.worker.notes import Skipped, Throttled
 
 from .conditions import Cond, merge_conditions
 
@@ -42,6 +42,7 @@ class JobFacts:
     retry_handled: str | None = None
     skipped: int = 0  # acked without a fetch (robots.txt disallows a discovered link): part of stats.succeeded
     skipped_sample: list[Skipped] = field(default_factory=list)
+    throttled: list[Throttled] = field(default_factory=list)  # domains whose circuit breaker is open now
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +135,10 @@ def derive_job_status(
         status["enqueued"] = facts.enqueued
     elif "enqueued" in prev:
         status["enqueued"] = prev["enqueued"]
+    if facts.throttled and phase not in TERMINAL:
+        status["throttledDomains"] = [
+            {"domain": t.domain[:253], "reason": t.reason[:512], "until": _ts(t.until)} for t in facts.throttled[:10]
+        ]
     if facts.skipped_sample:
         status["skipped"] = [
             {"url": s.url[:2048], "reason": s.reason[:1024], "time": _ts(s.time)} for s in facts.skipped_sample[:10]
@@ -202,6 +207,10 @@ def derive_job_status(
             reason, msg = "Queued", "tasks are queued, waiting for a worker"
         elif phase == "Running":
             reason, msg = "Running", "workers are processing the job"
+            if facts.throttled:
+                t = facts.throttled[0]
+                more = f" and {len(facts.throttled) - 1} more" if len(facts.throttled) > 1 else ""
+                msg += f"; circuit breaker open for {t.domain}{more} ({t.reason}): its tasks wait"
         else:
             reason, msg = "Pending", "the job is being prepared"
         conds += [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -75,7 +75,18 @@ class WorkerMetrics:
         self.parse_limits = Counter(
             "trawl_worker_parse_limits_total", "Pages dead-lettered as ParseLimit (size, tags, time).", registry=r
         )
+        self.circuit_open = Gauge(
+            "trawl_worker_circuit_open",
+            "1 for each domain whose circuit breaker this worker last saw open.",
+            ["domain"],
+            registry=r,
+        )
         self.draining = Gauge("trawl_worker_draining", "1 while the worker drains after SIGTERM.", registry=r)
+
+    def set_open_circuits(self, domains: Iterable[str]) -> None:
+        self.circuit_open.clear()
+        for domain in domains:
+            self.circuit_open.labels(domain).set(1)
 
     def serve(self, port: int, addr: str = "0.0.0.0", live: Callable[[], str | None] | None = None) -> None:
         """Serve /metrics (and /livez) on ``port`` from a daemon thread until :meth:`shutdown`.

@@ -10,7 +10,10 @@ Kept beside the queue's keys rather than in them (the queue's scripts own those)
   right now. Set by a worker whose write failed, cleared by the next successful write; the operator
   shows the job ``Stalled/SinkFailing`` with the message while they are set.
 
-Both scripts do nothing for a job whose hash is gone (cancelled or expired), so they never re-create it.
+- ``J:cb`` (hash, domain -> JSON ``{"reason", "until"}``): domains whose circuit breaker held back
+  this job's tasks (:mod:`trawl.worker.breaker`); the operator lists those still open on the status.
+
+The scripts do nothing for a job whose hash is gone (cancelled or expired), so they never re-create it.
 """
 
 from __future__ import annotations
@@ -42,6 +45,21 @@ return 1
 """
 
 
+# KEYS[1] job hash, KEYS[2] breaker note hash. ARGV: domain, JSON.
+THROTTLED_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
+return 1
+"""
+
+
+def throttled_key(job_key: str) -> str:
+    """The circuit-breaker note hash of a job, next to its hash."""
+    return job_key + ":cb"
+
+
 def skipped_key(job_key: str) -> str:
     """The skip hash of a job, next to its hash (``job_key`` is ``Keys.job(job_id)``)."""
     return job_key + ":sk"
@@ -52,6 +70,13 @@ class Skipped:
     url: str
     reason: str
     time: float
+
+
+@dataclass(frozen=True, slots=True)
+class Throttled:
+    domain: str
+    reason: str
+    until: float  # unix seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +93,8 @@ class JobNotes:
         self.job_key = job_key
         self._skip = redis.register_script(SKIP_LUA)
         self._sink_error = redis.register_script(SINK_ERROR_LUA)
+        self._throttled = redis.register_script(THROTTLED_LUA)
+        self._throttled_written: dict[tuple[str, str], float] = {}  # (job, domain) -> until last written
 
     async def skip(self, job_id: str, task_id: str, url: str, reason: str) -> bool:
         jk = str(self.job_key(job_id))
@@ -76,6 +103,30 @@ class JobNotes:
 
     async def sink_failing(self, job_id: str, message: str) -> None:
         await self._sink_error(keys=[str(self.job_key(job_id))], args=[message[:1024], repr(time.time())])
+
+    async def throttled(self, job_id: str, domain: str, reason: str, until: float) -> None:
+        """The domain's breaker held back a task of the job until ``until``; written once per opening."""
+        if self._throttled_written.get((job_id, domain)) == until:
+            return
+        jk = str(self.job_key(job_id))
+        doc = json.dumps({"reason": reason[:512], "until": round(until, 3)}, separators=(",", ":"))
+        await self._throttled(keys=[jk, throttled_key(jk)], args=[domain, doc])
+        self._throttled_written[(job_id, domain)] = until
+        if len(self._throttled_written) > 10_000:
+            self._throttled_written.pop(next(iter(self._throttled_written)))
+
+    async def throttled_domains(self, job_id: str, now: float | None = None, limit: int = 10) -> list[Throttled]:
+        """Domains whose breaker is holding back the job's tasks now (until in the future), latest first."""
+        raw = await self.redis.hgetall(throttled_key(str(self.job_key(job_id))))  # type: ignore[misc]
+        now = time.time() if now is None else now
+        out = []
+        for domain, value in raw.items():
+            doc = json.loads(value)
+            if float(doc["until"]) > now:
+                name = domain.decode() if isinstance(domain, bytes) else str(domain)
+                out.append(Throttled(name, str(doc["reason"]), float(doc["until"])))
+        out.sort(key=lambda t: -t.until)
+        return out[:limit]
 
     async def sink_ok(self, job_id: str) -> None:
         await self.redis.hdel(str(self.job_key(job_id)), "se", "ses")  # type: ignore[misc]
@@ -102,8 +153,6 @@ class JobNotes:
         return SinkTrouble(text, float(since) if since is not None else time.time())
 
     async def forget(self, job_id: str) -> None:
-        """Delete the skip hash (the job was cancelled; the sink fields go with the job hash)."""
-        await self.redis.delete(skipped_key(str(self.job_key(job_id))))
-
-    async def expire(self, job_id: str, ttl_seconds: int) -> None:
-        await self.redis.expire(skipped_key(str(self.job_key(job_id))), max(1, int(ttl_seconds)))
+        """Delete the note hashes (the job was cancelled; the sink fields go with the job hash)."""
+        jk = str(self.job_key(job_id))
+        await self.redis.delete(skipped_key(jk), throttled_key(jk))

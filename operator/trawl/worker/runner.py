@@ -28,6 +28,7 @@ from trawl.api.policies import FailureClass
 from trawl.api.scrapejob import SinkKind
 from trawl.queue.model import QueueClient, Task
 
+from .breaker import CircuitBreaker
 from .extract import Extractor
 from .fetch import Fetcher, FetchError, FetchLimits
 from .finish import SINK_BACKOFF_FIRST, SINK_RETRY_SECONDS, Finish, Finisher
@@ -85,6 +86,8 @@ class WorkerConfig:
     parse_seconds: float = DEFAULT_PARSE_SECONDS  # time budget of one page's parse and extraction
     parse_max_bytes: int = DEFAULT_MAX_BYTES
     parse_max_tags: int = DEFAULT_MAX_TAGS
+    breaker_failures: int = 5  # consecutive timeouts/5xx/connection errors of a domain that open its breaker
+    breaker_open_seconds: float = 30.0  # first open period (doubles while probes fail, up to 300 s)
     loop_stall_seconds: float = 30.0  # /livez fails when the event loop has not run for this long
     heartbeat_stale_seconds: float = 0.0  # /livez fails when no heartbeat was attempted for this long; 0: 12 beats
     max_tasks: int = 0  # recycle (drain and exit, to be restarted) after this many tasks; 0: never
@@ -130,6 +133,13 @@ class Worker:
             unavailable_seconds=config.robots_unavailable_seconds,
         )
         self.notes = JobNotes(redis, keys.job)
+        self.breaker = CircuitBreaker(
+            redis,
+            lambda domain: keys.rate_limit(domain, "cb"),
+            self.worker_id,
+            threshold=config.breaker_failures,
+            open_seconds=config.breaker_open_seconds,
+        )
         self.parser = ParsePool(
             config.parse_processes,
             ParseLimits(config.parse_seconds, config.parse_max_bytes, config.parse_max_tags),
@@ -255,6 +265,7 @@ class Worker:
         """Prove the event loop runs (read by /livez from the metrics thread) and recycle when due."""
         while True:
             self._tick = time.monotonic()
+            self.metrics.set_open_circuits(self.breaker.open_domains())
             reason = self.recycle_reason()
             if reason is not None and not self.stopping:
                 log.info("recycling the worker: draining, then exiting to be restarted", extra={"reason": reason})
@@ -514,6 +525,14 @@ class Worker:
             finally:
                 waited += time.monotonic() - t0
 
+        verdict = await self.breaker.check(domain)
+        if verdict.state == "open":
+            # The domain is failing for everyone: wait for its probe without spending an attempt.
+            self.metrics.deferrals.labels("circuit_open").inc()
+            with contextlib.suppress(Exception):
+                await self.notes.throttled(task.job_id, domain, verdict.reason, verdict.until)
+            await self.queue.release(task, self.worker_id, delay=max(0.5, verdict.wait()))
+            return "released"
         fetch_started = time.monotonic()
         render_info: dict[str, Any] = {}
         try:
@@ -536,6 +555,7 @@ class Worker:
             elapsed = time.monotonic() - fetch_started - waited
             if pol.adaptive_delay:
                 self.limiter.adaptive(domain).observe(elapsed, False)
+            await self.breaker.record(domain, True)
             self.metrics.fetches.labels("ok").inc()
             self.metrics.fetch_seconds.observe(elapsed)
             self.metrics.bytes.inc(len(result.body))
@@ -626,6 +646,10 @@ class Worker:
         )
         if spec.politeness.adaptive_delay:
             self.limiter.adaptive(domain).observe(elapsed, retryable_net)
+        if cls in (FailureClass.TIMEOUT, FailureClass.CONNECTION, FailureClass.HTTP_5XX):
+            await self.breaker.record(domain, False, f"{cls.value}: {exc.message}")
+        elif cls in (FailureClass.HTTP_4XX, FailureClass.HTTP_429, FailureClass.BAD_CONTENT, FailureClass.TOO_LARGE):
+            await self.breaker.record(domain, True)  # the site answered: it is up
         log_extra = {"job": task.job_id, "url": task.url, "error_class": cls.value, "error": exc.message}
         if cls == FailureClass.ROBOTS_DISALLOWED and task.depth > 0:
             # A link the crawl found that robots.txt forbids is not a failure of the job: it is recorded

@@ -1,0 +1,155 @@
+"""A per-domain circuit breaker shared by a pool's workers (state in the pool's Redis).
+
+Closed: requests flow; consecutive failures that say the *site* is in trouble (timeouts, connection
+errors, 5xx) are counted, and a success resets the count. At ``threshold`` failures the breaker opens
+for ``open_seconds``: the domain's tasks are given back until then without spending an attempt (the
+worker releases them with that delay), while other domains run at full speed. When the time is up, one
+worker's next request is the probe (half-open; the others keep waiting): its success closes the
+breaker, its failure opens it again for twice as long (up to ``max_open_seconds``).
+
+Cheap when healthy: a worker reads a domain's state from Redis at most once per ``refresh_seconds``
+and writes only failures and the transitions they cause (a success is written only while the domain
+has failures on record), so a healthy crawl adds about one read per domain per second.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+
+# KEYS[1] breaker hash. ARGV: now, worker. Returns {state, until, reason, fails}: state 'closed', 'open' (wait
+# until), or 'probe' (the caller's request is the probe). A half-open breaker whose probe holder went
+# silent for 60 s lets another worker probe.
+CHECK_LUA = """
+local st = redis.call('HGET', KEYS[1], 'state')
+if not st or st == 'closed' then return {'closed', '0', '', redis.call('HGET', KEYS[1], 'fails') or '0'} end
+local now = tonumber(ARGV[1])
+local untl = tonumber(redis.call('HGET', KEYS[1], 'until') or '0')
+local reason = redis.call('HGET', KEYS[1], 'reason') or ''
+if st == 'open' and now < untl then return {'open', tostring(untl), reason, '1'} end
+if st == 'half' then
+  local probe_at = tonumber(redis.call('HGET', KEYS[1], 'probe_at') or '0')
+  if now - probe_at < 60 then return {'open', tostring(now + 1), reason, '1'} end
+end
+redis.call('HSET', KEYS[1], 'state', 'half', 'probe_at', ARGV[1], 'prober', ARGV[2])
+return {'probe', '0', reason, '1'}
+"""
+
+# KEYS[1] breaker hash. ARGV: now, ok (1/0), reason, threshold, open seconds, max open seconds, ttl.
+# Returns the new state.
+RECORD_LUA = """
+local now = tonumber(ARGV[1])
+local st = redis.call('HGET', KEYS[1], 'state') or 'closed'
+if ARGV[2] == '1' then
+  if st == 'open' then return st end
+  if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('DEL', KEYS[1]) end
+  return 'closed'
+end
+local fails = redis.call('HINCRBY', KEYS[1], 'fails', 1)
+redis.call('EXPIRE', KEYS[1], tonumber(ARGV[7]))
+local open_for = tonumber(ARGV[5])
+if st == 'half' then
+  open_for = math.min(tonumber(ARGV[6]), 2 * tonumber(redis.call('HGET', KEYS[1], 'open_for') or ARGV[5]))
+elseif st == 'open' or fails < tonumber(ARGV[4]) then
+  return st
+end
+redis.call('HSET', KEYS[1], 'state', 'open', 'until', tostring(now + open_for), 'open_for', tostring(open_for),
+  'reason', ARGV[3], 'opened_at', ARGV[1])
+return 'open'
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    state: str  # closed, open (wait until ``until``), probe (this request decides)
+    until: float = 0.0  # unix seconds
+    reason: str = ""
+
+    def wait(self, now: float | None = None) -> float:
+        return max(0.0, self.until - (time.time() if now is None else now))
+
+
+@dataclass(slots=True)
+class _Local:
+    verdict: Verdict
+    read_at: float  # monotonic
+    failures: bool  # failures are on record in Redis (so a success must be written)
+
+
+class CircuitBreaker:
+    def __init__(
+        self,
+        redis: Redis,
+        key: Callable[[str], str],
+        worker_id: str,
+        *,
+        threshold: int = 5,
+        open_seconds: float = 30.0,
+        max_open_seconds: float = 300.0,
+        refresh_seconds: float = 1.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.redis = redis
+        self.key = key
+        self.worker_id = worker_id
+        self.threshold = threshold
+        self.open_seconds = open_seconds
+        self.max_open_seconds = max_open_seconds
+        self.refresh_seconds = refresh_seconds
+        self.clock = clock
+        self._check = redis.register_script(CHECK_LUA)
+        self._record = redis.register_script(RECORD_LUA)
+        self._local: dict[str, _Local] = {}
+
+    def open_domains(self) -> dict[str, Verdict]:
+        """Domains this worker last saw open (for metrics)."""
+        return {d: v.verdict for d, v in self._local.items() if v.verdict.state == "open"}
+
+    async def check(self, domain: str) -> Verdict:
+        now_m = time.monotonic()
+        local = self._local.get(domain)
+        if local is not None and now_m - local.read_at < self.refresh_seconds:
+            v = local.verdict
+            if v.state == "closed" or (v.state == "open" and v.wait(self.clock()) > 0):
+                return v
+        raw = await self._check(keys=[self.key(domain)], args=[repr(self.clock()), self.worker_id])
+        verdict = Verdict(_s(raw[0]), float(_s(raw[1])), _s(raw[2]))
+        self._remember(domain, verdict, verdict.state != "closed" or _s(raw[3]) != "0")
+        return verdict
+
+    async def record(self, domain: str, ok: bool, reason: str = "") -> str:
+        """A request's outcome: ``ok`` False for failures that count against the site."""
+        local = self._local.get(domain)
+        if ok and (local is None or not local.failures):
+            return "closed"  # nothing on record to clear: no write
+        args: list[Any] = [
+            repr(self.clock()),
+            "1" if ok else "0",
+            reason[:512],
+            self.threshold,
+            self.open_seconds,
+            self.max_open_seconds,
+            int(self.max_open_seconds * 4),
+        ]
+        state = _s(await self._record(keys=[self.key(domain)], args=args))
+        if state == "closed":
+            self._remember(domain, Verdict("closed"), not ok)  # after a failure, a count is on record
+        elif state == "open":
+            raw = await self.redis.hmget(self.key(domain), ["until", "reason"])  # type: ignore[misc]
+            self._remember(domain, Verdict("open", float(_s(raw[0] or 0)), _s(raw[1] or "")), True)
+        else:
+            self._remember(domain, local.verdict if local else Verdict("closed"), True)
+        return state
+
+    def _remember(self, domain: str, verdict: Verdict, failures: bool) -> None:
+        self._local[domain] = _Local(verdict, time.monotonic(), failures)
+        if len(self._local) > 10_000:
+            self._local.pop(next(iter(self._local)))
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
