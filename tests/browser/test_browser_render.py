@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import signal
@@ -149,7 +150,7 @@ async def test_page_scripts_cannot_reach_loopback_or_metadata(
     )
     assert (await queue.job_stats(job_id)).succeeded == 1
     [record] = records
-    assert record["state"] == "tried"  # the script ran to its end: every attempt below was made
+    assert record["state"] == "tried"  # the script ran to its end, and its data:/file: navigations went nowhere
     assert protected_hits == []  # fetch, XHR, WebSocket, beacon, popup, iframe, image: none got through
     # fetch, XHR, WebSocket, beacon, iframe and image towards the protected host, and the metadata address
     assert record["render"]["blockedRequests"] >= 4
@@ -171,7 +172,7 @@ async def test_never_idle_page_ends_at_its_time_cap(
         {
             "urls": [f"{base}/hostile/never-idle.html"],
             "extract": {"fields": [{"name": "rows", "selector": "p.row", "multiple": True}]},
-            "render": {"mode": "Browser", "waitFor": "NetworkIdle", "timeoutSeconds": cap},
+            "render": {"mode": "Browser", "waitFor": "NetworkIdle", "timeoutSeconds": cap, "screenshot": True},
         },
     )
     assert (await queue.job_stats(job_id)).succeeded == 1
@@ -179,6 +180,7 @@ async def test_never_idle_page_ends_at_its_time_cap(
     assert record["render"]["timedOut"] is True
     assert cap <= record["render"]["seconds"] < cap + 10  # taken at the cap, not after a lease or a retry
     assert record["rows"]  # the page as it was at the cap, rows appended so far included
+    assert base64.b64decode(record["screenshot"]).startswith(b"\x89PNG\r\n")  # taken at the cap too
     assert hits.paths.count("/api/tick") >= 3  # the page really kept the network busy
     assert time.monotonic() - started < 60
 

@@ -128,6 +128,10 @@ var f = document.createElement('iframe'); f.src = t + '/frame'; document.body.ap
 var i = document.createElement('img'); i.src = t + '/img.png'; document.body.appendChild(i);
 if (navigator.serviceWorker) {{ navigator.serviceWorker.register('/sw.js').catch(function () {{}}); }}
 document.getElementById('state').textContent = 'tried';
+setTimeout(function () {{
+  try {{ location.href = 'data:text/html,<p id="state">hijacked</p>'; }} catch (e) {{}}
+  try {{ location.href = 'file:///etc/passwd'; }} catch (e) {{}}
+}}, 10);
 """
         body = (
             '<!DOCTYPE html><html><head><meta charset="utf-8"><title>SSRF</title></head><body>'
