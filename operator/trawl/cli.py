@@ -124,6 +124,9 @@ def worker_cmd(
     parse_seconds: float = typer.Option(
         10.0, envvar="TRAWL_PARSE_SECONDS", help="Time budget of one page's parse; over it the URL is ParseLimit."
     ),
+    parse_inline_max_tags: int = typer.Option(
+        2048, envvar="TRAWL_PARSE_INLINE_MAX_TAGS", help="Pages with at most this many tags parse inline."
+    ),
     max_tasks: int = typer.Option(
         0, envvar="TRAWL_MAX_TASKS", help="Drain and exit (to be restarted) after this many tasks; 0: never."
     ),
@@ -150,6 +153,7 @@ def worker_cmd(
             parse_seconds=parse_seconds,
             max_tasks=max_tasks,
             max_rss_mb=max_rss_mb,
+            parse_inline_max_tags=parse_inline_max_tags,
         )
     )
 

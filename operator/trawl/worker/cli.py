@@ -66,6 +66,7 @@ def main(
     parse_seconds: float = 10.0,
     max_tasks: int = 0,
     max_rss_mb: int = 0,
+    parse_inline_max_tags: int = 2048,
 ) -> int:
     wid = worker_id or default_worker_id()
     logs.setup(log_level, worker=wid)
@@ -83,5 +84,6 @@ def main(
         parse_seconds=parse_seconds,
         max_tasks=max_tasks,
         max_rss_mb=max_rss_mb,
+        parse_inline_max_tags=parse_inline_max_tags,
     )
     return asyncio.run(_run(config, lease_seconds))

@@ -35,7 +35,7 @@ from .finish import SINK_BACKOFF_FIRST, SINK_RETRY_SECONDS, Finish, Finisher
 from .jobspec import WorkerJobSpec, parse_worker_spec, read_secret
 from .metrics import WorkerMetrics
 from .notes import JobNotes
-from .parsepool import DEFAULT_MAX_BYTES, DEFAULT_MAX_TAGS, ParseLimit, ParseLimits, ParsePool
+from .parsepool import DEFAULT_INLINE_MAX_TAGS, DEFAULT_MAX_BYTES, DEFAULT_MAX_TAGS, ParseLimit, ParseLimits, ParsePool
 from .parsepool import DEFAULT_SECONDS as DEFAULT_PARSE_SECONDS
 from .pgsink import PostgresSink, target_from_spec
 from .politeness import UNAVAILABLE_SECONDS, DomainLimiter, RateWaitTooLong, RobotsCache
@@ -86,6 +86,7 @@ class WorkerConfig:
     parse_seconds: float = DEFAULT_PARSE_SECONDS  # time budget of one page's parse and extraction
     parse_max_bytes: int = DEFAULT_MAX_BYTES
     parse_max_tags: int = DEFAULT_MAX_TAGS
+    parse_inline_max_tags: int = DEFAULT_INLINE_MAX_TAGS  # pages this small parse on the loop (bounded cost)
     breaker_failures: int = 5  # consecutive timeouts/5xx/connection errors of a domain that open its breaker
     breaker_open_seconds: float = 30.0  # first open period (doubles while probes fail, up to 300 s)
     loop_stall_seconds: float = 30.0  # /livez fails when the event loop has not run for this long
@@ -142,7 +143,9 @@ class Worker:
         )
         self.parser = ParsePool(
             config.parse_processes,
-            ParseLimits(config.parse_seconds, config.parse_max_bytes, config.parse_max_tags),
+            ParseLimits(
+                config.parse_seconds, config.parse_max_bytes, config.parse_max_tags, config.parse_inline_max_tags
+            ),
         )
         self._jobs: OrderedDict[str, _Job | None] = OrderedDict()
         self._deferred: OrderedDict[tuple[str, str], int] = OrderedDict()  # Retry-After releases per task
