@@ -33,3 +33,14 @@ def test_token_batches_are_single_at_low_rates() -> None:
     assert token_batch(2) == 1
     assert token_batch(200) == 10
     assert token_batch(10000) == 64
+
+
+def test_a_slowdown_fades_with_time_once_the_site_recovers() -> None:
+    d = AdaptiveDelay()
+    d.observe(0.2, False, now=100.0)
+    d.observe(30.0, True, now=101.0)  # one timeout
+    assert d.delay_at(101.0) > 10  # a long pause right after it
+    assert d.delay_at(101.0 + 4 * d.half_life) < 2.0  # a minute later, little is left without any new answer
+    assert d.delay_at(101.0 + 10 * d.half_life) < 0.05
+    d.observe(0.2, False, now=101.0 + 4 * d.half_life)
+    assert d.delay_at(101.0 + 4 * d.half_life) < 2.0
