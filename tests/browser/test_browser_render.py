@@ -253,3 +253,24 @@ async def test_blocked_resource_types_are_never_requested_and_a_browser_over_its
     finally:
         await pool.close()
     assert pool.browser_pids() == []
+
+
+async def test_without_a_usable_sandbox_chromium_is_started_again_without_it(
+    site: tuple[str, Renderer, Hits], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where Chromium's sandbox cannot start (here: root, as under a seccomp profile that forbids user
+    namespaces), the first launch fails, the worker says so and runs Chromium with --no-sandbox."""
+    from trawl.worker.render import settings as render_settings
+
+    base, renderer, _hits = site
+    monkeypatch.setattr(render_settings, "needs_no_sandbox", lambda: False)  # first try with the sandbox
+    registry = CollectorRegistry()
+    pool = BrowserPool(parse_networks(ALLOWED), BrowserSettings(), BrowserMetrics(registry))
+    try:
+        url = base + listing_paths(renderer, "js")[0]
+        result = await pool.render(url, RenderSpec.model_validate({"mode": "Browser"}))
+        assert result.fetch.body.count(b'class="item"') == 5
+        assert registry.get_sample_value("trawl_worker_browser_restarts_total", {"reason": "no_sandbox"}) == 1
+        assert pool.launches == 1
+    finally:
+        await pool.close()
