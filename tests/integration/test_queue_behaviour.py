@@ -83,10 +83,10 @@ async def test_enqueue_is_idempotent_per_seed_index_and_batched(q: Queue, redis_
     q.enqueue_batch = 1000
     await q.register_job(JobConfig("j"))
     seeds = urls("e", 5000)
-    assert await q.enqueue("j", seeds[:2500]) == 2500
+    assert await q.enqueue("j", seeds[:2500], start_index=0) == 2500
     # A crashed enqueuer restarting from index 0 adds only what is new.
-    assert await q.enqueue("j", seeds) == 2500
-    assert await q.enqueue("j", seeds) == 0
+    assert await q.enqueue("j", seeds, start_index=0) == 2500
+    assert await q.enqueue("j", seeds, start_index=0) == 0
     assert await q.enqueue("j", seeds[4000:], start_index=4000) == 0
     with pytest.raises(Exception, match="gap"):
         await q.enqueue("j", ["https://x/1"], start_index=9000)
@@ -95,6 +95,19 @@ async def test_enqueue_is_idempotent_per_seed_index_and_batched(q: Queue, redis_
     assert await redis_client.llen(q.keys.ready("j")) == 5000
     with pytest.raises(UnknownJob):
         await q.enqueue("nope", ["https://x/1"])
+
+
+async def test_enqueue_without_start_index_appends_each_call(q: Queue) -> None:
+    """The natural way to add URLs one at a time adds each one (was: 1 task out of 5 calls)."""
+    await q.register_job(JobConfig("one"))
+    for i in range(5):
+        assert await q.enqueue("one", [f"https://one/{i}"]) == 1
+    assert await q.enqueue("one", ["https://one/5", "https://one/6"]) == 2
+    assert await q.enqueue("one", ["https://one/x"], start_index=0) == 0  # an explicit index stays idempotent
+    stats = await q.job_stats("one")
+    assert (stats.total, stats.pending) == (7, 7)
+    claimed = await q.claim("w", 10)
+    assert sorted(t.url for t in claimed) == sorted(f"https://one/{i}" for i in range(7))
 
 
 async def test_crawl_dedupe_depth_and_max_pages(q: Queue) -> None:
@@ -229,6 +242,47 @@ async def test_lease_expiry_returns_tasks_and_stalls_dead_letter(q: Queue, clock
     assert rec.error_class == "Stalled"
 
 
+async def test_restarted_pod_returns_the_dead_incarnations_leases_at_once(q: Queue, clock: Clock) -> None:
+    """Same pod, new process: the old process's leases go back now (with a stall), never renewed."""
+    await q.register_job(JobConfig("rp"))
+    await q.enqueue("rp", urls("rp", 4))
+    old = "pod-a@0001"
+    assert len(await q.claim(old, 3)) == 3
+    assert len(await q.claim("pod-b@0001", 1)) == 1  # another pod: untouched
+    new = "pod-a@0002"
+    assert await q.evict_previous("pod-a", new) == (1, 3)
+    stats = await q.job_stats("rp")
+    assert (stats.pending, stats.in_flight) == (3, 1)
+    again = await q.claim(new, 10)
+    assert len(again) == 3 and all(t.attempt == 1 for t in again)
+    assert await q.evict_previous("pod-a", new) == (0, 0)  # itself is never evicted
+    assert [e["worker"] for _, e in await q.events() if e["type"] == "workerlost"] == [old]
+    await q.heartbeat("pod-b@0001", in_flight=1)
+    assert set((await q.pool_signals(reap=False)).workers) == {"pod-b"}  # activity keyed by pod
+    assert await q.heartbeat(old, in_flight=0, held=[]) == 0  # a zombie of the old process renews nothing
+
+
+async def test_heartbeat_returns_leases_the_process_does_not_hold(q: Queue, clock: Clock) -> None:
+    """A claim whose reply was lost, or an ack/release lost in an outage, leaves a lease the worker does
+    not know: its heartbeat gives it back at once instead of renewing it for ever."""
+    await q.register_job(JobConfig("hb"))
+    await q.enqueue("hb", urls("hb", 3))
+    t1, t2, t3 = await q.claim("w@1", 3)
+    assert await q.heartbeat("w@1", in_flight=1, held=[(t1.job_id, t1.task_id)]) == 1
+    stats = await q.job_stats("hb")
+    assert (stats.pending, stats.in_flight) == (2, 1)
+    again = await q.claim("w@2", 5)
+    assert sorted(t.task_id for t in again) == sorted([t2.task_id, t3.task_id])
+    assert all(t.attempt == 1 for t in again)  # no attempt or stall spent
+    clock.advance(9)
+    assert await q.heartbeat("w@1", in_flight=1, held=[(t1.job_id, t1.task_id)]) == 1
+    assert await q.heartbeat("w@2", in_flight=2, held=[(t.job_id, t.task_id) for t in again]) == 2
+    clock.advance(9)
+    assert await q.reap() == 0  # the held leases were renewed
+    assert await q.ack(t1, "w@1")
+    assert not await q.ack(t2, "w@1")
+
+
 async def test_release_gives_back_without_spending_an_attempt(q: Queue, clock: Clock) -> None:
     await q.register_job(JobConfig("rel"))
     await q.enqueue("rel", ["https://r/1", "https://r/2"])
@@ -277,7 +331,7 @@ async def test_suspend_and_resume(q: Queue) -> None:
     await q.suspend("a")
     assert (await q.job_stats("a")).suspended
     assert {t.job_id for t in await q.claim("w", 3)} == {"b"}
-    await q.enqueue("a", urls("a", 8))  # still accepted while suspended, not handed out
+    await q.enqueue("a", urls("a", 8), start_index=0)  # still accepted while suspended, not handed out
     assert {t.job_id for t in await q.claim("w", 10)} == {"b"}
     assert await q.claim("w", 10) == []
     assert (await q.pool_signals()).ready == 0

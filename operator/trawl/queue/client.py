@@ -4,10 +4,13 @@ Usage::
 
     q = Queue(redis, keys.pool_prefix("ns", "pool"), lease_seconds=30)
     await q.register_job(JobConfig(job_id=uid, priority=5))
-    await q.enqueue(uid, urls)              # batched, idempotent per seed index
+    await q.enqueue(uid, urls, start_index=0)  # batched, idempotent per seed index
+    await q.enqueue(uid, more_urls)            # appends after what is there
     await q.mark_enqueue_done(uid)
-    tasks = await q.claim("worker-1", 100)  # leases; heartbeat() extends them
-    await q.ack_many(tasks, "worker-1")     # or ack / fail / release one by one
+    wid = incarnation_id("pod-1")              # one id per process start
+    await q.evict_previous("pod-1", wid)       # leases of the pod's earlier processes go back at once
+    tasks = await q.claim(wid, 100)            # leases; heartbeat() extends them
+    await q.ack_many(tasks, wid)               # or ack / fail / release one by one
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import json
 import os
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import asdict
 from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -27,7 +30,7 @@ import redis.exceptions as rexc
 
 from . import backoff
 from .errors import QueueUnavailable, UnknownJob
-from .keys import PRIORITIES, Keys
+from .keys import PRIORITIES, Keys, pod_of
 from .model import (
     DeadLetterRecord,
     FailOutcome,
@@ -58,6 +61,7 @@ SCRIPT_NAMES = (
     "cancel",
     "expire_job",
     "reap",
+    "evict",
     "retire_worker",
     "signals",
 )
@@ -209,16 +213,19 @@ class Queue:
         )
         self._policies[job.job_id] = job.retry
 
-    async def enqueue(self, job_id: str, urls: Sequence[str], *, start_index: int = 0) -> int:
-        """Enqueue seed URLs (depth 0) in batches of ``enqueue_batch``; idempotent per (job, seed index)."""
+    async def enqueue(self, job_id: str, urls: Sequence[str], *, start_index: int | None = None) -> int:
+        """Enqueue seed URLs (depth 0) in batches of ``enqueue_batch``.
+
+        With ``start_index`` (the seed index of ``urls[0]``) it is idempotent per (job, seed index): an
+        enqueuer restarting from index 0 after a crash adds nothing twice. Without it the URLs are appended
+        after the seeds already there, so calling it once per URL adds each one."""
         k = self.keys
         keys = [k.job(job_id), k.ready(job_id), k.seen(job_id), k.cross_dedupe, k.events, *self._rings]
         added = 0
         for off in range(0, len(urls), self.enqueue_batch):
             batch = urls[off : off + self.enqueue_batch]
-            n = int(
-                await self._run("enqueue", keys, [self._now(), self.events_maxlen, job_id, start_index + off, *batch])
-            )
+            start = "" if start_index is None else start_index + off
+            n = int(await self._run("enqueue", keys, [self._now(), self.events_maxlen, job_id, start, *batch]))
             if n < 0:
                 raise UnknownJob(job_id)
             added += n
@@ -281,14 +288,47 @@ class Queue:
         deadline = float(_s(out[0]))
         return [_parse_task(_s(out[i]), _s(out[i + 1]), deadline) for i in range(1, len(out), 2)]
 
-    async def heartbeat(self, worker_id: str, *, in_flight: int, draining: bool = False) -> int:
+    async def heartbeat(
+        self,
+        worker_id: str,
+        *,
+        in_flight: int,
+        draining: bool = False,
+        held: Iterable[tuple[str, str]] | None = None,
+    ) -> int:
+        """Extend the worker's leases; returns how many it holds afterwards.
+
+        ``held``: the (job id, task id) of every task the process really holds. Any other lease of the worker
+        is an orphan (a claim reply or a release lost in an outage) and goes back to its job at once."""
         k = self.keys
-        n = await self._run(
+        fields = [] if held is None else [f"{job}|{task}" for job, task in held]
+        res = await self._run(
             "heartbeat",
             [k.worker(worker_id), k.worker_deadlines, k.worker_info],
-            [self._now(), worker_id, self.lease_seconds, in_flight, 1 if draining else 0],
+            [
+                self._now(),
+                worker_id,
+                self.lease_seconds,
+                in_flight,
+                1 if draining else 0,
+                self.prefix,
+                0 if held is None else 1,
+                *fields,
+            ],
         )
-        return int(n)
+        return int(res[0])
+
+    async def evict_previous(self, pod: str, worker_id: str) -> tuple[int, int]:
+        """At a worker's start: drop every earlier incarnation of ``pod`` (see :func:`incarnation_id`) and
+        return their tasks to their jobs now. Returns (incarnations dropped, tasks returned)."""
+        _check_id("pod", pod)
+        k = self.keys
+        res = await self._run(
+            "evict",
+            [k.worker_deadlines, k.worker_info, k.stats, k.events],
+            [self.prefix, self._now(), self.max_stalls, self.events_maxlen, pod, worker_id],
+        )
+        return int(res[0]), int(res[1])
 
     async def ack(self, task: Task, worker_id: str) -> bool:
         return (await self.ack_many([task], worker_id))[0]
@@ -511,9 +551,13 @@ class Queue:
         workers: dict[str, WorkerActivity] = {}
         for wid, value in zip(info_flat[::2], info_flat[1::2], strict=True):
             inflight_s, seen_s, draining_s = value.split("|")
-            workers[wid] = WorkerActivity(
+            activity = WorkerActivity(
                 worker_id=wid, in_flight=int(inflight_s), last_seen=float(seen_s), draining=draining_s == "1"
             )
+            # Keyed by pod: a pod's newest incarnation speaks for it (older ones are evicted at its start).
+            pod = pod_of(wid)
+            if pod not in workers or workers[pod].last_seen < activity.last_seen:
+                workers[pod] = activity
         return PoolSignals(
             ready=ready,
             delayed=delayed,

@@ -31,14 +31,28 @@ Per-job keys (``J`` is ``P:j:<job_id>``)::
 
 Job counters: ``pen`` = length of J:r, ``inf`` = the job's entries in workers' hashes, ``ret`` = size of
 J:z (backoff retries and delayed releases), ``dead`` = size of J:dl, ``suc`` = acked; ``tot`` is their sum.
-Job and worker ids must not contain ``|``, ``{`` or ``}``.
+Job and worker ids must not contain ``|``, ``{`` or ``}``. A worker id names one process incarnation,
+``<pod>@<random>`` (:func:`incarnation_id`): a process restarted in the same pod gets a new id, so it never
+renews the leases of the process that died, and it drops that process's leases when it starts.
 """
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 
 PRIORITIES = range(10)
+INCARNATION_SEP = "@"  # never in a pod name (DNS subdomain)
+
+
+def incarnation_id(pod: str) -> str:
+    """A worker id for one start of a process in ``pod``: the pod name plus a random incarnation."""
+    return f"{pod}{INCARNATION_SEP}{secrets.token_hex(4)}"
+
+
+def pod_of(worker_id: str) -> str:
+    """The pod (or base name) of a worker id; ids without an incarnation are their own pod."""
+    return worker_id.split(INCARNATION_SEP, 1)[0]
 
 
 def pool_prefix(namespace: str, pool: str) -> str:

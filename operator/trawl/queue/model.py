@@ -6,7 +6,7 @@ boundary so the worker, the operator and the autoscaler can rely on it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -119,9 +119,10 @@ class QueueClient(Protocol):
 
     async def register_job(self, job: JobConfig) -> None: ...
 
-    async def enqueue(self, job_id: str, urls: Sequence[str], *, start_index: int = 0) -> int:
-        """Enqueue seed URLs (depth 0). Idempotent per (job, index): re-running after a crash adds nothing
-        twice. Returns how many were newly added."""
+    async def enqueue(self, job_id: str, urls: Sequence[str], *, start_index: int | None = None) -> int:
+        """Enqueue seed URLs (depth 0). With ``start_index`` idempotent per (job, index): re-running after a
+        crash adds nothing twice; without it, appended after the seeds already there. Returns how many
+        were newly added."""
         ...
 
     async def mark_enqueue_done(self, job_id: str) -> None: ...
@@ -133,8 +134,16 @@ class QueueClient(Protocol):
 
     async def claim(self, worker_id: str, count: int) -> list[Task]: ...
 
-    async def heartbeat(self, worker_id: str, *, in_flight: int, draining: bool = False) -> int:
-        """Extend every lease the worker holds; returns how many."""
+    async def heartbeat(
+        self,
+        worker_id: str,
+        *,
+        in_flight: int,
+        draining: bool = False,
+        held: Iterable[tuple[str, str]] | None = None,
+    ) -> int:
+        """Extend the worker's leases; with ``held`` (job id, task id), leases not listed are returned to
+        their jobs (orphans). Returns how many leases the worker holds."""
         ...
 
     async def ack(self, task: Task, worker_id: str) -> bool:

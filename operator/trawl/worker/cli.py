@@ -9,6 +9,8 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from trawl.queue.keys import incarnation_id
+
 from . import logs
 from .runner import Worker, WorkerConfig, default_worker_id
 
@@ -68,11 +70,13 @@ def main(
     max_rss_mb: int = 0,
     parse_inline_max_tags: int = 2048,
 ) -> int:
-    wid = worker_id or default_worker_id()
+    pod = worker_id or default_worker_id()
+    wid = incarnation_id(pod)  # one id per process start: a restart in the same pod is a new worker
     logs.setup(log_level, worker=wid)
     config = WorkerConfig(
         redis_url=redis_url,
         prefix=prefix,
+        pod=pod,
         worker_id=wid,
         concurrency=concurrency,
         drain_seconds=drain_seconds,

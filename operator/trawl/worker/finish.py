@@ -18,6 +18,11 @@ record is kept here, its lease held, and written again on its own with exponenti
 sink's error. While a job's writes fail, the job hash says so (:mod:`trawl.worker.notes`), and the
 operator shows the job ``Stalled/SinkFailing`` with the error.
 
+An ack that fails because Redis is unreachable is kept and retried (every ``ACK_RETRY_SECONDS``) until
+Redis answers: its record is stored, so the task must not be redelivered. Meanwhile the task counts as
+held (the worker's heartbeat keeps its lease). A release that fails is not kept: the worker's next
+heartbeat no longer lists the task, and the queue returns it (see ``heartbeat.lua``).
+
 The number of tasks waiting here bounds claiming (backpressure when a sink or Redis is slow).
 """
 
@@ -44,6 +49,7 @@ RELEASE_DELAY = 5.0
 SINK_RETRY_SECONDS = 300.0  # a sink outage shorter than this costs no refetch and loses no record
 SINK_BACKOFF_FIRST = 1.0
 SINK_BACKOFF_MAX = 30.0
+ACK_RETRY_SECONDS = 1.0
 SINK_OK_REFRESH = 10.0  # seconds between clears of a job's sink-failing note by a worker that writes fine
 
 
@@ -87,7 +93,9 @@ class Finisher:
         self._sink_noted: dict[str, float] = {}  # job -> when this worker last set or cleared its sink note
         self._sink_noted_bad: set[str] = set()  # jobs this worker marked as failing
         self._pending: dict[int, list[Finish]] = {}  # lane (the sink's id, 0 for none) -> waiting items
-        self._busy: dict[int, int] = {}  # lane -> items of the batch it is finishing
+        self._busy: dict[int, list[Finish]] = {}  # lane -> the batch it is finishing
+        self._unacked: list[Task] = []  # stored, but their ack failed: retried until Redis answers
+        self._retry_at = 0.0
         self._lanes: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self._closing = False
@@ -97,7 +105,14 @@ class Finisher:
     @property
     def count(self) -> int:
         """Tasks handed over and not yet acked or released (their leases are still held)."""
-        return sum(len(p) for p in self._pending.values()) + sum(self._busy.values()) + len(self._waiting)
+        busy = sum(map(len, self._busy.values()))
+        return sum(len(p) for p in self._pending.values()) + busy + len(self._waiting) + len(self._unacked)
+
+    def held(self) -> list[Task]:
+        """The tasks counted by :attr:`count` (their leases must stay held)."""
+        items = [i for p in (*self._pending.values(), *self._busy.values()) for i in p]
+        items += [item for item, _handle in self._waiting.values()]
+        return [i.task for i in items] + self._unacked
 
     def submitted(self, job_id: str) -> set[str]:
         """Canonical URLs this worker already enqueued for the job (the queue said added or duplicate)."""
@@ -141,13 +156,30 @@ class Finisher:
                     continue
                 batch = pending[: self.max_batch]
                 del pending[: self.max_batch]
-                self._busy[lane] = len(batch)
+                self._busy[lane] = batch
                 task = asyncio.create_task(self._lane(lane, batch), name=f"finisher-lane-{lane}")
                 self._lanes.add(task)
                 task.add_done_callback(self._lanes.discard)
             if self._closing and not self._busy and not any(self._pending.values()):
+                if self._unacked:
+                    await self._retry_unacked()  # once more; then the leases expire (records are deduped)
                 return
+            if self._unacked:
+                if time.monotonic() >= self._retry_at:
+                    self._retry_at = time.monotonic() + ACK_RETRY_SECONDS
+                    await self._retry_unacked()
+                    continue
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(max(0.0, self._retry_at - time.monotonic())):
+                        await self._wake.wait()
+                continue
             await self._wake.wait()
+
+    async def _retry_unacked(self) -> None:
+        tasks, self._unacked = self._unacked, []
+        await self._ack(tasks)
+        if self.on_finished is not None and len(self._unacked) < len(tasks):
+            self.on_finished(len(tasks) - len(self._unacked))
 
     async def _lane(self, lane: int, batch: list[Finish]) -> None:
         try:
@@ -293,7 +325,10 @@ class Finisher:
             else:
                 acked = [await self.queue.ack(t, self.worker_id) for t in tasks]
         except Exception as exc:
-            log.warning("ack failed; leases will expire and the tasks be redelivered", extra={"error": repr(exc)})
+            log.warning("ack failed; retried until Redis answers", extra={"error": repr(exc), "tasks": len(tasks)})
+            if not self._unacked:
+                self._retry_at = time.monotonic() + ACK_RETRY_SECONDS
+            self._unacked.extend(tasks)
             return
         n = sum(1 for a in acked if a)
         self.metrics.outcomes.labels("acked").inc(n)

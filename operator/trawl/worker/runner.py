@@ -26,6 +26,7 @@ from redis.asyncio import Redis
 
 from trawl.api.policies import FailureClass
 from trawl.api.scrapejob import SinkKind
+from trawl.queue.keys import incarnation_id
 from trawl.queue.model import QueueClient, Task
 
 from .breaker import CircuitBreaker
@@ -69,7 +70,8 @@ def default_worker_id() -> str:
 class WorkerConfig:
     redis_url: str = "redis://127.0.0.1:6379/0"
     prefix: str = "trawl:{default/default}"
-    worker_id: str = field(default_factory=default_worker_id)
+    pod: str = ""  # the pod (stable name) this process runs in; its earlier incarnations are evicted at start
+    worker_id: str = ""  # this process's incarnation, "<pod>@<random>" (default: a fresh one)
     concurrency: int = 32
     claim_batch: int = 0  # 0: a quarter of the concurrency
     drain_seconds: float = 30.0
@@ -95,6 +97,12 @@ class WorkerConfig:
     max_rss_mb: int = 0  # recycle once the process's resident memory exceeds this; 0: never
     sink_retry_seconds: float = SINK_RETRY_SECONDS  # a record's write is retried this long, then SinkFailed
     sink_backoff_seconds: float = SINK_BACKOFF_FIRST  # first delay of a record's write retries (doubling)
+
+    def __post_init__(self) -> None:
+        if not self.pod:
+            self.pod = self.worker_id.split("@", 1)[0] if self.worker_id else default_worker_id()
+        if not self.worker_id:
+            self.worker_id = incarnation_id(self.pod)
 
 
 @dataclass
@@ -153,6 +161,10 @@ class Worker:
         self._inflight: dict[asyncio.Task[None], Task] = {}
         self._slot_free = asyncio.Event()
         self._stop = asyncio.Event()
+        # Held around a claim (until its tasks are registered here) and around a heartbeat, so the held
+        # list a heartbeat sends never misses tasks of a claim whose reply is on its way.
+        self._lease_lock = asyncio.Lock()
+        self._evicted = False
         self._wake = asyncio.Event()  # new local work (links enqueued) or stop: poll the queue now
         self.stopping = False
         self.processed = 0
@@ -209,7 +221,7 @@ class Worker:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await loop_task
             with contextlib.suppress(Exception):
-                await self.queue.heartbeat(self.worker_id, in_flight=self.in_flight, draining=True)
+                await self._heartbeat(draining=True)
             await self.limiter.release_all()
             for sink in self._sinks.values():
                 await sink.close()
@@ -253,10 +265,34 @@ class Worker:
 
     # --- loops ---------------------------------------------------------------------------------
 
+    def held(self) -> list[tuple[str, str]]:
+        """(job, task) of every lease this process holds: being processed, or handed to the finisher
+        (including acks waiting for Redis to come back)."""
+        tasks = [*self._inflight.values(), *self.finisher.held()]
+        return [(t.job_id, t.task_id) for t in tasks]
+
+    async def _evict_previous(self) -> None:
+        """Drop the leases of earlier processes of this pod (crash, OOM kill): nobody will finish them."""
+        evict = getattr(self.queue, "evict_previous", None)
+        if evict is None or self._evicted:
+            return
+        dropped, returned = await evict(self.config.pod, self.worker_id)
+        self._evicted = True
+        if dropped:
+            log.info(
+                "returned the leases of earlier processes of this pod",
+                extra={"worker": self.worker_id, "incarnations": dropped, "tasks": returned},
+            )
+
+    async def _heartbeat(self, *, draining: bool) -> None:
+        async with self._lease_lock:
+            await self.queue.heartbeat(self.worker_id, in_flight=self.in_flight, draining=draining, held=self.held())
+
     async def _heartbeat_loop(self) -> None:
         while True:
             try:
-                await self.queue.heartbeat(self.worker_id, in_flight=self.in_flight, draining=self.stopping)
+                await self._evict_previous()
+                await self._heartbeat(draining=self.stopping)
                 await self.limiter.refresh()
             except Exception as exc:
                 log.warning("heartbeat failed", extra={"worker": self.worker_id, "error": repr(exc)})
@@ -354,11 +390,20 @@ class Worker:
                 if self.stopping:
                     break
                 free = conc - len(self._inflight)
-            try:
-                tasks = await self.queue.claim(self.worker_id, min(free, batch))
-            except Exception as exc:
-                self.metrics.claim_calls.labels("error").inc()
-                log.warning("claim failed", extra={"worker": self.worker_id, "error": repr(exc)})
+            async with self._lease_lock:
+                try:
+                    if not self._evicted:  # before the first claim: this pod's old leases go back first
+                        await self._evict_previous()
+                    tasks = await self.queue.claim(self.worker_id, min(free, batch))
+                except Exception as exc:
+                    tasks = None
+                    self.metrics.claim_calls.labels("error").inc()
+                    log.warning("claim failed", extra={"worker": self.worker_id, "error": repr(exc)})
+                for task in tasks or ():
+                    t = asyncio.create_task(self._process(task))
+                    self._inflight[t] = task
+                    t.add_done_callback(self._done)
+            if tasks is None:
                 await self._sleep_unless_stopping(1.0)
                 continue
             if not tasks:
@@ -369,10 +414,6 @@ class Worker:
             idle = 0.01
             self.metrics.claim_calls.labels("tasks").inc()
             self.metrics.claims.inc(len(tasks))
-            for task in tasks:
-                t = asyncio.create_task(self._process(task))
-                self._inflight[t] = task
-                t.add_done_callback(self._done)
             self.metrics.in_flight.set(len(self._inflight))
 
     @property

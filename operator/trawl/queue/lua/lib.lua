@@ -77,44 +77,55 @@ local function dead_letter(jk, dl, dlt, h, job_id, tid, a, s, d, url, err, msg, 
   event(ev, maxlen, 'type', 'deadletter', 'job', job_id, 'task', tid, 'error', err, 't', now)
 end
 
--- Return the tasks of workers whose lease deadline passed: back to the front of their job's ready list
--- with one more stall, or to the dead letters after more than max_stalls stalls. Tasks of cancelled or
--- expired jobs are dropped. Returns the number of tasks returned or dead-lettered.
+-- Give one leased task (``v``: its value in a worker hash, "<claimed_at>|<payload>") back to the front of
+-- its job's ready list. ``stalled``: the lease was lost with its worker (one more stall; beyond max_stalls
+-- the task is dead-lettered as Stalled). Nothing happens for a job that is gone (cancelled, expired).
+local function return_lease(prefix, job_id, v, stalled, who, st, ev, maxlen, now, max_stalls)
+  local jk = prefix .. ':j:' .. job_id
+  local meta = redis.call('HMGET', jk, 'prio', 'sus')
+  if not meta[1] then return 0 end
+  local tid, a, s, d, url = split_payload(string.sub(v, string.find(v, '|', 1, true) + 1))
+  redis.call('HINCRBY', jk, 'inf', -1)
+  if stalled then s = s + 1 end
+  if s > max_stalls then
+    local hist = decode_list(redis.call('HGET', jk .. ':h', tid))
+    hist[#hist + 1] = { attempt = a + 1, errorClass = 'Stalled',
+      message = 'lease expired (worker ' .. who .. ')', time = tonumber(now) }
+    dead_letter(jk, jk .. ':dl', jk .. ':dlt', jk .. ':h', job_id, tid, a + 1, s, d, url, 'Stalled',
+      'lease expired ' .. s .. ' times', now, hist, st, ev, maxlen)
+    check_finished(jk, job_id, now, ev, maxlen)
+  else
+    local len = redis.call('LPUSH', jk .. ':r', make_payload(tid, a, s, d, url))
+    redis.call('HINCRBY', jk, 'pen', 1)
+    ring_join(prefix .. ':ring:' .. meta[1], job_id, len - 1, meta[2])
+  end
+  return 1
+end
+
+-- Forget a worker whose process is gone (lease expired, or a newer incarnation of its pod started): each
+-- of its tasks is returned with one more stall, and its claim replay, deadline and activity are removed.
+local function drop_worker(prefix, w, wd, wi, st, ev, maxlen, now, max_stalls)
+  local wk = prefix .. ':w:' .. w
+  local all = redis.call('HGETALL', wk)
+  local n = 0
+  for i = 1, #all, 2 do
+    local field = all[i]
+    local job_id = string.sub(field, 1, string.find(field, '|', 1, true) - 1)
+    n = n + return_lease(prefix, job_id, all[i + 1], true, w, st, ev, maxlen, now, max_stalls)
+  end
+  redis.call('DEL', wk, prefix .. ':wc:' .. w)
+  redis.call('ZREM', wd, w)
+  redis.call('HDEL', wi, w)
+  event(ev, maxlen, 'type', 'workerlost', 'worker', w, 'tasks', tostring(#all / 2), 't', now)
+  return n
+end
+
+-- Drop the workers whose lease deadline passed. Returns the number of tasks returned or dead-lettered.
 local function reap(prefix, wd, wi, st, ev, maxlen, now, max_stalls, worker_limit)
   local expired = redis.call('ZRANGEBYSCORE', wd, '-inf', '(' .. now, 'LIMIT', 0, worker_limit)
   local n = 0
   for _, w in ipairs(expired) do
-    local wk = prefix .. ':w:' .. w
-    local all = redis.call('HGETALL', wk)
-    for i = 1, #all, 2 do
-      local field, v = all[i], all[i + 1]
-      local job_id = string.sub(field, 1, string.find(field, '|', 1, true) - 1)
-      local jk = prefix .. ':j:' .. job_id
-      local meta = redis.call('HMGET', jk, 'prio', 'sus')
-      if meta[1] then
-        local p = string.sub(v, string.find(v, '|', 1, true) + 1)
-        local tid, a, s, d, url = split_payload(p)
-        s = s + 1
-        redis.call('HINCRBY', jk, 'inf', -1)
-        if s > max_stalls then
-          local hist = decode_list(redis.call('HGET', jk .. ':h', tid))
-          hist[#hist + 1] = { attempt = a + 1, errorClass = 'Stalled',
-            message = 'lease expired (worker ' .. w .. ')', time = tonumber(now) }
-          dead_letter(jk, jk .. ':dl', jk .. ':dlt', jk .. ':h', job_id, tid, a + 1, s, d, url, 'Stalled',
-            'lease expired ' .. s .. ' times', now, hist, st, ev, maxlen)
-          check_finished(jk, job_id, now, ev, maxlen)
-        else
-          local len = redis.call('LPUSH', jk .. ':r', make_payload(tid, a, s, d, url))
-          redis.call('HINCRBY', jk, 'pen', 1)
-          ring_join(prefix .. ':ring:' .. meta[1], job_id, len - 1, meta[2])
-        end
-        n = n + 1
-      end
-    end
-    redis.call('DEL', wk, prefix .. ':wc:' .. w)
-    redis.call('ZREM', wd, w)
-    redis.call('HDEL', wi, w)
-    event(ev, maxlen, 'type', 'workerlost', 'worker', w, 'tasks', tostring(#all / 2), 't', now)
+    n = n + drop_worker(prefix, w, wd, wi, st, ev, maxlen, now, max_stalls)
   end
   return n
 end
