@@ -58,6 +58,7 @@ _LAYERS = {
     "browser": "browser",
     "sinks": "sinks",
     "cluster": "cluster",
+    "faults": "faults",
     "e2e_kind": "e2e_kind",
 }
 
@@ -68,7 +69,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         parts = item.path.parts
         layer = next((_LAYERS[p] for p in parts if p in _LAYERS), None)
         if layer is None:
-            raise pytest.UsageError(
-                f"{item.nodeid} is outside tests/unit, setup, integration, browser, sinks, cluster or e2e_kind"
-            )
+            raise pytest.UsageError(f"{item.nodeid} is outside the layer folders tests/{{{','.join(_LAYERS)}}}")
         item.add_marker(getattr(pytest.mark, layer))

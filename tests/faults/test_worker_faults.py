@@ -1,0 +1,164 @@
+"""Faults of worker processes and of Redis under a running job: SIGKILL, a restart in the same pod,
+SIGSTOP past the lease, Redis restarted (SIGTERM and SIGKILL) with AOF. Each ends with the per-URL ledger:
+every URL has exactly one record or one dead letter, none twice, and the job's counters add up."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+from fault_harness import Job, Workers, ledger, records, restartable_redis, submit, wait_for
+
+from trawl.dev import procs
+from trawl.dev.bookstore import Bookstore
+from trawl.dev.redis_server import RedisServer
+from trawl.queue.keys import pod_of
+
+URLS = 40
+
+
+def product_urls(site: Bookstore, n: int = URLS) -> list[str]:
+    return [site.product_url(i) for i in range(1, n + 1)]
+
+
+async def incarnations(redis: aioredis.Redis, job: Job, pod: str) -> dict[str, float]:
+    """Worker id -> lease deadline of the pod's incarnations that hold leases."""
+    wd = await redis.zrange(job.queue.keys.worker_deadlines, 0, -1, withscores=True)
+    return {w.decode(): score for w, score in wd if pod_of(w.decode()) == pod}
+
+
+async def finished_truthfully(job: Job) -> None:
+    stats = await job.queue.job_stats(job.job_id)
+    assert stats.finished, stats
+    assert (stats.pending, stats.in_flight, stats.retrying) == (0, 0, 0), stats
+    assert stats.succeeded + stats.dead == stats.total == len(job.urls), stats
+
+
+def report(fault: str, **figures: object) -> None:
+    print(f"\nFAULT-REPORT {fault}: " + " ".join(f"{k}={v}" for k, v in figures.items()))
+
+
+async def records_at_least(redis: aioredis.Redis, job: Job, n: int) -> bool:
+    return len(await records(redis, job.job_id)) >= n
+
+
+async def test_worker_sigkill_another_pod_finishes_the_job(
+    redis_server: RedisServer, shared_redis: aioredis.Redis, site: Bookstore, workers_factory: list[Workers],
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    w = Workers(redis_server, tmp_path, lease_seconds=3)
+    workers_factory.append(w)
+    job = await submit(shared_redis, product_urls(site), lease_seconds=3)
+    victim = w.start("pod-a")
+    await wait_for(lambda: records_at_least(shared_redis, job, 6), 60, "first records")
+    procs.stop(victim, sig=signal.SIGKILL)
+    killed_at = time.monotonic()
+    w.start("pod-b")
+    await wait_for(lambda: job.queue.job_stats(job.job_id), 5, "stats")
+    await wait_for(lambda: _finished(job), 120, "the job to finish")
+    terminal = time.monotonic() - killed_at
+    await finished_truthfully(job)
+    book = await ledger(shared_redis, job, site)
+    report("worker-sigkill", **{"terminal_s": round(terminal, 1)}, ledger=book.summary())
+    assert not book.lost and not book.duplicate_records, book
+
+
+async def _finished(job: Job) -> bool:
+    return (await job.queue.job_stats(job.job_id)).finished
+
+
+async def test_same_pod_restart_returns_the_dead_processs_leases_at_once(
+    redis_server: RedisServer, shared_redis: aioredis.Redis, site: Bookstore, workers_factory: list[Workers],
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """The kubelet restarts a crashed container: same pod name, new process. Without incarnations the new
+    process renewed the dead one's leases for ever (job stuck Running with tasks in flight)."""
+    lease = 60.0  # long, so that finishing before the old deadline proves the leases were returned at once
+    w = Workers(redis_server, tmp_path, lease_seconds=lease)
+    workers_factory.append(w)
+    job = await submit(shared_redis, product_urls(site), lease_seconds=lease)
+    first = w.start("pod-r")
+    await wait_for(lambda: records_at_least(shared_redis, job, 6), 60, "first records")
+    old = await wait_for(lambda: incarnations(shared_redis, job, "pod-r"), 30, "leases of pod-r")
+    procs.stop(first, sig=signal.SIGKILL)
+    restarted_at = time.time()
+    w.start("pod-r")
+    await wait_for(lambda: _finished(job), 120, "the job to finish")
+    await finished_truthfully(job)
+    fin = float(await shared_redis.hget(job.queue.keys.job(job.job_id), "fin"))
+    lost_events = [e for _, e in await job.queue.events() if e["type"] == "workerlost"]
+    ((old_id, old_deadline),) = old.items()
+    assert [e["worker"] for e in lost_events] == [old_id]
+    assert float(lost_events[0]["t"]) < old_deadline  # evicted at the new start, not at lease expiry
+    assert fin - restarted_at < lease  # the job completed within one lease period of the restart
+    book = await ledger(shared_redis, job, site)
+    report("same-pod-restart", recovery_to_terminal_s=round(fin - restarted_at, 1), ledger=book.summary())
+    assert not book.lost and not book.duplicate_records, book
+
+
+async def test_sigstop_past_the_lease_then_resumed_writes_nothing_twice(
+    redis_server: RedisServer, shared_redis: aioredis.Redis, site: Bookstore, workers_factory: list[Workers],
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    w = Workers(redis_server, tmp_path, lease_seconds=2)
+    workers_factory.append(w)
+    job = await submit(shared_redis, product_urls(site), lease_seconds=2)
+    frozen = w.start("pod-s")
+
+    async def holding() -> bool:
+        return len(await incarnations(shared_redis, job, "pod-s")) == 1 and await records_at_least(shared_redis, job, 4)
+
+    await wait_for(holding, 60, "pod-s to hold leases")
+    procs.signal_group(frozen, signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    w.start("pod-t")
+
+    async def reaped() -> bool:
+        return any(e["type"] == "workerlost" and pod_of(e["worker"]) == "pod-s" for _, e in await job.queue.events())
+
+    await wait_for(reaped, 60, "pod-s's leases to expire and be returned")
+    await wait_for(lambda: _finished(job), 120, "the job to finish")
+    terminal = time.monotonic() - stopped_at
+    procs.signal_group(frozen, signal.SIGCONT)  # the zombie wakes up: its late acks must not count
+    assert procs.stop(frozen, timeout=20) == 0
+    await finished_truthfully(job)
+    book = await ledger(shared_redis, job, site)
+    report("sigstop-past-lease", terminal_s=round(terminal, 1), ledger=book.summary())
+    assert not book.lost and not book.duplicate_records, book
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+async def test_redis_restart_with_aof_mid_job(
+    sig: signal.Signals, site: Bookstore, workers_factory: list[Workers], tmp_path: Path
+) -> None:
+    """Acks and releases that fail while Redis is down are retried or reconciled when it is back: nothing
+    stays leased to a worker that thinks it holds nothing (was: stuck Running, pending 0, for ever)."""
+    lease = 5.0
+    data = tmp_path / "redis-data"
+    data.mkdir()
+    server = restartable_redis(data, aof=True)
+    client = aioredis.Redis.from_url(server.url)
+    try:
+        w = Workers(server, tmp_path, lease_seconds=lease)
+        workers_factory.append(w)
+        job = await submit(client, product_urls(site), lease_seconds=lease)
+        w.start("pod-a")
+        await wait_for(lambda: records_at_least(client, job, 8), 60, "first records")
+        procs.stop(server.proc, sig=sig, timeout=10)  # type: ignore[arg-type]
+        server = restartable_redis(data, port=server.port, aof=True)
+        recovered_at = time.time()
+        await wait_for(lambda: _finished(job), 120, "the job to finish")
+        fin = float(await client.hget(job.queue.keys.job(job.job_id), "fin"))
+        await finished_truthfully(job)
+        book = await ledger(client, job, site)
+        report(
+            f"redis-{sig.name.lower()}-aof", recovery_to_terminal_s=round(fin - recovered_at, 1), ledger=book.summary()
+        )
+        assert not book.lost and not book.duplicate_records, book
+        assert fin - recovered_at < lease + 30  # one lease period, plus slack for a loaded machine
+    finally:
+        await client.aclose()
+        server.stop()
