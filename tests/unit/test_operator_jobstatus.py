@@ -62,7 +62,13 @@ def test_running_job_counts_progress_and_eta() -> None:
 
 
 def test_finished_job_is_complete_and_ready() -> None:
-    s = stats(pending=0, succeeded=10, first_claim_at=NOW.timestamp() - 5, last_finish_at=NOW.timestamp() - 1)
+    s = stats(
+        pending=0,
+        succeeded=10,
+        first_claim_at=NOW.timestamp() - 5,
+        last_finish_at=NOW.timestamp() - 3,  # the last ack; a dead letter ended the job later
+        finished_at=NOW.timestamp() - 1,
+    )
     status, events = derive_job_status(JobFacts(generation=2, suspend=False, stats=s), {"phase": "Running"}, NOW)
     assert status["phase"] == "Succeeded"
     for cond in ("Complete", "Ready"):

@@ -362,7 +362,13 @@ class ResultsLocation(TrawlModel):
 
     sink: SinkKind = Field(description="Kind of sink.")
     location: str = Field(max_length=2048, description="Redis key, file path, webhook URL or PostgreSQL table.")
-    count: int = Field(default=0, ge=0, description="Results written.")
+    count: int = Field(default=0, ge=0, description="Records written (each (job, URL) once).")
+    retained: int | None = Field(
+        default=None,
+        ge=0,
+        description="RedisStream: records the stream still holds; fewer than count when older ones were "
+        "trimmed at output.redisStream.maxLen.",
+    )
 
 
 class ScrapeJobStatus(TrawlModel):

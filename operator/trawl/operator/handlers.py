@@ -39,6 +39,9 @@ CRON_SYNC_SECONDS = float(os.environ.get("TRAWL_CRON_SYNC_SECONDS", "10"))
 # spec.autoscaling.pollSeconds, checked on a timer that ticks every POOL_TICK_SECONDS.
 POOL_SYNC_SECONDS = float(os.environ.get("TRAWL_POOL_SYNC_SECONDS", "5"))
 POOL_TICK_SECONDS = min(1.0, POOL_SYNC_SECONDS)
+# A timer whose pass failed (API server or Redis unreachable) runs again after this, not after kopf's
+# default 60 s: status and scaling converge within seconds of any outage's end.
+TIMER_BACKOFF_SECONDS = 2.0
 
 connections = RedisConnections()
 autoscalers = Autoscalers()
@@ -180,12 +183,28 @@ async def job_changed(body: kopf.Body, patch: kopf.Patch, pool_index: kopf.Index
     await _job(body, patch, pool_index)
 
 
-@kopf.timer(GROUP, VERSION, JOBS, interval=JOB_SYNC_SECONDS, when=_job_active, errors=kopf.ErrorsMode.TEMPORARY)
+@kopf.timer(
+    GROUP,
+    VERSION,
+    JOBS,
+    interval=JOB_SYNC_SECONDS,
+    when=_job_active,
+    errors=kopf.ErrorsMode.TEMPORARY,
+    backoff=TIMER_BACKOFF_SECONDS,
+)
 async def job_sync(body: kopf.Body, patch: kopf.Patch, pool_index: kopf.Index[Any, Any], **_: Any) -> None:
     await _job(body, patch, pool_index)
 
 
-@kopf.timer(GROUP, VERSION, JOBS, interval=5, when=_job_finished_with_ttl, errors=kopf.ErrorsMode.TEMPORARY)
+@kopf.timer(
+    GROUP,
+    VERSION,
+    JOBS,
+    interval=5,
+    when=_job_finished_with_ttl,
+    errors=kopf.ErrorsMode.TEMPORARY,
+    backoff=TIMER_BACKOFF_SECONDS,
+)
 async def job_ttl(body: kopf.Body, patch: kopf.Patch, pool_index: kopf.Index[Any, Any], **_: Any) -> None:
     await _job(body, patch, pool_index)
 
@@ -265,7 +284,9 @@ async def pool_changed(body: kopf.Body, patch: kopf.Patch, jobs_by_pool: kopf.In
     await _pool(body, patch, jobs_by_pool)
 
 
-@kopf.timer(GROUP, VERSION, POOLS, interval=POOL_TICK_SECONDS, errors=kopf.ErrorsMode.TEMPORARY)
+@kopf.timer(
+    GROUP, VERSION, POOLS, interval=POOL_TICK_SECONDS, errors=kopf.ErrorsMode.TEMPORARY, backoff=TIMER_BACKOFF_SECONDS
+)
 async def pool_sync(body: kopf.Body, patch: kopf.Patch, jobs_by_pool: kopf.Index[Any, Any], **_: Any) -> None:
     last = _pool_passes.get(body.metadata.uid)
     # Half a tick of slack, so a timer firing slightly early does not skip a whole interval.
@@ -319,6 +340,8 @@ async def cron_changed(body: kopf.Body, patch: kopf.Patch, jobs_by_cron: kopf.In
     await _cron(body, patch, jobs_by_cron)
 
 
-@kopf.timer(GROUP, VERSION, CRONS, interval=CRON_SYNC_SECONDS, errors=kopf.ErrorsMode.TEMPORARY)
+@kopf.timer(
+    GROUP, VERSION, CRONS, interval=CRON_SYNC_SECONDS, errors=kopf.ErrorsMode.TEMPORARY, backoff=TIMER_BACKOFF_SECONDS
+)
 async def cron_sync(body: kopf.Body, patch: kopf.Patch, jobs_by_cron: kopf.Index[Any, Any], **_: Any) -> None:
     await _cron(body, patch, jobs_by_cron)

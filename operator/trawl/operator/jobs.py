@@ -97,7 +97,9 @@ def open_queue(redis: Any, namespace: str, pool_name: str, pool: ScrapePoolSpec)
     return queue
 
 
-def results_location(queue: Queue, spec: ScrapeJobSpec, uid: str, name: str, count: int) -> dict[str, Any]:
+def results_location(
+    queue: Queue, spec: ScrapeJobSpec, uid: str, name: str, count: int, retained: int | None = None
+) -> dict[str, Any]:
     output = spec.output
     sink = output.sink if output else SinkKind.REDIS_STREAM
     if sink == SinkKind.JSON_LINES and output and output.json_lines:
@@ -109,7 +111,31 @@ def results_location(queue: Queue, spec: ScrapeJobSpec, uid: str, name: str, cou
         location = f"postgresql://{pg.user}@{pg.host}:{pg.port}/{pg.database} table {pg.table} (job = '{uid}')"
     else:
         location = f"redis: {queue.keys.results(uid)}"
-    return {"sink": sink.value, "location": location, "count": count}
+    out: dict[str, Any] = {"sink": sink.value, "location": location, "count": count}
+    if retained is not None:
+        out["retained"] = retained
+    return out
+
+
+async def results_written(
+    queue: Queue, spec: ScrapeJobSpec, uid: str, prev: Mapping[str, Any]
+) -> tuple[int | None, int | None]:
+    """Records written for the job and, for the Redis stream sink, how many the stream still holds (it
+    trims at maxLen). The Redis, JsonLines and Webhook sinks record each written (job, URL) key in one set
+    beside the stream; the PostgreSQL sink's table is its own record (None: not known here). Never below
+    what the status said already: a set that expired does not rewind the count."""
+    sink = spec.output.sink if spec.output is not None else SinkKind.REDIS_STREAM
+    if sink == SinkKind.POSTGRESQL:
+        return None, None
+    key = queue.keys.results(uid)
+    stream = sink == SinkKind.REDIS_STREAM
+    async with queue.redis.pipeline(transaction=False) as pipe:
+        pipe.scard(dedupe_key(key))
+        if stream:
+            pipe.xlen(key)
+        found = await pipe.execute()
+    before = int(((prev.get("results") or {}).get("count")) or 0)
+    return max(int(found[0]), before), int(found[1]) if stream else None
 
 
 async def _enqueue_seeds(queue: Queue, uid: str, spec: ScrapeJobSpec) -> int:
@@ -245,6 +271,7 @@ async def _reconcile_with_queue(
         if trouble is not None:
             problem = Problem("SinkFailing", f"the job's sink is failing: {trouble.message}")
 
+    written, retained = await results_written(queue, spec, uid, prev)
     dead_letters: list[DeadLetterRecord] = []
     prev_dead = int((prev.get("counts") or {}).get("deadLettered", -1))
     if stats.dead and stats.dead != prev_dead:
@@ -257,7 +284,14 @@ async def _reconcile_with_queue(
         max_dead_letters=spec.max_dead_letters,
         enqueued=enqueued,
         dead_letters=dead_letters,
-        results=results_location(queue, spec, uid, name, stats.succeeded - min(skipped, stats.succeeded)),
+        results=results_location(
+            queue,
+            spec,
+            uid,
+            name,
+            written if written is not None else stats.succeeded - min(skipped, stats.succeeded),
+            retained,
+        ),
         retry_handled=retry_handled,
         problem=problem,
         skipped=skipped,

@@ -106,7 +106,9 @@ def derive_job_status(
         if start_time is None and stats.first_claim_at is not None:
             start_time = _ts(stats.first_claim_at)
         if phase in TERMINAL and completion_time is None:
-            completion_time = _ts(stats.last_finish_at) or format_time(now)
+            # When it reached its terminal phase: the queue's finish time (the last ack *or* dead letter),
+            # or now for a job that ends otherwise (deadline exceeded).
+            completion_time = (_ts(stats.finished_at) if stats.finished else None) or format_time(now)
         started = parse_time(start_time)
         remaining = stats.pending + stats.in_flight + stats.retrying
         if counts == prev.get("counts") and phase == prev_phase and "eta" in prev:

@@ -434,7 +434,7 @@ class Queue:
     # ------------------------------------------------------------------ status
 
     async def job_stats(self, job_id: str) -> JobStats:
-        fields = ("tot", "pen", "inf", "ret", "suc", "dead", "ed", "sus", "fc", "lf")
+        fields = ("tot", "pen", "inf", "ret", "suc", "dead", "ed", "sus", "fc", "lf", "fin")
         raw = await self._retrying(lambda: self.redis.hmget(self.keys.job(job_id), fields))  # type: ignore[arg-type,return-value]
         if raw[0] is None:
             return JobStats(0, 0, 0, 0, 0, 0, False, False, None, None, exists=False)
@@ -450,6 +450,7 @@ class Queue:
             suspended=v[7] == "1",
             first_claim_at=float(v[8]) if v[8] else None,
             last_finish_at=float(v[9]) if v[9] else None,
+            finished_at=float(v[10]) if v[10] else None,
         )
 
     async def job_spec(self, job_id: str) -> dict[str, Any] | None:

@@ -84,6 +84,7 @@ class JobStats:
     first_claim_at: float | None
     last_finish_at: float | None
     exists: bool = True  # False when the job was never registered or was cancelled/expired
+    finished_at: float | None = None  # when its last task was acked or dead-lettered (the queue's "fin")
 
     @property
     def finished(self) -> bool:
