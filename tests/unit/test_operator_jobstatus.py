@@ -191,3 +191,17 @@ def test_open_circuit_breakers_are_listed_while_the_job_runs() -> None:
     ]
     assert "circuit breaker open for shop.example:443" in status["message"]
     ScrapeJobStatus.model_validate(status)
+
+
+def test_data_lost_on_a_finished_job_keeps_its_status_and_is_told_once() -> None:
+    s = stats(pending=0, succeeded=10, first_claim_at=NOW.timestamp() - 5, finished_at=NOW.timestamp() - 1)
+    done, _ = derive_job_status(JobFacts(generation=1, suspend=False, stats=s, epoch="e1"), {"phase": "Running"}, NOW)
+    assert done["queueEpoch"] == "e1"
+    lost = JobFacts(generation=1, suspend=False, stats=None, epoch="e2", data_lost="the pool's Redis lost it")
+    after, events = derive_job_status(lost, done, NOW)
+    assert after["phase"] == "Succeeded" and after["counts"] == done["counts"]
+    assert after["message"] == done["message"]  # not rewritten from the missing counters
+    assert is_true(after["conditions"], "DataLost") and after["queueEpoch"] == "e2"
+    assert [e.reason for e in events] == ["DataLost"]
+    again, events = derive_job_status(JobFacts(generation=1, suspend=False, stats=None, epoch="e2"), after, NOW)
+    assert is_true(again["conditions"], "DataLost") and events == []  # sticky, told once

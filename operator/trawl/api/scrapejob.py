@@ -382,7 +382,8 @@ class ScrapeJobStatus(TrawlModel):
     )
     conditions: list[Condition] | None = Field(
         default=None,
-        description="Ready, Reconciling, Stalled, Accepted, Running, Complete, Failed, Suspended, DeadLettered.",
+        description="Ready, Reconciling, Stalled, Accepted, Running, Complete, Failed, Suspended, DeadLettered, "
+        "DataLost.",
     )
     counts: TaskCounts | None = Field(default=None, description="Tasks by state.")
     progress: int | None = Field(default=None, ge=0, le=100, description="Finished tasks as a percentage of all.")
@@ -414,3 +415,9 @@ class ScrapeJobStatus(TrawlModel):
         default=None, description="The last trawl.dev/retry-dead-letters annotation value acted on."
     )
     message: str | None = Field(default=None, max_length=32768, description="Summary of the current state.")
+    queue_epoch: str | None = Field(
+        default=None,
+        max_length=64,
+        description="The pool's Redis data epoch this status was derived from; Redis answering with another "
+        "one lost its data (condition DataLost).",
+    )

@@ -244,8 +244,9 @@ def results(
         _console(stderr=True).print(
             f"{count} results of {ref.namespace}/{ref.name} written{where}", style="dim", markup=False
         )
-        written = int(((obj.get("status") or {}).get("results") or {}).get("count") or 0)
-        if count < written:
+        where_status = (obj.get("status") or {}).get("results") or {}
+        written = int(where_status.get("count") or 0)
+        if where_status.get("sink", "RedisStream") == "RedisStream" and count < written:
             _console(stderr=True).print(
                 f"warning: {written - count} of the job's {written} records are no longer in its stream (trimmed at "
                 "output.redisStream.maxLen); raise maxLen or use a JsonLines, Webhook or database sink to keep all",

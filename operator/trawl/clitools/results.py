@@ -92,10 +92,10 @@ async def export(cfg: ResolvedRedis, job: dict[str, Any], ref: JobRef, fmt: str,
         raise CliError(f"unknown format {fmt!r}: use jsonl or csv")
     expected = int(((job.get("status") or {}).get("results") or {}).get("count") or 0)
     if expected and not await queueaccess.results_exist(cfg, ref):
-        raise CliError(
-            f"the results of ScrapeJob {ref.name} are no longer in Redis (the pool's retention expired them)",
-            EXIT_NOT_FOUND,
-        )
+        conditions = (job.get("status") or {}).get("conditions") or []
+        lost = next((c for c in conditions if c.get("type") == "DataLost" and c.get("status") == "True"), None)
+        why = f"Redis lost them: {lost.get('message', '')}" if lost else "the pool's retention expired them"
+        raise CliError(f"the results of ScrapeJob {ref.name} are no longer in Redis ({why})", EXIT_NOT_FOUND)
     return await write_records(queueaccess.result_records(cfg, ref), fmt, out)
 
 

@@ -113,7 +113,10 @@ class LocalStack:
             self.control_plane.create_namespace(NAMESPACE)
             log("starting redis-server ...")
             (self.workdir / "redis").mkdir(exist_ok=True)
-            self.redis = RedisServer(workdir=self.workdir / "redis").start()
+            # AOF like the chart's Redis: a restart of the local stack's Redis keeps the queue.
+            self.redis = RedisServer(
+                workdir=self.workdir / "redis", extra_args=["--appendonly", "yes", "--appendfsync", "everysec"]
+            ).start()
             log("starting the demo bookstore site ...")
             self.site = Bookstore(
                 categories=self.site_categories, books_per_category=self.site_books, latency=self.site_latency

@@ -172,8 +172,8 @@ def _job_active(status: Mapping[str, Any], spec: Mapping[str, Any], **_: Any) ->
     return status.get("phase") not in TERMINAL
 
 
-def _job_finished_with_ttl(status: Mapping[str, Any], spec: Mapping[str, Any], **_: Any) -> bool:
-    return status.get("phase") in TERMINAL and spec.get("ttlSecondsAfterFinished") is not None
+def _job_finished(status: Mapping[str, Any], **_: Any) -> bool:
+    return status.get("phase") in TERMINAL
 
 
 @kopf.on.create(GROUP, VERSION, JOBS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
@@ -196,16 +196,17 @@ async def job_sync(body: kopf.Body, patch: kopf.Patch, pool_index: kopf.Index[An
     await _job(body, patch, pool_index)
 
 
+# Finished jobs: ttlSecondsAfterFinished, and a Redis that lost their data told within seconds (DataLost).
 @kopf.timer(
     GROUP,
     VERSION,
     JOBS,
     interval=5,
-    when=_job_finished_with_ttl,
+    when=_job_finished,
     errors=kopf.ErrorsMode.TEMPORARY,
     backoff=TIMER_BACKOFF_SECONDS,
 )
-async def job_ttl(body: kopf.Body, patch: kopf.Patch, pool_index: kopf.Index[Any, Any], **_: Any) -> None:
+async def job_finished_sync(body: kopf.Body, patch: kopf.Patch, pool_index: kopf.Index[Any, Any], **_: Any) -> None:
     await _job(body, patch, pool_index)
 
 

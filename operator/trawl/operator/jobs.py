@@ -138,6 +138,22 @@ async def results_written(
     return max(int(found[0]), before), int(found[1]) if stream else None
 
 
+def data_lost_message(prev: Mapping[str, Any], *, running: bool) -> str:
+    """What a Redis that lost its data (restart without persistence, failover to a replica that had not
+    caught up, a flush) means for one job, with what its status knew before."""
+    counts = prev.get("counts") or {}
+    known = f"{counts.get('succeeded', 0)} of {counts.get('total', 0)} URLs done"
+    written = int((prev.get("results") or {}).get("count") or 0)
+    if running:
+        return (
+            f"the pool's Redis lost this job's queue data ({known} before the loss; which ones is no longer "
+            f"known): every seed URL is enqueued again, so pages may be fetched twice; records already written "
+            f"to a sink outside Redis stay there"
+        )
+    gone = f"its {written} results in Redis are gone" if written else "its data in Redis is gone"
+    return f"the pool's Redis lost this finished job's data ({known}): {gone}; the status keeps what was known"
+
+
 async def _enqueue_seeds(queue: Queue, uid: str, spec: ScrapeJobSpec) -> int:
     seeds = spec.seed_urls()
     if spec.crawl is not None:
@@ -223,11 +239,16 @@ async def _reconcile_with_queue(
     now: datetime,
 ) -> JobOutcome:
     prev_phase = prev.get("phase")
+    epoch = await queue.epoch()
     stats: JobStats = await queue.job_stats(uid)
     enqueued = prev.get("enqueued")
+    data_lost = None
+    if not stats.exists and prev.get("queueEpoch") not in (None, epoch):
+        data_lost = data_lost_message(prev, running=prev_phase not in TERMINAL)
     if not stats.exists and prev_phase in TERMINAL:
-        # Retention removed the queue data of a finished job: the status is the record now.
-        facts = JobFacts(generation=generation, suspend=spec.suspend, stats=None)
+        # Retention removed the queue data of a finished job (or Redis lost it: then say so): the status
+        # is the record now, never rewritten to claim less or more than it knew.
+        facts = JobFacts(generation=generation, suspend=spec.suspend, stats=None, epoch=epoch, data_lost=data_lost)
         return JobOutcome(*derive_job_status(facts, prev, now))
     if not stats.exists:
         # Accepting the job: its sink must be able to take the records before anything is fetched.
@@ -292,6 +313,8 @@ async def _reconcile_with_queue(
             written if written is not None else stats.succeeded - min(skipped, stats.succeeded),
             retained,
         ),
+        epoch=epoch,
+        data_lost=data_lost,
         retry_handled=retry_handled,
         problem=problem,
         skipped=skipped,

@@ -40,6 +40,8 @@ class JobFacts:
     dead_letters: list[DeadLetterRecord] = field(default_factory=list)
     results: dict[str, Any] | None = None
     retry_handled: str | None = None
+    epoch: str | None = None  # the pool's Redis data epoch this pass saw (see Queue.epoch)
+    data_lost: str | None = None  # Redis lost the job's data: what that means for this job
     skipped: int = 0  # acked without a fetch (robots.txt disallows a discovered link): part of stats.succeeded
     skipped_sample: list[Skipped] = field(default_factory=list)
     throttled: list[Throttled] = field(default_factory=list)  # domains whose circuit breaker is open now
@@ -84,6 +86,9 @@ def derive_job_status(
     phase = derive_phase(facts, prev_phase)
     stats = facts.stats
     status: dict[str, Any] = {"observedGeneration": facts.generation, "phase": phase}
+    epoch = facts.epoch or prev.get("queueEpoch")
+    if epoch:
+        status["queueEpoch"] = epoch
     events: list[Transition] = []
 
     start_time = prev.get("startTime")
@@ -160,10 +165,14 @@ def derive_job_status(
         ]
     if facts.results is not None:
         status["results"] = facts.results
+    elif "results" in prev:  # nothing read from Redis this pass: what the status said stays (never rewound)
+        status["results"] = prev["results"]
     if facts.retry_handled is not None:
         status["retryDeadLettersHandled"] = facts.retry_handled
 
-    dead = stats.dead if stats is not None and stats.exists else 0
+    known = stats is not None and stats.exists
+    # Nothing from Redis now (retention, an outage, lost data): the counts the status kept are the record.
+    dead = stats.dead if stats is not None and known else int((status.get("counts") or {}).get("deadLettered", 0))
     conds: list[Cond] = []
     problem = facts.problem
     if problem is not None:
@@ -171,7 +180,7 @@ def derive_job_status(
     else:
         conds.append(Cond("Stalled", False, "Reconciled", ""))
     if phase == "Succeeded":
-        total = stats.total if stats is not None else 0
+        total = stats.total if stats is not None and known else int((status.get("counts") or {}).get("total", 0))
         skipped = int(status.get("counts", {}).get("skipped", 0))
         msg = (
             f"{total - dead - skipped} of {total} URLs scraped"
@@ -232,6 +241,10 @@ def derive_job_status(
         if dead
         else Cond("DeadLettered", False, "NoDeadLetters", "")
     )
+    if facts.data_lost is not None:
+        # Sticky: merge_conditions keeps it on later passes (the data stays lost).
+        conds.append(Cond("DataLost", True, "RedisDataLost", facts.data_lost))
+        events.append(Transition("Warning", "DataLost", facts.data_lost))
     status["conditions"] = merge_conditions(prev.get("conditions"), conds, generation=facts.generation, now=now)
 
     prev_stalled = next((c for c in prev.get("conditions") or [] if c.get("type") == "Stalled"), None)

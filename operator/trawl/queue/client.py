@@ -318,6 +318,19 @@ class Queue:
         )
         return int(res[0])
 
+    async def epoch(self) -> str:
+        """The pool's data epoch: a random token set the first time it is asked for, then never changed
+        while Redis keeps its data. A different token later means Redis lost the pool's data."""
+
+        async def op() -> Any:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.set(self.keys.epoch, os.urandom(8).hex(), nx=True)
+                pipe.get(self.keys.epoch)
+                return await pipe.execute()
+
+        res = await self._retrying(op)
+        return _s(res[1])
+
     async def evict_previous(self, pod: str, worker_id: str) -> tuple[int, int]:
         """At a worker's start: drop every earlier incarnation of ``pod`` (see :func:`incarnation_id`) and
         return their tasks to their jobs now. Returns (incarnations dropped, tasks returned)."""

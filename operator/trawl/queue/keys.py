@@ -16,6 +16,9 @@ Pool-wide keys (``P`` is the prefix)::
     P:ev             stream  bounded event stream (MAXLEN ~): job-level transitions for the operator
     P:xd             zset    url -> end of its dedupe window (dedupe across jobs of the pool)
     P:rl:<kind>:<d>  any     per-domain politeness state (rate limit, concurrency) shared by the pool's workers
+    P:epoch          string  a random token set once (never expires): the operator records it on every job's
+                             status, so a Redis that comes back without its data (a different or no token)
+                             is noticed and told (condition DataLost), not taken for an empty queue
 
 Per-job keys (``J`` is ``P:j:<job_id>``)::
 
@@ -115,6 +118,10 @@ class Keys:
     def cross_dedupe(self) -> str:
         return f"{self.prefix}:xd"
 
+    @property
+    def epoch(self) -> str:
+        return f"{self.prefix}:epoch"
+
     # per job
     def job(self, job_id: str) -> str:
         return f"{self.prefix}:j:{job_id}"
@@ -170,4 +177,5 @@ class Keys:
             self.stats,
             self.events,
             self.cross_dedupe,
+            self.epoch,
         ]
