@@ -332,6 +332,18 @@ class ControlPlane:
         self.startup_seconds = time.monotonic() - began
         return self
 
+    def stop_apiserver(self) -> None:
+        """Stop only kube-apiserver (etcd keeps the data): an API-server outage, for fault tests."""
+        if self._apiserver is not None:
+            procs.stop(self._apiserver, timeout=5)
+            self._apiserver = None
+
+    def start_apiserver(self) -> None:
+        """Start kube-apiserver again on the same port after :meth:`stop_apiserver`; waits until ready."""
+        assert self.assets is not None, "start() first"
+        self._start_apiserver(self.assets / "kube-apiserver")
+        self._wait_ready(time.monotonic() + self.start_timeout)
+
     def _stop_processes(self) -> None:
         for attr in ("_apiserver", "_etcd"):
             proc = getattr(self, attr)
