@@ -153,6 +153,7 @@ def _render(wait: str) -> Strategy:
         "timeoutSeconds": floats(1, 300),
         "screenshot": st.booleans(),
         "blockResources": st.lists(enum(render.BlockedResource), max_size=4, unique=True),
+        "onlyMatching": st.sampled_from(["/js/", r"/category/[a-z-]+/page-\d+\.html$"]),
     }
     if wait != "Selector":
         optional["selector"] = st.sampled_from(["ol.items li", "#content"])

@@ -274,3 +274,21 @@ async def test_without_a_usable_sandbox_chromium_is_started_again_without_it(
         assert pool.launches == 1
     finally:
         await pool.close()
+
+
+async def test_only_matching_urls_go_through_the_browser(
+    site: tuple[str, Renderer, Hits], redis_client: aioredis.Redis
+) -> None:
+    base, renderer, _hits = site
+    static, js = base + listing_paths(renderer, "static")[0], base + listing_paths(renderer, "js")[0]
+    _job_id, _queue, _worker, records = await run_job(
+        redis_client,
+        {
+            "urls": [static, js],
+            "extract": {"fields": LISTING_FIELDS},
+            "render": {"mode": "Browser", "onlyMatching": "/js/"},
+        },
+    )
+    by_url = {r["url"]: r for r in records}
+    assert "render" not in by_url[static] and "render" in by_url[js]  # fetched plainly vs rendered
+    assert by_url[static]["names"] == by_url[js]["names"] and len(by_url[js]["names"]) == 5

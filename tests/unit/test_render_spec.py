@@ -103,3 +103,16 @@ def test_a_browser_pool_passes_its_settings_to_the_workers() -> None:
     assert (browser["TRAWL_BROWSER_PAGES"], browser["TRAWL_BROWSER_MEMORY_MIB"]) == ("4", "1536")
     plain = env_of({})
     assert not any(name.startswith("TRAWL_BROWSER_") for name in plain)
+
+
+def test_only_matching_urls_are_rendered() -> None:
+    spec = job({"mode": "Browser", "onlyMatching": r"/category/[a-z]+/page-\d+\.html$"}).render
+    assert spec is not None
+    assert spec.applies("https://shop.test/category/travel/page-2.html")
+    assert not spec.applies("https://shop.test/product/7.html")  # fetched plainly
+    every = job({"mode": "Browser"}).render
+    assert every is not None and every.applies("https://shop.test/product/7.html")
+    fetch = job({"mode": "Fetch", "onlyMatching": "/"}).render
+    assert fetch is not None and not fetch.applies("https://shop.test/")
+    with pytest.raises(pydantic.ValidationError, match="not a valid regular expression"):
+        job({"mode": "Browser", "onlyMatching": "("})

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+import re
 from enum import StrEnum
 from typing import Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from .common import TrawlModel
 
@@ -60,6 +62,12 @@ class RenderSpec(TrawlModel):
     screenshot: bool = Field(
         default=False, description="Add a PNG screenshot of the viewport (base64) to each record as `screenshot`."
     )
+    only_matching: str | None = Field(
+        default=None,
+        max_length=512,
+        description="Regular expression; only URLs that match are rendered in the browser, the others are fetched "
+        "plainly (e.g. render the script-built listings of a crawl, fetch its static product pages).",
+    )
     block_resources: list[BlockedResource] | None = Field(
         default=None,
         max_length=4,
@@ -72,9 +80,28 @@ class RenderSpec(TrawlModel):
             raise ValueError("render.selector is required when render.waitFor is Selector")
         return self
 
+    @field_validator("only_matching")
+    @classmethod
+    def _valid_regex(cls, value: str | None) -> str | None:
+        if value:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"{value!r} is not a valid regular expression: {exc}") from exc
+        return value
+
     @property
     def browser(self) -> bool:
         return self.mode == RenderMode.BROWSER
+
+    def applies(self, url: str) -> bool:
+        """Whether ``url`` is rendered in the browser (mode Browser and, if set, onlyMatching matches)."""
+        return self.browser and (not self.only_matching or _compiled(self.only_matching).search(url) is not None)
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
 
 
 class BrowserWorkerSpec(TrawlModel):

@@ -584,7 +584,7 @@ class Worker:
                 domain, pol.max_concurrency_per_domain, deadline=time.monotonic() + self.config.max_rate_wait
             ):
                 waited = time.monotonic() - fetch_started
-                if spec.render is not None:  # Browser mode: same limits, hooks and errors as a fetch
+                if spec.render is not None and spec.render.applies(task.url):  # same limits, hooks, errors as a fetch
                     result, render_info = await self.renderer.render(
                         task.url, spec.render, job.limits, job.headers, spec.request.user_agent, before_hop
                     )
