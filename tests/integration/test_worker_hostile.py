@@ -117,9 +117,7 @@ async def test_pages_over_the_size_or_tag_limit_are_refused_before_parsing(
     assert worker.parser.killed == 0
 
 
-async def test_declared_character_sets_decode_as_a_browser_would(
-    site: Bookstore, redis_client: aioredis.Redis
-) -> None:
+async def test_declared_character_sets_decode_as_a_browser_would(site: Bookstore, redis_client: aioredis.Redis) -> None:
     urls = [f"{site.url}/hostile/charset/{kind}" for kind in CHARSET_PAGES]
     _job_id, _queue, _worker, records, _probe = await _run(redis_client, urls)
     titles = {r["url"].rsplit("/", 1)[1]: r["title"] for r in records}
