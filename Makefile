@@ -14,7 +14,7 @@ $(error $(or $(BOOTSTRAP_ERROR),hack/bootstrap.sh failed))
 endif
 endif
 
-.PHONY: setup bench-setup lock k8s-binaries test test-unit test-redis test-browser test-cluster lint typecheck crd demo bench e2e-kind images clean
+.PHONY: setup bench-setup lock k8s-binaries test test-unit test-redis test-browser test-cluster test-faults lint typecheck crd demo bench e2e-kind images clean
 
 # Dependencies come from the lock (requirements/*.txt, every file's sha256 checked), the package itself
 # on top without resolving anything again: the same versions on every machine, in CI and in the image.
@@ -56,6 +56,9 @@ test-browser: setup
 
 test-cluster: setup
 	$(ASSETS) $(PY) -m pytest -m cluster
+
+test-faults: setup
+	$(ASSETS) $(PY) -m pytest -m faults
 
 lint: setup
 	$(VENV)/bin/ruff check operator tests bench hack
