@@ -74,12 +74,17 @@ demo: setup
 	$(ASSETS) $(VENV)/bin/trawl dev up
 
 # Container image (needs a Docker engine): one image, `trawl operator` and `trawl worker`.
+#   make images IMAGE=registry.example.com/team/trawl IMAGE_TAG=dev
+#   make images DOCKER_BUILD_FLAGS="--push --platform linux/amd64,linux/arm64"   # buildx: build and push
+#   make images DOCKER_BUILD_FLAGS="--build-arg PYTHON_IMAGE=python:3.11.14-slim-bookworm@sha256:..."
+DOCKER ?= docker
 IMAGE ?= ghcr.io/trawl-dev/trawl
 IMAGE_TAG ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+DOCKER_BUILD_FLAGS ?=
 images:
-	docker build -f worker_image/Dockerfile -t $(IMAGE):$(IMAGE_TAG) \
+	$(DOCKER) build -f worker_image/Dockerfile -t $(IMAGE):$(IMAGE_TAG) \
 	  --build-arg VERSION=$(IMAGE_TAG) --build-arg REVISION=$$(git rev-parse HEAD 2>/dev/null || echo unknown) \
-	  --build-arg CREATED=$$(date -u +%Y-%m-%dT%H:%M:%SZ) .
+	  --build-arg CREATED=$$(date -u +%Y-%m-%dT%H:%M:%SZ) $(DOCKER_BUILD_FLAGS) .
 
 # kind end-to-end (needs a Docker engine): cluster, image, helm install, a crawl to Complete, teardown.
 e2e-kind: setup

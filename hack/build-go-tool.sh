@@ -2,7 +2,8 @@
 # Builds a pinned Go command-line tool from the Go module proxy once and caches it under
 # ~/.cache/trawl/tools/<name>-<version>/. Prints the binary's path; a second run is instant.
 #
-#   hack/build-go-tool.sh promtool     # Prometheus's rule checker (tests of charts/trawl/files/alerts.yaml)
+#   hack/build-go-tool.sh rulecheck    # `promtool check rules` from Prometheus's packages (hack/rulecheck)
+#   hack/build-go-tool.sh promtool     # the whole promtool (a much longer cold build: every SD SDK)
 #   hack/build-go-tool.sh actionlint   # GitHub Actions workflow linter (tests of .github/workflows/)
 #
 # Why build instead of downloading: this environment reaches package registries only, and the Go
@@ -10,15 +11,17 @@
 set -euo pipefail
 
 declare -A PACKAGES=(
+  [rulecheck]="local:hack/rulecheck"   # our module (go.mod/go.sum pin Prometheus), built in place
   [promtool]="github.com/prometheus/prometheus/cmd/promtool"
   [actionlint]="github.com/rhysd/actionlint/cmd/actionlint"
 )
 declare -A VERSIONS=(
+  [rulecheck]="$(awk '$1 == "github.com/prometheus/prometheus" {print $2; exit}' "$(dirname "${BASH_SOURCE[0]}")/rulecheck/go.mod")"
   [promtool]="${PROMTOOL_VERSION:-v0.316.0}"   # Prometheus 3.x (its Go module is tagged v0.3xx)
   [actionlint]="${ACTIONLINT_VERSION:-v1.7.12}"
 )
 
-name="${1:?usage: hack/build-go-tool.sh promtool|actionlint}"
+name="${1:?usage: hack/build-go-tool.sh rulecheck|promtool|actionlint}"
 pkg="${PACKAGES[$name]:?unknown tool $name}"
 version="${VERSIONS[$name]}"
 CACHE_ROOT="${TRAWL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/trawl}"
@@ -37,8 +40,14 @@ find_go
 mkdir -p "$DEST"
 start=$(date +%s)
 log "building $name $version ($pkg) with $("$GO" version)"
-GOBIN="$DEST/.tmp" CGO_ENABLED=0 GOFLAGS="-trimpath -buildvcs=false" "$GO" install -ldflags "-s -w" "$pkg@$version"
-mv "$DEST/.tmp/$name" "$BIN"
-rmdir "$DEST/.tmp"
+export CGO_ENABLED=0 GOFLAGS="-trimpath -buildvcs=false"
+if [[ "$pkg" == local:* ]]; then
+  (cd "$(dirname "${BASH_SOURCE[0]}")/../${pkg#local:}" && "$GO" build -mod=readonly -ldflags "-s -w" -o "$BIN.tmp" .)
+  mv "$BIN.tmp" "$BIN"
+else
+  GOBIN="$DEST/.tmp" "$GO" install -ldflags "-s -w" "$pkg@$version"
+  mv "$DEST/.tmp/$name" "$BIN"
+  rmdir "$DEST/.tmp"
+fi
 log "built $name in $(( $(date +%s) - start ))s"
 echo "$BIN"
