@@ -259,5 +259,11 @@ class ScrapePoolStatus(TrawlModel):
     )
     deployment: str | None = Field(default=None, description="Name of the worker Deployment.")
     conditions: list[Condition] | None = Field(
-        default=None, description="Ready, Reconciling, Stalled, Degraded, ScalingLimited."
+        default=None, description="Ready, Reconciling, Stalled, Degraded, ScalingLimited, DataLost."
+    )
+    queue_epoch: str | None = Field(
+        default=None,
+        max_length=64,
+        description="The Redis data epoch the pool last saw; Redis answering with another one lost its data "
+        "(condition DataLost).",
     )

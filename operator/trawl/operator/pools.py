@@ -208,11 +208,16 @@ async def reconcile_pool(
         redis = await connections.for_pool(namespace, name, spec)
         queue = open_queue(redis, namespace, name, spec)
         signals = await queue.pool_signals()
+        epoch = await queue.epoch()
     except (RedisConfigError, RedisUnreachable, QueueUnavailable, RedisError, OSError) as exc:
         connections.failed(namespace, name)
         new["desiredReplicas"] = current
         return _finish(new, prev, generation, now, events, problem=("RedisUnavailable", str(exc)))
 
+    new["queueEpoch"] = epoch
+    lost = pool_data_lost(prev, epoch)
+    if lost is not None:
+        events.append(Transition("Warning", "DataLost", lost))
     advice: ScaleAdvice | None = None
     if spec.autoscaling.enabled:
         startups: list[tuple[str, float]] = []
@@ -254,7 +259,19 @@ async def reconcile_pool(
                 f"worker pods cannot start: Secret {names} listed in spec.worker.secrets does not exist "
                 f"({new['readyReplicas']}/{desired} workers ready)",
             )
-    return _finish(new, prev, generation, now, events, problem=problem, advice=advice, spec=spec)
+    return _finish(new, prev, generation, now, events, problem=problem, advice=advice, spec=spec, data_lost=lost)
+
+
+def pool_data_lost(prev: Mapping[str, Any], epoch: str) -> str | None:
+    """What to tell when the pool's Redis answers with another data epoch than the pool last saw."""
+    seen = prev.get("queueEpoch")
+    if seen is None or seen == epoch:
+        return None
+    return (
+        "the pool's Redis lost its data (a restart without persistence, a failover to a replica that had not "
+        "caught up, or a flush): its queue, counters and RedisStream results are gone; each affected ScrapeJob "
+        "says what that means for it (condition DataLost)"
+    )
 
 
 def _finish(
@@ -267,8 +284,11 @@ def _finish(
     problem: tuple[str, str] | None = None,
     advice: ScaleAdvice | None = None,
     spec: ScrapePoolSpec | None = None,
+    data_lost: str | None = None,
 ) -> PoolOutcome:
     conds: list[Cond] = []
+    if data_lost is not None:  # sticky: merge_conditions keeps it on later passes
+        conds.append(Cond("DataLost", True, "RedisDataLost", data_lost))
     if problem is not None:
         reason, msg = problem
         conds += [
@@ -287,6 +307,7 @@ def _finish(
             "replicas",
             "readyReplicas",
             "podStartupSeconds",
+            "queueEpoch",
         ):
             if key not in new and key in prev:
                 new[key] = prev[key]
