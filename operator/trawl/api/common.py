@@ -10,6 +10,7 @@ import re
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -45,7 +46,19 @@ class TrawlModel(BaseModel):
 def _check_http_url(value: str) -> str:
     if not _HTTP_URL_RE.match(value):
         raise ValueError(f"{value!r} is not an http(s) URL: only http:// and https:// URLs can be scraped")
+    check_url_parses(value)
     return value
+
+
+def check_url_parses(value: str) -> None:
+    """Raise ValueError unless the URL's host and port parse (what every consumer of it will do).
+
+    The pattern above cannot see an unclosed IPv6 bracket (``http://[::1/x``) or a port that is not a
+    number; accepting those would only move the error into every component that reads the URL."""
+    parts = urlsplit(value)  # ValueError on an unbalanced IPv6 bracket
+    if not parts.hostname:
+        raise ValueError(f"{value!r} has no host")
+    _ = parts.port  # ValueError when the port is not a number in 0..65535
 
 
 HttpURL = Annotated[

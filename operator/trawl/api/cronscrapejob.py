@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
+from croniter import CroniterBadCronError, CroniterBadDateError, croniter
 from pydantic import Field, field_validator
 
 from .common import Condition, LocalObjectReference, TrawlModel
@@ -63,6 +63,17 @@ class ScrapeJobTemplate(TrawlModel):
     spec: ScrapeJobSpec = Field(description="Spec of created jobs.")
 
 
+def schedule_fires(schedule: str) -> bool:
+    """Whether a syntactically valid schedule has a next time at all (``0 0 30 2 *`` has none).
+
+    Searched from a leap day so that ``29 2`` counts; croniter gives up on impossible dates itself."""
+    try:
+        croniter(schedule, datetime(2024, 2, 28, tzinfo=UTC)).get_next(datetime)
+    except (CroniterBadDateError, CroniterBadCronError, ValueError):
+        return False
+    return True
+
+
 class CronScrapeJobSpec(TrawlModel):
     """Desired state of a CronScrapeJob."""
 
@@ -104,6 +115,8 @@ class CronScrapeJobSpec(TrawlModel):
             raise ValueError(f"{value!r} is not a valid cron schedule")
         if len(value.split()) not in (1, 5):
             raise ValueError(f"{value!r}: use five fields (minute hour day-of-month month day-of-week)")
+        if not schedule_fires(value):
+            raise ValueError(f"{value!r} never fires (no such date, e.g. February 30)")
         return value
 
     @field_validator("time_zone")

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from datetime import datetime
-from typing import Any, Self
+from typing import Annotated, Any, Self
 
 from pydantic import Field, field_validator, model_validator
+from redis.connection import parse_url
 
-from .common import Condition, DNSLabel, SecretKeyRef, TrawlModel
+from .common import Condition, DNSLabel, SecretKeyRef, TrawlModel, check_url_parses
 from .policies import PolitenessSpec, RequestSpec, RetrySpec
 from .render import BrowserWorkerSpec
 
@@ -54,14 +56,62 @@ class RedisSpec(TrawlModel):
             raise ValueError("redis needs exactly one of url or urlSecretRef")
         if self.url is not None and "@" in self.url.split("//", 1)[-1].split("/", 1)[0]:
             raise ValueError("redis.url must not carry credentials; use passwordSecretRef or urlSecretRef")
+        problem = redis_url_problem(self.url) if self.url is not None else None
+        if problem is not None:
+            raise ValueError(f"redis.url {self.url!r} is not a valid Redis URL: {problem}")
         return self
+
+
+def redis_url_problem(url: str) -> str | None:
+    """Why redis-py (in the operator and the workers alike) cannot use the URL, or None.
+
+    The reason never repeats the URL, which may carry a password when it comes from a Secret."""
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        return "the scheme must be redis:// or rediss://"
+    try:
+        check_url_parses(url)
+        parse_url(url)  # type: ignore[no-untyped-call]
+    except ValueError as exc:
+        return str(exc).replace(url, "<url>")
+    return None
+
+
+# The API server's resource.Quantity syntax (as in the core types' OpenAPI): "500m", "1Gi", "2".
+QUANTITY_PATTERN = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+Quantity = Annotated[str, Field(max_length=64, pattern=QUANTITY_PATTERN)]
+# A label key as metav1 validates it: optional DNS-subdomain prefix, then a name of at most 63 characters.
+_LABEL_KEY_RE = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+
+
+def check_label_keys(value: dict[str, str] | None, what: str) -> dict[str, str] | None:
+    for key in value or {}:
+        prefix, _, name = key.rpartition("/")
+        if not _LABEL_KEY_RE.match(key) or len(name) > 63 or len(prefix) > 253:
+            raise ValueError(f"{what} key {key!r} is not a valid label key (optional DNS prefix/, then a name)")
+    return value
+
+
+class Toleration(TrawlModel):
+    """A core/v1 Toleration of the worker pods."""
+
+    key: str | None = Field(default=None, max_length=317, description="Taint key; empty with Exists matches all.")
+    operator: str | None = Field(default=None, pattern=r"^(Exists|Equal)$", description="Exists or Equal.")
+    value: str | None = Field(default=None, max_length=63, description="Taint value for Equal.")
+    effect: str | None = Field(
+        default=None, pattern=r"^(NoSchedule|PreferNoSchedule|NoExecute)?$", description="Taint effect to match."
+    )
+    toleration_seconds: int | None = Field(default=None, description="For NoExecute: how long the pod stays bound.")
 
 
 class Resources(TrawlModel):
     """Compute resources of each worker container."""
 
-    requests: dict[str, str] | None = Field(default=None, description="Minimum resources, e.g. cpu: 500m.")
-    limits: dict[str, str] | None = Field(default=None, description="Maximum resources, e.g. memory: 512Mi.")
+    requests: dict[str, Quantity] | None = Field(default=None, description="Minimum resources, e.g. cpu: 500m.")
+    limits: dict[str, Quantity] | None = Field(default=None, description="Maximum resources, e.g. memory: 512Mi.")
 
 
 class EnvVar(TrawlModel):
@@ -118,10 +168,8 @@ class WorkerSpec(TrawlModel):
         description="Private or loopback networks the workers may fetch from (blocked by default against SSRF).",
     )
     node_selector: dict[str, str] | None = Field(default=None, description="Node selector of the pods.")
-    tolerations: list[dict[str, Any]] | None = Field(
-        default=None,
-        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
-        description="Tolerations of the pods (core/v1 Toleration objects).",
+    tolerations: list[Toleration] | None = Field(
+        default=None, max_length=64, description="Tolerations of the pods (core/v1 Toleration objects)."
     )
     service_account_name: str | None = Field(
         default=None, max_length=253, description="Service account of the pods. Workers need no API access."
@@ -144,6 +192,16 @@ class WorkerSpec(TrawlModel):
             except ValueError as exc:
                 raise ValueError(f"{cidr!r} is not a CIDR: {exc}") from exc
         return value
+
+    @field_validator("node_selector")
+    @classmethod
+    def _node_selector(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        return check_label_keys(value, "nodeSelector")
+
+    @field_validator("pod_labels", "pod_annotations")
+    @classmethod
+    def _pod_meta(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        return check_label_keys(value, "pod label or annotation")
 
 
 class AutoscalingSpec(TrawlModel):

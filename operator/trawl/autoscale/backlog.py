@@ -21,10 +21,13 @@ MAX_HOSTS_PER_JOB = 16
 def job_hosts(spec: Mapping[str, Any]) -> list[str] | None:
     """The hosts a job's seeds point at, or None when there are too many to count as rate-limited."""
     hosts: set[str] = set()
-    for url in spec.get("urls") or []:
-        hosts.add((urlsplit(str(url)).hostname or "").lower())
-    for rng in spec.get("urlRanges") or []:
-        hosts.add((urlsplit(str(rng.get("template", ""))).hostname or "").lower())
+    ranges = spec.get("urlRanges") or []
+    templates = [r.get("template", "") if isinstance(r, Mapping) else "" for r in ranges]
+    for url in [*(spec.get("urls") or []), *templates]:
+        try:
+            hosts.add((urlsplit(str(url)).hostname or "").lower())
+        except ValueError:  # e.g. an unclosed IPv6 bracket: its job is InvalidSpec and fetches nothing
+            continue
     if not hosts or len(hosts) > MAX_HOSTS_PER_JOB:
         return None
     return sorted(hosts)

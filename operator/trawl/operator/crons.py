@@ -8,16 +8,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from croniter import CroniterBadCronError, CroniterBadDateError
 from pydantic import ValidationError
 
 from trawl.api.common import API_VERSION, format_time, parse_time
 from trawl.api.cronscrapejob import CronScrapeJobSpec
 
 from . import kube
-from .conditions import Cond, merge_conditions
+from .conditions import Cond, get_condition, merge_conditions
 from .cron import decide, history_to_delete, job_name
-from .jobs import delete_job_object, validation_message
-from .jobstatus import TERMINAL, Transition
+from .jobs import delete_job_object, pool_from_index, validation_message
+from .jobstatus import TERMINAL, Problem, Transition
 from .naming import ANNOTATION_SCHEDULED_AT, LABEL_CRON
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,43 @@ async def create_job(namespace: str, body: dict[str, Any]) -> bool:
     return True
 
 
+def _stalled(
+    new: dict[str, Any], prev: Mapping[str, Any], generation: int, now: datetime, reason: str, msg: str
+) -> CronOutcome:
+    """Stalled with one Warning Event per new reason; nothing is created while it lasts."""
+    events: list[Transition] = []
+    stalled = get_condition(prev.get("conditions"), "Stalled")
+    if stalled is None or stalled.get("status") != "True" or stalled.get("reason") != reason:
+        events.append(Transition("Warning", reason, msg))
+    conds = [
+        Cond("Ready", False, reason, msg),
+        Cond("Stalled", True, reason, msg),
+        Cond("Reconciling", False, reason, ""),
+    ]
+    for key in ("active", "nextScheduleTime"):
+        if key in prev:
+            new[key] = prev[key]
+    new["conditions"] = merge_conditions(prev.get("conditions"), conds, generation=generation, now=now)
+    return CronOutcome(new, events)
+
+
+def failed_cron(status: Mapping[str, Any], generation: int, now: datetime, reason: str, msg: str) -> CronOutcome:
+    """The status of a pass that failed unexpectedly (the previous schedule times kept)."""
+    prev = dict(status)
+    new: dict[str, Any] = {"observedGeneration": generation}
+    for key in ("lastScheduleTime", "lastSuccessfulTime"):
+        if key in prev:
+            new[key] = prev[key]
+    return _stalled(new, prev, generation, now, reason, msg)
+
+
+def template_pool_problem(pool_index: Mapping[Any, Any], namespace: str, pool: str) -> tuple[str, str] | None:
+    found = pool_from_index(pool_index, namespace, pool)
+    if isinstance(found, Problem):
+        return found.reason, f"jobTemplate.spec.pool: {found.message}; no jobs are created until this is fixed"
+    return None
+
+
 async def reconcile_cron(
     *,
     name: str,
@@ -83,6 +121,7 @@ async def reconcile_cron(
     status: Mapping[str, Any],
     jobs: list[Mapping[str, Any]],
     now: datetime,
+    pool_index: Mapping[Any, Any],
 ) -> CronOutcome:
     prev = dict(status)
     events: list[Transition] = []
@@ -93,20 +132,14 @@ async def reconcile_cron(
     try:
         spec = CronScrapeJobSpec.model_validate(dict(spec_raw))
     except ValidationError as exc:
-        msg = validation_message(exc)
-        conds = [
-            Cond("Ready", False, "InvalidSpec", msg),
-            Cond("Stalled", True, "InvalidSpec", msg),
-            Cond("Reconciling", False, "InvalidSpec", ""),
-        ]
-        stalled_before = any(
-            c.get("type") == "Stalled" and c.get("status") == "True" for c in prev.get("conditions") or []
-        )
-        if not stalled_before:
-            events.append(Transition("Warning", "InvalidSpec", msg))
-        new["conditions"] = merge_conditions(prev.get("conditions"), conds, generation=generation, now=now)
-        return CronOutcome(new, events)
+        return _stalled(new, prev, generation, now, "InvalidSpec", validation_message(exc))
+    pool_problem = template_pool_problem(pool_index, namespace, spec.job_template.spec.pool)
+    if pool_problem is not None:
+        # Every job it would create would only fail the same way: create none until the pool exists.
+        return _stalled(new, prev, generation, now, *pool_problem)
 
+    # History limits and Replace act only on jobs this cron owns: the label alone can be set by anyone.
+    jobs = [j for j in jobs if j.get("owner") == uid]
     active = sorted(j["name"] for j in jobs if j.get("phase") not in TERMINAL)
     finished = [
         (j["name"], parse_time(j.get("completionTime")) or now, j.get("phase") == "Succeeded")
@@ -117,17 +150,21 @@ async def reconcile_cron(
     if succeeded_times:
         new["lastSuccessfulTime"] = format_time(max(succeeded_times))
 
-    decision = decide(
-        schedule=spec.schedule,
-        time_zone=spec.time_zone,
-        now=now,
-        created=parse_time(created) or now,
-        last_schedule=parse_time(prev.get("lastScheduleTime")),
-        starting_deadline_seconds=spec.starting_deadline_seconds,
-        concurrency_policy=spec.concurrency_policy.value,
-        suspend=spec.suspend,
-        active_jobs=active,
-    )
+    try:
+        decision = decide(
+            schedule=spec.schedule,
+            time_zone=spec.time_zone,
+            now=now,
+            created=parse_time(created) or now,
+            last_schedule=parse_time(prev.get("lastScheduleTime")),
+            starting_deadline_seconds=spec.starting_deadline_seconds,
+            concurrency_policy=spec.concurrency_policy.value,
+            suspend=spec.suspend,
+            active_jobs=active,
+        )
+    except (CroniterBadDateError, CroniterBadCronError, ValueError, KeyError) as exc:
+        # The model rejects schedules that never fire; this catches what croniter finds only later.
+        return _stalled(new, prev, generation, now, "InvalidSchedule", f"schedule {spec.schedule!r}: {exc}")
     if decision.missed > 0 and decision.create_for is not None:
         events.append(Transition("Warning", "MissedSchedule", f"skipped {decision.missed} missed schedule times"))
     if decision.skipped_reason in ("ConcurrencyForbidden", "MissedStartingDeadline"):

@@ -159,7 +159,7 @@ def render_worker_deployment(
     if worker.node_selector:
         pod_spec["nodeSelector"] = worker.node_selector
     if worker.tolerations:
-        pod_spec["tolerations"] = worker.tolerations
+        pod_spec["tolerations"] = [t.model_dump(exclude_none=True, by_alias=True) for t in worker.tolerations]
     if worker.service_account_name:
         pod_spec["serviceAccountName"] = worker.service_account_name
     deployment: dict[str, Any] = {

@@ -18,15 +18,18 @@ from collections.abc import Mapping
 from typing import Any
 
 import kopf
+from redis.exceptions import RedisError
 
 from . import clock, kube, metrics
-from .autoscaling import Autoscalers, job_hosts
-from .crons import reconcile_cron
-from .jobs import cancel_job, delete_job_object, reconcile_job
+from .autoscaling import Autoscalers
+from .crons import failed_cron, reconcile_cron
+from .errors import classify_error
+from .indexes import controller_uid, pool_index_entry
+from .jobs import cancel_job, delete_job_object, failed_job, reconcile_job
 from .jobstatus import TERMINAL, Transition, status_changed
 from .naming import FINALIZER, LABEL_CRON
-from .pools import delete_deployment, reconcile_pool
-from .redisconn import RedisConnections, RedisUnreachable
+from .pools import delete_deployment, failed_pool, reconcile_pool
+from .redisconn import RedisConfigError, RedisConnections, RedisUnreachable
 
 log = logging.getLogger("trawl.operator")
 
@@ -48,6 +51,7 @@ autoscalers = Autoscalers()
 _locks: dict[str, asyncio.Lock] = {}
 _written: dict[str, dict[str, Any]] = {}  # ScrapeJob uid -> the status this process last applied
 _pool_passes: dict[str, float] = {}  # ScrapePool uid -> monotonic time of its last reconcile
+_deleted: set[str] = set()  # ScrapeJob uids cancelled by this process: no pass may touch Redis again
 
 
 def _lock(uid: str) -> asyncio.Lock:
@@ -66,6 +70,17 @@ def _write_status(patch: kopf.Patch, current: Mapping[str, Any], new: dict[str, 
     metrics.STATUS_PATCHES.labels(kind=kind).inc()
 
 
+def _unexpected(kind: str, meta: Any, exc: Exception) -> tuple[str, str]:
+    """An error no reconcile step anticipated, as (reason, message) for the object's status.
+
+    Logged as one line: the object's status and Event carry it, and the timer's next pass is the
+    bounded retry, so a traceback every few seconds would only bury the log."""
+    reason, msg = classify_error(exc)
+    log.warning("%s %s/%s: %s: %s", kind, meta.namespace, meta.name, reason, msg)
+    metrics.RECONCILE_ERRORS.labels(kind=kind, reason=reason).inc()
+    return reason, msg
+
+
 def _post(body: Any, events: list[Transition]) -> None:
     for event in events:
         kopf.event(body, type=event.type, reason=event.reason, message=event.message[:1024])
@@ -80,6 +95,7 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.finalizer = FINALIZER
     # Only explicit Events: kopf's per-handler "succeeded" messages would flood the namespace.
     settings.posting.level = logging.WARNING
+    settings.posting.reporting_component = "trawl-operator"
     # A watch that goes silent (network partition, idle LB) is restarted rather than trusted.
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
@@ -103,28 +119,21 @@ def pool_index(namespace: str, name: str, spec: Mapping[str, Any], meta: Mapping
 
 @kopf.index(GROUP, VERSION, JOBS)
 def jobs_by_pool(namespace: str, name: str, spec: Mapping[str, Any], status: Mapping[str, Any], **_: Any) -> Any:
-    counts = status.get("counts") or {}
-    phase = status.get("phase")
-    active = phase not in TERMINAL
-    return {
-        (namespace, spec.get("pool")): {
-            "name": name,
-            "phase": phase,
-            # For the autoscaler's rate-limit ceiling: where the waiting work goes and how fast it may.
-            "waiting": int(counts.get("pending", 0)) + int(counts.get("retrying", 0)) if active else 0,
-            "hosts": job_hosts(spec) if active else None,
-            "politeness": dict(spec.get("politeness") or {}) if active else None,
-        }
-    }
+    # An index function that raises drops the object from the index (kopf logs and moves on): the
+    # pool could then be deleted under a running job. So this only reads, it never trusts the spec.
+    return {(namespace, spec.get("pool")): pool_index_entry(name, spec, status)}
 
 
 @kopf.index(GROUP, VERSION, JOBS, labels={LABEL_CRON: kopf.PRESENT})
-def jobs_by_cron(namespace: str, name: str, labels: Mapping[str, str], status: Mapping[str, Any], **_: Any) -> Any:
+def jobs_by_cron(
+    namespace: str, name: str, labels: Mapping[str, str], status: Mapping[str, Any], meta: Mapping[str, Any], **_: Any
+) -> Any:
     return {
         (namespace, labels[LABEL_CRON]): {
             "name": name,
             "phase": status.get("phase"),
             "completionTime": status.get("completionTime"),
+            "owner": controller_uid(meta),
         }
     }
 
@@ -136,22 +145,29 @@ async def _job(body: kopf.Body, patch: kopf.Patch, pool_index: kopf.Index[Any, A
     meta = body.metadata
     started = time.monotonic()
     async with _lock(meta.uid):
+        if meta.uid in _deleted or meta.get("deletionTimestamp"):
+            # Deletion cancels the job in Redis; a pass after that would register it again.
+            return
         # The operator is the only writer of a job's status, so what it last wrote is the current
         # status; kopf's copy of the object can lag by many seconds under load, and deriving from it
         # would repeat transitions (and their Events) already recorded.
         current = _written.get(meta.uid) or dict(body.status)
-        outcome = await reconcile_job(
-            name=meta.name,
-            namespace=meta.namespace or "",
-            uid=meta.uid,
-            generation=int(meta.get("generation") or 0),
-            spec_raw=body.spec,
-            status=current,
-            annotations=meta.annotations,
-            pool_index=pool_index,
-            connections=connections,
-            now=clock.now(),
-        )
+        generation = int(meta.get("generation") or 0)
+        try:
+            outcome = await reconcile_job(
+                name=meta.name,
+                namespace=meta.namespace or "",
+                uid=meta.uid,
+                generation=generation,
+                spec_raw=body.spec,
+                status=current,
+                annotations=meta.annotations,
+                pool_index=pool_index,
+                connections=connections,
+                now=clock.now(),
+            )
+        except Exception as exc:
+            outcome = failed_job(generation, current, clock.now(), *_unexpected("ScrapeJob", meta, exc))
         # Jobs are the many, fast-changing objects: their status is applied directly (see
         # kube.apply_status), and Events are posted only once the write recording them was accepted.
         if status_changed(current, outcome.status) and await kube.apply_status(
@@ -215,21 +231,25 @@ async def job_deleted(
     body: kopf.Body, retry: int, pool_index: kopf.Index[Any, Any], logger: kopf.Logger, **_: Any
 ) -> None:
     meta = body.metadata
-    try:
-        outcome = await cancel_job(
-            namespace=meta.namespace or "",
-            uid=meta.uid,
-            spec_raw=body.spec,
-            pool_index=pool_index,
-            connections=connections,
-        )
-        logger.info("ScrapeJob deleted: %s", outcome)
-        metrics.forget_job(meta.uid)
-    except RedisUnreachable as exc:
-        if retry < 12:
-            raise kopf.TemporaryError(f"cannot cancel the job's tasks yet: {exc}", delay=5) from None
-        # A minute of trying: let the object go; retention still expires its keys.
-        kopf.event(body, type="Warning", reason="CancelFailed", message=f"tasks left in Redis: {exc}")
+    # Under the object's lock: a timer pass in flight finishes first, and none starts after (_deleted).
+    async with _lock(meta.uid):
+        try:
+            outcome = await cancel_job(
+                namespace=meta.namespace or "",
+                uid=meta.uid,
+                spec_raw=body.spec,
+                pool_index=pool_index,
+                connections=connections,
+            )
+            _deleted.add(meta.uid)
+            logger.info("ScrapeJob deleted: %s", outcome)
+            metrics.forget_job(meta.uid)
+        except (RedisUnreachable, RedisConfigError, RedisError, OSError) as exc:
+            if retry < 12:
+                raise kopf.TemporaryError(f"cannot cancel the job's tasks yet: {exc}", delay=5) from None
+            # A minute of trying: let the object go; retention still expires its keys.
+            _deleted.add(meta.uid)
+            kopf.event(body, type="Warning", reason="CancelFailed", message=f"tasks left in Redis: {exc}")
     _locks.pop(meta.uid, None)
     _written.pop(meta.uid, None)
 
@@ -253,18 +273,24 @@ async def _pool(body: kopf.Body, patch: kopf.Patch, jobs_by_pool: kopf.Index[Any
     started = time.monotonic()
     _pool_passes[meta.uid] = started
     async with _lock(meta.uid):
-        outcome = await reconcile_pool(
-            name=meta.name,
-            namespace=meta.namespace or "",
-            uid=meta.uid,
-            generation=int(meta.get("generation") or 0),
-            spec_raw=body.spec,
-            status=body.status,
-            connections=connections,
-            autoscalers=autoscalers,
-            now=clock.now(),
-            jobs=list(jobs_by_pool.get((meta.namespace, meta.name), [])),
-        )
+        generation = int(meta.get("generation") or 0)
+        try:
+            outcome = await reconcile_pool(
+                name=meta.name,
+                namespace=meta.namespace or "",
+                uid=meta.uid,
+                generation=generation,
+                spec_raw=body.spec,
+                status=body.status,
+                connections=connections,
+                autoscalers=autoscalers,
+                now=clock.now(),
+                jobs=list(jobs_by_pool.get((meta.namespace, meta.name), [])),
+            )
+        except Exception as exc:
+            outcome = failed_pool(
+                meta.name, body.status, generation, clock.now(), *_unexpected("ScrapePool", meta, exc)
+            )
     _write_status(patch, body.status, outcome.status, "ScrapePool")
     _post(body, outcome.events)
     metrics.record_pool(meta.namespace or "", meta.name, outcome.status)
@@ -297,39 +323,49 @@ async def pool_sync(body: kopf.Body, patch: kopf.Patch, jobs_by_pool: kopf.Index
 
 
 @kopf.on.delete(GROUP, VERSION, POOLS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
-async def pool_deleted(body: kopf.Body, jobs_by_pool: kopf.Index[Any, Any], **_: Any) -> None:
+async def pool_deleted(body: kopf.Body, retry: int, jobs_by_pool: kopf.Index[Any, Any], **_: Any) -> None:
     meta = body.metadata
-    running = sorted(
-        j["name"] for j in jobs_by_pool.get((meta.namespace, meta.name), []) if j.get("phase") not in TERMINAL
-    )
-    if running:
-        message = f"{len(running)} jobs still use this pool ({', '.join(running[:5])}); delete them first"
-        kopf.event(body, type="Warning", reason="DeletionBlocked", message=message)
+    # Any job naming the pool blocks it, finished or not: deleting a job needs the pool's Redis to
+    # cancel its tasks and remove its keys, which a deleted pool could no longer reach.
+    users = sorted(j["name"] for j in jobs_by_pool.get((meta.namespace, meta.name), []))
+    if users:
+        message = f"{len(users)} ScrapeJobs still name this pool ({', '.join(users[:5])}); delete them first"
+        if retry == 0:
+            kopf.event(body, type="Warning", reason="DeletionBlocked", message=message)
         raise kopf.TemporaryError(message, delay=10)
     await delete_deployment(meta.namespace or "", meta.name)
     autoscalers.forget((meta.namespace or "", meta.name))
     _pool_passes.pop(meta.uid, None)
     metrics.forget_pool(meta.namespace or "", meta.name)
+    await connections.forget_pool(meta.namespace or "", meta.name)
     _locks.pop(meta.uid, None)
 
 
 # ---------------------------------------------------------------- CronScrapeJob
 
 
-async def _cron(body: kopf.Body, patch: kopf.Patch, jobs_by_cron: kopf.Index[Any, Any]) -> None:
+async def _cron(
+    body: kopf.Body, patch: kopf.Patch, jobs_by_cron: kopf.Index[Any, Any], pool_index: kopf.Index[Any, Any]
+) -> None:
     meta = body.metadata
     async with _lock(meta.uid):
-        outcome = await reconcile_cron(
-            name=meta.name,
-            namespace=meta.namespace or "",
-            uid=meta.uid,
-            generation=int(meta.get("generation") or 0),
-            created=str(meta.get("creationTimestamp") or ""),
-            spec_raw=body.spec,
-            status=body.status,
-            jobs=list(jobs_by_cron.get((meta.namespace, meta.name), [])),
-            now=clock.now(),
-        )
+        generation = int(meta.get("generation") or 0)
+        try:
+            outcome = await reconcile_cron(
+                name=meta.name,
+                namespace=meta.namespace or "",
+                uid=meta.uid,
+                generation=generation,
+                created=str(meta.get("creationTimestamp") or ""),
+                spec_raw=body.spec,
+                status=body.status,
+                jobs=list(jobs_by_cron.get((meta.namespace, meta.name), [])),
+                now=clock.now(),
+                pool_index=pool_index,
+            )
+        except Exception as exc:
+            reason, msg = _unexpected("CronScrapeJob", meta, exc)
+            outcome = failed_cron(body.status, generation, clock.now(), reason, msg)
     _write_status(patch, body.status, outcome.status, "CronScrapeJob")
     _post(body, outcome.events)
 
@@ -337,12 +373,24 @@ async def _cron(body: kopf.Body, patch: kopf.Patch, jobs_by_cron: kopf.Index[Any
 @kopf.on.create(GROUP, VERSION, CRONS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
 @kopf.on.update(GROUP, VERSION, CRONS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
 @kopf.on.resume(GROUP, VERSION, CRONS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
-async def cron_changed(body: kopf.Body, patch: kopf.Patch, jobs_by_cron: kopf.Index[Any, Any], **_: Any) -> None:
-    await _cron(body, patch, jobs_by_cron)
+async def cron_changed(
+    body: kopf.Body,
+    patch: kopf.Patch,
+    jobs_by_cron: kopf.Index[Any, Any],
+    pool_index: kopf.Index[Any, Any],
+    **_: Any,
+) -> None:
+    await _cron(body, patch, jobs_by_cron, pool_index)
 
 
 @kopf.timer(
     GROUP, VERSION, CRONS, interval=CRON_SYNC_SECONDS, errors=kopf.ErrorsMode.TEMPORARY, backoff=TIMER_BACKOFF_SECONDS
 )
-async def cron_sync(body: kopf.Body, patch: kopf.Patch, jobs_by_cron: kopf.Index[Any, Any], **_: Any) -> None:
-    await _cron(body, patch, jobs_by_cron)
+async def cron_sync(
+    body: kopf.Body,
+    patch: kopf.Patch,
+    jobs_by_cron: kopf.Index[Any, Any],
+    pool_index: kopf.Index[Any, Any],
+    **_: Any,
+) -> None:
+    await _cron(body, patch, jobs_by_cron, pool_index)

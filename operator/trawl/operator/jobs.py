@@ -65,6 +65,12 @@ class JobOutcome:
     delete_object: bool = False
 
 
+def failed_job(generation: int, status: Mapping[str, Any], now: datetime, reason: str, msg: str) -> JobOutcome:
+    """The status of a pass that failed unexpectedly: Stalled with the error (the queue is untouched)."""
+    facts = JobFacts(generation=generation, suspend=False, problem=Problem(reason, msg))
+    return JobOutcome(*derive_job_status(facts, dict(status), now))
+
+
 def pool_from_index(pool_index: Mapping[Any, Any], namespace: str, name: str) -> PoolRef | Problem:
     entries = list(pool_index.get((namespace, name), []))
     if not entries:
@@ -257,6 +263,9 @@ async def _reconcile_with_queue(
             raise SinkNotReady(problem)
     if not stats.exists or not stats.enqueue_done:
         await queue.register_job(config)
+        if spec.suspend and not stats.suspended:
+            # Before the first seed: a job created suspended must never enter the claim ring.
+            await queue.suspend(uid)
         enqueued = await _enqueue_seeds(queue, uid, spec)
         stats = await queue.job_stats(uid)
 

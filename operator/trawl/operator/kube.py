@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import json
 import os
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -96,6 +97,19 @@ async def delete_if_present(fn: Callable[..., Any], *args: Any) -> bool:
             return False
         raise
     return True
+
+
+def api_message(exc: BaseException) -> str:
+    """The API server's own message of a failed call (its Status ``message``), else the exception text."""
+    if isinstance(exc, ApiException):
+        try:
+            body = json.loads(exc.body or "")
+        except (TypeError, ValueError):
+            body = None
+        if isinstance(body, dict) and body.get("message"):
+            return f"{exc.status} {body.get('reason') or exc.reason}: {body['message']}"
+        return f"{exc.status} {exc.reason}"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def is_status(exc: BaseException, *codes: int) -> bool:

@@ -22,6 +22,11 @@ RECONCILE_SECONDS = Histogram(
 SCALING_DECISIONS = Counter(
     "trawl_operator_scaling_decisions_total", "Replica changes made by the autoscaler.", ["pool", "direction"]
 )
+RECONCILE_ERRORS = Counter(
+    "trawl_operator_reconcile_errors_total",
+    "Reconcile passes that failed unexpectedly (each shown on the object as Stalled), by kind and reason.",
+    ["kind", "reason"],
+)
 REDIS_ERRORS = Counter("trawl_operator_redis_errors_total", "Redis failures seen while reconciling.", ["kind"])
 
 _job_phases: dict[str, str] = {}

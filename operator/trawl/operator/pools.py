@@ -28,6 +28,7 @@ from . import kube
 from .autoscaling import Autoscalers, ScaleAdvice
 from .conditions import Cond, merge_conditions
 from .deployment import render_worker_deployment
+from .fieldowners import take_over
 from .jobs import open_queue, validation_message
 from .jobstatus import Transition
 from .naming import FIELD_MANAGER, POD_DELETION_COST, deployment_name, pool_selector
@@ -59,39 +60,78 @@ async def _read_deployment(namespace: str, name: str) -> dict[str, Any] | None:
     return kube.to_dict(obj)
 
 
+class DeploymentRejected(Exception):
+    """The API server refused the worker Deployment (4xx): the pool's spec produced an invalid object."""
+
+
+async def _apply(namespace: str, name: str, body: dict[str, Any], manager: str) -> dict[str, Any]:
+    try:
+        applied = await kube.call(
+            kube.apps().patch_namespaced_deployment,
+            name,
+            namespace,
+            body,
+            field_manager=manager,
+            force=True,
+            _content_type="application/apply-patch+yaml",
+        )
+    except Exception as exc:
+        if kube.is_status(exc, 400, 404, 409, 415, 422):
+            raise DeploymentRejected(kube.api_message(exc)) from None
+        raise
+    return kube.to_dict(applied)
+
+
+async def _take_over_fields(namespace: str, name: str, current: Mapping[str, Any], now: datetime) -> bool:
+    """Merge earlier managers' fields (e.g. a plain create) into ours, so the next apply owns them all."""
+    managed = (current.get("metadata") or {}).get("managedFields") or []
+    new = take_over(managed, FIELD_MANAGER, {SCALER_MANAGER}, "apps/v1", format_time(now))
+    if new is None:
+        return False
+    rv = (current.get("metadata") or {}).get("resourceVersion")
+    # resourceVersion-guarded: a concurrent writer makes this fail and the next pass try again.
+    await kube.call(
+        kube.apps().patch_namespaced_deployment,
+        name,
+        namespace,
+        {"metadata": {"managedFields": new, "resourceVersion": rv}},
+    )
+    log.info("took over fields of Deployment %s/%s from %s", namespace, name, [m.get("manager") for m in managed])
+    return True
+
+
 async def ensure_deployment(
-    namespace: str, pool: str, uid: str, spec: ScrapePoolSpec, initial_replicas: int
+    namespace: str, pool: str, uid: str, spec: ScrapePoolSpec, initial_replicas: int, now: datetime
 ) -> dict[str, Any]:
-    """Create or update the worker Deployment when its rendered template changed; return it."""
+    """Apply the worker Deployment when its rendered template changed (or fields must be taken over).
+
+    One field manager applies everything the pool sets, so every such field can change or go away;
+    under autoscaling, replicas belong to the autoscaler's manager alone (see module docstring)."""
     name = deployment_name(pool)
     current = await _read_deployment(namespace, name)
     fixed = None if spec.autoscaling.enabled else (spec.replicas if spec.replicas is not None else 1)
     wanted = render_worker_deployment(namespace=namespace, pool=pool, pool_uid=uid, spec=spec, replicas=fixed)
     digest = template_hash(wanted)
     wanted["metadata"].setdefault("annotations", {})[TEMPLATE_HASH] = digest
-    if current is not None and (current.get("metadata", {}).get("annotations") or {}).get(TEMPLATE_HASH) == digest:
+    took_over = current is not None and await _take_over_fields(namespace, name, current, now)
+    if (
+        current is not None
+        and not took_over
+        and (current.get("metadata", {}).get("annotations") or {}).get(TEMPLATE_HASH) == digest
+    ):
         return current
     if current is None and fixed is None:
-        # Created once with the autoscaler's starting point; afterwards only the scale subresource sets it.
-        create = json.loads(json.dumps(wanted))
-        create["spec"]["replicas"] = initial_replicas
-        result = await kube.call(
-            kube.apps().create_namespaced_deployment, namespace, create, field_manager=SCALER_MANAGER
-        )
+        # Created with the autoscaler's starting point, which its manager then co-owns: the next
+        # template apply (without replicas) leaves the count to the autoscaler alone.
+        wanted["spec"]["replicas"] = initial_replicas
+        applied = await _apply(namespace, name, wanted, FIELD_MANAGER)
+        scale = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": namespace}}
+        await _apply(namespace, name, {**scale, "spec": {"replicas": initial_replicas}}, SCALER_MANAGER)
         log.info("created Deployment %s/%s", namespace, name)
-        applied = result
-    else:
-        applied = await kube.call(
-            kube.apps().patch_namespaced_deployment,
-            name,
-            namespace,
-            wanted,
-            field_manager=FIELD_MANAGER,
-            force=True,
-            _content_type="application/apply-patch+yaml",
-        )
-        log.info("applied Deployment %s/%s (template %s)", namespace, name, digest)
-    return kube.to_dict(applied)
+        return applied
+    applied = await _apply(namespace, name, wanted, FIELD_MANAGER)
+    log.info("applied Deployment %s/%s (template %s)", namespace, name, digest)
+    return applied
 
 
 async def scale_deployment(namespace: str, pool: str, replicas: int) -> None:
@@ -198,7 +238,13 @@ async def reconcile_pool(
         msg = validation_message(exc)
         return _finish(new, prev, generation, now, events, problem=("InvalidSpec", msg))
 
-    deployment = await ensure_deployment(namespace, name, uid, spec, initial_replicas=spec.autoscaling.min_replicas)
+    try:
+        deployment = await ensure_deployment(
+            namespace, name, uid, spec, initial_replicas=spec.autoscaling.min_replicas, now=now
+        )
+    except DeploymentRejected as exc:
+        msg = f"the API server rejected the worker Deployment: {exc}"
+        return _finish(new, prev, generation, now, events, problem=("DeploymentRejected", msg))
     current = int((deployment.get("spec") or {}).get("replicas") or 0)
     dep_status = deployment.get("status") or {}
     new["replicas"] = int(dep_status.get("replicas") or 0)
@@ -259,7 +305,10 @@ async def reconcile_pool(
                 f"worker pods cannot start: Secret {names} listed in spec.worker.secrets does not exist "
                 f"({new['readyReplicas']}/{desired} workers ready)",
             )
-    return _finish(new, prev, generation, now, events, problem=problem, advice=advice, spec=spec, data_lost=lost)
+    idle = signals.ready + signals.delayed + signals.in_flight == 0
+    return _finish(
+        new, prev, generation, now, events, problem=problem, advice=advice, spec=spec, data_lost=lost, idle=idle
+    )
 
 
 def pool_data_lost(prev: Mapping[str, Any], epoch: str) -> str | None:
@@ -274,6 +323,18 @@ def pool_data_lost(prev: Mapping[str, Any], epoch: str) -> str | None:
     )
 
 
+def failed_pool(
+    name: str, status: Mapping[str, Any], generation: int, now: datetime, reason: str, msg: str
+) -> PoolOutcome:
+    """The status of a pass that failed unexpectedly: Stalled with the error, last observations kept."""
+    new: dict[str, Any] = {
+        "observedGeneration": generation,
+        "deployment": deployment_name(name),
+        "selector": ",".join(f"{k}={v}" for k, v in pool_selector(name).items()),
+    }
+    return _finish(new, dict(status), generation, now, [], problem=(reason, msg))
+
+
 def _finish(
     new: dict[str, Any],
     prev: dict[str, Any],
@@ -285,6 +346,7 @@ def _finish(
     advice: ScaleAdvice | None = None,
     spec: ScrapePoolSpec | None = None,
     data_lost: str | None = None,
+    idle: bool = False,
 ) -> PoolOutcome:
     conds: list[Cond] = []
     if data_lost is not None:  # sticky: merge_conditions keeps it on later passes
@@ -322,10 +384,12 @@ def _finish(
             Cond("Reconciling", rolling, "Scaling" if rolling else "Reconciled", msg if rolling else ""),
         ]
     if advice is not None:
+        # The failure guard remembers recent failures; with no work left there is nothing degraded
+        # to report (a GitOps tool would otherwise show an idle pool Degraded until the next success).
         conds.append(
             Cond("Degraded", True, "FailureGuard", advice.reason)
-            if advice.failure_guard
-            else Cond("Degraded", False, "Healthy", "")
+            if advice.failure_guard and not idle
+            else Cond("Degraded", False, "Idle" if idle else "Healthy", "")
         )
         conds.append(
             Cond("ScalingLimited", True, advice.limited_reason or "Limited", advice.reason)

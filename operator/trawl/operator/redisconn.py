@@ -11,6 +11,7 @@ import base64
 import hashlib
 import logging
 import ssl
+import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -19,7 +20,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from trawl.api.common import SecretKeyRef
-from trawl.api.scrapepool import ScrapePoolSpec
+from trawl.api.scrapepool import ScrapePoolSpec, redis_url_problem
 
 from . import kube
 
@@ -53,16 +54,49 @@ class ResolvedRedis:
         return hashlib.sha256(raw.encode()).hexdigest()
 
 
+SECRET_CACHE_SECONDS = 30.0
+
+
+class SecretCache:
+    """Secret data by (namespace, name), kept for a bounded time.
+
+    Every active job reconciles about once a second and each needs its pool's Redis settings; reading
+    the Secret from the API server each time would be one GET per job per second. A rotated Secret
+    reaches the operator within SECRET_CACHE_SECONDS; a missing one is not cached (so creating it
+    takes effect on the next pass). Only the names the pools reference are read: no list, no watch
+    of every Secret in the namespace (which would need wider RBAC and hold them all in memory)."""
+
+    def __init__(self, ttl: float = SECRET_CACHE_SECONDS) -> None:
+        self.ttl = ttl
+        self._data: dict[tuple[str, str], tuple[float, dict[str, str]]] = {}
+
+    async def get(self, namespace: str, name: str) -> dict[str, str]:
+        now = time.monotonic()
+        hit = self._data.get((namespace, name))
+        if hit is not None and now - hit[0] < self.ttl:
+            return hit[1]
+        try:
+            secret = await kube.call(kube.core().read_namespaced_secret, name, namespace)
+        except Exception as exc:
+            self._data.pop((namespace, name), None)
+            if kube.is_status(exc, 404):
+                raise RedisConfigError(f"Secret {namespace}/{name} not found") from None
+            if kube.is_status(exc, 403):
+                raise RedisConfigError(f"not allowed to read Secret {namespace}/{name}") from None
+            raise RedisConfigError(f"cannot read Secret {namespace}/{name}: {kube.api_message(exc)}") from None
+        data = {str(k): str(v) for k, v in (secret.data or {}).items()}
+        self._data[(namespace, name)] = (now, data)
+        return data
+
+    def forget(self, namespace: str, name: str) -> None:
+        self._data.pop((namespace, name), None)
+
+
+secrets = SecretCache()
+
+
 async def _secret_value(namespace: str, ref: SecretKeyRef) -> str:
-    try:
-        secret = await kube.call(kube.core().read_namespaced_secret, ref.name, namespace)
-    except Exception as exc:
-        if kube.is_status(exc, 404):
-            raise RedisConfigError(f"Secret {namespace}/{ref.name} not found") from None
-        if kube.is_status(exc, 403):
-            raise RedisConfigError(f"not allowed to read Secret {namespace}/{ref.name}") from None
-        raise
-    data = secret.data or {}
+    data = await secrets.get(namespace, ref.name)
     if ref.key not in data:
         raise RedisConfigError(f"Secret {namespace}/{ref.name} has no key {ref.key!r}")
     return base64.b64decode(data[ref.key]).decode()
@@ -72,6 +106,13 @@ async def resolve(namespace: str, spec: ScrapePoolSpec) -> ResolvedRedis:
     redis = spec.redis
     url = redis.url or await _secret_value(namespace, redis.url_secret_ref)  # type: ignore[arg-type]
     password = await _secret_value(namespace, redis.password_secret_ref) if redis.password_secret_ref else None
+    if redis.url_secret_ref is not None:
+        problem = redis_url_problem(url)
+        if problem is not None:  # the URL itself may carry a password: name the Secret, not its value
+            raise RedisConfigError(
+                f"Secret {namespace}/{redis.url_secret_ref.name} key {redis.url_secret_ref.key!r} does not hold "
+                f"a valid Redis URL: {problem}"
+            )
     tls = bool(redis.tls and redis.tls.enabled) or url.startswith("rediss://")
     ca = await _secret_value(namespace, redis.tls.ca_secret_ref) if redis.tls and redis.tls.ca_secret_ref else None
     return ResolvedRedis(url, password, tls, bool(redis.tls and redis.tls.insecure_skip_verify), ca)
@@ -108,12 +149,20 @@ class RedisConnections:
 
     async def for_pool(self, namespace: str, pool: str, spec: ScrapePoolSpec) -> aioredis.Redis:
         cfg = await resolve(namespace, spec)
+        stale: aioredis.Redis | None = None
         async with self._lock:
             client = self._clients.get(cfg.fingerprint)
             if client is None:
                 client = make_client(cfg)
                 self._clients[cfg.fingerprint] = client
+            previous = self._by_pool.get((namespace, pool))
             self._by_pool[(namespace, pool)] = cfg.fingerprint
+            if previous is not None and previous != cfg.fingerprint and previous not in self._by_pool.values():
+                # Settings rotated and no other pool uses the old ones: close its connections.
+                stale = self._clients.pop(previous, None)
+                self._verified.discard(previous)
+        if stale is not None:
+            await stale.aclose()
         if cfg.fingerprint in self._verified:
             return client
         try:
@@ -122,6 +171,17 @@ class RedisConnections:
             raise RedisUnreachable(f"Redis at {cfg.safe_target} is unreachable: {type(exc).__name__}") from None
         self._verified.add(cfg.fingerprint)
         return client
+
+    async def forget_pool(self, namespace: str, pool: str) -> None:
+        """The pool is gone: close its client unless another pool shares the settings."""
+        async with self._lock:
+            fingerprint = self._by_pool.pop((namespace, pool), None)
+            stale = None
+            if fingerprint is not None and fingerprint not in self._by_pool.values():
+                stale = self._clients.pop(fingerprint, None)
+                self._verified.discard(fingerprint)
+        if stale is not None:
+            await stale.aclose()
 
     def failed(self, namespace: str, pool: str) -> None:
         """A command on the pool's Redis failed: ping it again before trusting it."""

@@ -1,0 +1,317 @@
+"""The operator tells the truth about every object: hostile specs are rejected or shown as a status,
+child Deployments follow their pool, and nothing the operator meets ends as a traceback in its log."""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from typing import Any
+
+from operator_fixtures import apply, condition, events_for, exists, get, job, pool, wait_for
+
+from trawl.dev.bookstore import Bookstore
+from trawl.dev.controlplane import ControlPlane
+from trawl.dev.redis_server import RedisServer
+
+UNREACHABLE_REDIS = "redis://127.0.0.1:1"  # a port nothing listens on: pools are Stalled, not broken
+STATUS_BOUND = 60.0  # generous: the machine is shared; the operator's passes run every second
+
+
+def _try_apply(cp: ControlPlane, obj: dict[str, Any], namespace: str) -> str | None:
+    """Apply; the API server's error text if it rejected the object, else None."""
+    out = cp.kubectl(
+        "apply", "-n", namespace, "-f", "-", input=json.dumps(obj), check=False
+    )  # fmt: skip
+    return None if out.returncode == 0 else (out.stderr or out.stdout)
+
+
+def _truthful(cp: ControlPlane, kind: str, name: str, namespace: str) -> Any:
+    """The object once its status reflects its current generation with a Ready condition that explains itself."""
+    obj = get(cp, kind, name, namespace)
+    status = obj.get("status") or {}
+    ready = condition(obj, "Ready")
+    if status.get("observedGeneration") != obj["metadata"]["generation"] or ready is None:
+        return None
+    if ready["status"] == "False" and not ready.get("message") and not condition(obj, "Stalled"):
+        return None
+    return obj
+
+
+def _assert_no_tracebacks(operator: Any) -> None:
+    text = operator.log_path.read_text(errors="replace")
+    assert "Traceback" not in text, operator.log_tail(200)
+
+
+def test_exact_hostile_manifests_become_statuses(control_plane: ControlPlane, namespace: str, operator: Any) -> None:
+    cp = control_plane
+    ok_worker = {"concurrency": 4, "drainSeconds": 5}
+    # Rejected at admission by the CRD schema (typed tolerations, Quantity pattern).
+    for name, worker in [
+        ("bad-tolerations", {**ok_worker, "tolerations": [{"key": "a", "operator": "Sometimes"}]}),
+        ("bad-tolerations-shape", {**ok_worker, "tolerations": ["NoSchedule"]}),
+        ("lots", {**ok_worker, "resources": {"limits": {"cpu": "lots"}}}),
+    ]:
+        error = _try_apply(cp, pool(name, UNREACHABLE_REDIS, worker=worker), namespace)
+        assert error is not None and "Invalid value" in error, (name, error)
+
+    cp.kubectl(
+        "create", "secret", "generic", "not-a-url", "-n", namespace, "--from-literal=url=redis://[::1"
+    )  # fmt: skip
+    accepted: list[tuple[str, str, str, str]] = [  # kind, name, Stalled reason, text in its message
+        ("scrapepool", "bad-url", "InvalidSpec", "not a valid Redis URL"),
+        ("scrapepool", "secret-url", "RedisConfigInvalid", "does not hold a valid Redis URL"),
+        ("scrapepool", "bad-node-selector", "InvalidSpec", "not a valid label key"),
+        ("scrapepool", "request-above-limit", "DeploymentRejected", "must be less than or equal to cpu limit"),
+        ("cronscrapejob", "never-fires", "InvalidSpec", "never fires"),
+        ("cronscrapejob", "no-pool", "PoolNotFound", "does not exist"),
+        ("scrapejob", "bad-ipv6", "InvalidSpec", "Invalid IPv6 URL"),
+    ]
+    apply(
+        cp,
+        pool("bad-url", "redis://[::1"),
+        pool("secret-url", UNREACHABLE_REDIS, redis={"urlSecretRef": {"name": "not-a-url", "key": "url"}}),
+        pool("bad-node-selector", UNREACHABLE_REDIS, worker={**ok_worker, "nodeSelector": {"bad key!": "x"}}),
+        pool(
+            "request-above-limit",
+            UNREACHABLE_REDIS,
+            worker={**ok_worker, "resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}},
+        ),
+        _cron("never-fires", "0 0 30 2 *", "secret-url"),
+        _cron("no-pool", "* * * * *", "missing-pool"),
+        job("bad-ipv6", "secret-url", ["http://[::1/x"]),
+        namespace=namespace,
+    )
+    for kind, name, reason, text in accepted:
+        obj = wait_for(
+            f"{kind}/{name} Stalled/{reason}",
+            lambda k=kind, n=name, r=reason: (  # type: ignore[misc]
+                (o := _truthful(cp, k, n, namespace)) and (condition(o, "Stalled") or {}).get("reason") == r and o
+            ),
+            timeout=STATUS_BOUND,
+            diag=operator.log_tail,
+        )
+        stalled = condition(obj, "Stalled")
+        assert stalled is not None and stalled["status"] == "True" and text in stalled["message"], (name, stalled)
+        assert condition(obj, "Ready")["status"] == "False"  # type: ignore[index]
+        warnings = [e for e in events_for(cp, namespace, name) if e["type"] == "Warning" and e["reason"] == reason]
+        assert len(warnings) == 1, (name, warnings)
+        assert (
+            warnings[0]["source"].get("component") == "trawl-operator"
+            or warnings[0].get("reportingComponent") == "trawl-operator"
+        )
+    assert not exists(cp, "deployment", "request-above-limit-workers", namespace)
+    # A cron whose pool is missing created nothing.
+    jobs = json.loads(cp.kubectl("get", "scrapejobs", "-n", namespace, "-o", "json").stdout)["items"]
+    assert sorted(j["metadata"]["name"] for j in jobs) == ["bad-ipv6"]
+
+    # Fixing the spec recovers: the rejected Deployment is created and the pool leaves DeploymentRejected.
+    apply(cp, pool("request-above-limit", UNREACHABLE_REDIS, worker=ok_worker), namespace=namespace)
+    wait_for(
+        "request-above-limit recovered",
+        lambda: (
+            (o := _truthful(cp, "scrapepool", "request-above-limit", namespace))
+            and (condition(o, "Stalled") or {}).get("reason") != "DeploymentRejected"
+            and exists(cp, "deployment", "request-above-limit-workers", namespace)
+        ),
+        timeout=STATUS_BOUND,
+        diag=operator.log_tail,
+    )
+    _assert_no_tracebacks(operator)
+
+
+def _cron(name: str, schedule: str, pool_name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "trawl.dev/v1alpha1",
+        "kind": "CronScrapeJob",
+        "metadata": {"name": name},
+        "spec": {"schedule": schedule, "jobTemplate": {"spec": {"pool": pool_name, "urls": ["http://127.0.0.1:9/"]}}},
+    }
+
+
+# Hostile values for the fuzz: wrong types, out-of-range numbers, strings the API and Kubernetes reject.
+_HOSTILE: list[Any] = [
+    -1, 0, 2**40, 1.5, "", "lots", "x" * 300, None, True, [], {}, ["a"], {"bad key!": 1},
+    "http://[::1/x", "redis://[::1", "0 0 30 2 *", "../../etc", "\u0000", "-", "NaN",
+]  # fmt: skip
+
+
+def _leaves(obj: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    if isinstance(obj, dict):
+        return [p for k, v in obj.items() for p in _leaves(v, (*path, k))] or [path]
+    if isinstance(obj, list) and obj:
+        return [p for i, v in enumerate(obj) for p in _leaves(v, (*path, i))]
+    return [path]
+
+
+def _mutate(obj: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    for _ in range(rng.randint(1, 3)):
+        path = rng.choice(_leaves(out["spec"]))
+        node = out["spec"]
+        for key in path[:-1]:
+            node = node[key]
+        if not path:
+            continue
+        node[path[-1]] = rng.choice(_HOSTILE)
+    return out
+
+
+def test_fuzzed_invalid_specs_are_rejected_or_explained(
+    control_plane: ControlPlane, namespace: str, operator: Any
+) -> None:
+    """Generated invalid specs: each is rejected by the API server or gets a truthful status in bound."""
+    cp = control_plane
+    rng = random.Random(15)
+    full_pool = pool(
+        "p",
+        UNREACHABLE_REDIS,
+        worker={
+            "concurrency": 4,
+            "drainSeconds": 5,
+            "metricsPort": 9090,
+            "nodeSelector": {"kubernetes.io/os": "linux"},
+            "tolerations": [{"key": "k", "operator": "Exists", "effect": "NoSchedule"}],
+            "resources": {"requests": {"cpu": "100m"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+            "podAnnotations": {"a": "b"},
+        },
+    )
+    seeds = [
+        full_pool,
+        job("j", "p0", ["http://127.0.0.1:9/a"], politeness={"maxConcurrencyPerDomain": 2}, priority=3),
+        _cron("c", "*/5 * * * *", "p0"),
+    ]
+    apply(cp, pool("p0", UNREACHABLE_REDIS), namespace=namespace)
+    accepted: list[tuple[str, str]] = []
+    rejected = 0
+    for i in range(24):
+        seed = seeds[i % len(seeds)]
+        obj = _mutate(seed, rng)
+        obj["metadata"] = {"name": f"{seed['metadata']['name']}-fuzz-{i}"}
+        if _try_apply(cp, obj, namespace) is None:
+            accepted.append((obj["kind"].lower(), obj["metadata"]["name"]))
+        else:
+            rejected += 1
+    for kind, name in accepted:
+        wait_for(f"{kind}/{name} truthful status", lambda k=kind, n=name: _truthful(cp, k, n, namespace),  # type: ignore[misc]
+                 timeout=STATUS_BOUND, diag=operator.log_tail)  # fmt: skip
+    print(f"fuzz: {rejected} rejected by the API server, {len(accepted)} accepted and explained")
+    _assert_no_tracebacks(operator)
+
+
+def test_worker_deployment_follows_the_pool(control_plane: ControlPlane, namespace: str, operator: Any) -> None:
+    """Fields set by an earlier plain create are taken over; metricsPort and annotations change and go away."""
+    from trawl.api.scrapepool import ScrapePoolSpec
+    from trawl.operator.deployment import render_worker_deployment
+
+    cp = control_plane
+    worker = {"concurrency": 4, "drainSeconds": 5, "podAnnotations": {"team": "crawl"}}
+    body = pool("p", UNREACHABLE_REDIS, worker=worker)
+    apply(cp, body, namespace=namespace)
+    uid = get(cp, "scrapepool", "p", namespace)["metadata"]["uid"]
+    wait_for("Deployment", lambda: exists(cp, "deployment", "p-workers", namespace), diag=operator.log_tail)
+
+    # What the previous operator version left behind: a Deployment created with a plain create.
+    cp.kubectl("delete", "deployment", "p-workers", "-n", namespace)
+    operator.stop()
+    old = render_worker_deployment(
+        namespace=namespace, pool="p", pool_uid=uid, spec=ScrapePoolSpec.model_validate(body["spec"]), replicas=0
+    )
+    cp.kubectl("create", "-n", namespace, "--field-manager=trawl-autoscaler", "-f", "-", input=json.dumps(old))
+    operator.start()
+
+    def container() -> dict[str, Any]:
+        dep = get(cp, "deployment", "p-workers", namespace)
+        return dep["spec"]["template"]
+
+    apply(cp, pool("p", UNREACHABLE_REDIS, worker={**worker, "metricsPort": 9191}), namespace=namespace)
+    template = wait_for(
+        "metricsPort 9191 on the Deployment",
+        lambda: (t := container())["spec"]["containers"][0]["ports"][0]["containerPort"] == 9191 and t,
+        timeout=STATUS_BOUND,
+        diag=operator.log_tail,
+    )
+    assert [p["containerPort"] for p in template["spec"]["containers"][0]["ports"]] == [9191]
+    assert template["metadata"]["annotations"]["prometheus.io/port"] == "9191"
+
+    apply(cp, pool("p", UNREACHABLE_REDIS, worker={"concurrency": 4, "drainSeconds": 5}), namespace=namespace)
+    wait_for(
+        "podAnnotations removed from the Deployment",
+        lambda: "team" not in (container()["metadata"].get("annotations") or {}),
+        timeout=STATUS_BOUND,
+        diag=operator.log_tail,
+    )
+    assert container()["spec"]["containers"][0]["ports"][0]["containerPort"] == 9090
+    obj = wait_for("pool status current", lambda: _truthful(cp, "scrapepool", "p", namespace), diag=operator.log_tail)
+    assert (condition(obj, "Stalled") or {}).get("reason") != "DeploymentRejected"
+    # Replicas stay the autoscaler's: its manager still owns them after the takeover.
+    managed = get(cp, "deployment", "p-workers", namespace)["metadata"]["managedFields"]
+    owners = {m["manager"] for m in managed if "f:replicas" in json.dumps(m.get("fieldsV1", {}).get("f:spec", {}))}
+    assert "trawl-autoscaler" in owners
+    _assert_no_tracebacks(operator)
+
+
+def test_suspended_at_creation_fetches_nothing_and_finished_jobs_block_pool_deletion(
+    control_plane: ControlPlane,
+    namespace: str,
+    operator: Any,
+    supervisor: Any,
+    redis_server: RedisServer,
+    bookstore: Bookstore,
+) -> None:
+    cp = control_plane
+    body = pool("p", redis_server.url)
+    body["spec"]["autoscaling"]["minReplicas"] = 1
+    apply(cp, body, namespace=namespace)
+    wait_for(
+        "a worker ready",
+        lambda: int((get(cp, "scrapepool", "p", namespace).get("status") or {}).get("readyReplicas") or 0) >= 1,
+        timeout=120,
+        diag=operator.log_tail,
+    )
+    held = [f"{bookstore.url}/held/{i}" for i in range(6)]
+    apply(cp, job("held", "p", held, suspend=True), namespace=namespace)
+    wait_for(
+        "held Suspended with its seeds",
+        lambda: (
+            (s := get(cp, "scrapejob", "held", namespace).get("status") or {}).get("phase") == "Suspended"
+            and (s.get("counts") or {}).get("total") == len(held)
+        ),
+        timeout=STATUS_BOUND,
+        diag=operator.log_tail,
+    )
+    # A job enqueued after it runs to completion on the same workers: they were free to claim "held".
+    apply(cp, job("control", "p", [f"{bookstore.url}/"]), namespace=namespace)
+    wait_for(
+        "control finished",
+        lambda: (get(cp, "scrapejob", "control", namespace).get("status") or {}).get("phase") == "Succeeded",
+        timeout=120,
+        diag=operator.log_tail,
+    )
+    log = bookstore.access_log.read_text() if bookstore.access_log.exists() else ""
+    assert "/held/" not in log, log
+    assert " GET / " in log, log
+    uids = [get(cp, "scrapejob", n, namespace)["metadata"]["uid"] for n in ("held", "control")]
+
+    # Finished or not, a job that names the pool blocks its deletion.
+    cp.kubectl("delete", "scrapepool", "p", "-n", namespace, "--wait=false")
+    wait_for(
+        "DeletionBlocked event",
+        lambda: [e for e in events_for(cp, namespace, "p") if e["reason"] == "DeletionBlocked"],
+        timeout=STATUS_BOUND,
+        diag=operator.log_tail,
+    )
+    assert exists(cp, "scrapepool", "p", namespace)
+    # Deleting the jobs removes every one of their keys, then the pool goes.
+    cp.kubectl("delete", "scrapejob", "held", "control", "-n", namespace)
+    wait_for("pool deleted", lambda: not exists(cp, "scrapepool", "p", namespace), timeout=120, diag=operator.log_tail)
+    import redis
+
+    client = redis.Redis.from_url(redis_server.url)
+    try:
+        keys = list(client.scan_iter(f"trawl:{{{namespace}/p}}*"))
+        leftover = [k for k in keys if any(uid.encode() in k for uid in uids)]
+    finally:
+        client.close()
+    assert leftover == [], leftover
+    _assert_no_tracebacks(operator)
