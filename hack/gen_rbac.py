@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from trawl.operator.rbac import CLUSTER_RULES, NAMESPACED_RULES
+from trawl.operator.rbac import CLUSTER_RULES, LEADER_ELECTION_RULES, NAMESPACED_RULES
 
 ROOT = Path(__file__).resolve().parents[1]
 NAME = "trawl-operator"
@@ -50,17 +50,42 @@ def outputs() -> dict[Path, str]:
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAME},
         "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}],
     }
+    leader_role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": f"{NAME}-leader-election", "namespace": NAMESPACE, "labels": LABELS},
+        "rules": LEADER_ELECTION_RULES,
+    }
+    leader_binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": f"{NAME}-leader-election", "namespace": NAMESPACE, "labels": LABELS},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": f"{NAME}-leader-election"},
+        "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}],
+    }
     kustomization = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
-        "resources": ["service_account.yaml", "cluster_role.yaml", "cluster_role_binding.yaml"],
+        "resources": [
+            "service_account.yaml",
+            "cluster_role.yaml",
+            "cluster_role_binding.yaml",
+            "leader_election_role.yaml",
+            "leader_election_role_binding.yaml",
+        ],
     }
-    chart_rules = {"namespacedRules": NAMESPACED_RULES, "clusterRules": CLUSTER_RULES}
+    chart_rules = {
+        "namespacedRules": NAMESPACED_RULES,
+        "clusterRules": CLUSTER_RULES,
+        "leaderElectionRules": LEADER_ELECTION_RULES,
+    }
     rbac = ROOT / "manifests" / "rbac"
     return {
         rbac / "service_account.yaml": _dump(service_account),
         rbac / "cluster_role.yaml": _dump(cluster_role),
         rbac / "cluster_role_binding.yaml": _dump(binding),
+        rbac / "leader_election_role.yaml": _dump(leader_role),
+        rbac / "leader_election_role_binding.yaml": _dump(leader_binding),
         rbac / "kustomization.yaml": _dump(kustomization),
         ROOT / "charts" / "trawl" / "files" / "rbac-rules.yaml": _dump(chart_rules),
     }

@@ -86,9 +86,16 @@ def operator_cmd(
         "0.0.0.0", "--bind-address", help="Address the metrics and health endpoints listen on."
     ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging."),
+    leader_election: bool = typer.Option(
+        False, "--leader-election", help="Act only while holding a coordination.k8s.io Lease (run 2+ replicas)."
+    ),
+    lease_name: str = typer.Option("trawl-operator", help="Name of the leader-election Lease."),
+    lease_namespace: str | None = typer.Option(
+        None, help="Namespace of the Lease (default: $POD_NAMESPACE, the operator's own)."
+    ),
 ) -> None:
     """Run the operator: reconcile ScrapeJobs, ScrapePools and CronScrapeJobs."""
-    from trawl.operator.main import run
+    from trawl.operator.main import LeaderElection, run
 
     run(
         namespaces=namespace,
@@ -97,6 +104,7 @@ def operator_cmd(
         health_port=health_port,
         bind_address=bind_address,
         verbose=verbose,
+        leader_election=LeaderElection.from_env(lease_namespace, lease_name) if leader_election else None,
     )
 
 

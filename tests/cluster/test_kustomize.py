@@ -32,6 +32,8 @@ def test_apply_k_manifests_installs_trawl(control_plane: ControlPlane) -> None:
         "clusterrole.rbac.authorization.k8s.io/trawl-operator",
         "clusterrolebinding.rbac.authorization.k8s.io/trawl-operator",
         "deployment.apps/trawl-operator",
+        "poddisruptionbudget.policy/trawl-operator",
+        "role.rbac.authorization.k8s.io/trawl-operator-leader-election",
         "service/trawl-operator-metrics",
         "statefulset.apps/redis",
         "service/redis",
@@ -70,8 +72,9 @@ def test_kustomize_operator_pod_equals_the_chart_default(control_plane: ControlP
     kustomized = one(_built(control_plane), "Deployment")
     charted = operator_deployment(render(namespace="trawl-system", release="trawl"))
     assert kustomized["spec"]["template"]["spec"] == charted["spec"]["template"]["spec"]
-    assert kustomized["spec"]["strategy"] == charted["spec"]["strategy"] == {"type": "Recreate"}
-    assert kustomized["spec"]["replicas"] == 1
+    assert kustomized["spec"]["strategy"] == charted["spec"]["strategy"]
+    assert kustomized["spec"]["strategy"]["type"] == "RollingUpdate"
+    assert kustomized["spec"]["replicas"] == charted["spec"]["replicas"] == 2
 
 
 def test_sample_pool_points_at_the_kustomize_redis(control_plane: ControlPlane) -> None:

@@ -24,7 +24,7 @@ from helm_chart import (
     service_account_name,
 )
 from trawl.api.crd import all_crds
-from trawl.operator.rbac import CLUSTER_RULES, NAMESPACED_RULES
+from trawl.operator.rbac import CLUSTER_RULES, LEADER_ELECTION_RULES, NAMESPACED_RULES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -73,18 +73,23 @@ def test_cluster_wide_rbac_equals_the_operator_rule_list() -> None:
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": service_account_name(docs), "namespace": "trawl-system"}
     ]
-    assert not by_kind(docs, "Role") and not by_kind(docs, "RoleBinding")
+    # Namespaced objects only for the leader-election Lease, in the operator's own namespace.
+    assert [(r["metadata"]["namespace"], _rules(r)) for r in by_kind(docs, "Role")] == [
+        ("trawl-system", LEADER_ELECTION_RULES)
+    ]
+    assert [b["roleRef"]["name"] for b in by_kind(docs, "RoleBinding")] == ["trawl-operator-leader-election"]
     args = operator_deployment(docs)["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--all-namespaces" in args and not any(a.startswith("--namespace") for a in args)
 
 
 def test_namespaced_rbac_is_a_role_per_watched_namespace() -> None:
     docs = render("namespaced")
-    roles = by_kind(docs, "Role")
+    leader = "trawl-operator-leader-election"
+    roles = [r for r in by_kind(docs, "Role") if r["metadata"]["name"] != leader]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     for role in roles:
         assert _rules(role) == NAMESPACED_RULES
-    bindings = by_kind(docs, "RoleBinding")
+    bindings = [b for b in by_kind(docs, "RoleBinding") if b["metadata"]["name"] != leader]
     assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
     sa = service_account_name(docs)
     for binding in bindings:
@@ -112,6 +117,8 @@ def test_operator_rbac_objects_are_ordered_for_apply() -> None:
         "ClusterRoleBinding",
         "Role",
         "Role",
+        "Role",
+        "RoleBinding",
         "RoleBinding",
         "RoleBinding",
     ]
@@ -155,11 +162,13 @@ def test_pods_are_restricted(value_set: str) -> None:
 def test_operator_deployment_shape() -> None:
     deployment = operator_deployment(render("metrics"))
     spec = deployment["spec"]
-    assert spec["replicas"] == 1
-    assert spec["strategy"] == {"type": "Recreate"}
+    # Two replicas electing a leader: a rolling update surges a standby before stopping one.
+    assert spec["replicas"] == 2
+    assert spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
     pod = spec["template"]["spec"]
     (container,) = pod["containers"]
     assert container["command"] == ["trawl"] and container["args"][0] == "operator"
+    assert "--leader-election" in container["args"]
     assert "--metrics-port=9100" in container["args"] and "--health-port=8081" in container["args"]
     for probe in ("livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
@@ -167,6 +176,19 @@ def test_operator_deployment_shape() -> None:
     assert ports == {"health": 8081, "metrics": 9100}
     assert container["image"].startswith("ghcr.io/trawl-dev/trawl@sha256:")
     assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+
+
+def test_operator_high_availability_objects() -> None:
+    docs = render()
+    (pdb,) = [d for d in docs if d["kind"] == "PodDisruptionBudget" and d["metadata"]["name"] == "trawl-operator"]
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"] == operator_deployment(docs)["spec"]["selector"]["matchLabels"]
+    (role,) = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == "trawl-operator-leader-election"]
+    assert role["metadata"]["namespace"] == "trawl-system"
+    assert role["rules"] == LEADER_ELECTION_RULES
+    single = render(set_values={"operator.replicas": "1", "operator.leaderElection.enabled": "false"})
+    assert not [d for d in single if d["kind"] == "PodDisruptionBudget" and "operator" in d["metadata"]["name"]]
+    assert "--leader-election" not in operator_deployment(single)["spec"]["template"]["spec"]["containers"][0]["args"]
 
 
 def test_default_image_is_the_app_version() -> None:
@@ -226,7 +248,7 @@ def test_worker_selectors_match_the_operator_labels() -> None:
 
     docs = render("metrics")
     worker_labels = pool_selector("default")
-    pdb = one(docs, "PodDisruptionBudget")
+    pdb = one(docs, "PodDisruptionBudget", "trawl-default-workers")
     assert pdb["spec"]["selector"]["matchLabels"].items() <= worker_labels.items()
     for policy in by_kind(docs, "NetworkPolicy"):
         if policy["metadata"]["labels"]["app.kubernetes.io/component"] == "worker":

@@ -10,7 +10,7 @@ from types import ModuleType
 
 import yaml
 
-from trawl.operator.rbac import CLUSTER_RULES, NAMESPACED_RULES
+from trawl.operator.rbac import CLUSTER_RULES, LEADER_ELECTION_RULES, NAMESPACED_RULES
 
 ROOT = Path(__file__).resolve().parents[2]
 RBAC = ROOT / "manifests" / "rbac"
@@ -44,7 +44,11 @@ def test_kustomize_cluster_role_equals_the_rule_list() -> None:
 
 def test_chart_rule_file_equals_the_rule_list() -> None:
     rules = yaml.safe_load((ROOT / "charts" / "trawl" / "files" / "rbac-rules.yaml").read_text())
-    assert rules == {"namespacedRules": NAMESPACED_RULES, "clusterRules": CLUSTER_RULES}
+    assert rules == {
+        "namespacedRules": NAMESPACED_RULES,
+        "clusterRules": CLUSTER_RULES,
+        "leaderElectionRules": LEADER_ELECTION_RULES,
+    }
 
 
 def test_no_wildcards_and_secrets_are_get_only() -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trawl.operator.rbac import CLUSTER_RULES, NAMESPACED_RULES
+from trawl.operator.rbac import CLUSTER_RULES, LEADER_ELECTION_RULES, NAMESPACED_RULES
 
 from . import procs
 
@@ -38,6 +38,25 @@ def rbac_objects(sa_namespace: str, sa_name: str, watch_namespaces: list[str] | 
             "kind": "ClusterRoleBinding",
             "metadata": {"name": f"{base}-cluster"},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": f"{base}-cluster"},
+            "subjects": subject,
+        },
+    ]
+    objs += [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "trawl-operator-leader-election", "namespace": sa_namespace},
+            "rules": LEADER_ELECTION_RULES,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": f"trawl-operator-leader-election-{sa_name}", "namespace": sa_namespace},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": "trawl-operator-leader-election",
+            },
             "subjects": subject,
         },
     ]
@@ -68,6 +87,7 @@ class OperatorProcess:
     namespaces: list[str] | None  # None: --all-namespaces
     log_path: Path
     env: dict[str, str] = field(default_factory=dict)
+    extra_args: list[str] = field(default_factory=list)
     health_port: int = 0
     metrics_port: int = 0
     proc: subprocess.Popen[bytes] | None = None
@@ -79,7 +99,7 @@ class OperatorProcess:
         argv = [
             sys.executable, "-m", "trawl.cli", "operator", *scope,
             "--health-port", str(self.health_port), "--metrics-port", str(self.metrics_port),
-            "--bind-address", "127.0.0.1",
+            "--bind-address", "127.0.0.1", *self.extra_args,
         ]  # fmt: skip
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), **self.env}
         self.proc = procs.start(argv, env=env, log_path=self.log_path)
@@ -100,6 +120,14 @@ class OperatorProcess:
                 pass
             time.sleep(0.2)
         raise TimeoutError(f"operator not healthy within {timeout}s; log:\n{self.log_tail()}")
+
+    def is_leader(self) -> bool:
+        """With --leader-election: whether this process holds the Lease (its /leader endpoint)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/leader", timeout=2) as resp:
+                return bool(resp.status == 200)
+        except OSError:
+            return False
 
     def metrics_text(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as resp:

@@ -4,10 +4,45 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import kopf
 from prometheus_client import start_http_server
+
+log = logging.getLogger("trawl.operator")
+
+
+@dataclass(frozen=True)
+class LeaderElection:
+    """Where the replicas' Lease lives and how fast a standby takes over (see trawl.operator.leader)."""
+
+    namespace: str
+    name: str = "trawl-operator"
+    identity: str = ""
+    lease_seconds: int = 15
+    renew_seconds: float = 5.0
+    renew_deadline: float = 10.0
+    retry_seconds: float = 2.0
+
+    @classmethod
+    def from_env(cls, namespace: str | None, name: str) -> LeaderElection:
+        """Timings from TRAWL_LEASE_* (tests shorten them); identity is the pod name plus a random suffix,
+        so a restarted container never mistakes its predecessor's Lease for its own."""
+        ns = namespace or os.environ.get("POD_NAMESPACE") or "default"
+        identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}_{os.urandom(4).hex()}"
+        env = os.environ.get
+        return cls(
+            namespace=ns,
+            name=name,
+            identity=identity,
+            lease_seconds=int(env("TRAWL_LEASE_DURATION_SECONDS", "15")),
+            renew_seconds=float(env("TRAWL_LEASE_RENEW_SECONDS", "5")),
+            renew_deadline=float(env("TRAWL_LEASE_RENEW_DEADLINE_SECONDS", "10")),
+            retry_seconds=float(env("TRAWL_LEASE_RETRY_SECONDS", "2")),
+        )
 
 
 def run(
@@ -18,6 +53,7 @@ def run(
     health_port: int = 8081,
     bind_address: str = "0.0.0.0",
     verbose: bool = False,
+    leader_election: LeaderElection | None = None,
 ) -> None:
     """Run until SIGTERM/SIGINT. Watches the given namespaces, or all of them."""
     if bool(namespaces) == all_namespaces:
@@ -34,11 +70,71 @@ def run(
 
     if metrics_port:
         start_http_server(metrics_port, addr=bind_address)
-    asyncio.run(
-        kopf.operator(
-            standalone=True,
-            clusterwide=all_namespaces,
-            namespaces=list(namespaces),
-            liveness_endpoint=f"http://{bind_address}:{health_port}/healthz" if health_port else None,
-        )
+    operator = kopf.operator(
+        standalone=True,
+        clusterwide=all_namespaces,
+        namespaces=list(namespaces),
+        # With leader election, /healthz is served from the start (standbys are healthy and ready).
+        liveness_endpoint=(
+            f"http://{bind_address}:{health_port}/healthz" if health_port and not leader_election else None
+        ),
     )
+    if leader_election is None:
+        from . import metrics
+
+        metrics.IS_LEADER.set(1)
+        asyncio.run(operator)
+    else:
+        asyncio.run(_run_as_leader(operator, leader_election, health_port, bind_address))
+
+
+async def _run_as_leader(operator: object, election: LeaderElection, health_port: int, bind_address: str) -> None:
+    from aiohttp import web
+
+    from . import metrics
+    from .leader import LeaderElector
+
+    elector = LeaderElector(
+        election.namespace,
+        election.name,
+        election.identity,
+        lease_seconds=election.lease_seconds,
+        renew_seconds=election.renew_seconds,
+        renew_deadline=election.renew_deadline,
+        retry_seconds=election.retry_seconds,
+    )
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.json_response({"leader": elector.is_leader, "identity": elector.identity})
+
+    async def leader(_: web.Request) -> web.Response:
+        return web.json_response({"identity": elector.identity}, status=200 if elector.is_leader else 503)
+
+    runner: web.AppRunner | None = None
+    if health_port:
+        app = web.Application()
+        app.router.add_get("/healthz", healthz)
+        app.router.add_get("/leader", leader)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, bind_address, health_port).start()
+    try:
+        await elector.acquire()
+        metrics.IS_LEADER.set(1)
+
+        def lost(why: str) -> None:
+            # Handlers and timers must stop now, mid-pass or not: another replica is acting. Exiting is
+            # what client-go's users do; the Deployment restarts this replica as a standby.
+            log.error("leader election: %s; exiting so that only the new leader acts", why)
+            logging.shutdown()
+            os._exit(1)
+
+        holding = asyncio.create_task(elector.hold(lost))
+        try:
+            await operator  # type: ignore[misc]
+        finally:
+            holding.cancel()
+            await elector.release()
+    finally:
+        if runner is not None:
+            await runner.cleanup()

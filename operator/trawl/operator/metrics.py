@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -22,6 +22,7 @@ RECONCILE_SECONDS = Histogram(
 SCALING_DECISIONS = Counter(
     "trawl_operator_scaling_decisions_total", "Replica changes made by the autoscaler.", ["pool", "direction"]
 )
+IS_LEADER = Gauge("trawl_operator_leader", "1 while this replica holds the leader Lease (or runs without election).")
 RECONCILE_ERRORS = Counter(
     "trawl_operator_reconcile_errors_total",
     "Reconcile passes that failed unexpectedly (each shown on the object as Stalled), by kind and reason.",

@@ -44,3 +44,8 @@ CLUSTER_RULES: list[dict[str, Any]] = [
     },
     {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
 ]
+
+# Leader election: the replicas' one Lease, in the operator's own namespace only (a Role there).
+LEADER_ELECTION_RULES: list[dict[str, Any]] = [
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "patch"]},
+]
