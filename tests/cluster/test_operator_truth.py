@@ -291,8 +291,22 @@ def test_suspended_at_creation_fetches_nothing_and_finished_jobs_block_pool_dele
     log = bookstore.access_log.read_text() if bookstore.access_log.exists() else ""
     assert "/held/" not in log, log
     assert " GET / " in log, log
-    uids = [get(cp, "scrapejob", n, namespace)["metadata"]["uid"] for n in ("held", "control")]
 
+    # Dead letters over several passes: one DeadLettered Event for the job, its count updated.
+    dead = [f"http://127.0.0.1:1/dead/{i}" for i in range(8)]
+    apply(cp, job("dead", "p", dead, retry={"maxAttempts": 1}), namespace=namespace)
+    wait_for(
+        "dead finished",
+        lambda: (get(cp, "scrapejob", "dead", namespace).get("status") or {}).get("phase") in ("Succeeded", "Failed"),
+        timeout=120,
+        diag=operator.log_tail,
+    )
+    lettered = [e for e in events_for(cp, namespace, "dead") if e["reason"] == "DeadLettered"]
+    assert len(lettered) == 1, lettered
+    assert lettered[0]["count"] >= 1 and lettered[0]["reportingComponent"] == "trawl-operator"
+    assert f"({len(dead)} in all)" in lettered[0]["message"], lettered[0]
+
+    uids = [get(cp, "scrapejob", n, namespace)["metadata"]["uid"] for n in ("held", "control", "dead")]
     # Finished or not, a job that names the pool blocks its deletion.
     cp.kubectl("delete", "scrapepool", "p", "-n", namespace, "--wait=false")
     wait_for(
@@ -303,7 +317,7 @@ def test_suspended_at_creation_fetches_nothing_and_finished_jobs_block_pool_dele
     )
     assert exists(cp, "scrapepool", "p", namespace)
     # Deleting the jobs removes every one of their keys, then the pool goes.
-    cp.kubectl("delete", "scrapejob", "held", "control", "-n", namespace)
+    cp.kubectl("delete", "scrapejob", "held", "control", "dead", "-n", namespace)
     wait_for("pool deleted", lambda: not exists(cp, "scrapepool", "p", namespace), timeout=120, diag=operator.log_tail)
     import redis
 

@@ -24,6 +24,7 @@ from . import clock, kube, metrics
 from .autoscaling import Autoscalers
 from .crons import failed_cron, reconcile_cron
 from .errors import classify_error
+from .events import AGGREGATED, post_aggregated
 from .indexes import controller_uid, pool_index_entry
 from .jobs import cancel_job, delete_job_object, failed_job, reconcile_job
 from .jobstatus import TERMINAL, Transition, status_changed
@@ -175,7 +176,16 @@ async def _job(body: kopf.Body, patch: kopf.Patch, pool_index: kopf.Index[Any, A
         ):
             _written[meta.uid] = outcome.status
             metrics.STATUS_PATCHES.labels(kind="ScrapeJob").inc()
-            _post(body, outcome.events)
+            _post(body, [e for e in outcome.events if e.reason not in AGGREGATED])
+            for event in (e for e in outcome.events if e.reason in AGGREGATED):
+                involved = {
+                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "kind": "ScrapeJob",
+                    "name": meta.name,
+                    "namespace": meta.namespace or "",
+                    "uid": meta.uid,
+                }
+                await post_aggregated(involved, event.reason, event.type, event.message)
     metrics.record_job(meta.uid, meta.namespace or "", meta.name, str(body.spec.get("pool") or ""), outcome.status)
     if any(e.reason == "RedisUnavailable" for e in outcome.events):
         metrics.REDIS_ERRORS.labels(kind="ScrapeJob").inc()

@@ -31,7 +31,8 @@ NAMESPACED_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
     # Secrets: only `get` by name (the Redis Secret a pool names); never list or watch.
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
-    {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+    # Events: get to update the one aggregated Event per job and reason (count, message) in place.
+    {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["get", "create", "patch"]},
 ]
 
 # Cluster-scoped reads kopf needs to run: CRD discovery for its resource scan, and namespaces
