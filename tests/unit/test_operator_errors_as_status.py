@@ -168,3 +168,37 @@ def test_take_over_from_another_manager_without_our_entry_drops_its_replicas() -
             "fieldsV1": {"f:spec": {"f:paused": {}}},
         }
     ]
+
+
+def test_history_limits_and_replace_touch_only_jobs_the_cron_controls() -> None:
+    # A finished job and an active one carry the cron's label but another controller: with limits of
+    # zero and Replace they would be deleted (and, with no API client configured here, raise).
+    foreign = [
+        {"name": "c-1", "phase": "Succeeded", "completionTime": "2026-11-26T05:00:00Z", "owner": "someone-else"},
+        {"name": "c-2", "phase": "Failed", "completionTime": "2026-11-26T05:01:00Z", "owner": None},
+        {"name": "c-3", "phase": "Running", "owner": "someone-else"},
+    ]
+    spec = {
+        "schedule": "*/5 * * * *",
+        "suspend": True,
+        "concurrencyPolicy": "Replace",
+        "successfulJobsHistoryLimit": 0,
+        "failedJobsHistoryLimit": 0,
+        "jobTemplate": {"spec": JOB},
+    }
+    outcome = asyncio.run(
+        reconcile_cron(
+            name="c",
+            namespace="ns",
+            uid="cron-uid",
+            generation=1,
+            created="2026-11-26T05:00:00Z",
+            spec_raw=spec,
+            status={},
+            jobs=foreign,
+            now=NOW,
+            pool_index={("ns", "p"): [{"spec": {"redis": {"url": "redis://127.0.0.1:6379"}}, "uid": "u"}]},
+        )
+    )
+    assert not [e for e in outcome.events if e.reason == "SuccessfulDelete"]
+    assert outcome.status["active"] == []
