@@ -129,35 +129,36 @@ def _entry(manager: str, operation: str, fields: dict[str, Any], sub: str | None
 PORT_9090 = {'k:{"containerPort":9090,"protocol":"TCP"}': {".": {}, "f:name": {}}}
 
 
-def test_take_over_merges_a_plain_creates_fields_but_leaves_replicas_and_subresources() -> None:
+def test_take_over_merges_a_plain_creates_spec_but_leaves_replicas_metadata_and_subresources() -> None:
     created = _entry(
         "trawl-autoscaler",
         "Update",
         {
-            "f:metadata": {"f:annotations": {"f:a": {}}},
+            "f:metadata": {"f:labels": {"f:a": {}}},
             "f:spec": {"f:replicas": {}, "f:template": {"f:spec": {"f:ports": PORT_9090}}},
         },
     )
     ours = _entry("trawl-operator", "Apply", {"f:spec": {"f:template": {"f:metadata": {"f:labels": {}}}}})
     status = _entry("kube-controller-manager", "Update", {"f:status": {"f:replicas": {}}}, sub="status")
-    new = take_over([created, ours, status], "trawl-operator", {"trawl-autoscaler"}, "apps/v1", "t")
+    revision = _entry("kube-controller-manager", "Update", {"f:metadata": {"f:annotations": {"f:rev": {}}}})
+    new = take_over([created, ours, status, revision], "trawl-operator", "apps/v1", "t")
     assert new is not None
     mine = next(e for e in new if e["manager"] == "trawl-operator")
     assert mine["operation"] == "Apply" and mine["time"] == "t"
-    assert mine["fieldsV1"]["f:metadata"] == {"f:annotations": {"f:a": {}}}
+    assert "f:metadata" not in mine["fieldsV1"]
     assert mine["fieldsV1"]["f:spec"]["f:template"]["f:spec"]["f:ports"] == PORT_9090
     assert mine["fieldsV1"]["f:spec"]["f:template"]["f:metadata"] == {"f:labels": {}}
     assert "f:replicas" not in mine["fieldsV1"]["f:spec"]
     scaler = next(e for e in new if e["manager"] == "trawl-autoscaler")
-    assert scaler["fieldsV1"] == {"f:spec": {"f:replicas": {}}}
-    assert status in new
+    assert scaler["fieldsV1"] == {"f:metadata": {"f:labels": {"f:a": {}}}, "f:spec": {"f:replicas": {}}}
+    assert status in new and revision in new
     # Afterwards there is nothing left to take over.
-    assert take_over(new, "trawl-operator", {"trawl-autoscaler"}, "apps/v1", "t") is None
+    assert take_over(new, "trawl-operator", "apps/v1", "t") is None
 
 
-def test_take_over_from_another_manager_without_our_entry_drops_its_replicas() -> None:
+def test_take_over_from_another_manager_without_our_entry() -> None:
     other = _entry("kubectl-edit", "Update", {"f:spec": {"f:replicas": {}, "f:paused": {}}})
-    new = take_over([other], "trawl-operator", {"trawl-autoscaler"}, "apps/v1", "t")
+    new = take_over([other], "trawl-operator", "apps/v1", "t")
     assert new == [
         {
             "manager": "trawl-operator",
@@ -166,8 +167,11 @@ def test_take_over_from_another_manager_without_our_entry_drops_its_replicas() -
             "fieldsType": "FieldsV1",
             "time": "t",
             "fieldsV1": {"f:spec": {"f:paused": {}}},
-        }
+        },
+        {**other, "fieldsV1": {"f:spec": {"f:replicas": {}}}},
     ]
+    # Only replicas or metadata: nothing to take.
+    assert take_over([_entry("x", "Update", {"f:spec": {"f:replicas": {}}})], "trawl-operator", "v", "t") is None
 
 
 def test_history_limits_and_replace_touch_only_jobs_the_cron_controls() -> None:

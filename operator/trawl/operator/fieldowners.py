@@ -7,8 +7,9 @@ behind (422 "Duplicate value"), and a removed pod annotation stays. What ``kubec
 upgrades client-side-applied objects (``csaupgrade``) is done here: the earlier managers' field sets
 are merged into the applier's own entry, so the next apply owns, changes and removes them.
 
-Fields another manager legitimately keeps (the autoscaler's ``spec.replicas``) stay with it, and
-entries for subresources (``status`` written by the controller manager, ``scale``) are left alone.
+Only ``spec`` (the part the pool renders) is taken: ``spec.replicas`` stays with whoever owns it
+(the autoscaler), metadata written by others stays theirs (the deployment controller's revision
+annotation), and subresource entries (``status``, ``scale``) are left alone.
 """
 
 from __future__ import annotations
@@ -52,23 +53,28 @@ def _split(fields: Mapping[str, Any], path: tuple[str, ...]) -> tuple[FieldSet, 
     return rest, only
 
 
-def foreign_entries(managed: list[Mapping[str, Any]], applier: str, keep: set[str]) -> list[int]:
-    """Indexes of entries whose fields the applier should take over.
+def _spec_without_replicas(fields: Mapping[str, Any]) -> tuple[FieldSet, FieldSet]:
+    """(what to take: ``f:spec`` minus replicas, what stays: everything else). Either may be empty."""
+    rest, replicas = _split(fields, REPLICAS_PATH)
+    spec = rest.pop("f:spec", None)
+    taken: FieldSet = {"f:spec": spec} if isinstance(spec, dict) and _has_leaves(spec) else {}
+    return taken, _merge(rest, replicas)
 
-    Every non-subresource entry of another manager, and the applier's own ``Update`` entries
-    (a plain create under its name); ``keep`` managers keep only ``spec.replicas``."""
+
+def foreign_entries(managed: list[Mapping[str, Any]], applier: str) -> list[int]:
+    """Indexes of entries holding ``spec`` fields (other than replicas) the applier should take over.
+
+    Only ``spec``: metadata written by others stays theirs (the deployment controller's revision
+    annotation, a user's label), and subresource entries (status, scale) are never touched."""
     out = []
     for i, entry in enumerate(managed):
         if entry.get("subresource"):
             continue
-        manager, operation = entry.get("manager"), entry.get("operation")
-        if manager == applier and operation == "Apply":
+        if entry.get("manager") == applier and entry.get("operation") == "Apply":
             continue
-        if manager in keep:
-            rest, _ = _split(entry.get("fieldsV1") or {}, REPLICAS_PATH)
-            if not _has_leaves(rest):
-                continue
-        out.append(i)
+        taken, _ = _spec_without_replicas(entry.get("fieldsV1") or {})
+        if taken:
+            out.append(i)
     return out
 
 
@@ -77,11 +83,11 @@ def _has_leaves(fields: Mapping[str, Any]) -> bool:
 
 
 def take_over(
-    managed: list[Mapping[str, Any]], applier: str, keep: set[str], api_version: str, now: str
+    managed: list[Mapping[str, Any]], applier: str, api_version: str, now: str
 ) -> list[dict[str, Any]] | None:
-    """The new ``managedFields`` with foreign fields merged into the applier's Apply entry, or None
-    when there is nothing to take over. Managers in ``keep`` retain ``spec.replicas`` only."""
-    taken = foreign_entries(managed, applier, keep)
+    """The new ``managedFields`` with other managers' ``spec`` fields (except replicas) merged into the
+    applier's Apply entry, or None when there is nothing to take over."""
+    taken = foreign_entries(managed, applier)
     if not taken:
         return None
     ours_index = next(
@@ -107,9 +113,9 @@ def take_over(
             out.append(copy.deepcopy(dict(entry)))
             continue
         # Replicas are never taken: an apply that later omits them would reset the autoscaler's count.
-        rest, replicas = _split(entry.get("fieldsV1") or {}, REPLICAS_PATH)
-        _merge(union, rest)
-        if entry.get("manager") in keep and replicas:
-            out.append({**copy.deepcopy(dict(entry)), "fieldsV1": replicas})
+        spec, rest = _spec_without_replicas(entry.get("fieldsV1") or {})
+        _merge(union, spec)
+        if _has_leaves(rest):
+            out.append({**copy.deepcopy(dict(entry)), "fieldsV1": rest})
     ours["fieldsV1"] = union
     return [ours, *out]

@@ -85,7 +85,7 @@ async def _apply(namespace: str, name: str, body: dict[str, Any], manager: str) 
 async def _take_over_fields(namespace: str, name: str, current: Mapping[str, Any], now: datetime) -> bool:
     """Merge earlier managers' fields (e.g. a plain create) into ours, so the next apply owns them all."""
     managed = (current.get("metadata") or {}).get("managedFields") or []
-    new = take_over(managed, FIELD_MANAGER, {SCALER_MANAGER}, "apps/v1", format_time(now))
+    new = take_over(managed, FIELD_MANAGER, "apps/v1", format_time(now))
     if new is None:
         return False
     rv = (current.get("metadata") or {}).get("resourceVersion")
