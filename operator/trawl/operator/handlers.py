@@ -52,7 +52,16 @@ autoscalers = Autoscalers()
 _locks: dict[str, asyncio.Lock] = {}
 _written: dict[str, dict[str, Any]] = {}  # ScrapeJob uid -> the status this process last applied
 _pool_passes: dict[str, float] = {}  # ScrapePool uid -> monotonic time of its last reconcile
-_deleted: set[str] = set()  # ScrapeJob uids cancelled by this process: no pass may touch Redis again
+# ScrapeJob uids cancelled by this process: no pass may touch Redis again. Bounded: only a pass
+# already waiting on the job's lock can come after its deletion, so recent uids are enough.
+_deleted: dict[str, None] = {}
+DELETED_REMEMBERED = 10000
+
+
+def _remember_deleted(uid: str) -> None:
+    _deleted[uid] = None
+    while len(_deleted) > DELETED_REMEMBERED:
+        del _deleted[next(iter(_deleted))]
 
 
 def _lock(uid: str) -> asyncio.Lock:
@@ -171,9 +180,7 @@ async def _job(body: kopf.Body, patch: kopf.Patch, pool_index: kopf.Index[Any, A
             outcome = failed_job(generation, current, clock.now(), *_unexpected("ScrapeJob", meta, exc))
         # Jobs are the many, fast-changing objects: their status is applied directly (see
         # kube.apply_status), and Events are posted only once the write recording them was accepted.
-        if status_changed(current, outcome.status) and await kube.apply_status(
-            JOBS, "ScrapeJob", meta.namespace or "", meta.name, outcome.status
-        ):
+        if status_changed(current, outcome.status) and await _apply_job_status(meta, outcome.status):
             _written[meta.uid] = outcome.status
             metrics.STATUS_PATCHES.labels(kind="ScrapeJob").inc()
             _post(body, [e for e in outcome.events if e.reason not in AGGREGATED])
@@ -191,7 +198,20 @@ async def _job(body: kopf.Body, patch: kopf.Patch, pool_index: kopf.Index[Any, A
         metrics.REDIS_ERRORS.labels(kind="ScrapeJob").inc()
     metrics.RECONCILE_SECONDS.labels(kind="ScrapeJob").observe(time.monotonic() - started)
     if outcome.delete_object:
-        await delete_job_object(meta.namespace or "", meta.name)
+        try:
+            await delete_job_object(meta.namespace or "", meta.name)
+        except Exception as exc:  # the TTL timer tries again
+            _unexpected("ScrapeJob", meta, exc)
+
+
+async def _apply_job_status(meta: Any, status: dict[str, Any]) -> bool:
+    """Write the status; False (with one log line, no traceback) if the API server did not take it:
+    the next timer pass derives and writes it again."""
+    try:
+        return await kube.apply_status(JOBS, "ScrapeJob", meta.namespace or "", meta.name, status)
+    except Exception as exc:
+        _unexpected("ScrapeJob", meta, exc)
+        return False
 
 
 def _job_active(status: Mapping[str, Any], spec: Mapping[str, Any], **_: Any) -> bool:
@@ -251,14 +271,14 @@ async def job_deleted(
                 pool_index=pool_index,
                 connections=connections,
             )
-            _deleted.add(meta.uid)
+            _remember_deleted(meta.uid)
             logger.info("ScrapeJob deleted: %s", outcome)
             metrics.forget_job(meta.uid)
         except (RedisUnreachable, RedisConfigError, RedisError, OSError) as exc:
             if retry < 12:
                 raise kopf.TemporaryError(f"cannot cancel the job's tasks yet: {exc}", delay=5) from None
             # A minute of trying: let the object go; retention still expires its keys.
-            _deleted.add(meta.uid)
+            _remember_deleted(meta.uid)
             kopf.event(body, type="Warning", reason="CancelFailed", message=f"tasks left in Redis: {exc}")
     _locks.pop(meta.uid, None)
     _written.pop(meta.uid, None)
@@ -343,7 +363,10 @@ async def pool_deleted(body: kopf.Body, retry: int, jobs_by_pool: kopf.Index[Any
         if retry == 0:
             kopf.event(body, type="Warning", reason="DeletionBlocked", message=message)
         raise kopf.TemporaryError(message, delay=10)
-    await delete_deployment(meta.namespace or "", meta.name)
+    try:
+        await delete_deployment(meta.namespace or "", meta.name)
+    except Exception as exc:
+        raise kopf.TemporaryError(f"cannot delete the worker Deployment: {kube.api_message(exc)}", delay=10) from None
     autoscalers.forget((meta.namespace or "", meta.name))
     _pool_passes.pop(meta.uid, None)
     metrics.forget_pool(meta.namespace or "", meta.name)
