@@ -35,11 +35,14 @@ def chart_operator(
     kubeconfig = control_plane.service_account_kubeconfig(namespace, service_account_name(docs))
     args = operator_deployment(docs)["spec"]["template"]["spec"]["containers"][0]["args"]
     assert (f"--namespace={namespace}" in args) == (request.param == "namespaced")
+    # As the chart runs it: with leader election on a Lease in the release namespace (the chart's Role).
+    assert "--leader-election" in args
     proc = OperatorProcess(
         kubeconfig,
         [namespace],
         tmp_path / "operator.log",
-        env={"TRAWL_JOB_SYNC_SECONDS": "1", "TRAWL_POOL_SYNC_SECONDS": "1"},
+        env={"TRAWL_JOB_SYNC_SECONDS": "1", "TRAWL_POOL_SYNC_SECONDS": "1", "POD_NAMESPACE": namespace},
+        extra_args=["--leader-election"],
     )
     proc.start()
     try:
