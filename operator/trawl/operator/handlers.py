@@ -51,6 +51,7 @@ connections = RedisConnections()
 autoscalers = Autoscalers()
 _locks: dict[str, asyncio.Lock] = {}
 _written: dict[str, dict[str, Any]] = {}  # ScrapeJob uid -> the status this process last applied
+_last_status: dict[str, dict[str, Any]] = {}  # ScrapePool/CronScrapeJob uid -> the status last derived
 _pool_passes: dict[str, float] = {}  # ScrapePool uid -> monotonic time of its last reconcile
 # ScrapeJob uids cancelled by this process: no pass may touch Redis again. Bounded: only a pass
 # already waiting on the job's lock can come after its deletion, so recent uids are enough.
@@ -67,6 +68,15 @@ def _remember_deleted(uid: str) -> None:
 def _lock(uid: str) -> asyncio.Lock:
     # A timer and an event handler may run at once for one object; a reconcile must not interleave.
     return _locks.setdefault(uid, asyncio.Lock())
+
+
+def _previous(uid: str, stored: Mapping[str, Any]) -> dict[str, Any]:
+    """The status a pool or cron pass derives from: what this process last derived, when it has.
+
+    kopf applies our status patch after the handler returns and sees it only when the watch
+    delivers it; a pass in between (the create handler and the first timer tick) would derive from
+    the older copy and repeat transitions, and with them their Events."""
+    return dict(_last_status.get(uid) or stored)
 
 
 def _write_status(patch: kopf.Patch, current: Mapping[str, Any], new: dict[str, Any], kind: str) -> None:
@@ -304,6 +314,7 @@ async def _pool(body: kopf.Body, patch: kopf.Patch, jobs_by_pool: kopf.Index[Any
     _pool_passes[meta.uid] = started
     async with _lock(meta.uid):
         generation = int(meta.get("generation") or 0)
+        previous = _previous(meta.uid, body.status)
         try:
             outcome = await reconcile_pool(
                 name=meta.name,
@@ -311,16 +322,15 @@ async def _pool(body: kopf.Body, patch: kopf.Patch, jobs_by_pool: kopf.Index[Any
                 uid=meta.uid,
                 generation=generation,
                 spec_raw=body.spec,
-                status=body.status,
+                status=previous,
                 connections=connections,
                 autoscalers=autoscalers,
                 now=clock.now(),
                 jobs=list(jobs_by_pool.get((meta.namespace, meta.name), [])),
             )
         except Exception as exc:
-            outcome = failed_pool(
-                meta.name, body.status, generation, clock.now(), *_unexpected("ScrapePool", meta, exc)
-            )
+            outcome = failed_pool(meta.name, previous, generation, clock.now(), *_unexpected("ScrapePool", meta, exc))
+        _last_status[meta.uid] = outcome.status
     _write_status(patch, body.status, outcome.status, "ScrapePool")
     _post(body, outcome.events)
     metrics.record_pool(meta.namespace or "", meta.name, outcome.status)
@@ -372,6 +382,7 @@ async def pool_deleted(body: kopf.Body, retry: int, jobs_by_pool: kopf.Index[Any
     metrics.forget_pool(meta.namespace or "", meta.name)
     await connections.forget_pool(meta.namespace or "", meta.name)
     _locks.pop(meta.uid, None)
+    _last_status.pop(meta.uid, None)
 
 
 # ---------------------------------------------------------------- CronScrapeJob
@@ -383,6 +394,7 @@ async def _cron(
     meta = body.metadata
     async with _lock(meta.uid):
         generation = int(meta.get("generation") or 0)
+        previous = _previous(meta.uid, body.status)
         try:
             outcome = await reconcile_cron(
                 name=meta.name,
@@ -391,14 +403,15 @@ async def _cron(
                 generation=generation,
                 created=str(meta.get("creationTimestamp") or ""),
                 spec_raw=body.spec,
-                status=body.status,
+                status=previous,
                 jobs=list(jobs_by_cron.get((meta.namespace, meta.name), [])),
                 now=clock.now(),
                 pool_index=pool_index,
             )
         except Exception as exc:
             reason, msg = _unexpected("CronScrapeJob", meta, exc)
-            outcome = failed_cron(body.status, generation, clock.now(), reason, msg)
+            outcome = failed_cron(previous, generation, clock.now(), reason, msg)
+        _last_status[meta.uid] = outcome.status
     _write_status(patch, body.status, outcome.status, "CronScrapeJob")
     _post(body, outcome.events)
 
