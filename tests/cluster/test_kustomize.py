@@ -43,9 +43,19 @@ def test_apply_k_manifests_installs_trawl(control_plane: ControlPlane) -> None:
     ns = json.loads(control_plane.kubectl("get", "namespace", "trawl-system", "-o", "json").stdout)
     assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
     # A second apply changes nothing (GitOps tools re-apply constantly).
+    pdb_before = _pdb_version(control_plane)
     again = control_plane.kubectl("apply", "-k", str(MANIFESTS)).stdout
-    changed = [line for line in again.splitlines() if not line.endswith(" unchanged")]
+    # kubectl always sends a PodDisruptionBudget's selector (its patch strategy is "replace") and so
+    # prints "configured"; the server stores nothing new, which is what matters to a GitOps tool.
+    pdb = "poddisruptionbudget.policy/trawl-operator configured"
+    changed = [line for line in again.splitlines() if not line.endswith(" unchanged") and line != pdb]
     assert not changed, again
+    assert _pdb_version(control_plane) == pdb_before
+
+
+def _pdb_version(cp: ControlPlane) -> tuple[str, int]:
+    obj = json.loads(cp.kubectl("get", "pdb", "trawl-operator", "-n", "trawl-system", "-o", "json").stdout)
+    return obj["metadata"]["resourceVersion"], obj["metadata"]["generation"]
 
 
 def test_kustomize_pods_are_admitted_in_the_restricted_namespace(control_plane: ControlPlane) -> None:
