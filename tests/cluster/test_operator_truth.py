@@ -330,13 +330,13 @@ def test_suspended_at_creation_fetches_nothing_and_finished_jobs_block_pool_dele
     assert " GET / " in log, log
 
     # Dead letters over several passes: one DeadLettered Event for the job, its count updated.
-    dead = [f"http://127.0.0.1:1/dead/{i}" for i in range(8)]
+    dead = [f"{bookstore.url}/dead/{i}" for i in range(8)]  # 404: permanent, dead-lettered
     apply(cp, job("dead", "p", dead, retry={"maxAttempts": 1}), namespace=namespace)
     wait_for(
         "dead finished",
         lambda: (get(cp, "scrapejob", "dead", namespace).get("status") or {}).get("phase") in ("Succeeded", "Failed"),
         timeout=120,
-        diag=operator.log_tail,
+        diag=lambda: json.dumps(get(cp, "scrapejob", "dead", namespace).get("status"), indent=1)[:3000],
     )
     lettered = [e for e in events_for(cp, namespace, "dead") if e["reason"] == "DeadLettered"]
     assert len(lettered) == 1, lettered
