@@ -121,6 +121,14 @@ def test_dashboard_covers_the_operator_and_worker_series() -> None:
         "trawl_worker_response_bytes_total",
         "trawl_worker_in_flight",
         "trawl_worker_rate_limit_deferrals_total",
+        "trawl_pool_backlog_tasks",
+        "trawl_pool_delayed_tasks",
+        "trawl_pool_in_flight_tasks",
+        "trawl_pool_dead_letters",
+        "trawl_pool_desired_replicas",
+        "trawl_pool_ready_replicas",
+        "trawl_pool_backlog_stalled_seconds",
+        "trawl_job_tasks",
     ):
         assert name in used, name
 

@@ -57,7 +57,8 @@ REGISTRY.register(_PhaseCollector())
 # ---------------------------------------------------------------- per pool and per job, for alerting
 #
 # Gauges are produced at scrape time from what the reconcilers last computed (the status they wrote),
-# so they cost nothing between scrapes and disappear with their object. Labels: namespace, pool, job.
+# so they cost nothing between scrapes and disappear with their object. Labels: namespace, pool,
+# scrapejob; the chart's ServiceMonitor honours them (honorLabels) over the target's namespace.
 
 POOL_COUNTS = {
     "trawl_pool_backlog_tasks": ("ready", "Tasks ready to be claimed by the pool's workers."),
@@ -146,7 +147,8 @@ class _ObjectCollector(Collector):
         yield from (stalled, desired, ready, condition)
 
     def job_families(self) -> Iterator[GaugeMetricFamily]:
-        labels = ["namespace", "job", "pool"]
+        # "scrapejob", not "job": Prometheus's own target label is "job".
+        labels = ["namespace", "scrapejob", "pool"]
         tasks = GaugeMetricFamily("trawl_job_tasks", "A job's tasks by state.", labels=[*labels, "state"])
         phase = GaugeMetricFamily("trawl_job_phase", "1 for the job's current phase.", labels=[*labels, "phase"])
         for _uid, (ns, name, pool, status) in sorted(_jobs.items(), key=lambda kv: kv[1][:2]):
