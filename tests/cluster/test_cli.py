@@ -113,6 +113,24 @@ def test_submit_wait_status_results_top(
         assert text in res.output, (text, res.output)
     res = cli(cp, namespace, "status", "books", "-o", "json")
     assert json.loads(res.output)["metadata"]["name"] == "books"
+    res = cli(cp, namespace, "status", "-o", "yaml")
+    assert {j["metadata"]["name"] for j in yaml.safe_load(res.output)} == {"books", generated}
+    # --watch on a finished job: one document, then it returns (a running job would stream them)
+    res = cli(cp, namespace, "status", "books", "-w", "-o", "yaml")
+    assert res.exit_code == 0, res.output
+    docs = [d for d in yaml.safe_load_all(res.output) if d]
+    assert len(docs) == 1 and docs[0]["status"]["phase"] == "Succeeded"
+    assert docs[0]["status"]["progressText"] == "100%" and docs[0]["status"]["duration"]
+    # kubectl's columns: PROGRESS with %, DURATION
+    table = cp.kubectl("get", "sj", "books", "-n", namespace).stdout
+    assert "PROGRESS" in table and "100%" in table and "DURATION" in table, table
+    # a closed pipe (`trawl results books | head -1`) ends quietly
+    head = subprocess.run(
+        f"{sys.executable} -m trawl.cli results books -n {namespace} | head -1",
+        shell=True, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "KUBECONFIG": str(cp.kubeconfig_path)},
+    )  # fmt: skip
+    assert head.stdout.count("\n") == 1 and "Traceback" not in head.stderr, head.stderr
 
     # results: JSON Lines on stdout, CSV to a file; one record per page, as the status counts
     res = cli(cp, namespace, "results", "books")

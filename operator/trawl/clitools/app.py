@@ -61,6 +61,24 @@ def _reported() -> Iterator[None]:
         raise typer.Exit(130) from None
 
 
+OUTPUTS = ("table", "json", "yaml")
+
+
+def _check_output(output: str) -> None:
+    if output not in OUTPUTS:
+        raise CliError(f"unknown output {output!r}: use {', '.join(OUTPUTS)}")
+
+
+def _dump(data: Any, output: str) -> None:
+    """Machine-readable output: JSON, or YAML (one document) as kubectl prints it."""
+    if output == "yaml":
+        import yaml
+
+        typer.echo(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), nl=False)
+    else:
+        typer.echo(json.dumps(data, indent=2))
+
+
 def _connect(kubeconfig: str | None, context: str | None, namespace: str | None) -> Cluster:
     from .cluster import Cluster, Target
 
@@ -155,7 +173,11 @@ def _wait(cluster: Cluster, name: str, timeout: float) -> int:
 def status(
     job: str | None = typer.Argument(None, help="A job's name for its detail; omit for a table of jobs."),
     all_namespaces: bool = typer.Option(False, "--all-namespaces", "-A", help="Jobs of every namespace."),
-    output: str = typer.Option("table", "--output", "-o", help="table or json."),
+    output: str = typer.Option("table", "--output", "-o", help="table, json or yaml."),
+    watch: bool = typer.Option(
+        False, "--watch", "-w", help="Keep showing it as it changes (until the job finishes, or Ctrl-C)."
+    ),
+    interval: float = typer.Option(2.0, "--interval", min=0.2, help="With --watch: seconds between reads."),
     kubeconfig: str | None = KUBECONFIG,
     context: str | None = CONTEXT,
     namespace: str | None = NAMESPACE,
@@ -163,27 +185,54 @@ def status(
     """A table of ScrapeJobs, or one job's detail: counts, conditions, dead letters, where the results are."""
     with _reported():
         from . import render
-        from .jobs import get_job
+        from .jobs import TERMINAL, get_job, phase
 
-        if output not in ("table", "json"):
-            raise CliError(f"unknown output {output!r}: use table or json")
+        _check_output(output)
         cluster = _connect(kubeconfig, context, namespace)
         out = _console()
-        if job:
-            obj = get_job(cluster, job)
-            if output == "json":
-                typer.echo(json.dumps(obj, indent=2))
+
+        def read() -> Any:
+            return get_job(cluster, job) if job else cluster.list("ScrapeJob", all_namespaces=all_namespaces)
+
+        def view(data: Any) -> Any:
+            if job:
+                return render.job_detail(data)
+            if not data:
+                where = "any namespace" if all_namespaces else f"namespace {cluster.namespace}"
+                return f"No ScrapeJobs in {where}."
+            return render.jobs_table(data, show_namespace=all_namespaces)
+
+        def done(data: Any) -> bool:
+            return bool(job) and phase(data) in TERMINAL
+
+        data = read()
+        if not watch:
+            if output == "table":
+                out.print(view(data))
             else:
-                out.print(render.job_detail(obj))
+                _dump(data, output)
             return
-        jobs = cluster.list("ScrapeJob", all_namespaces=all_namespaces)
-        if output == "json":
-            typer.echo(json.dumps(jobs, indent=2))
-        elif not jobs:
-            where = "any namespace" if all_namespaces else f"namespace {cluster.namespace}"
-            out.print(f"No ScrapeJobs in {where}.", markup=False)
-        else:
-            out.print(render.jobs_table(jobs, show_namespace=all_namespaces))
+        if output != "table":
+            # As kubectl -w: a document each time the object (or list) changes.
+            last = None
+            while True:
+                if data != last:
+                    _dump(data, output)
+                    if output == "yaml":
+                        typer.echo("---")
+                    sys.stdout.flush()
+                    last = data
+                if done(data):
+                    return
+                time.sleep(interval)
+                data = read()
+        from rich.live import Live
+
+        with Live(view(data), console=out, auto_refresh=False) as live:
+            while not done(data):
+                time.sleep(interval)
+                data = read()
+                live.update(view(data), refresh=True)
 
 
 # ---------------------------------------------------------------------------------------------- results
@@ -265,7 +314,9 @@ dlq_app = typer.Typer(
 @dlq_app.command("list")
 def dlq_list(
     job: str = typer.Argument(..., help="The job's name."),
-    output: str = typer.Option("table", "--output", "-o", help="table or json (with each attempt's history)."),
+    output: str = typer.Option(
+        "table", "--output", "-o", help="table, json or yaml (json and yaml with each attempt's history)."
+    ),
     redis_url: str | None = REDIS_URL,
     kubeconfig: str | None = KUBECONFIG,
     context: str | None = CONTEXT,
@@ -277,15 +328,14 @@ def dlq_list(
         from .jobs import get_job_and_pool
         from .queueaccess import dead_letters, job_ref, resolve_redis
 
-        if output not in ("table", "json"):
-            raise CliError(f"unknown output {output!r}: use table or json")
+        _check_output(output)
         cluster = _connect(kubeconfig, context, namespace)
         obj, pool = get_job_and_pool(cluster, job)
         cfg = resolve_redis(cluster, pool, redis_url)
         ref = job_ref(obj, pool)
         records = _run_async(lambda: dead_letters(cfg, ref))
-        if output == "json":
-            typer.echo(json.dumps([render.dead_letter_json(r) for r in records], indent=2))
+        if output != "table":
+            _dump([render.dead_letter_json(r) for r in records], output)
             return
         out = _console()
         if not records:
