@@ -146,10 +146,21 @@ def test_get_prints_printer_columns(control_plane: ControlPlane, namespace: str)
     manifest = _job_manifest("cols")
     control_plane.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(manifest))
     header = control_plane.kubectl("get", "sj", "-n", namespace).stdout.splitlines()[0].split()
-    assert header == ["NAME", "POOL", "PHASE", "PROGRESS", "SUCCEEDED", "DEAD", "TOTAL", "AGE"]
+    assert header == ["NAME", "POOL", "PHASE", "PROGRESS", "SUCCEEDED", "DEAD", "TOTAL", "DURATION", "AGE"]
     wide = control_plane.kubectl("get", "sj", "-n", namespace, "-o", "wide").stdout.splitlines()
-    assert wide[0].split() == ["NAME", "POOL", "PHASE", "PROGRESS", "SUCCEEDED", "DEAD", "TOTAL", "PRIORITY", "MESSAGE",
-                               "AGE"]
+    assert wide[0].split() == [
+        "NAME",
+        "POOL",
+        "PHASE",
+        "PROGRESS",
+        "SUCCEEDED",
+        "DEAD",
+        "TOTAL",
+        "DURATION",
+        "PRIORITY",
+        "MESSAGE",
+        "AGE",
+    ]
     assert wide[1].split()[:2] == ["cols", "default"]
     for short_name in ("sp", "csj"):  # the other short names resolve
         empty = control_plane.kubectl("get", short_name, "-n", namespace)
@@ -177,8 +188,14 @@ def test_status_subresource_keeps_declared_fields(control_plane: ControlPlane, n
             "progress": 40,
             "counts": {"total": 10, "succeeded": 4, "deadLettered": 1},
             "conditions": [
-                {"type": "Ready", "status": "False", "reason": "Running", "message": "4/10",
-                 "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1},
+                {
+                    "type": "Ready",
+                    "status": "False",
+                    "reason": "Running",
+                    "message": "4/10",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z",
+                    "observedGeneration": 1,
+                },
             ],
             "undeclared": "dropped",
         }

@@ -132,6 +132,29 @@ def test_top_history_and_frame() -> None:
     assert "no ScrapePools" in text(render.top_frame(history))
 
 
+@pytest.mark.parametrize("columns", [80, 120])
+@pytest.mark.parametrize("show_namespace", [False, True])
+def test_top_fits_the_terminal(columns: int, show_namespace: bool) -> None:
+    history = History(window=300)
+    for t in range(0, 100, 10):
+        pools = [
+            sample_pool(_pool_obj("shop", t, t // 10, float(t)), float(t)),
+            sample_pool(_pool_obj("a-much-longer-pool-name", t, 3, 1.0), float(t)),
+        ]
+        history.add(pools, float(t))
+    frame = text(render.top_frame(history, show_namespace=show_namespace, columns=columns), width=columns)
+    lines = frame.rstrip("\n").splitlines()
+    assert all(len(line.rstrip()) <= columns for line in lines), "\n".join(lines)
+    header = lines[0].split()
+    # Every header on the first line, none wrapped onto a second.
+    for word in ("POOL", "REPLICAS", "BACKLOG", "IN", "FLIGHT", "TASKS/S", "FAIL", "STATE"):
+        assert word in header, (word, lines[0])
+    assert len(lines) in (3, 4), lines  # the header, one line per pool (and the sparklines' window)
+    assert "a-much-" in frame and "9/10" in frame  # a long name is cut (ellipsis) before any number
+    if columns == 120 and not show_namespace:  # room for sparklines; narrower, they give way first
+        assert any(ch in frame for ch in "▁▂▃▄▅▆▇█"), frame
+
+
 def _job(name: str, phase: str, **status: Any) -> dict[str, Any]:
     return {
         "metadata": {"name": name, "namespace": "ns", "creationTimestamp": "2026-01-01T00:00:00Z"},

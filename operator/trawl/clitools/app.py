@@ -427,12 +427,12 @@ def top(
         out = _console()
         poll(cluster, history, time.time(), all_namespaces=all_namespaces)
         if once:
-            out.print(render.top_frame(history, show_namespace=all_namespaces))
+            out.print(render.top_frame(history, show_namespace=all_namespaces, columns=out.width))
             return
         width = max(10, min(40, int(window * 60 / interval)))
         if not out.is_terminal:  # piped or redirected: a frame per refresh, like `top -b`
             while True:
-                out.print(render.top_frame(history, show_namespace=all_namespaces, width=width))
+                out.print(render.top_frame(history, show_namespace=all_namespaces, width=width, columns=out.width))
                 out.print()
                 out.file.flush()
                 time.sleep(interval)
@@ -440,7 +440,9 @@ def top(
                     poll(cluster, history, time.time(), all_namespaces=all_namespaces)
                 except CliError as exc:
                     out.print(f"last refresh failed: {exc.message}", markup=False)
-        with Live(render.top_frame(history, show_namespace=all_namespaces, width=width), console=out) as live:
+        with Live(
+            render.top_frame(history, show_namespace=all_namespaces, width=width, columns=out.width), console=out
+        ) as live:
             while True:
                 time.sleep(interval)
                 error = None
@@ -448,4 +450,8 @@ def top(
                     poll(cluster, history, time.time(), all_namespaces=all_namespaces)
                 except CliError as exc:  # keep showing the last frame while the API server is away
                     error = exc.message
-                live.update(render.top_frame(history, show_namespace=all_namespaces, width=width, error=error))
+                live.update(
+                    render.top_frame(
+                        history, show_namespace=all_namespaces, width=width, error=error, columns=out.width
+                    )
+                )

@@ -206,42 +206,94 @@ def dead_letter_json(r: DeadLetterRecord) -> dict[str, Any]:
     }
 
 
-def top_frame(history: History, *, show_namespace: bool = False, width: int = 20, error: str | None = None) -> Group:
-    """One frame of ``trawl top``: a row per pool, current values and sparklines over the window."""
+# Fixed columns of `trawl top` (headers are their widest cells except POOL/NAMESPACE and STATE).
+_TOP_FIXED = ("REPLICAS", "BACKLOG", "IN FLIGHT", "TASKS/S", "FAIL %")
+_TOP_STATE_MIN = 14  # STATE keeps at least this much (cut with an ellipsis beyond)
+
+
+def _top_gaps(show_namespace: bool, sparks: bool) -> int:
+    """Spaces between the columns (box=None pads one space each side, not at the edges)."""
+    count = (1 if show_namespace else 0) + 1 + len(_TOP_FIXED) + (4 if sparks else 0) + 1
+    return 2 * (count - 1)
+
+
+def _spark_width(columns: int, names: int, wanted: int, show_namespace: bool) -> int:
+    """Sparkline width that lets the frame fit ``columns``: the fixed columns and a minimum STATE first,
+    the four sparklines share what is left (none below 4 cells each: then there are none)."""
+    free = columns - names - sum(len(h) for h in _TOP_FIXED) - _TOP_STATE_MIN - _top_gaps(show_namespace, True)
+    per = min(wanted, free // 4)
+    return per if per >= 4 else 0
+
+
+def top_frame(
+    history: History,
+    *,
+    show_namespace: bool = False,
+    width: int = 20,
+    error: str | None = None,
+    columns: int | None = None,
+) -> Group:
+    """One frame of ``trawl top``: a row per pool, current values and sparklines over the window.
+
+    With ``columns`` (the terminal's width) the frame fits it: sparklines narrow, then go, before any
+    header wraps; STATE is cut with an ellipsis."""
+    latest = history.latest()
+    state_width: int | None = None
+    pool_width: int | None = None
+    ns_width: int | None = None
+    if columns is not None:
+        pool_width = max([len("POOL"), *(len(s[-1].name) for s in latest)])
+        ns_width = max([len("NAMESPACE"), *(len(s[-1].namespace) for s in latest)]) if show_namespace else 0
+        width = _spark_width(columns, pool_width + ns_width, width, show_namespace)
+        used = (
+            pool_width + ns_width + sum(len(h) for h in _TOP_FIXED) + 4 * width + _top_gaps(show_namespace, width > 0)
+        )
+        deficit = used + _TOP_STATE_MIN - columns
+        if deficit > 0:  # long names on a narrow terminal: cut the names (ellipsis), never the numbers
+            cut_ns = min(deficit // 2, ns_width - len("NAMESPACE")) if show_namespace else 0
+            ns_width -= max(0, cut_ns)
+            pool_width = max(len("POOL") + 4, pool_width - (deficit - max(0, cut_ns)))
+            used = pool_width + ns_width + sum(len(h) for h in _TOP_FIXED) + _top_gaps(show_namespace, width > 0)
+        state_width = max(len("STATE"), columns - used)
+    sparks = width > 0
     table = Table(box=None, header_style="bold", pad_edge=False)
     if show_namespace:
-        table.add_column("NAMESPACE")
-    table.add_column("POOL")
-    table.add_column("REPLICAS", justify="right")
-    table.add_column(f"replicas ({_window(history)})")
-    table.add_column("BACKLOG", justify="right")
-    table.add_column("backlog")
-    table.add_column("IN FLIGHT", justify="right")
-    table.add_column("TASKS/S", justify="right")
-    table.add_column("tasks/s")
-    table.add_column("FAIL %", justify="right")
-    table.add_column("fail %")
-    table.add_column("STATE", overflow="ellipsis", no_wrap=True, max_width=48)
-    for series in history.latest():
+        table.add_column("NAMESPACE", no_wrap=True, overflow="ellipsis", width=ns_width)
+    table.add_column("POOL", no_wrap=True, overflow="ellipsis", width=pool_width)
+    for header in _TOP_FIXED:
+        table.add_column(header, justify="right", no_wrap=True)
+        if sparks and header != "IN FLIGHT":
+            # No header: it would widen the sparkline's column; the window is named below the table.
+            table.add_column("", no_wrap=True, overflow="crop")
+    if state_width is not None:
+        table.add_column("STATE", overflow="ellipsis", no_wrap=True, width=state_width)
+    else:
+        table.add_column("STATE", overflow="ellipsis", no_wrap=True, max_width=48)
+    for series in latest:
         cur = series[-1]
         points = list(series)
         row: list[RenderableType] = [cur.namespace] if show_namespace else []
         fail_style = "red" if cur.failure_rate >= 0.5 else ("yellow" if cur.failure_rate > 0.1 else "")
-        row += [
-            cur.name,
-            f"{cur.replicas}/{cur.desired}",
-            Text(sparkline([p.replicas for p in points], width), style="magenta"),
-            str(cur.backlog),
-            Text(sparkline([p.backlog for p in points], width), style="cyan"),
-            str(cur.in_flight),
-            f"{cur.throughput:.1f}",
-            Text(sparkline([p.throughput for p in points], width), style="green"),
-            Text(f"{100 * cur.failure_rate:.0f}", style=fail_style),
-            Text(sparkline([p.failure_rate for p in points], width, top=1.0), style="red"),
-            _state(cur),
+        cells: list[tuple[RenderableType, RenderableType | None]] = [
+            (f"{cur.replicas}/{cur.desired}", Text(sparkline([p.replicas for p in points], width), style="magenta")),
+            (str(cur.backlog), Text(sparkline([p.backlog for p in points], width), style="cyan")),
+            (str(cur.in_flight), None),
+            (f"{cur.throughput:.1f}", Text(sparkline([p.throughput for p in points], width), style="green")),
+            (
+                Text(f"{100 * cur.failure_rate:.0f}", style=fail_style),
+                Text(sparkline([p.failure_rate for p in points], width, top=1.0), style="red"),
+            ),
         ]
+        row.append(cur.name)
+        for value, spark in cells:
+            row.append(value)
+            if sparks and spark is not None:
+                row.append(spark)
+        row.append(_state(cur))
         table.add_row(*_cells(*row))
     parts: list[RenderableType] = [table]
+    if sparks and latest:
+        parts.append(Text(f"sparklines: the last {history.window / 60:g} min", style="dim"))
     if not history.pools:
         parts = [Text("no ScrapePools in this namespace", style="dim")]
     if error:
