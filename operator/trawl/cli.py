@@ -176,12 +176,13 @@ _add_dev()
 
 
 # Job tools (trawl.clitools): the module imports only typer; each command loads kube/redis/rich when run.
-from trawl.clitools.app import dlq_app, results, status, submit, top  # noqa: E402
+from trawl.clitools.app import dlq_app, results, run, status, submit, top  # noqa: E402
 
 app.command("submit")(submit)
 app.command("status")(status)
 app.command("results")(results)
 app.command("top")(top)
+app.command("run")(run)
 app.add_typer(dlq_app, name="dlq")
 
 

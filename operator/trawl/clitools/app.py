@@ -400,6 +400,98 @@ def dlq_retry(
             time.sleep(0.5)
 
 
+# ---------------------------------------------------------------------------------------------- run
+
+
+def run(
+    manifest: Path = typer.Argument(..., help="A ScrapeJob manifest (YAML), as you would kubectl apply it."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write the results (JSON Lines) here."),
+    dead_letters: Path | None = typer.Option(
+        None, "--dead-letters", help="Write the dead letters (JSON Lines) here (default: listed on stderr)."
+    ),
+    redis_url: str | None = typer.Option(
+        None, "--redis-url", help="Use this Redis (e.g. the dev stack's) instead of starting a redis-server."
+    ),
+    workers: int = typer.Option(1, "--workers", min=1, max=16, help="In-process workers."),
+    concurrency: int = typer.Option(8, "--concurrency", min=1, max=512, help="Tasks in flight per worker."),
+    allow_cidr: list[str] = typer.Option(
+        [], "--allow-cidr", help="Private/loopback network the workers may fetch from, e.g. 127.0.0.0/8 (repeatable)."
+    ),
+    timeout: float = typer.Option(600.0, "--timeout", help="Give up after this many seconds (0: never)."),
+) -> None:
+    """Run a ScrapeJob manifest on this machine, without a cluster: print its results and dead letters.
+
+    The manifest is validated by the operator's own models; a local redis-server (or --redis-url) holds
+    the queue, in-process workers fetch, extract and write exactly as in a cluster. Results of the
+    default sink (a Redis stream) go to stdout or --output; JsonLines and Webhook sinks write where the
+    manifest says.
+    """
+    with _reported():
+        import contextlib
+
+        from .localrun import load_manifest, run_job
+
+        spec = load_manifest(manifest)
+        for cidr in allow_cidr:
+            import ipaddress
+
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError as exc:
+                raise CliError(f"--allow-cidr {cidr!r}: {exc}") from None
+        err = _console(stderr=True)
+        with contextlib.ExitStack() as stack:
+            url = redis_url
+            if url is None:
+                from trawl.dev.redis_server import RedisServer
+                from trawl.dev.stack import check_programs
+
+                check_programs()
+                url = stack.enter_context(RedisServer()).url
+            results_out = stack.enter_context(output.open("w", encoding="utf-8")) if output else sys.stdout
+            dead_file = stack.enter_context(dead_letters.open("w", encoding="utf-8")) if dead_letters else None
+            dead_buffer = None
+            if dead_file is None:
+                import io
+
+                dead_buffer = io.StringIO()
+            status = stack.enter_context(err.status("queued ...")) if err.is_terminal else None
+
+            def progress(stats: Any) -> None:
+                if status is not None:
+                    status.update(
+                        f"{stats.succeeded + stats.dead}/{stats.total} done, {stats.in_flight} in flight, "
+                        f"{stats.dead} dead"
+                    )
+
+            outcome = _run_async(
+                lambda: run_job(
+                    spec,
+                    url,
+                    workers=workers,
+                    concurrency=concurrency,
+                    allowed_cidrs=list(allow_cidr),
+                    time_limit=timeout,
+                    results_out=results_out,
+                    dead_out=dead_file or dead_buffer,
+                    progress=progress,
+                )
+            )
+            results_out.flush()
+        if dead_buffer is not None and dead_buffer.getvalue():
+            err.print("dead letters:", style="bold red", markup=False)
+            for line in dead_buffer.getvalue().splitlines():
+                rec = json.loads(line)
+                err.print(f"  {rec['url']}  {rec['errorClass']}: {rec['error']}", markup=False)
+        where = f" to {output}" if output else ""
+        err.print(
+            f"{outcome.total} tasks: {outcome.succeeded} succeeded, {outcome.dead} dead-lettered; "
+            f"{outcome.results} results written{where} in {outcome.seconds:.1f}s",
+            markup=False,
+        )
+        raise typer.Exit(0 if outcome.dead <= spec.max_dead_letters else 1)
+
+
 # ---------------------------------------------------------------------------------------------- top
 
 
