@@ -186,6 +186,7 @@ def test_status_subresource_keeps_declared_fields(control_plane: ControlPlane, n
             "observedGeneration": 1,
             "phase": "Running",
             "progress": 40,
+            "progressText": "40%",
             "counts": {"total": 10, "succeeded": 4, "deadLettered": 1},
             "conditions": [
                 {
@@ -209,7 +210,7 @@ def test_status_subresource_keeps_declared_fields(control_plane: ControlPlane, n
     assert obj["status"]["conditions"][0]["reason"] == "Running"
     assert "undeclared" not in obj["status"]
     row = control_plane.kubectl("get", "sj", "st", "-n", namespace, "--no-headers").stdout.split()
-    assert row[:7] == ["st", "default", "Running", "40", "4", "1", "10"]
+    assert row[:7] == ["st", "default", "Running", "40%", "4", "1", "10"]
 
 
 @pytest.fixture(scope="module")
