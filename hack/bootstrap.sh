@@ -40,7 +40,9 @@ fi
 if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
   echo "[bootstrap] installing Debian packages: ${missing[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
-  if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; }; then
+  # Wait for a dpkg lock held by another apt run rather than fail on it.
+  apt=(apt-get -o DPkg::Lock::Timeout=300)
+  if ! { "${apt[@]}" update -qq && "${apt[@]}" install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; }; then
     echo "trawl: apt-get install -y ${missing[*]} failed (its error is above)"
     exit 1
   fi

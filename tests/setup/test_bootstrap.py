@@ -123,3 +123,30 @@ def test_bootstrap_names_every_missing_package_of_an_extended_list(shared_tmp: P
     assert proc.stdout.strip() == (
         "trawl: missing postgresql no-such-pkg; install with: sudo apt-get install -y postgresql no-such-pkg"
     )
+
+
+def test_as_root_bootstrap_installs_what_is_missing(shared_tmp: Path) -> None:
+    """The root path for real: a package absent from the machine is installed by apt, then removed."""
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        pytest.skip("needs root and apt-get")
+    if shutil.which("sl", path="/usr/games"):
+        pytest.skip("the probe package (sl) is installed already")
+    listing = shared_tmp / "packages"
+    listing.write_text("sl /usr/games/sl\n")
+    env = {**os.environ, "TRAWL_PACKAGE_LIST": str(listing)}
+    try:
+        proc = subprocess.run(
+            ["bash", str(ROOT / "hack" / "bootstrap.sh")], env=env, capture_output=True, text=True, timeout=900
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "[bootstrap] installing Debian packages: sl" in proc.stderr
+        assert os.access("/usr/games/sl", os.X_OK)
+        again = subprocess.run(["bash", str(ROOT / "hack" / "bootstrap.sh")], env=env, capture_output=True, timeout=60)
+        assert again.returncode == 0 and again.stderr == b""  # present now: nothing to do
+    finally:
+        subprocess.run(
+            ["apt-get", "-o", "DPkg::Lock::Timeout=300", "purge", "-y", "-qq", "sl"],
+            capture_output=True,
+            timeout=600,
+            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+        )
