@@ -14,7 +14,7 @@ $(error $(or $(BOOTSTRAP_ERROR),hack/bootstrap.sh failed))
 endif
 endif
 
-.PHONY: setup bench-setup lock k8s-binaries test test-unit test-redis test-browser test-cluster test-faults lint typecheck crd demo bench e2e-kind images clean
+.PHONY: setup bench-setup lock k8s-binaries test test-unit test-redis test-browser test-sinks test-cluster test-faults lint typecheck crd demo bench e2e-kind images clean
 
 # Dependencies come from the lock (requirements/*.txt, every file's sha256 checked), the package itself
 # on top without resolving anything again: the same versions on every machine, in CI and in the image.
@@ -42,8 +42,11 @@ k8s-binaries:
 # once (a few minutes) and cached by hack/build-k8s-binaries.sh.
 ASSETS = KUBEBUILDER_ASSETS="$${KUBEBUILDER_ASSETS:-$$(hack/build-k8s-binaries.sh)}"
 
+# MinIO for the S3 sink tests: TRAWL_MINIO if set, else built once and cached by hack/build-minio.sh.
+MINIO = TRAWL_MINIO="$${TRAWL_MINIO:-$$(hack/build-minio.sh)}"
+
 test: setup
-	$(ASSETS) $(PY) -m pytest -p no:cacheprovider
+	$(ASSETS) $(MINIO) $(PY) -m pytest -p no:cacheprovider
 
 test-unit: setup
 	$(PY) -m pytest -m unit
@@ -53,6 +56,9 @@ test-redis: setup
 
 test-browser: setup
 	$(PY) -m pytest -m browser
+
+test-sinks: setup
+	$(MINIO) $(PY) -m pytest -m sinks
 
 test-cluster: setup
 	$(ASSETS) $(PY) -m pytest -m cluster

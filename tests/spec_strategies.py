@@ -197,8 +197,28 @@ def _output(sink: str) -> Strategy:
                 "connectTimeoutSeconds": ints(1, 300),
             },
         ),
+        "s3": obj(
+            scrapejob.S3Sink,
+            {
+                "bucket": st.from_regex(r"[a-z0-9][a-z0-9-]{1,20}[a-z0-9]", fullmatch=True),
+                "accessKeyIdSecretRef": secret_ref,
+                "secretAccessKeySecretRef": secret_ref,
+            },
+            {
+                "prefix": st.sampled_from(["", "trawl/", "a/b/"]),
+                "endpoint": http_url,
+                "region": st.sampled_from(["us-east-1", "eu-west-3"]),
+                "pathStyle": st.booleans(),
+            },
+        ),
     }
-    key = {"RedisStream": "redisStream", "JsonLines": "jsonLines", "Webhook": "webhook", "PostgreSQL": "postgres"}[sink]
+    key = {
+        "RedisStream": "redisStream",
+        "JsonLines": "jsonLines",
+        "Webhook": "webhook",
+        "PostgreSQL": "postgres",
+        "S3": "s3",
+    }[sink]
     required = {"sink": st.just(sink), key: settings[key]}
     optional = {k: v for k, v in settings.items() if k != key}
     return obj(scrapejob.OutputSpec, required, optional)

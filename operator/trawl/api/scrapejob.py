@@ -155,6 +155,7 @@ class SinkKind(StrEnum):
     JSON_LINES = "JsonLines"
     WEBHOOK = "Webhook"
     POSTGRESQL = "PostgreSQL"
+    S3 = "S3"
 
 
 class JsonLinesSink(TrawlModel):
@@ -212,6 +213,35 @@ class PostgresSink(TrawlModel):
     connect_timeout_seconds: int = Field(default=10, ge=1, le=300, description="Connection timeout.")
 
 
+class S3Sink(TrawlModel):
+    """Results as gzip-compressed JSON Lines objects, one per written batch, under a per-job prefix.
+
+    Objects: ``<prefix><job UID>/records/<batch id>.jsonl.gz``; when the job finishes the operator
+    writes ``<prefix><job UID>/manifest.json`` listing them with their record counts.
+    """
+
+    bucket: str = Field(
+        min_length=3, max_length=63, pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", description="Bucket name."
+    )
+    prefix: str = Field(
+        default="trawl/",
+        max_length=512,
+        pattern=r"^([^/].*/)?$",
+        description="Key prefix, empty or ending in '/'; each job writes under <prefix><job UID>/.",
+    )
+    endpoint: HttpURL | None = Field(
+        default=None, description="S3-compatible endpoint URL (MinIO, Ceph, ...). Default: AWS for the region."
+    )
+    region: str = Field(default="us-east-1", min_length=1, max_length=64, description="Region.")
+    path_style: bool = Field(
+        default=False, description="Address buckets as <endpoint>/<bucket> (most non-AWS stores need it)."
+    )
+    access_key_id_secret_ref: SecretKeyRef = Field(
+        description="Secret key holding the access key ID (the Secret must be in the pool's spec.worker.secrets)."
+    )
+    secret_access_key_secret_ref: SecretKeyRef = Field(description="Secret key holding the secret access key.")
+
+
 class RedisStreamSink(TrawlModel):
     """Results in a Redis stream of the pool's Redis, kept with the job's other keys."""
 
@@ -221,11 +251,14 @@ class RedisStreamSink(TrawlModel):
 class OutputSpec(TrawlModel):
     """Where results go."""
 
-    sink: SinkKind = Field(default=SinkKind.REDIS_STREAM, description="RedisStream, JsonLines, Webhook or PostgreSQL.")
+    sink: SinkKind = Field(
+        default=SinkKind.REDIS_STREAM, description="RedisStream, JsonLines, Webhook, PostgreSQL or S3."
+    )
     redis_stream: RedisStreamSink | None = Field(default=None, description="Settings for sink RedisStream.")
     json_lines: JsonLinesSink | None = Field(default=None, description="Settings for sink JsonLines (required then).")
     webhook: WebhookSink | None = Field(default=None, description="Settings for sink Webhook (required then).")
     postgres: PostgresSink | None = Field(default=None, description="Settings for sink PostgreSQL (required then).")
+    s3: S3Sink | None = Field(default=None, description="Settings for sink S3 (required then).")
 
     @model_validator(mode="after")
     def _settings_for_sink(self) -> Self:
@@ -235,6 +268,8 @@ class OutputSpec(TrawlModel):
             raise ValueError("output.webhook is required when sink is Webhook")
         if self.sink == SinkKind.POSTGRESQL and self.postgres is None:
             raise ValueError("output.postgres is required when sink is PostgreSQL")
+        if self.sink == SinkKind.S3 and self.s3 is None:
+            raise ValueError("output.s3 is required when sink is S3")
         return self
 
 
@@ -361,8 +396,16 @@ class ResultsLocation(TrawlModel):
     """Where the results are."""
 
     sink: SinkKind = Field(description="Kind of sink.")
-    location: str = Field(max_length=2048, description="Redis key, file path, webhook URL or PostgreSQL table.")
+    location: str = Field(
+        max_length=2048, description="Redis key, file path, webhook URL, PostgreSQL table or S3 prefix."
+    )
     count: int = Field(default=0, ge=0, description="Records written (each (job, URL) once).")
+    manifest: str | None = Field(
+        default=None, max_length=2048, description="S3 sink: the manifest written when the job finished."
+    )
+    manifest_error: str | None = Field(
+        default=None, max_length=1024, description="S3 sink: why the manifest could not be written (retried)."
+    )
     retained: int | None = Field(
         default=None,
         ge=0,

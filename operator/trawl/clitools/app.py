@@ -246,11 +246,14 @@ def results(
     postgres_address: str | None = typer.Option(
         None, "--postgres-address", help="Reach the job's PostgreSQL at this host:port instead (e.g. a port-forward)."
     ),
+    s3_endpoint: str | None = typer.Option(
+        None, "--s3-endpoint", help="Reach the job's S3 store at this URL instead (e.g. a port-forward)."
+    ),
     kubeconfig: str | None = KUBECONFIG,
     context: str | None = CONTEXT,
     namespace: str | None = NAMESPACE,
 ) -> None:
-    """Export a job's results from its Redis stream or PostgreSQL sink as JSON Lines or CSV."""
+    """Export a job's results from its Redis stream, PostgreSQL or S3 sink as JSON Lines or CSV."""
     with _reported():
         from . import results as res
         from .jobs import get_job_and_pool
@@ -270,6 +273,18 @@ def results(
 
             def export(out: Any) -> Any:
                 return res.export_postgres(target, ref.uid, fmt, out)
+        elif res.sink_of(obj) == "S3":
+            s3 = ((obj.get("spec") or {}).get("output") or {}).get("s3") or {}
+            access_ref, secret_ref = s3.get("accessKeyIdSecretRef") or {}, s3.get("secretAccessKeySecretRef") or {}
+            s3_target = res.s3_target(
+                obj,
+                cluster.read_secret_key(access_ref.get("name", ""), access_ref.get("key", "")),
+                cluster.read_secret_key(secret_ref.get("name", ""), secret_ref.get("key", "")),
+                s3_endpoint,
+            )
+
+            def export(out: Any) -> Any:
+                return res.export_s3(s3_target, ref.uid, fmt, out)
         else:
             cfg = resolve_redis(cluster, pool, redis_url)
 

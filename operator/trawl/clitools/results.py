@@ -1,7 +1,8 @@
-"""``trawl results``: a job's records from its Redis stream or PostgreSQL sink, as JSON Lines or CSV."""
+"""``trawl results``: a job's records from its Redis stream, PostgreSQL or S3 sink, as JSON Lines or CSV."""
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import json
 from collections.abc import AsyncIterator, Iterable
@@ -9,9 +10,12 @@ from dataclasses import replace
 from typing import Any, TextIO
 
 import psycopg
+import urllib3
+from minio.error import MinioException
 
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.operator.redisconn import ResolvedRedis
+from trawl.worker import s3sink
 from trawl.worker.pgsink import PgTarget, read_records, target_from_spec
 
 from . import queueaccess
@@ -24,7 +28,7 @@ CSV_FIRST = ("url", "status", "finalUrl", "depth", "title")
 CSV_SKIP = ("key", "job")
 
 
-READABLE = ("RedisStream", "PostgreSQL")
+READABLE = ("RedisStream", "PostgreSQL", "S3")
 
 
 def sink_of(job: dict[str, Any]) -> str:
@@ -120,6 +124,30 @@ async def export_postgres(target: PgTarget, job_uid: str, fmt: str, out: TextIO)
         return await write_records(read_records(target, job_uid), fmt, out)
     except (psycopg.Error, OSError) as exc:
         raise CliError(f"cannot read PostgreSQL {target.describe()}: {' '.join(str(exc).split())}") from None
+
+
+def s3_target(job: dict[str, Any], access: str, secret: str, endpoint: str | None = None) -> s3sink.S3Target:
+    """Where the job's S3 objects are; ``endpoint`` overrides the spec's (e.g. for a port-forward)."""
+    spec = ScrapeJobSpec.model_validate(job["spec"])
+    assert spec.output is not None and spec.output.s3 is not None
+    target = s3sink.target_from_spec(spec.output.s3, access.strip(), secret.strip())
+    return replace(target, endpoint=endpoint) if endpoint else target
+
+
+async def export_s3(target: s3sink.S3Target, job_uid: str, fmt: str, out: TextIO) -> int:
+    """Write every record of the job's objects to ``out`` (object by object, in the order written)."""
+    if fmt not in FORMATS:
+        raise CliError(f"unknown format {fmt!r}: use jsonl or csv")
+    try:
+        records = await asyncio.to_thread(s3sink.read_records, target, job_uid)
+    except (MinioException, urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+        raise CliError(f"cannot read {target.describe(job_uid)}: {' '.join(str(exc).split())}") from None
+
+    async def stream() -> AsyncIterator[dict[str, Any]]:
+        for record in records:
+            yield record
+
+    return await write_records(stream(), fmt, out)
 
 
 async def write_records(stream: AsyncIterator[dict[str, Any]], fmt: str, out: TextIO) -> int:

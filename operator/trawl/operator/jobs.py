@@ -24,13 +24,14 @@ from trawl.queue import Queue, QueueUnavailable
 from trawl.queue.model import DeadLetterRecord, JobConfig, JobStats
 from trawl.worker.jobspec import spec_problem, unmounted_secrets
 from trawl.worker.notes import JobNotes, skipped_key, throttled_key
+from trawl.worker.s3sink import pending_key as s3_pending_key
 from trawl.worker.sinks import dedupe_key
 
 from . import kube
 from .jobstatus import TERMINAL, JobFacts, Problem, Transition, derive_job_status
 from .naming import ANNOTATION_RETRY_DEAD, RETRY_ALL_SUFFIX, queue_prefix
 from .redisconn import RedisConfigError, RedisConnections, RedisUnreachable
-from .sinkcheck import sink_problem
+from .sinkcheck import finish_sink, sink_problem
 
 log = logging.getLogger(__name__)
 
@@ -109,9 +110,12 @@ def results_location(
     output = spec.output
     sink = output.sink if output else SinkKind.REDIS_STREAM
     if sink == SinkKind.JSON_LINES and output and output.json_lines:
-        location = f"{output.json_lines.directory.rstrip('/')}/{name}-{uid}.jsonl"
+        location = f"{output.json_lines.directory.rstrip('/')}/{uid}.jsonl"  # the file JsonLinesSink.path writes
     elif sink == SinkKind.WEBHOOK and output and output.webhook:
         location = output.webhook.url
+    elif sink == SinkKind.S3 and output and output.s3:
+        s3 = output.s3
+        location = f"s3://{s3.bucket}/{s3.prefix}{uid}/" + (f" at {s3.endpoint}" if s3.endpoint else "")
     elif sink == SinkKind.POSTGRESQL and output and output.postgres:
         pg = output.postgres
         location = f"postgresql://{pg.user}@{pg.host}:{pg.port}/{pg.database} table {pg.table} (job = '{uid}')"
@@ -339,8 +343,14 @@ async def _reconcile_with_queue(
             retention = max(retention, spec.ttl_seconds_after_finished + 60)
         await queue.expire_job(uid, retention)
         await queue.redis.expire(dedupe_key(queue.keys.results(uid)), retention)
+        await queue.redis.expire(s3_pending_key(dedupe_key(queue.keys.results(uid))), retention)
         await queue.redis.expire(skipped_key(queue.keys.job(uid)), retention)
         await queue.redis.expire(throttled_key(queue.keys.job(uid)), retention)
+    if new_status["phase"] in TERMINAL and new_status.get("results"):
+        done = (prev.get("results") or {}).get("manifest")
+        new_status["results"].update(
+            {"manifest": done} if done else await finish_sink(namespace, name, uid, spec, new_status)
+        )
     delete = False
     if new_status["phase"] in TERMINAL and spec.ttl_seconds_after_finished is not None:
         done_at = parse_time(new_status.get("completionTime"))

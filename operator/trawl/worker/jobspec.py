@@ -86,6 +86,8 @@ def unmounted_secrets(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> lis
         refs.append(output.webhook.secret_ref)
     if output is not None and output.postgres is not None:
         refs.append(output.postgres.password_secret_ref)
+    if output is not None and output.s3 is not None:
+        refs += [output.s3.access_key_id_secret_ref, output.s3.secret_access_key_secret_ref]
     return [r.name for r in refs if r is not None and r.name not in mounted]
 
 

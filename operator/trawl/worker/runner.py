@@ -29,6 +29,7 @@ from trawl.api.scrapejob import SinkKind
 from trawl.queue.keys import incarnation_id
 from trawl.queue.model import QueueClient, Task
 
+from . import s3sink
 from .breaker import CircuitBreaker
 from .extract import Extractor
 from .fetch import Fetcher, FetchError, FetchLimits
@@ -508,6 +509,17 @@ class Worker:
             ident = ("postgres", target)
             if ident not in self._sinks:
                 self._sinks[ident] = PostgresSink(target)
+        elif out.sink == SinkKind.S3 and out.s3 is not None:
+            s3 = out.s3
+            access_ref, secret_ref = s3.access_key_id_secret_ref, s3.secret_access_key_secret_ref
+            s3_target = s3sink.target_from_spec(
+                s3,
+                read_secret(access_ref.name, access_ref.key).decode().strip(),
+                read_secret(secret_ref.name, secret_ref.key).decode().strip(),
+            )
+            ident = ("s3", s3_target)
+            if ident not in self._sinks:
+                self._sinks[ident] = s3sink.S3Sink(self.redis, dedupe, s3_target)
         else:
             max_len = out.redis_stream.max_len if out.redis_stream is not None else 100_000
             ident = ("stream", max_len)
