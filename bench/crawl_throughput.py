@@ -141,9 +141,81 @@ class Nginx:
 # --- (a) Trawl ----------------------------------------------------------------------------------------
 
 
-async def run_trawl(base: str, tmp: Path, expected_pages: int, mode: str = "trawl") -> dict[str, Any]:
+SINKS = ("stream", "jsonl", "postgres", "s3")  # trawl with the Redis stream sink is plain "trawl"
+
+
+@contextlib.contextmanager
+def sink_server(sink: str, tmp: Path) -> Any:
+    """The sink's real server for the run (PostgreSQL, MinIO), its output spec and the worker's secrets."""
+    if sink == "postgres":
+        from trawl.dev.postgres_server import PostgresServer
+
+        with PostgresServer() as pg:
+            output = {
+                "sink": "PostgreSQL",
+                "postgres": {
+                    "host": "127.0.0.1", "port": pg.port, "database": pg.database, "user": pg.user,
+                    "passwordSecretRef": {"name": "pg", "key": "password"}, "table": "bench", "sslMode": "disable",
+                },
+            }  # fmt: skip
+            yield pg, output, {"TRAWL_SECRET_PG_PASSWORD": pg.password}
+    elif sink == "s3":
+        from minio import Minio
+
+        from trawl.dev.s3_server import S3Server
+
+        with S3Server() as s3:
+            Minio(f"127.0.0.1:{s3.port}", s3.access_key, s3.secret_key, secure=False).make_bucket("bench")
+            output = {
+                "sink": "S3",
+                "s3": {
+                    "bucket": "bench", "endpoint": s3.endpoint, "pathStyle": True,
+                    "accessKeyIdSecretRef": {"name": "s3", "key": "id"},
+                    "secretAccessKeySecretRef": {"name": "s3", "key": "secret"},
+                },
+            }  # fmt: skip
+            yield s3, output, {"TRAWL_SECRET_S3_ID": s3.access_key, "TRAWL_SECRET_S3_SECRET": s3.secret_key}
+    elif sink == "jsonl":
+        yield None, {"sink": "JsonLines", "jsonLines": {"directory": str(tmp / "jsonl")}}, {}
+    else:
+        yield None, None, {}
+
+
+async def read_back(sink: str, server: Any, output: Any, redis: Any, prefix: str, job_id: str) -> list[dict[str, Any]]:
+    """Every record the sink holds for the job."""
+    if sink == "postgres":
+        import psycopg
+
+        async with await psycopg.AsyncConnection.connect(server.dsn()) as conn:
+            cur = await conn.execute("SELECT data FROM bench WHERE job = %s", (job_id,))
+            return [dict(row[0]) for row in await cur.fetchall()]
+    if sink == "s3":
+        from trawl.api.scrapejob import S3Sink
+        from trawl.worker import s3sink
+
+        target = s3sink.target_from_spec(S3Sink.model_validate(output["s3"]), server.access_key, server.secret_key)
+        return await asyncio.to_thread(s3sink.read_records, target, job_id)
+    if sink == "jsonl":
+        path = Path(output["jsonLines"]["directory"]) / f"{job_id}.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()]
+    from trawl.queue.keys import Keys
+
+    return [json.loads(f[b"data"]) for _id, f in await redis.xrange(Keys(prefix).results(job_id))]
+
+
+async def run_trawl(
+    base: str, tmp: Path, expected_pages: int, mode: str = "trawl", sink: str = "stream"
+) -> dict[str, Any]:
     """``mode``: trawl (as shipped: small pages inline, big ones in a parser process), trawl-inline (no
-    parser processes), trawl-child (every page through a parser process: the cost of full isolation)."""
+    parser processes), trawl-child (every page through a parser process: the cost of full isolation).
+    ``sink``: where the worker writes (stream, jsonl, postgres, s3), each against a real server."""
+    with sink_server(sink, tmp) as (server, output, secrets):
+        return await _run_trawl(base, tmp, mode, sink, server, output, secrets)
+
+
+async def _run_trawl(
+    base: str, tmp: Path, mode: str, sink: str, server: Any, output: Any, secrets: dict[str, str]
+) -> dict[str, Any]:
     import redis.asyncio as aioredis
 
     from trawl.api.scrapejob import ScrapeJobSpec
@@ -169,6 +241,7 @@ async def run_trawl(base: str, tmp: Path, expected_pages: int, mode: str = "traw
                     "title": False,
                 },
                 "politeness": {"requestsPerSecond": 10000, "maxConcurrencyPerDomain": 1000, "adaptiveDelay": False},
+                **({"output": output} if output else {}),
             }
         )
         await queue.register_job(build_job_config(job_id, spec, None))
@@ -178,7 +251,7 @@ async def run_trawl(base: str, tmp: Path, expected_pages: int, mode: str = "traw
             "--log-level", "WARNING", "--parse-processes", "0" if mode == "trawl-inline" else "2",
             "--parse-inline-max-tags", "0" if mode == "trawl-child" else "2048",
         ]  # fmt: skip
-        worker = procs.start(argv, log_path=tmp / "trawl-worker.log")
+        worker = procs.start(argv, log_path=tmp / "trawl-worker.log", env=dict(os.environ) | secrets)
         profiler = None
         try:
             # let the worker import and start polling before the clock starts
@@ -213,14 +286,14 @@ async def run_trawl(base: str, tmp: Path, expected_pages: int, mode: str = "traw
             if profiler is not None:
                 procs.stop(profiler, timeout=30, sig=signal.SIGINT)  # py-spy writes its output on SIGINT
             procs.stop(worker, timeout=20)
-        entries = await redis.xrange(Keys(prefix).results(job_id))
+        stored = await read_back(sink, server, output, redis, prefix, job_id)
         records = {}
-        for _id, f in entries:
-            data = json.loads(f[b"data"])
+        for data in stored:
             records[data["url"]] = {k: data.get(k) for k in FIELDS}
         await redis.aclose()
     return {
-        "name": mode,
+        "name": mode + ("" if sink == "stream" else f"-{sink}"),
+        "stored": len(stored),
         "pages": stats.succeeded,
         "dead": stats.dead,
         "seconds": elapsed,
@@ -376,9 +449,9 @@ def main() -> None:
     parser.add_argument("--products", type=int, default=None)
     parser.add_argument(
         "--only",
-        choices=["trawl", "trawl-inline", "trawl-child", "scrapy", "bare"],
+        choices=["trawl", "trawl-inline", "trawl-child", "scrapy", "bare", "trawl-jsonl", "trawl-postgres", "trawl-s3"],
         action="append",
-        help="Run only these.",
+        help="Run only these (trawl-<sink>: the shipped worker writing to that sink instead of the Redis stream).",
     )
     parser.add_argument(
         "--repeat", type=int, default=1, help="Run each crawler N times, interleaved; report each one's fastest run."
@@ -409,11 +482,22 @@ def main() -> None:
             base = f"http://127.0.0.1:{nginx.port}"
             results: dict[str, dict[str, Any]] = {}
             for round_no in range(args.repeat):
-                for kind in ("bare", "scrapy", "trawl", "trawl-inline", "trawl-child"):
+                kinds = (
+                    "bare",
+                    "scrapy",
+                    "trawl",
+                    "trawl-inline",
+                    "trawl-child",
+                    "trawl-jsonl",
+                    "trawl-postgres",
+                    "trawl-s3",
+                )
+                for kind in kinds:
                     if kind not in only:
                         continue
                     if kind.startswith("trawl"):
-                        r = asyncio.run(run_trawl(base, tmp, pages, kind))
+                        sink = kind.removeprefix("trawl-") if kind.removeprefix("trawl-") in SINKS else "stream"
+                        r = asyncio.run(run_trawl(base, tmp, pages, "trawl" if sink != "stream" else kind, sink))
                     else:
                         r = run_child(kind, base, tmp)
                     r["pps"] = r["pages"] / r["seconds"]
@@ -459,6 +543,11 @@ def main() -> None:
     child = results.get("trawl-child")
     if child and inline:  # what sending every page to a parser process would cost
         print(f"ratio_all_pages_in_child_vs_inline={child['pps'] / inline['pps']:.2f}")
+    for name, r in results.items():  # each sink: records it stored per second, and the crawl vs the bare loop
+        if name.startswith("trawl") and "stored" in r:
+            dup = r["stored"] - len(r["records"])
+            vs_bare = f" ratio_vs_ceiling={r['pps'] / bare['pps']:.2f}" if bare else ""
+            print(f"sink {name}: {r['stored'] / r['seconds']:.1f} records/s, {dup} duplicates{vs_bare}")
     print(f"ratio_vs_scrapy={vs_scrapy:.2f} ratio_vs_ceiling={vs_ceiling:.2f}")
 
 

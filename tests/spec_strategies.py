@@ -229,6 +229,31 @@ output = st.one_of(
     st.just({}),  # every field defaulted
 )
 
+_on_complete_webhook = obj(scrapejob.OnCompleteWebhook, {"url": http_url}, {"secretRef": secret_ref})
+_job_template = st.fixed_dictionaries(
+    {
+        "spec": st.fixed_dictionaries(
+            {
+                "template": st.fixed_dictionaries(
+                    {
+                        "spec": st.fixed_dictionaries(
+                            {
+                                "restartPolicy": st.sampled_from(["Never", "OnFailure"]),
+                                "containers": st.lists(
+                                    st.fixed_dictionaries({"name": dns_label, "image": st.sampled_from(["a:1", "b"])}),
+                                    min_size=1,
+                                    max_size=2,
+                                ),
+                            }
+                        )
+                    }
+                )
+            },
+            optional={"backoffLimit": ints(0, 6)},
+        )
+    },
+    optional={"metadata": st.fixed_dictionaries({"labels": label_map})},
+)
 _urls = st.lists(http_url, min_size=1, max_size=8)
 _url_ranges = st.lists(url_range, min_size=1, max_size=3)
 
@@ -255,6 +280,10 @@ _job_optional: dict[str, Strategy] = {
     "maxDeadLetters": ints(0, 10**6),
     "ttlSecondsAfterFinished": ints(0, 10**9),
     "output": output,
+    "onComplete": st.one_of(
+        obj(scrapejob.OnCompleteSpec, {"webhook": _on_complete_webhook}, {"jobTemplate": _job_template}),
+        obj(scrapejob.OnCompleteSpec, {"jobTemplate": _job_template}, {"webhook": st.nothing()}),
+    ),
 }
 # A job needs urls or urlRanges (or both).
 scrape_job_spec = st.one_of(
@@ -279,6 +308,36 @@ redis = st.one_of(
     obj(scrapepool.RedisSpec, {"urlSecretRef": secret_ref}, {"url": st.nothing(), **_redis_common}),
 )
 _quantity = st.sampled_from(["100m", "1", "2500m", "128Mi", "1Gi", "500M"])
+_volume_name = st.sampled_from(["results", "scratch", "data"])
+_pvc = obj(scrapepool.PersistentVolumeClaimSource, {"claimName": dns_label}, {"readOnly": st.booleans()})
+_empty_dir = obj(scrapepool.EmptyDirSource, {}, {"medium": st.sampled_from(["", "Memory"]), "sizeLimit": _quantity})
+_csi = obj(
+    scrapepool.CSISource,
+    {"driver": st.sampled_from(["s3.csi.example.com", "efs.csi.aws.com"])},
+    {
+        "readOnly": st.booleans(),
+        "fsType": st.sampled_from(["ext4", "xfs"]),
+        "volumeAttributes": label_map,
+        "nodePublishSecretRef": obj(scrapepool.LocalObjectReference, {"name": dns_label}, {}),
+    },
+)
+
+
+def _no_source(but: str) -> dict[str, Strategy]:
+    return {k: st.nothing() for k in ("persistentVolumeClaim", "emptyDir", "csi") if k != but}
+
+
+def _mounts_name_volumes(worker: dict[str, Any]) -> dict[str, Any]:
+    """A volumeMount must name a volume of the pool: point each at one that exists (or drop them)."""
+    names = [v["name"] for v in worker.get("volumes", [])]
+    if "volumeMounts" in worker:
+        if names:
+            worker["volumeMounts"] = [m | {"name": names[i % len(names)]} for i, m in enumerate(worker["volumeMounts"])]
+        else:
+            del worker["volumeMounts"]
+    return worker
+
+
 worker = obj(
     scrapepool.WorkerSpec,
     {},
@@ -324,8 +383,27 @@ worker = obj(
         "podAnnotations": label_map,
         "podLabels": label_map,
         "metricsPort": ints(1024, 65535),
+        "volumes": st.lists(
+            st.one_of(
+                *(
+                    obj(scrapepool.Volume, {"name": _volume_name, key: source}, _no_source(key))
+                    for key, source in (("persistentVolumeClaim", _pvc), ("emptyDir", _empty_dir), ("csi", _csi))
+                ),
+            ),
+            max_size=3,
+            unique_by=lambda v: v["name"],
+        ),
+        "volumeMounts": st.lists(
+            obj(
+                scrapepool.VolumeMount,
+                {"name": _volume_name, "mountPath": st.sampled_from(["/data", "/data/results", "/mnt/x", "/out"])},
+                {"readOnly": st.booleans(), "subPath": st.sampled_from(["a", "b/c"])},
+            ),
+            max_size=3,
+            unique_by=lambda m: m["mountPath"],
+        ),
     },
-)
+).map(_mounts_name_volumes)
 
 
 def _min_within_default_max(d: dict[str, Any]) -> dict[str, Any]:

@@ -103,3 +103,65 @@ def test_pod_security_context_without_fixed_ids_when_asked() -> None:
     openshift = _spec(worker={"podSecurityContext": {"runAsNonRoot": True}})
     ctx = _pod(openshift, WorkerDefaults())["securityContext"]
     assert ctx == {"runAsNonRoot": True}
+
+
+VOLUMES = {
+    "volumes": [
+        {"name": "results", "persistentVolumeClaim": {"claimName": "trawl-results"}},
+        {"name": "scratch", "emptyDir": {"sizeLimit": "1Gi"}},
+        {"name": "fuse", "csi": {"driver": "s3.csi.example.com", "readOnly": True, "volumeAttributes": {"b": "x"}}},
+    ],
+    "volumeMounts": [
+        {"name": "results", "mountPath": "/data/results"},
+        {"name": "scratch", "mountPath": "/scratch"},
+        {"name": "fuse", "mountPath": "/data/ro"},
+    ],
+}
+
+
+def test_pool_volumes_in_kubernetes_shapes() -> None:
+    pod = _pod(_spec(worker=VOLUMES))
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["results"] == {"name": "results", "persistentVolumeClaim": {"claimName": "trawl-results"}}
+    assert volumes["scratch"] == {"name": "scratch", "emptyDir": {"sizeLimit": "1Gi"}}
+    assert volumes["fuse"]["csi"] == {"driver": "s3.csi.example.com", "readOnly": True, "volumeAttributes": {"b": "x"}}
+    mounts = pod["containers"][0]["volumeMounts"]
+    assert {"name": "results", "mountPath": "/data/results"} in mounts
+    assert {"name": "tmp", "mountPath": "/tmp"} in mounts  # the worker's own stay
+
+
+@pytest.mark.parametrize(
+    ("worker", "message"),
+    [
+        ({"volumes": [{"name": "v"}]}, "exactly one of persistentVolumeClaim, emptyDir or csi"),
+        ({"volumes": [{"name": "v", "emptyDir": {}, "csi": {"driver": "d"}}]}, "exactly one"),
+        ({"volumeMounts": [{"name": "nope", "mountPath": "/data"}]}, "not in worker.volumes"),
+        ({"volumes": [{"name": "tmp", "emptyDir": {}}]}, "reserved"),
+        ({"volumes": [{"name": "v", "emptyDir": {}}], "volumeMounts": [{"name": "v", "mountPath": "/tmp/x"}]}, "/tmp"),
+        ({"volumes": [{"name": "v", "emptyDir": {}}], "volumeMounts": [{"name": "v", "mountPath": "/var"}]}, "/tmp"),
+    ],
+)
+def test_pool_volumes_refused(worker: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        _spec(worker=worker)
+
+
+def test_json_lines_directory_must_be_on_a_writable_pool_volume() -> None:
+    from trawl.api.scrapejob import ScrapeJobSpec
+    from trawl.worker.jobspec import unmounted_directory
+
+    def job(directory: str) -> ScrapeJobSpec:
+        output = {"sink": "JsonLines", "jsonLines": {"directory": directory}}
+        return ScrapeJobSpec.model_validate({"pool": "p", "urls": ["https://e.test/"], "output": output})
+
+    pool = _spec(worker=VOLUMES)
+    assert unmounted_directory(job("/data/results"), pool) is None
+    assert unmounted_directory(job("/data/results/2026/crawl"), pool) is None
+    assert unmounted_directory(job("/scratch"), pool) is None
+    reason = unmounted_directory(job("/data/resultsX"), pool)
+    assert reason is not None and "/data/resultsX is not on a writable volume" in reason
+    assert "mounts: /data/results, /scratch, /data/ro" in reason
+    assert unmounted_directory(job("/data/ro/x"), pool) is not None  # a read-only CSI volume
+    assert unmounted_directory(job("/data/results"), _spec()) is not None  # no volumes at all
+    other = ScrapeJobSpec.model_validate({"pool": "p", "urls": ["https://e.test/"]})
+    assert unmounted_directory(other, _spec()) is None  # not a JsonLines job

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Self
+from typing import Annotated, Any, Self
 
 from pydantic import Field, field_validator, model_validator
 
@@ -273,6 +273,37 @@ class OutputSpec(TrawlModel):
         return self
 
 
+class OnCompleteWebhook(TrawlModel):
+    """A CloudEvents 1.0 JSON event POSTed once the job has finished, HMAC-signed like the webhook sink."""
+
+    url: HttpURL = Field(description="Endpoint receiving the event.")
+    secret_ref: SecretKeyRef | None = Field(
+        default=None, description="Secret key (in the job's namespace) holding the HMAC key; X-Trawl-Signature."
+    )
+
+
+class OnCompleteSpec(TrawlModel):
+    """What runs after the job finishes (succeeded or failed); its outcome shows on status.onComplete."""
+
+    webhook: OnCompleteWebhook | None = Field(default=None, description="Send a CloudEvent.")
+    job_template: dict[str, Any] | None = Field(
+        default=None,
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+        description="A batch/v1 JobTemplateSpec (metadata, spec): a Job is created from it, owned by the ScrapeJob, "
+        "with TRAWL_JOB_NAME, TRAWL_RESULTS_LOCATION, TRAWL_RESULTS_COUNT, TRAWL_COUNT_* in every container's env.",
+    )
+
+    @model_validator(mode="after")
+    def _something(self) -> Self:
+        if self.webhook is None and self.job_template is None:
+            raise ValueError("onComplete needs webhook or jobTemplate")
+        if self.job_template is not None:
+            containers = ((self.job_template.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers")
+            if not containers:
+                raise ValueError("onComplete.jobTemplate needs spec.template.spec.containers")
+        return self
+
+
 class DedupeSpec(TrawlModel):
     """Skip URLs seen recently by other jobs of the pool. Within one job URLs are always deduplicated."""
 
@@ -320,6 +351,9 @@ class ScrapeJobSpec(TrawlModel):
         default=None, ge=0, description="Delete the job and its results this long after it finished."
     )
     output: OutputSpec | None = Field(default=None, description="Result sink. Default: a Redis stream.")
+    on_complete: OnCompleteSpec | None = Field(
+        default=None, description="A webhook and/or a Kubernetes Job run once the job has finished."
+    )
 
     @model_validator(mode="after")
     def _has_urls(self) -> Self:
@@ -414,6 +448,24 @@ class ResultsLocation(TrawlModel):
     )
 
 
+class HookOutcome(TrawlModel):
+    """How one onComplete hook went."""
+
+    state: str = Field(description="Pending (retried), Running (the Job runs), Succeeded or Failed.")
+    attempts: int = Field(default=0, ge=0, description="Deliveries or creations tried.")
+    message: str = Field(default="", max_length=1024, description="The last outcome's detail.")
+    last_try: datetime | None = Field(default=None, description="When it was last tried or checked.")
+    url: str | None = Field(default=None, max_length=2048, description="Webhook: the endpoint.")
+    name: str | None = Field(default=None, max_length=253, description="Job: the Job's name.")
+
+
+class OnCompleteStatus(TrawlModel):
+    """Outcome of spec.onComplete."""
+
+    webhook: HookOutcome | None = Field(default=None, description="The CloudEvent delivery.")
+    job: HookOutcome | None = Field(default=None, description="The Job created from jobTemplate.")
+
+
 class ScrapeJobStatus(TrawlModel):
     """Observed state of a ScrapeJob, written by the operator."""
 
@@ -454,6 +506,7 @@ class ScrapeJobStatus(TrawlModel):
         description=f"Up to {MAX_SKIPPED_ON_STATUS} of the URLs counted in counts.skipped.",
     )
     results: ResultsLocation | None = Field(default=None, description="Where the results are.")
+    on_complete: OnCompleteStatus | None = Field(default=None, description="Outcome of spec.onComplete.")
     retry_dead_letters_handled: str | None = Field(
         default=None, description="The last trawl.dev/retry-dead-letters annotation value acted on."
     )

@@ -121,6 +121,75 @@ class EnvVar(TrawlModel):
     value: str = Field(default="", max_length=32768, description="Value.")
 
 
+# A Kubernetes object name (RFC 1123 subdomain).
+DNSSubdomain = Annotated[
+    str,
+    Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"),
+]
+
+
+class PersistentVolumeClaimSource(TrawlModel):
+    """core/v1 PersistentVolumeClaimVolumeSource."""
+
+    claim_name: DNSSubdomain = Field(description="Name of a PersistentVolumeClaim in the pool's namespace.")
+    read_only: bool | None = Field(default=None, description="Mount read-only.")
+
+
+class EmptyDirSource(TrawlModel):
+    """core/v1 EmptyDirVolumeSource."""
+
+    medium: str | None = Field(default=None, pattern=r"^(|Memory|HugePages)$", description='"" or Memory.')
+    size_limit: str | None = Field(default=None, max_length=64, description="Most storage, e.g. 1Gi.")
+
+
+class LocalObjectReference(TrawlModel):
+    name: DNSSubdomain = Field(description="Name of the object in the pool's namespace.")
+
+
+class CSISource(TrawlModel):
+    """core/v1 CSIVolumeSource (an inline ephemeral CSI volume)."""
+
+    driver: str = Field(min_length=1, max_length=253, description="CSI driver name.")
+    read_only: bool | None = Field(default=None, description="Mount read-only.")
+    fs_type: str | None = Field(default=None, max_length=64, description="Filesystem type, e.g. ext4.")
+    volume_attributes: dict[str, str] | None = Field(default=None, description="Driver-specific properties.")
+    node_publish_secret_ref: LocalObjectReference | None = Field(
+        default=None, description="Secret passed to the driver's NodePublishVolume."
+    )
+
+
+class Volume(TrawlModel):
+    """A core/v1 Volume of the worker pods: one of persistentVolumeClaim, emptyDir or csi."""
+
+    name: DNSLabel = Field(description="Volume name, referenced by volumeMounts.")
+    persistent_volume_claim: PersistentVolumeClaimSource | None = Field(
+        default=None, description="A PersistentVolumeClaim (shared by all workers needs ReadWriteMany)."
+    )
+    empty_dir: EmptyDirSource | None = Field(default=None, description="A directory that lives with the pod.")
+    csi: CSISource | None = Field(default=None, description="An inline CSI volume.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Self:
+        sources = [s for s in (self.persistent_volume_claim, self.empty_dir, self.csi) if s is not None]
+        if len(sources) != 1:
+            raise ValueError(f"volume {self.name!r} needs exactly one of persistentVolumeClaim, emptyDir or csi")
+        return self
+
+
+class VolumeMount(TrawlModel):
+    """A core/v1 VolumeMount of the worker container."""
+
+    name: DNSLabel = Field(description="Name of a volume in spec.worker.volumes.")
+    mount_path: str = Field(min_length=2, max_length=1024, pattern=r"^/", description="Absolute path in the container.")
+    read_only: bool | None = Field(default=None, description="Mount read-only.")
+    sub_path: str | None = Field(
+        default=None, max_length=1024, pattern=r"^[^/]", description="Mount this path inside the volume instead."
+    )
+
+
+RESERVED_MOUNTS = ("/tmp", "/var/run/trawl")
+
+
 class WorkerSpec(TrawlModel):
     """The worker pods of the pool."""
 
@@ -182,6 +251,15 @@ class WorkerSpec(TrawlModel):
         "image must be the browser worker image).",
     )
     metrics_port: int = Field(default=9090, ge=1024, le=65535, description="Port of the Prometheus metrics endpoint.")
+    volumes: list[Volume] | None = Field(
+        default=None,
+        max_length=20,
+        description="Volumes of the worker pods (core/v1 shapes: persistentVolumeClaim, emptyDir, csi), e.g. where "
+        "a JsonLines sink writes.",
+    )
+    volume_mounts: list[VolumeMount] | None = Field(
+        default=None, max_length=20, description="Where the volumes are mounted in the worker container."
+    )
 
     @field_validator("allowed_cidrs")
     @classmethod
@@ -202,6 +280,44 @@ class WorkerSpec(TrawlModel):
     @classmethod
     def _pod_meta(cls, value: dict[str, str] | None) -> dict[str, str] | None:
         return check_label_keys(value, "pod label or annotation")
+
+    @model_validator(mode="after")
+    def _mounts(self) -> Self:
+        names = [v.name for v in self.volumes or []]
+        if len(set(names)) != len(names):
+            raise ValueError("worker.volumes names must be unique")
+        for name in names:
+            if name == "tmp" or name.startswith("secret-"):
+                raise ValueError(f"volume name {name!r} is reserved (tmp, secret-<n>)")
+        paths: set[str] = set()
+        for mount in self.volume_mounts or []:
+            if mount.name not in names:
+                raise ValueError(f"volumeMount {mount.mount_path} names volume {mount.name!r}, not in worker.volumes")
+            path = mount.mount_path.rstrip("/")
+            if any(path == r or path.startswith(r + "/") or r.startswith(path + "/") for r in RESERVED_MOUNTS):
+                raise ValueError(
+                    f"volumeMount {mount.mount_path} overlaps a path the worker needs (/tmp, /var/run/trawl)"
+                )
+            if path in paths:
+                raise ValueError(f"volumeMount {mount.mount_path} is listed twice")
+            paths.add(path)
+        return self
+
+    def writable_mount_for(self, directory: str) -> VolumeMount | None:
+        """The volumeMount a directory lies on (the deepest), if it is writable; else None."""
+        best: VolumeMount | None = None
+        for mount in self.volume_mounts or []:
+            path = mount.mount_path.rstrip("/")
+            on_it = directory.rstrip("/") == path or directory.startswith(path + "/")
+            if on_it and (best is None or len(path) > len(best.mount_path.rstrip("/"))):
+                best = mount
+        if best is None or best.read_only:
+            return None
+        volume = next(v for v in self.volumes or [] if v.name == best.name)
+        source = volume.persistent_volume_claim or volume.csi
+        if source is not None and source.read_only:
+            return None
+        return best
 
 
 class AutoscalingSpec(TrawlModel):

@@ -28,7 +28,7 @@ import kubernetes
 from kubernetes.client import ApiClient
 
 from trawl.operator.naming import LABEL_COMPONENT, LABEL_NAME
-from trawl.worker.jobspec import SECRETS_DIR_ENV
+from trawl.worker.jobspec import SECRETS_DIR_ENV, VOLUMES_ROOT_ENV
 
 from . import procs
 
@@ -190,6 +190,7 @@ class WorkerSupervisor:
         for item in container.get("env") or []:
             env[item["name"]] = self._env_value(namespace, pod_name, item)
         root = self._mount_secrets(namespace, pod_name, dep, container, env)
+        root = self._mount_volumes(namespace, pod_name, dep, container, env, root)
         metrics_port = 0
         if int(env.get("TRAWL_METRICS_PORT") or 0):
             # Pods each have their own IP; local processes share one host, where the template's port
@@ -231,6 +232,46 @@ class WorkerSupervisor:
         if SECRETS_DIR_ENV in env:
             env[SECRETS_DIR_ENV] = str(root / env[SECRETS_DIR_ENV].lstrip("/"))
         return root
+
+    def _mount_volumes(
+        self,
+        namespace: str,
+        pod_name: str,
+        dep: dict[str, Any],
+        container: dict[str, Any],
+        env: dict[str, str],
+        root: Path | None,
+    ) -> Path | None:
+        """Give the pool's persistentVolumeClaim and emptyDir mounts local directories, as the kubelet mounts
+        them: a claim is one directory shared by every worker of the namespace (like ReadWriteMany), an
+        emptyDir one per worker. The worker finds them under its volumes root (TRAWL_VOLUMES_ROOT)."""
+        volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"].get("volumes") or []}
+        mounts = [
+            (m, volumes[m["name"]])
+            for m in container.get("volumeMounts") or []
+            if m["name"] != "tmp" and m["name"] in volumes and "secret" not in volumes[m["name"]]
+        ]
+        mounts = [(m, v) for m, v in mounts if "persistentVolumeClaim" in v or "emptyDir" in v]
+        if not mounts:
+            return root
+        if root is None:
+            root = Path(tempfile.mkdtemp(prefix=f"{pod_name}-", dir=self.log_dir))
+        for mount, volume in mounts:
+            if "persistentVolumeClaim" in volume:
+                source = self.log_dir / "volumes" / namespace / volume["persistentVolumeClaim"]["claimName"]
+            else:
+                source = root / "emptydir" / mount["name"]
+            source = source / mount.get("subPath", "")
+            source.mkdir(parents=True, exist_ok=True)
+            link = root / mount["mountPath"].lstrip("/")
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(source, target_is_directory=True)
+        env[VOLUMES_ROOT_ENV] = str(root)
+        return root
+
+    def claim_dir(self, namespace: str, claim: str) -> Path:
+        """Where this supervisor keeps a PersistentVolumeClaim's files."""
+        return self.log_dir / "volumes" / namespace / claim
 
     def _env_value(self, namespace: str, pod_name: str, item: dict[str, Any]) -> str:
         if "value" in item:

@@ -116,6 +116,9 @@ def render_worker_deployment(
             # Volume names are ours (secret-<n>), so any Secret name fits the 63-character limit.
             volumes.append({"name": f"secret-{i}", "secret": {"secretName": secret, "defaultMode": 0o440}})
             mounts.append({"name": f"secret-{i}", "mountPath": f"{SECRETS_DIR}/{secret}", "readOnly": True})
+    # The pool's own volumes (e.g. a PersistentVolumeClaim a JsonLines sink writes to), in Kubernetes' shapes.
+    volumes += [v.model_dump(mode="json", by_alias=True, exclude_none=True) for v in worker.volumes or []]
+    mounts += [m.model_dump(mode="json", by_alias=True, exclude_none=True) for m in worker.volume_mounts or []]
     if worker.browser is not None:
         env += worker.browser.env()
     env += [{"name": e.name, "value": e.value} for e in worker.env or []]

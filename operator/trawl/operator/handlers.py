@@ -29,6 +29,7 @@ from .indexes import controller_uid, pool_index_entry
 from .jobs import cancel_job, delete_job_object, failed_job, reconcile_job
 from .jobstatus import TERMINAL, Transition, status_changed
 from .naming import FINALIZER, LABEL_CRON
+from .oncomplete import settled as oncomplete_settled
 from .pools import delete_deployment, failed_pool, reconcile_pool
 from .redisconn import RedisConfigError, RedisConnections, RedisUnreachable
 
@@ -225,7 +226,14 @@ async def _apply_job_status(meta: Any, status: dict[str, Any]) -> bool:
 
 
 def _job_active(status: Mapping[str, Any], spec: Mapping[str, Any], **_: Any) -> bool:
-    return status.get("phase") not in TERMINAL
+    if status.get("phase") not in TERMINAL:
+        return True
+    # Finished, but what comes after is not done yet: the onComplete hooks, an S3 manifest.
+    output = spec.get("output") or {}
+    results = status.get("results") or {}
+    # A manifest that failed is retried when the job is next reconciled (update, operator restart).
+    manifest_pending = output.get("sink") == "S3" and not results.get("manifest") and not results.get("manifestError")
+    return manifest_pending or not oncomplete_settled(status.get("onComplete"), spec)
 
 
 def _job_finished(status: Mapping[str, Any], **_: Any) -> bool:

@@ -22,14 +22,16 @@ from trawl.api.scrapejob import ScrapeJobSpec, SinkKind
 from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.queue import Queue, QueueUnavailable
 from trawl.queue.model import DeadLetterRecord, JobConfig, JobStats
-from trawl.worker.jobspec import spec_problem, unmounted_secrets
+from trawl.worker.jobspec import spec_problem, unmounted_directory, unmounted_secrets
 from trawl.worker.notes import JobNotes, skipped_key, throttled_key
 from trawl.worker.s3sink import pending_key as s3_pending_key
 from trawl.worker.sinks import dedupe_key
+from trawl.worker.urlpolicy import parse_networks
 
 from . import kube
 from .jobstatus import TERMINAL, JobFacts, Problem, Transition, derive_job_status
 from .naming import ANNOTATION_RETRY_DEAD, RETRY_ALL_SUFFIX, queue_prefix
+from .oncomplete import run_hooks
 from .redisconn import RedisConfigError, RedisConnections, RedisUnreachable
 from .sinkcheck import finish_sink, sink_problem
 
@@ -211,6 +213,9 @@ async def reconcile_job(
                 f"mount into its workers: add it to the pool's spec.worker.secrets",
             )
         )
+    unmounted_dir = unmounted_directory(spec, pool.spec)
+    if unmounted_dir is not None:
+        return stalled(Problem("DirectoryNotMounted", unmounted_dir))
     try:
         config = job_config(uid, spec, pool.spec)
     except ValueError as exc:
@@ -259,7 +264,11 @@ async def _reconcile_with_queue(
         # Retention removed the queue data of a finished job (or Redis lost it: then say so): the status
         # is the record now, never rewritten to claim less or more than it knew.
         facts = JobFacts(generation=generation, suspend=spec.suspend, stats=None, epoch=epoch, data_lost=data_lost)
-        return JobOutcome(*derive_job_status(facts, prev, now))
+        kept, events = derive_job_status(facts, prev, now)
+        for key in ("onComplete", "results"):  # the record of what happened after the job
+            if key in prev and key not in kept:
+                kept[key] = prev[key]
+        return JobOutcome(kept, events)
     if not stats.exists:
         # Accepting the job: its sink must be able to take the records before anything is fetched.
         problem = await sink_problem(namespace, spec)
@@ -351,6 +360,19 @@ async def _reconcile_with_queue(
         new_status["results"].update(
             {"manifest": done} if done else await finish_sink(namespace, name, uid, spec, new_status)
         )
+    if new_status["phase"] in TERMINAL and spec.on_complete is not None:
+        new_status["onComplete"] = await run_hooks(
+            namespace=namespace,
+            name=name,
+            uid=uid,
+            spec=spec.on_complete,
+            status=new_status,
+            prev=prev.get("onComplete"),
+            allowed=parse_networks(pool.worker.allowed_cidrs or []),
+            now=now,
+        )
+    elif "onComplete" in prev:
+        new_status["onComplete"] = prev["onComplete"]
     delete = False
     if new_status["phase"] in TERMINAL and spec.ttl_seconds_after_finished is not None:
         done_at = parse_time(new_status.get("completionTime"))

@@ -46,6 +46,10 @@ def apps() -> kubernetes.client.AppsV1Api:
     return kubernetes.client.AppsV1Api(api_client())
 
 
+def batch() -> kubernetes.client.BatchV1Api:
+    return kubernetes.client.BatchV1Api(api_client())
+
+
 def custom() -> kubernetes.client.CustomObjectsApi:
     return kubernetes.client.CustomObjectsApi(api_client())
 

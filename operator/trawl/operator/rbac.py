@@ -33,6 +33,8 @@ NAMESPACED_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
     # Events: get to update the one aggregated Event per job and reason (count, message) in place.
     {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["get", "create", "patch"]},
+    # spec.onComplete.jobTemplate: create the Job once, then follow it until it finishes.
+    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "create"]},
 ]
 
 # Cluster-scoped reads kopf needs to run: CRD discovery for its resource scan, and namespaces

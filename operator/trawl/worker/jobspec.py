@@ -50,6 +50,17 @@ SECRETS_DIR_ENV = "TRAWL_SECRETS_DIR"
 SECRETS_DIR = "/var/run/trawl/secrets"
 
 
+# Local runs only (trawl dev up, cluster tests): the directory standing for the pod's root, under which the
+# supervisor places the pool's volumes; a job's JsonLines directory is looked up beneath it.
+VOLUMES_ROOT_ENV = "TRAWL_VOLUMES_ROOT"
+
+
+def local_path(path: str, environ: Mapping[str, str] | None = None) -> str:
+    """``path`` as this worker process sees it: under TRAWL_VOLUMES_ROOT when the supervisor set one."""
+    root = (os.environ if environ is None else environ).get(VOLUMES_ROOT_ENV)
+    return str(Path(root) / path.lstrip("/")) if root else path
+
+
 class MissingSecret(LookupError):
     """A job references a Secret key the worker cannot read."""
 
@@ -89,6 +100,22 @@ def unmounted_secrets(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> lis
     if output is not None and output.s3 is not None:
         refs += [output.s3.access_key_id_secret_ref, output.s3.secret_access_key_secret_ref]
     return [r.name for r in refs if r is not None and r.name not in mounted]
+
+
+def unmounted_directory(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> str | None:
+    """Why a JsonLines job's directory is not on a writable volume its pool mounts, or None when it is."""
+    output = job_spec.output
+    if output is None or output.sink != "JsonLines" or output.json_lines is None:
+        return None
+    directory = output.json_lines.directory
+    if pool_spec.worker.writable_mount_for(directory) is not None:
+        return None
+    mounted = ", ".join(m.mount_path for m in pool_spec.worker.volume_mounts or []) or "none"
+    return (
+        f"output.jsonLines.directory {directory} is not on a writable volume of the pool's workers (their root "
+        f"filesystem is read-only; mounts: {mounted}): add a volume (e.g. a persistentVolumeClaim) and a "
+        f"volumeMount to the ScrapePool's spec.worker"
+    )
 
 
 def build_worker_spec(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec | None) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from .breaker import CircuitBreaker
 from .extract import Extractor
 from .fetch import Fetcher, FetchError, FetchLimits
 from .finish import SINK_BACKOFF_FIRST, SINK_RETRY_SECONDS, Finish, Finisher
-from .jobspec import WorkerJobSpec, parse_worker_spec, read_secret
+from .jobspec import WorkerJobSpec, local_path, parse_worker_spec, read_secret
 from .metrics import WorkerMetrics
 from .notes import JobNotes
 from .parsepool import DEFAULT_INLINE_MAX_TAGS, DEFAULT_MAX_BYTES, DEFAULT_MAX_TAGS, ParseLimit, ParseLimits, ParsePool
@@ -482,7 +482,7 @@ class Worker:
         out = spec.output
         dedupe = self._dedupe_key
         if out.sink == SinkKind.JSON_LINES and out.json_lines is not None:
-            directory = self.config.json_lines_dir or out.json_lines.directory
+            directory = self.config.json_lines_dir or local_path(out.json_lines.directory)
             ident: tuple[Any, ...] = ("jsonl", directory)
             if ident not in self._sinks:
                 self._sinks[ident] = JsonLinesSink(self.redis, dedupe, directory)

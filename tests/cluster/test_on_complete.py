@@ -1,0 +1,183 @@
+"""spec.onComplete: after the job finishes, a signed CloudEvent arrives and a batch/v1 Job is created from
+the template with the job's name, result location and counts in its environment; both outcomes show
+on the ScrapeJob's status (the Job's progress is followed: marked Complete here, as no kubelet runs).
+A webhook that always fails ends Failed after its bounded attempts. About 40 s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import secrets
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from operator_fixtures import apply, exists, get, job, pool, wait_complete, wait_for
+
+from trawl.dev.controlplane import ControlPlane
+from trawl.dev.redis_server import RedisServer
+
+
+class _Receiver(ThreadingHTTPServer):
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.posts: list[tuple[dict[str, str], bytes]] = []
+        self.status = 204
+        self.lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/done"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Receiver
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        with self.server.lock:
+            self.server.posts.append((dict(self.headers), body))
+        self.send_response(self.server.status)
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def receiver() -> Iterator[_Receiver]:
+    server = _Receiver()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def test_on_complete_webhook_and_job(
+    control_plane: ControlPlane,
+    namespace: str,
+    operator: Any,
+    supervisor: Any,
+    bookstore: Any,
+    redis_server: RedisServer,
+    receiver: _Receiver,
+) -> None:
+    key = secrets.token_hex(16)
+    control_plane.kubectl("create", "secret", "generic", "hook-hmac", f"--from-literal=key={key}", "-n", namespace)
+    apply(control_plane, pool("after", redis_server.url), namespace=namespace)
+    wait_for("Deployment", lambda: exists(control_plane, "deployment", "after-workers", namespace))
+    urls = list(bookstore.expected())[:3]
+    template = {
+        "metadata": {"labels": {"team": "data"}},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {"name": "load", "image": "example/loader:1", "env": [{"name": "MODE", "value": "x"}]}
+                    ],
+                }
+            },
+        },
+    }
+    on_complete = {
+        "webhook": {"url": receiver.url, "secretRef": {"name": "hook-hmac", "key": "key"}},
+        "jobTemplate": template,
+    }
+    apply(control_plane, job("chained", "after", urls, onComplete=on_complete), namespace=namespace)
+    wait_complete(control_plane, "chained", namespace, 120, operator.log_tail)
+    uid = get(control_plane, "scrapejob", "chained", namespace)["metadata"]["uid"]
+
+    def delivered() -> Any:
+        with receiver.lock:
+            return list(receiver.posts)
+
+    posts = wait_for("the CloudEvent", delivered, timeout=60, diag=operator.log_tail)
+    headers, body = posts[0]
+    assert headers["X-Trawl-Signature"] == "sha256=" + hmac.new(key.encode(), body, hashlib.sha256).hexdigest()
+    assert headers["Content-Type"].startswith("application/cloudevents+json")
+    event = json.loads(body)
+    assert (event["specversion"], event["type"], event["id"]) == (
+        "1.0",
+        "dev.trawl.scrapejob.finished",
+        f"{uid}/finished",
+    )
+    assert event["data"]["phase"] == "Succeeded" and event["data"]["counts"]["succeeded"] == 3
+    assert event["data"]["results"]["count"] == 3
+
+    jname = "chained-on-complete"
+    created = wait_for("the Job", lambda: exists(control_plane, "job", jname, namespace), timeout=60)
+    assert created
+    batch_job = get(control_plane, "job", jname, namespace)
+    assert batch_job["metadata"]["ownerReferences"][0]["uid"] == uid
+    assert batch_job["metadata"]["labels"]["team"] == "data"
+    env = {e["name"]: e.get("value") for e in batch_job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["MODE"] == "x"  # the template's own env stays
+    assert (env["TRAWL_JOB_NAME"], env["TRAWL_JOB_UID"], env["TRAWL_JOB_PHASE"]) == ("chained", uid, "Succeeded")
+    assert env["TRAWL_RESULTS_SINK"] == "RedisStream" and env["TRAWL_RESULTS_COUNT"] == "3"
+    assert env["TRAWL_RESULTS_LOCATION"].startswith("redis: ") and env["TRAWL_COUNT_SUCCEEDED"] == "3"
+
+    def hooks() -> Any:
+        status = get(control_plane, "scrapejob", "chained", namespace)["status"].get("onComplete") or {}
+        return status if (status.get("webhook") or {}).get("state") == "Succeeded" and status.get("job") else None
+
+    status = wait_for("status.onComplete", hooks, timeout=60, diag=operator.log_tail)
+    assert status["job"]["name"] == jname and status["job"]["state"] == "Running"
+    # No kubelet runs it here: mark the Job Complete as the job controller would, and the ScrapeJob follows.
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    conditions = [
+        {"type": t, "status": "True", "reason": "Done", "lastTransitionTime": now}
+        for t in ("SuccessCriteriaMet", "Complete")
+    ]
+    done = {"status": {"conditions": conditions, "succeeded": 1, "startTime": now, "completionTime": now}}
+    control_plane.kubectl(
+        "patch", "job", jname, "-n", namespace, "--subresource=status", "--type=merge", "-p", json.dumps(done)
+    )
+
+    def job_followed() -> Any:
+        status = get(control_plane, "scrapejob", "chained", namespace)["status"].get("onComplete") or {}
+        return (status.get("job") or {}).get("state") == "Succeeded" and status
+
+    wait_for("onComplete.job Succeeded", job_followed, timeout=60, diag=operator.log_tail)
+    with receiver.lock:
+        assert len(receiver.posts) == 1  # delivered once
+
+
+def test_on_complete_webhook_that_keeps_failing_ends_failed(
+    control_plane: ControlPlane,
+    namespace: str,
+    operator: Any,
+    supervisor: Any,
+    bookstore: Any,
+    redis_server: RedisServer,
+    receiver: _Receiver,
+) -> None:
+    receiver.status = 503
+    apply(control_plane, pool("after2", redis_server.url), namespace=namespace)
+    urls = list(bookstore.expected())[:1]
+    apply(
+        control_plane,
+        job("unheard", "after2", urls, onComplete={"webhook": {"url": receiver.url}}),
+        namespace=namespace,
+    )
+    wait_complete(control_plane, "unheard", namespace, 120, operator.log_tail)
+
+    def failed() -> Any:
+        hook = (get(control_plane, "scrapejob", "unheard", namespace)["status"].get("onComplete") or {}).get("webhook")
+        return hook if hook and hook["state"] == "Failed" else None
+
+    hook = wait_for("onComplete.webhook Failed", failed, timeout=90, diag=operator.log_tail)
+    assert hook["attempts"] == 5 and hook["message"] == "HTTP 503"
+    with receiver.lock:
+        assert len(receiver.posts) == 5  # bounded: no more deliveries after the last attempt
+        assert "X-Trawl-Signature" not in receiver.posts[0][0]  # no secretRef: unsigned
