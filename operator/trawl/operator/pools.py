@@ -89,13 +89,19 @@ async def _take_over_fields(namespace: str, name: str, current: Mapping[str, Any
     if new is None:
         return False
     rv = (current.get("metadata") or {}).get("resourceVersion")
-    # resourceVersion-guarded: a concurrent writer makes this fail and the next pass try again.
-    await kube.call(
-        kube.apps().patch_namespaced_deployment,
-        name,
-        namespace,
-        {"metadata": {"managedFields": new, "resourceVersion": rv}},
-    )
+    # resourceVersion-guarded: a concurrent writer (the deployment controller) makes this fail, and
+    # the next pass tries again from what it then reads.
+    try:
+        await kube.call(
+            kube.apps().patch_namespaced_deployment,
+            name,
+            namespace,
+            {"metadata": {"managedFields": new, "resourceVersion": rv}},
+        )
+    except Exception as exc:
+        if kube.is_status(exc, 409):
+            return False
+        raise
     log.info("took over fields of Deployment %s/%s from %s", namespace, name, [m.get("manager") for m in managed])
     return True
 
