@@ -348,6 +348,11 @@ worker = obj(
         "browser": obj(
             render.BrowserWorkerSpec, {}, {"pagesPerBrowser": ints(1, 64), "memoryLimitMiB": ints(64, 65536)}
         ),
+        "circuitBreaker": obj(
+            scrapepool.CircuitBreakerSpec,
+            {},
+            {"failureThreshold": ints(0, 1000), "openSeconds": st.floats(1, 3600, allow_nan=False)},
+        ),
         "resources": obj(
             scrapepool.Resources,
             {},

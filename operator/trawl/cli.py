@@ -141,6 +141,14 @@ def worker_cmd(
     max_rss_mb: int = typer.Option(
         0, envvar="TRAWL_MAX_RSS_MB", help="Drain and exit (to be restarted) above this resident memory; 0: never."
     ),
+    breaker_failures: int = typer.Option(
+        5,
+        envvar="TRAWL_BREAKER_FAILURES",
+        help="Consecutive timeouts/5xx/connection errors of a domain that open its circuit breaker; 0: off.",
+    ),
+    breaker_open_seconds: float = typer.Option(
+        30.0, envvar="TRAWL_BREAKER_OPEN_SECONDS", help="First open period of a domain's circuit breaker."
+    ),
 ) -> None:
     """Run a scrape worker: claim tasks of the pool, fetch, extract, write results."""
     from trawl.worker.cli import main as worker_main
@@ -162,6 +170,8 @@ def worker_cmd(
             max_tasks=max_tasks,
             max_rss_mb=max_rss_mb,
             parse_inline_max_tags=parse_inline_max_tags,
+            breaker_failures=breaker_failures,
+            breaker_open_seconds=breaker_open_seconds,
         )
     )
 

@@ -82,7 +82,12 @@ def test_dead_letters_then_retry_annotation_completes(
     bookstore: Any,
     redis_server: RedisServer,
 ) -> None:
-    apply(control_plane, pool("flaky", redis_server.url), namespace=namespace)
+    # This test is about the retry policy and dead letters, so the pool turns its per-domain circuit breaker
+    # off: with it on, the site's run of 503s would hold the tasks back instead of spending their attempts
+    # (tests/integration/test_worker_breaker.py covers the breaker).
+    flaky_worker = {"concurrency": 16, "drainSeconds": 10, "allowedCidrs": ["127.0.0.0/8"]}
+    flaky_worker["circuitBreaker"] = {"failureThreshold": 0}
+    apply(control_plane, pool("flaky", redis_server.url, worker=flaky_worker), namespace=namespace)
     # Each URL answers 503 three times, then recovers: two attempts are not enough.
     urls = [f"{bookstore.url}/hostile/503?id={namespace}-{i}&fail=3" for i in range(5)]
     urls.append(bookstore.url + "/product/1.html")

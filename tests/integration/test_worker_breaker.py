@@ -56,6 +56,15 @@ async def test_opens_half_opens_with_one_probe_and_closes(redis_client: aioredis
     assert not await redis_client.exists(key)
 
 
+async def test_a_threshold_of_zero_turns_the_breaker_off(redis_client: aioredis.Redis) -> None:
+    key = f"{PREFIX}:rl:cb:" + uuid.uuid4().hex[:8]
+    off = CircuitBreaker(redis_client, lambda d: key, "w", threshold=0, open_seconds=10, refresh_seconds=0)
+    for _ in range(50):
+        assert await off.record("site", False, "HTTP5xx: 503") == "closed"
+        assert (await off.check("site")).state == "closed"
+    assert not await redis_client.exists(key)  # nothing recorded: other workers see a closed breaker too
+
+
 async def _job(redis: aioredis.Redis, queue: Queue, urls: list[str]) -> str:
     retry = {"maxAttempts": 5, "initialDelaySeconds": 0.2, "maxDelaySeconds": 0.5, "honorRetryAfter": False}
     job = ScrapeJobSpec.model_validate(

@@ -165,3 +165,17 @@ def test_json_lines_directory_must_be_on_a_writable_pool_volume() -> None:
     assert unmounted_directory(job("/data/results"), _spec()) is not None  # no volumes at all
     other = ScrapeJobSpec.model_validate({"pool": "p", "urls": ["https://e.test/"]})
     assert unmounted_directory(other, _spec()) is None  # not a JsonLines job
+
+
+def test_the_pools_circuit_breaker_settings_reach_the_workers() -> None:
+    from trawl.api.scrapepool import ScrapePoolSpec
+
+    def env_of(worker: dict[str, object]) -> dict[str, str]:
+        spec = ScrapePoolSpec.model_validate({"redis": {"url": "redis://r:6379"}, "worker": worker})
+        dep = render_worker_deployment(namespace="ns", pool="p", pool_uid="u", spec=spec, replicas=1)
+        [container] = dep["spec"]["template"]["spec"]["containers"]
+        return {e["name"]: e.get("value", "") for e in container["env"]}
+
+    off = env_of({"circuitBreaker": {"failureThreshold": 0, "openSeconds": 12.5}})
+    assert (off["TRAWL_BREAKER_FAILURES"], off["TRAWL_BREAKER_OPEN_SECONDS"]) == ("0", "12.5")
+    assert not any(name.startswith("TRAWL_BREAKER_") for name in env_of({}))  # the worker's defaults

@@ -190,6 +190,32 @@ class VolumeMount(TrawlModel):
 RESERVED_MOUNTS = ("/tmp", "/var/run/trawl")
 
 
+class CircuitBreakerSpec(TrawlModel):
+    """The per-domain circuit breaker the pool's workers share: after repeated timeouts, 5xx answers or
+    connection errors from one domain, its tasks wait (without spending attempts) instead of hammering it."""
+
+    failure_threshold: int = Field(
+        default=5,
+        ge=0,
+        le=1000,
+        description="Consecutive timeouts, 5xx answers or connection errors of a domain that open its breaker; "
+        "0 turns the breaker off (failures then spend attempts and follow the job's retry policy).",
+    )
+    open_seconds: float = Field(
+        default=30.0,
+        ge=1,
+        le=3600,
+        description="How long the breaker stays open the first time; each failed probe doubles it (up to 300 s).",
+    )
+
+    def env(self) -> list[dict[str, str]]:
+        """The worker's environment for these settings (read by `trawl worker`)."""
+        return [
+            {"name": "TRAWL_BREAKER_FAILURES", "value": str(self.failure_threshold)},
+            {"name": "TRAWL_BREAKER_OPEN_SECONDS", "value": f"{self.open_seconds:g}"},
+        ]
+
+
 class WorkerSpec(TrawlModel):
     """The worker pods of the pool."""
 
@@ -249,6 +275,10 @@ class WorkerSpec(TrawlModel):
         default=None,
         description="Headless Chromium settings for pools that run ScrapeJobs with render.mode Browser (the "
         "image must be the browser worker image).",
+    )
+    circuit_breaker: CircuitBreakerSpec | None = Field(
+        default=None,
+        description="Per-domain circuit breaker of the workers. Default: on, 5 failures, open 30 s.",
     )
     metrics_port: int = Field(default=9090, ge=1024, le=65535, description="Port of the Prometheus metrics endpoint.")
     volumes: list[Volume] | None = Field(

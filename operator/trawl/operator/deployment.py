@@ -121,6 +121,8 @@ def render_worker_deployment(
     mounts += [m.model_dump(mode="json", by_alias=True, exclude_none=True) for m in worker.volume_mounts or []]
     if worker.browser is not None:
         env += worker.browser.env()
+    if worker.circuit_breaker is not None:
+        env += worker.circuit_breaker.env()
     env += [{"name": e.name, "value": e.value} for e in worker.env or []]
     container: dict[str, Any] = {
         "name": "worker",

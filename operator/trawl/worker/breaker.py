@@ -73,6 +73,9 @@ class Verdict:
         return max(0.0, self.until - (time.time() if now is None else now))
 
 
+_CLOSED = Verdict("closed")
+
+
 @dataclass(slots=True)
 class _Local:
     verdict: Verdict
@@ -109,7 +112,14 @@ class CircuitBreaker:
         """Domains this worker last saw open (for metrics)."""
         return {d: v.verdict for d, v in self._local.items() if v.verdict.state == "open"}
 
+    @property
+    def enabled(self) -> bool:
+        """A threshold of 0 turns the breaker off (the pool's ``worker.circuitBreaker.failureThreshold``)."""
+        return self.threshold > 0
+
     async def check(self, domain: str) -> Verdict:
+        if not self.enabled:
+            return _CLOSED
         now_m = time.monotonic()
         local = self._local.get(domain)
         if local is not None and now_m - local.read_at < self.refresh_seconds:
@@ -123,6 +133,8 @@ class CircuitBreaker:
 
     async def record(self, domain: str, ok: bool, reason: str = "") -> str:
         """A request's outcome: ``ok`` False for failures that count against the site."""
+        if not self.enabled:
+            return "closed"
         local = self._local.get(domain)
         if ok and (local is None or not local.failures):
             return "closed"  # nothing on record to clear: no write

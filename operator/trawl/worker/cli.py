@@ -69,6 +69,8 @@ def main(
     max_tasks: int = 0,
     max_rss_mb: int = 0,
     parse_inline_max_tags: int = 2048,
+    breaker_failures: int = 5,
+    breaker_open_seconds: float = 30.0,
 ) -> int:
     pod = worker_id or default_worker_id()
     wid = incarnation_id(pod)  # one id per process start: a restart in the same pod is a new worker
@@ -89,5 +91,7 @@ def main(
         max_tasks=max_tasks,
         max_rss_mb=max_rss_mb,
         parse_inline_max_tags=parse_inline_max_tags,
+        breaker_failures=breaker_failures,
+        breaker_open_seconds=breaker_open_seconds,
     )
     return asyncio.run(_run(config, lease_seconds))
