@@ -14,7 +14,7 @@ $(error $(or $(BOOTSTRAP_ERROR),hack/bootstrap.sh failed))
 endif
 endif
 
-.PHONY: setup bench-setup lock k8s-binaries test test-unit test-redis test-browser test-sinks test-cluster test-faults lint typecheck crd demo bench e2e-kind images clean
+.PHONY: setup bench-setup lock k8s-binaries test test-layers test-e2e test-unit test-redis test-browser test-sinks test-cluster test-faults lint typecheck crd demo bench e2e e2e-build e2e-kind images clean
 
 # Dependencies come from the lock (requirements/*.txt, every file's sha256 checked), the package itself
 # on top without resolving anything again: the same versions on every machine, in CI and in the image.
@@ -45,8 +45,17 @@ ASSETS = KUBEBUILDER_ASSETS="$${KUBEBUILDER_ASSETS:-$$(hack/build-k8s-binaries.s
 # MinIO for the S3 sink tests: TRAWL_MINIO if set, else built once and cached by hack/build-minio.sh.
 MINIO = TRAWL_MINIO="$${TRAWL_MINIO:-$$(hack/build-minio.sh)}"
 
-test: setup
-	$(ASSETS) $(MINIO) $(PY) -m pytest -p no:cacheprovider
+# Every layer (unit, setup, redis, browser, sinks, cluster, faults; e2e_kind where Docker answers), then
+# e2e on a real node last.
+test: test-layers test-e2e
+
+test-layers: setup
+	$(ASSETS) $(MINIO) $(PY) -m pytest -p no:cacheprovider -m "not e2e"
+
+# The real one-node Kubernetes layer (tests/e2e): root, and the binaries/images of `make e2e-build`;
+# it skips with the reason where a node cannot start.
+test-e2e: setup
+	$(ASSETS) $(PY) -m pytest -p no:cacheprovider -m e2e tests/e2e
 
 test-unit: setup
 	$(PY) -m pytest -m unit
@@ -91,6 +100,16 @@ images:
 	$(DOCKER) build -f worker_image/Dockerfile -t $(IMAGE):$(IMAGE_TAG) \
 	  --build-arg VERSION=$(IMAGE_TAG) --build-arg REVISION=$$(git rev-parse HEAD 2>/dev/null || echo unknown) \
 	  --build-arg CREATED=$$(date -u +%Y-%m-%dT%H:%M:%SZ) $(DOCKER_BUILD_FLAGS) .
+
+# Real one-node Kubernetes (root, Debian): packages, node binaries (~25 min cold, cached under
+# ~/.cache/trawl), images (the Dockerfile built by a private dockerd), then the e2e layer.
+e2e-build:
+	hack/realnode/deps.sh
+	hack/build-k8s-binaries.sh >/dev/null
+	hack/realnode/build.sh
+	hack/realnode/images.sh >/dev/null
+
+e2e: setup e2e-build test-e2e
 
 # kind end-to-end (needs a Docker engine): cluster, image, helm install, a crawl to Complete, teardown.
 e2e-kind: setup

@@ -59,6 +59,7 @@ _LAYERS = {
     "sinks": "sinks",
     "cluster": "cluster",
     "faults": "faults",
+    "e2e": "e2e",
     "e2e_kind": "e2e_kind",
 }
 

@@ -1,0 +1,145 @@
+"""Drive the project's one-node Kubernetes (hack/realnode/node.sh) and the objects the e2e scenarios use.
+
+Everything goes through the real binaries the node runs with (kubectl of the same version, helm), the
+node's own API server on the bridge address the run created, and nothing else on the network.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+ROOT = Path(__file__).resolve().parents[2]
+HACK = ROOT / "hack" / "realnode"
+KIND_DIR = ROOT / "tests" / "e2e_kind"
+CACHE = Path(
+    os.environ.get("TRAWL_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "trawl"
+)
+KUBE_VERSION = "v1.35.4"
+IMAGE = "ghcr.io/trawl-dev/trawl:e2e"
+T = TypeVar("T")
+
+
+def missing_prerequisites() -> str | None:
+    """Why a node cannot start here (None: it can). The e2e layer skips with exactly this reason."""
+    if os.geteuid() != 0:
+        return "a real node needs root (network namespaces, mounts, cgroups); run the e2e layer as root"
+    if not (Path("/sys/fs/cgroup/memory").is_dir() or Path("/sys/fs/cgroup/cgroup.controllers").exists()):
+        return "no cgroup file system at /sys/fs/cgroup: the kubelet cannot run pods"
+    for tool in ("runc", "iptables", "debootstrap", "dockerd", "nft", "openssl"):
+        if shutil.which(tool) is None:
+            return f"{tool} is missing: run hack/realnode/deps.sh (Debian packages; needs apt)"
+    node_bin = CACHE / "k8s" / f"{KUBE_VERSION}-node"
+    wanted = [node_bin / c for c in ("kubelet", "kube-controller-manager", "kube-scheduler", "kube-proxy", "kubectl")]
+    wanted += [CACHE / "containerd-v2.4.2" / "containerd", CACHE / "k8s" / "coredns-v1.14.7" / "coredns"]
+    assets = Path(os.environ.get("KUBEBUILDER_ASSETS") or CACHE / "k8s" / f"{KUBE_VERSION}-etcd-v3.6.16")
+    wanted += [assets / "kube-apiserver", assets / "etcd"]
+    absent = [str(p) for p in wanted if not p.exists()]
+    if absent:
+        return f"node binaries not built ({', '.join(absent)}): run `make e2e-build` (~30 min cold, cached)"
+    return None
+
+
+class CommandFailed(RuntimeError):
+    """A kubectl/helm/script call exited non-zero; the message carries its output."""
+
+
+def run(
+    args: list[str],
+    *,
+    input: str | None = None,
+    timeout: float = 300,
+    check: bool = True,
+    env: dict[str, str] | None = None,
+) -> str:
+    proc = subprocess.run(
+        args,
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )
+    if check and proc.returncode != 0:
+        raise CommandFailed(
+            f"{' '.join(args[:6])}... exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
+    return proc.stdout
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float, interval: float = 1.0) -> T:
+    """Poll ``probe`` until it returns something truthy; fail with ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while True:
+        last = probe()
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+        time.sleep(interval)
+
+
+@dataclass
+class RealNode:
+    """A running node: its folder, kubeconfig and tools."""
+
+    root: Path
+    env: dict[str, str]
+    helm_bin: str
+
+    @property
+    def kubeconfig(self) -> str:
+        return self.env["KUBECONFIG"]
+
+    def kubectl(self, *args: str, input: str | None = None, timeout: float = 300, check: bool = True) -> str:
+        return run(
+            [self.env["KUBECTL"], "--kubeconfig", self.kubeconfig, *args], input=input, timeout=timeout, check=check
+        )
+
+    def helm(self, *args: str, timeout: float = 600) -> str:
+        return run([self.helm_bin, "--kubeconfig", self.kubeconfig, *args], timeout=timeout)
+
+    def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        ns = ["-n", namespace] if namespace else []
+        out = self.kubectl("get", kind, name, *ns, "-o", "json", "--ignore-not-found", check=False)
+        return json.loads(out) if out.strip() else None
+
+    def items(self, kind: str, namespace: str, selector: str | None = None) -> list[dict[str, Any]]:
+        sel = ["-l", selector] if selector else []
+        return list(json.loads(self.kubectl("get", kind, "-n", namespace, *sel, "-o", "json"))["items"])
+
+    def apply(self, objects: Iterable[dict[str, Any]], namespace: str | None = None) -> None:
+        ns = ["-n", namespace] if namespace else []
+        body = json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)})
+        self.kubectl("apply", *ns, "-f", "-", input=body)
+
+    def ctr(self, *args: str) -> str:
+        return run([self.env["CTR"], "-a", self.env["CONTAINERD_SOCK"], "-n", "k8s.io", *args])
+
+
+def read_env(path: Path) -> dict[str, str]:
+    pairs = (line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+    return {k: v for k, v in pairs}
+
+
+def pod_ready(pod: dict[str, Any]) -> bool:
+    conditions = pod.get("status", {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions) and not pod["metadata"].get(
+        "deletionTimestamp"
+    )
+
+
+def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
+    for c in (obj or {}).get("status", {}).get("conditions") or []:
+        if c.get("type") == kind:
+            return dict(c)
+    return None

@@ -1,0 +1,241 @@
+"""Trawl on a real one-node Kubernetes: the image built here, the chart installed with Helm as shipped,
+worker pods run by a real kubelet and containerd. Scenarios of issue 12, each asserting exact counts and
+results; times worth knowing (pod start-up, scale-up) are printed, never asserted (see bench/).
+
+The tests share one node and one release (session fixtures) and run in file order: the last ones
+upgrade and uninstall the release.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+from e2e_node import ROOT, RealNode, pod_ready, wait_for
+from scenarios import (
+    SITE,
+    SLOW_SITE,
+    assert_records,
+    assert_succeeded,
+    diagnose,
+    expected_products,
+    job,
+    job_status,
+    ready_workers,
+    results,
+    site_pages,
+    wait_finished,
+    wait_no_workers,
+    worker_pods,
+)
+
+from conftest import NAMESPACE, POOL, RELEASE, pool_object
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+def _log(msg: str) -> None:
+    print(f"[e2e {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def _in_flight(node: RealNode, name: str) -> int:
+    return int((job_status(node, name).get("counts") or {}).get("inFlight", 0))
+
+
+def test_operator_ready_and_a_crawl_completes_with_exact_results(release: RealNode) -> None:
+    node = release
+    op = node.items("pods", NAMESPACE, "app.kubernetes.io/component=operator")
+    assert op and all(pod_ready(p) for p in op), op
+    spec = {
+        "crawl": {"maxDepth": 6, "maxPages": 1000},
+        "extract": {"fields": job("x", POOL, [])["spec"]["extract"]["fields"], "onlyMatching": "/product/"},
+    }
+    node.apply([job("crawl", POOL, [SITE + "/"], **spec)])
+    status = wait_finished(node, "crawl", 600)
+    # The home page links /private/, which robots.txt disallows: a skip, neither a result nor a failure.
+    assert_succeeded(node, "crawl", status, site_pages())
+    assert_records(results(node, "crawl"), expected_products(SITE))
+
+
+def test_backlog_scales_up_real_pods_then_drains_to_zero_with_nothing_lost(release: RealNode) -> None:
+    """Scale-up from zero on a backlog (time to the first Ready pod printed), then the scale-down while
+    pods are still busy: idle pods go first, SIGTERM drains under the real kubelet, no task interrupted
+    or lost (every URL exactly one record)."""
+    node = release
+    wait_no_workers(node, POOL, 300)
+    ids = range(1, 61)
+    urls = [f"{SLOW_SITE}/product/{i}.html" for i in ids]  # 3 s each: a backlog one pod drains in ~25 s
+    started = time.monotonic()
+    node.apply([job("backlog", POOL, urls, politeness={"requestsPerSecond": 100, "maxConcurrencyPerDomain": 32})])
+    wait_for("a worker pod Ready", lambda: ready_workers(node, POOL), 300, 0.5)
+    first_ready = time.monotonic() - started
+    _log(f"backlog -> first worker pod Ready: {first_ready:.1f}s")
+    peak = wait_for(
+        "a scale-up beyond one pod", lambda: len(worker_pods(node, POOL)) > 1 and len(worker_pods(node, POOL)), 300, 0.5
+    )
+    _log(f"backlog -> {peak} worker pods: {time.monotonic() - started:.1f}s")
+    status = wait_finished(node, "backlog", 600)
+    assert_succeeded(node, "backlog", status, len(urls))
+    assert_records(results(node, "backlog"), expected_products(SLOW_SITE, ids))
+    pool = node.get("scrapepool", POOL, NAMESPACE) or {}
+    _log(f"last scale: {pool.get('status', {}).get('lastScale')}")
+    seconds = wait_no_workers(node, POOL, 600)
+    _log(f"drained -> zero pods: {seconds:.1f}s")
+
+
+def test_worker_container_killed_in_place_recovers_within_a_lease(release: RealNode) -> None:
+    """SIGKILL of the worker's process (as an OOM kill does): the kubelet restarts the container in the
+    same pod; the tasks the dead incarnation held come back within one lease and the job completes."""
+    node = release
+    ids = range(61, 85)
+    urls = [f"{SLOW_SITE}/product/{i}.html" for i in ids]
+    node.apply([job("killed", POOL, urls, politeness={"requestsPerSecond": 100, "maxConcurrencyPerDomain": 32})])
+    wait_for("tasks in flight", lambda: _in_flight(node, "killed") > 0 and ready_workers(node, POOL), 300, 0.5)
+    pod = ready_workers(node, POOL)[0]
+    name = pod["metadata"]["name"]
+    container = pod["status"]["containerStatuses"][0]
+    node.ctr("tasks", "kill", "-s", "SIGKILL", container["containerID"].removeprefix("containerd://"))
+    killed = time.monotonic()
+
+    def restarted() -> dict[str, Any] | None:
+        p = node.get("pod", name, NAMESPACE)
+        cs = ((p or {}).get("status", {}).get("containerStatuses") or [{}])[0]
+        return p if cs.get("restartCount", 0) > container.get("restartCount", 0) and pod_ready(p or {}) else None
+
+    wait_for(f"{name} restarted in place", restarted, 300, 0.5)
+    back = time.monotonic()
+    _log(f"worker container killed -> running again in the same pod: {back - killed:.1f}s")
+    status = wait_finished(node, "killed", 600)
+    _log(f"restart -> job finished: {time.monotonic() - back:.1f}s (lease 20s)")
+    assert_succeeded(node, "killed", status, len(urls))
+    assert_records(results(node, "killed"), expected_products(SLOW_SITE, ids))
+
+
+def test_operator_pod_deleted_mid_job_a_new_one_finishes_it(release: RealNode) -> None:
+    node = release
+    ids = range(85, 101)
+    urls = [f"{SLOW_SITE}/product/{i}.html" for i in ids]
+    node.apply([job("orphaned", POOL, urls, politeness={"requestsPerSecond": 100, "maxConcurrencyPerDomain": 32})])
+    wait_for("tasks in flight", lambda: _in_flight(node, "orphaned") > 0, 300, 0.5)
+    old = {p["metadata"]["name"] for p in node.items("pods", NAMESPACE, "app.kubernetes.io/component=operator")}
+    node.kubectl("-n", NAMESPACE, "delete", "pod", *old, "--wait=false")
+
+    def new_operator() -> list[dict[str, Any]]:
+        pods = node.items("pods", NAMESPACE, "app.kubernetes.io/component=operator")
+        return [p for p in pods if p["metadata"]["name"] not in old and pod_ready(p)]
+
+    wait_for("a new operator pod Ready", new_operator, 300, 1)
+    status = wait_finished(node, "orphaned", 600)
+    assert_succeeded(node, "orphaned", status, len(urls))
+    assert_records(results(node, "orphaned"), expected_products(SLOW_SITE, ids))
+
+
+def test_pool_template_change_rolls_out_and_an_invalid_one_shows_on_status(release: RealNode) -> None:
+    node = release
+    pool = pool_object("tmpl", podAnnotations={"e2e.trawl.dev/remove-me": "yes"})
+    pool["spec"]["autoscaling"] = {"enabled": False}
+    pool["spec"]["replicas"] = 1
+    node.apply([pool])
+    first = wait_for("one Ready tmpl worker", lambda: ready_workers(node, "tmpl"), 300, 1)[0]
+    assert first["metadata"]["annotations"].get("e2e.trawl.dev/remove-me") == "yes"
+    changed = pool_object("tmpl", env=[{"name": "E2E_MARK", "value": "two"}], metricsPort=9191)
+    changed["spec"]["worker"]["resources"] = {
+        "requests": {"cpu": "30m", "memory": "80Mi"},
+        "limits": {"memory": "400Mi"},
+    }
+    changed["spec"]["autoscaling"] = {"enabled": False}
+    changed["spec"]["replicas"] = 1
+    # A replace, not a merge: the annotation is gone from the pool, so it must go from the pods too.
+    node.kubectl(
+        "replace",
+        "-f",
+        "-",
+        input=json.dumps(
+            {
+                **changed,
+                "metadata": {
+                    **changed["metadata"],
+                    "resourceVersion": node.get("scrapepool", "tmpl", NAMESPACE)["metadata"]["resourceVersion"],
+                },
+            }
+        ),
+    )  # type: ignore[index]
+
+    def rolled() -> dict[str, Any] | None:
+        pods = ready_workers(node, "tmpl")
+        return next(
+            (
+                p
+                for p in pods
+                if p["metadata"]["name"] != first["metadata"]["name"] and len(worker_pods(node, "tmpl")) == 1
+            ),
+            None,
+        )
+
+    try:
+        pod = wait_for("the tmpl rollout", rolled, 300, 1)
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}\n{diagnose(node)}") from None
+    c = pod["spec"]["containers"][0]
+    assert {"name": "E2E_MARK", "value": "two"} in c.get("env", [])
+    assert c["resources"] == {"requests": {"cpu": "30m", "memory": "80Mi"}, "limits": {"memory": "400Mi"}}
+    assert 9191 in [p["containerPort"] for p in c.get("ports", [])]
+    assert "e2e.trawl.dev/remove-me" not in (pod["metadata"].get("annotations") or {})
+    deploy = node.get("deployment", "tmpl-workers", NAMESPACE) or {}
+    assert "e2e.trawl.dev/remove-me" not in (deploy["spec"]["template"]["metadata"].get("annotations") or {})
+
+    # An invalid template (a quantity the API server rejects) shows on the pool, with the real message.
+    node.kubectl("patch", "scrapepool", "tmpl", "-n", NAMESPACE, "--type=merge", "-p",
+                 json.dumps({"spec": {"worker": {"resources": {"limits": {"memory": "lots"}}}}}))  # fmt: skip
+
+    def shows_error() -> dict[str, Any] | None:
+        obj = node.get("scrapepool", "tmpl", NAMESPACE)
+        bad = [
+            c
+            for c in (obj or {}).get("status", {}).get("conditions") or []
+            if "lots" in c.get("message", "") or "quantit" in c.get("message", "").lower()
+        ]
+        return bad[0] if bad else None
+
+    cond = wait_for("the invalid template on the pool's status", shows_error, 120, 1)
+    _log(f"invalid template: {cond}")
+    node.kubectl("delete", "scrapepool", "tmpl", "-n", NAMESPACE, "--wait=true", "--timeout=120s")
+
+
+def test_helm_upgrade_then_uninstall_leaves_only_the_crds(release: RealNode) -> None:
+    node = release
+    for name in ("crawl", "backlog", "killed", "orphaned"):
+        node.kubectl(
+            "-n", NAMESPACE, "delete", "scrapejob", name, "--ignore-not-found", "--wait=true", "--timeout=120s"
+        )
+    before = node.get("deployment", "trawl-operator", NAMESPACE) or {}
+    node.helm(
+        "upgrade",
+        RELEASE,
+        str(ROOT / "charts" / "trawl"),
+        "-n",
+        NAMESPACE,
+        "--reuse-values",
+        "--set",
+        "operator.logLevel=debug",
+        "--wait",
+        "--timeout",
+        "300s",
+    )
+    after = node.get("deployment", "trawl-operator", NAMESPACE) or {}
+    assert after["metadata"]["generation"] > before["metadata"]["generation"]
+    assert "--verbose" in json.dumps(after["spec"]["template"]["spec"]["containers"][0])
+    node.kubectl("-n", NAMESPACE, "rollout", "status", "deploy/trawl-operator", "--timeout=300s")
+    node.kubectl("delete", "scrapepool", POOL, "-n", NAMESPACE, "--wait=true", "--timeout=120s")
+    node.helm("uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout", "300s")
+    kinds = "all,cm,secret,sa,role,rolebinding,networkpolicy,pdb,scrapepools,scrapejobs"
+    left = node.kubectl("get", kinds, "-n", NAMESPACE, "-l", "app.kubernetes.io/instance=trawl", "-o", "name")
+    assert left.strip() == ""
+    cluster_left = node.kubectl(
+        "get", "clusterrole,clusterrolebinding", "-l", "app.kubernetes.io/instance=trawl", "-o", "name"
+    )
+    assert cluster_left.strip() == ""
+    crds = node.kubectl("get", "crd", "-o", "name")
+    assert {"customresourcedefinition.apiextensions.k8s.io/scrapejobs.trawl.dev"} <= set(crds.split())
