@@ -20,11 +20,17 @@ DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 mkdir -p "$IMAGES_DIR"
 TMP="$(mktemp -d)"
 DOCKERD_PID=""
+RUN_CONTAINERD_EXISTED=0; [[ -e /run/containerd ]] && RUN_CONTAINERD_EXISTED=1
 cleanup() {
   if [[ -n "$DOCKERD_PID" ]] && kill -0 "$DOCKERD_PID" 2>/dev/null; then
     kill "$DOCKERD_PID"
     for _ in $(seq 100); do kill -0 "$DOCKERD_PID" 2>/dev/null || break; sleep 0.2; done
     kill -9 "$DOCKERD_PID" 2>/dev/null || true
+  fi
+  # dockerd's containerd keeps shim sockets under /run/containerd/s whatever its exec root: remove
+  # what it left there if that folder is new.
+  if [[ -n "$DOCKERD_PID" && "$RUN_CONTAINERD_EXISTED" == 0 ]]; then
+    find /run/containerd -depth -type d -empty -delete 2>/dev/null || true
   fi
   # dockerd's exec root holds mounts (netns, overlay) while running: nothing may stay mounted.
   grep -E " $TMP" /proc/mounts | awk '{print $2}' | sort -r | while read -r m; do umount "$m" 2>/dev/null || umount -l "$m"; done

@@ -30,7 +30,7 @@ SYSCTLS=(net.ipv4.ip_forward net.bridge.bridge-nf-call-iptables net.bridge.bridg
   net.ipv4.conf.all.route_localnet vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
   kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
 # Host paths the kubelet/CNI/containerd write to whatever their config says; removed on down if new.
-HOST_PATHS=(/var/lib/cni /run/netns /var/run/netns /run/containerd /var/log/pods /var/log/containers /var/lib/kubelet)
+HOST_PATHS=(/var/lib/cni /run/netns /var/run/netns /run/containerd /run/nri /var/log/pods /var/log/containers /var/lib/kubelet)
 
 free_ports() { # free_ports N: N distinct free TCP ports on loopback
   python3 - "$1" <<'PY'
@@ -141,6 +141,8 @@ subs = {
     "sandbox = 'registry.k8s.io/pause:3.10.1'": "sandbox = 'localhost/pause:local'",
     "sandbox = 'registry.k8s.io/pause:3.10.2'": "sandbox = 'localhost/pause:local'",
     "bin_dirs = ['/opt/cni/bin']": "bin_dirs = ['/usr/lib/cni']",
+    "socket_path = '/var/run/nri/nri.sock'": f"socket_path = '{r}/run/nri/nri.sock'",
+    "imports = ['/etc/containerd/conf.d/*.toml']": "imports = []",  # the host's containerd config is not ours
     "conf_dir = '/etc/cni/net.d'": f"conf_dir = '{r}/cni/net.d'",
     # why: root here lacks CAP_SYS_RESOURCE, so runc cannot set the kubelet's negative oom_score_adj
     # (sandbox -998: "can't get final child's PID from pipe: EOF"); clamp it to containerd's own.
@@ -155,10 +157,12 @@ PY
   mkdir -p "$R/run/containerd"
   PATH="$CONTAINERD_DIR:$PATH" start containerd "$CONTAINERD_DIR/containerd" --config "$R/etc/containerd.toml"
   for _ in $(seq 100); do [[ -S "$CSOCK" ]] && "${CTR[@]}" version >/dev/null 2>&1 && break; sleep 0.2; done
-  local name tar
+  # Imports unpack into overlay snapshots: tens of seconds for the big images, so all at once.
+  local name tar pids=()
   while read -r name tar; do
-    "${CTR[@]}" images import "$tar" >/dev/null
+    "${CTR[@]}" images import "$tar" >/dev/null 2>"$R/log/import-$name.log" & pids+=($!)
   done < "$R/images.list"
+  for name in "${pids[@]}"; do wait "$name" || { cat "$R"/log/import-*.log; return 1; }; done
 }
 
 control_plane_up() {

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from e2e_node import ROOT, RealNode, pod_ready, wait_for
 from scenarios import (
+    FIELDS,
     SITE,
     SLOW_SITE,
     assert_records,
@@ -36,6 +37,10 @@ from conftest import NAMESPACE, POOL, RELEASE, pool_object
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
+# Politeness off the critical path: the scenarios are about pods, not about rate limits.
+FAST = {"requestsPerSecond": 200, "maxConcurrencyPerDomain": 48, "adaptiveDelay": False}
+
+
 def _log(msg: str) -> None:
     print(f"[e2e {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
@@ -50,9 +55,9 @@ def test_operator_ready_and_a_crawl_completes_with_exact_results(release: RealNo
     assert op and all(pod_ready(p) for p in op), op
     spec = {
         "crawl": {"maxDepth": 6, "maxPages": 1000},
-        "extract": {"fields": job("x", POOL, [])["spec"]["extract"]["fields"], "onlyMatching": "/product/"},
+        "extract": {"fields": FIELDS, "onlyMatching": "/product/"},
     }
-    node.apply([job("crawl", POOL, [SITE + "/"], **spec)])
+    node.apply([job("crawl", POOL, [SITE + "/"], politeness=FAST, **spec)])
     status = wait_finished(node, "crawl", 600)
     # The home page links /private/, which robots.txt disallows: a skip, neither a result nor a failure.
     assert_succeeded(node, "crawl", status, site_pages())
@@ -68,7 +73,7 @@ def test_backlog_scales_up_real_pods_then_drains_to_zero_with_nothing_lost(relea
     ids = range(1, 61)
     urls = [f"{SLOW_SITE}/product/{i}.html" for i in ids]  # 3 s each: a backlog one pod drains in ~25 s
     started = time.monotonic()
-    node.apply([job("backlog", POOL, urls, politeness={"requestsPerSecond": 100, "maxConcurrencyPerDomain": 32})])
+    node.apply([job("backlog", POOL, urls, politeness=FAST)])
     wait_for("a worker pod Ready", lambda: ready_workers(node, POOL), 300, 0.5)
     first_ready = time.monotonic() - started
     _log(f"backlog -> first worker pod Ready: {first_ready:.1f}s")
@@ -91,7 +96,7 @@ def test_worker_container_killed_in_place_recovers_within_a_lease(release: RealN
     node = release
     ids = range(61, 85)
     urls = [f"{SLOW_SITE}/product/{i}.html" for i in ids]
-    node.apply([job("killed", POOL, urls, politeness={"requestsPerSecond": 100, "maxConcurrencyPerDomain": 32})])
+    node.apply([job("killed", POOL, urls, politeness=FAST)])
     wait_for("tasks in flight", lambda: _in_flight(node, "killed") > 0 and ready_workers(node, POOL), 300, 0.5)
     pod = ready_workers(node, POOL)[0]
     name = pod["metadata"]["name"]
@@ -117,7 +122,7 @@ def test_operator_pod_deleted_mid_job_a_new_one_finishes_it(release: RealNode) -
     node = release
     ids = range(85, 101)
     urls = [f"{SLOW_SITE}/product/{i}.html" for i in ids]
-    node.apply([job("orphaned", POOL, urls, politeness={"requestsPerSecond": 100, "maxConcurrencyPerDomain": 32})])
+    node.apply([job("orphaned", POOL, urls, politeness=FAST)])
     wait_for("tasks in flight", lambda: _in_flight(node, "orphaned") > 0, 300, 0.5)
     old = {p["metadata"]["name"] for p in node.items("pods", NAMESPACE, "app.kubernetes.io/component=operator")}
     node.kubectl("-n", NAMESPACE, "delete", "pod", *old, "--wait=false")
