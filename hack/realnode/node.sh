@@ -95,11 +95,14 @@ pki() {
   ) >/dev/null
 }
 
+kubepods_cgroups() { find /sys/fs/cgroup -maxdepth 2 -name kubepods -type d 2>/dev/null | sort; }
+
 record_host_state() {
   # What was there before, so `down` restores exactly that.
   for k in "${SYSCTLS[@]}"; do v="$(sysctl -n "$k" 2>/dev/null)" && echo "$k=$v"; done > "$R/sysctl.before"
   nft list tables 2>/dev/null | sort > "$R/nft.before" || : > "$R/nft.before"
   for p in "${HOST_PATHS[@]}"; do [[ -e "$p" ]] && echo "$p"; done > "$R/paths.before" || true
+  kubepods_cgroups > "$R/cgroups.before"
 }
 
 net_up() {
@@ -346,6 +349,12 @@ down() {
     done
   fi
   [[ -f "$R/sysctl.before" ]] && while IFS= read -r kv; do sysctl -qw "$kv" 2>/dev/null || true; done < "$R/sysctl.before"
+  # The kubelet's cgroups (cgroupfs driver): empty once the pods are gone; rmdir deepest first.
+  local cg
+  for cg in $(kubepods_cgroups); do
+    grep -qxF "$cg" "$R/cgroups.before" 2>/dev/null && continue
+    find "$cg" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+  done
   # Host folders the components created although configured elsewhere (only if they were not there before).
   local p
   for p in "${HOST_PATHS[@]}"; do
@@ -369,6 +378,9 @@ leftovers() {
   ip -o link show type veth 2>/dev/null | awk -F': ' '{print $2}' | grep -E '^veth[0-9a-f]{8}@' | sed 's/^/link /' || true
   for f in iptables-save ip6tables-save; do command -v "$f" >/dev/null && "$f" 2>/dev/null | grep -E '^:(KUBE-|CNI-)' | sed "s/^/$f chain /"; done
   if command -v nft >/dev/null && [[ -f "$R/nft.before" ]]; then nft list tables 2>/dev/null | sort | comm -13 "$R/nft.before" - | sed 's/^/nft /'; fi
+  kubepods_cgroups | comm -13 "$R/cgroups.before" - 2>/dev/null | sed 's/^/cgroup /'
+  local p
+  for p in "${HOST_PATHS[@]}"; do [[ -e "$p" ]] && ! grep -qxF "$p" "$R/paths.before" 2>/dev/null && echo "path $p"; done
   if [[ -f "$R/sysctl.before" ]]; then
     local kv
     while IFS= read -r kv; do [[ "$(sysctl -n "${kv%%=*}" 2>/dev/null)" == "${kv#*=}" ]] || echo "sysctl ${kv%%=*} is $(sysctl -n "${kv%%=*}") (was ${kv#*=})"; done < "$R/sysctl.before"

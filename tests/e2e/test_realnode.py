@@ -13,7 +13,8 @@ import time
 from typing import Any
 
 import pytest
-from e2e_node import ROOT, RealNode, pod_ready, wait_for
+import yaml
+from e2e_node import IMAGE, ROOT, RealNode, pod_ready, wait_for
 from scenarios import (
     FIELDS,
     SITE,
@@ -244,3 +245,37 @@ def test_helm_upgrade_then_uninstall_leaves_only_the_crds(release: RealNode) -> 
     assert cluster_left.strip() == ""
     crds = node.kubectl("get", "crd", "-o", "name")
     assert {"customresourcedefinition.apiextensions.k8s.io/scrapejobs.trawl.dev"} <= set(crds.split())
+
+
+def test_kustomize_install_path_runs_a_job(release: RealNode) -> None:
+    """`kubectl apply -k manifests/` (rendered by the node's kubectl, the operator image swapped for the
+    one built here, as `kustomize edit set image` would), then a job on a pool of its Redis."""
+    node = release
+    docs = [d for d in yaml.safe_load_all(node.kubectl("kustomize", str(ROOT / "manifests"))) if d]
+    for doc in docs:
+        if doc["kind"] == "Deployment":
+            for c in doc["spec"]["template"]["spec"]["containers"]:
+                c["image"], c["imagePullPolicy"] = IMAGE, "Never"
+    installed = [d for d in docs if d["kind"] not in ("CustomResourceDefinition", "Namespace")]
+    node.apply(docs)
+    try:
+        node.kubectl(
+            "-n", NAMESPACE, "rollout", "status", "deploy/trawl-operator", "statefulset/redis", "--timeout=300s"
+        )
+        pool = pool_object("kustomized")
+        pool["spec"]["redis"] = {"url": "redis://redis.trawl-system.svc:6379/0"}
+        ids = range(1, 6)
+        node.apply([pool, job("kustomized", "kustomized", [f"{SITE}/product/{i}.html" for i in ids], politeness=FAST)])
+        status = wait_finished(node, "kustomized", 600)
+        assert_succeeded(node, "kustomized", status, len(ids))
+        node.kubectl("-n", NAMESPACE, "delete", "scrapejob,scrapepool", "kustomized", "--wait=true", "--timeout=120s")
+    finally:
+        node.kubectl(
+            "delete",
+            "-f",
+            "-",
+            "--ignore-not-found",
+            "--wait=false",
+            input=json.dumps({"apiVersion": "v1", "kind": "List", "items": installed}),
+            check=False,
+        )
