@@ -113,7 +113,7 @@ dockerd_up() {
 image_trawl() {
   # Inputs: the Dockerfile, its build context (.dockerignore lets in only these) and the base rootfs.
   local key
-  key="$(cd "$REPO_ROOT" && find worker_image/Dockerfile .dockerignore pyproject.toml README.md operator -type f \
+  key="$(cd "$REPO_ROOT" && find worker_image/Dockerfile .dockerignore pyproject.toml README.md requirements operator -type f \
     ! -path '*__pycache__*' ! -name '*.pyc' ! -path '*.egg-info*' | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16)"
   local out="$IMAGES_DIR/trawl-$key-$ROOTFS_KEY.tar"
   if [[ ! -f "$out" ]]; then
