@@ -33,7 +33,7 @@ cleanup() {
     find /run/containerd -depth -type d -empty -delete 2>/dev/null || true
   fi
   # dockerd's exec root holds mounts (netns, overlay) while running: nothing may stay mounted.
-  grep -E " $TMP" /proc/mounts | awk '{print $2}' | sort -r | while read -r m; do umount "$m" 2>/dev/null || umount -l "$m"; done
+  { grep -E " $TMP" /proc/mounts || true; } | awk '{print $2}' | sort -r | while read -r m; do umount "$m" 2>/dev/null || umount -l "$m"; done
   rm -rf "$TMP"
 }
 trap cleanup EXIT

@@ -24,7 +24,7 @@ DNS_IP="${DNS_IP:-10.96.0.10}"
 BRIDGE=cni0
 CSOCK="$R/run/containerd/containerd.sock"
 CTR=("$CONTAINERD_DIR/ctr" -a "$CSOCK" -n k8s.io)
-KUBECTL="$NODE_BIN/kubectl"
+KUBECTL="${KUBECTL:-$NODE_BIN/kubectl}"
 PKI="$R/pki"
 SYSCTLS=(net.ipv4.ip_forward net.bridge.bridge-nf-call-iptables net.bridge.bridge-nf-call-ip6tables
   net.ipv4.conf.all.route_localnet vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
@@ -266,6 +266,12 @@ up() {
   if ip link show "$BRIDGE" >/dev/null 2>&1; then echo "$BRIDGE already exists: another node is up (down it first)" >&2; return 3; fi
   mkdir -p "$R"/{log,pids,etc,run}
   "$REALNODE_HACK/images.sh" > "$R/images.list"
+  record_host_state
+  timed "pki" pki
+  timed "network" net_up
+  timed "containerd (+image import)" containerd_up
+  # Ports picked just before the components bind them (a port picked a minute earlier may be taken by
+  # then on a busy machine).
   read -r ETCD_PORT ETCD_PEER_PORT ETCD_METRICS_PORT API_PORT KCM_PORT SCHED_PORT KUBELET_PORT \
     KUBELET_HEALTHZ_PORT PROXY_HEALTHZ_PORT PROXY_METRICS_PORT <<< "$(free_ports 10)"
   cat > "$R/env" <<ENV
@@ -278,13 +284,17 @@ KUBECTL=$KUBECTL
 CTR=$CONTAINERD_DIR/ctr
 CONTAINERD_SOCK=$CSOCK
 ENV
-  record_host_state
-  timed "pki" pki
-  timed "network" net_up
-  timed "containerd (+image import)" containerd_up
   timed "control plane" control_plane_up
   node_up
   timed "node Ready + CoreDNS" dns_up
+  all_running
+}
+
+all_running() { # every component still running (one that lost a port race exits at once)
+  local c
+  for c in containerd etcd apiserver controller-manager scheduler kubelet kube-proxy; do
+    kill -0 "$(cat "$R/pids/$c.pid")" 2>/dev/null || { echo "$c exited:" >&2; tail -5 "$R/log/$c.log" >&2; return 1; }
+  done
 }
 
 stop() { # stop NAME: SIGTERM by pid file, bounded wait, SIGKILL
@@ -299,6 +309,8 @@ stop() { # stop NAME: SIGTERM by pid file, bounded wait, SIGKILL
 }
 
 down() {
+  # Best effort, every step: one failing cleanup must not skip the others.
+  set +e
   [[ -d "$R" ]] || return 0
   local K=("$KUBECTL" --kubeconfig "$R/admin.kubeconfig" --request-timeout=10s)
   # Pods first, while the kubelet still runs and can stop them (and unmount their volumes) cleanly.
@@ -361,6 +373,7 @@ down() {
     [[ -e "$p" ]] || continue
     grep -qxF "$p" "$R/paths.before" 2>/dev/null && continue
     find "$p" -xtype l -delete 2>/dev/null || true     # dangling links into $R (pod log links)
+    find "$p" -type s -delete 2>/dev/null || true      # the kubelet's device-plugin socket (fixed path)
     find "$p" -depth -type d -empty -delete 2>/dev/null || true
   done
   for p in /var/log/containers; do [[ -d "$p" ]] && find "$p" -lname "$R/*" -delete 2>/dev/null; done
@@ -369,6 +382,7 @@ down() {
 
 leftovers() {
   # Everything of the node that could outlive it; prints one line per leftover.
+  set +e
   local f
   for f in "$R"/pids/*.pid; do [[ -f "$f" ]] && kill -0 "$(cat "$f")" 2>/dev/null && echo "process $(basename "$f" .pid) $(cat "$f")"; done
   pgrep -af "(containerd-shim-runc-v2 .*-address $CSOCK|$R/)" | grep -v pgrep | sed 's/^/process /' || true
@@ -388,6 +402,8 @@ leftovers() {
   return 0
 }
 
+# Sourced (to debug one step at a time): define the functions only.
+[[ "${BASH_SOURCE[0]}" == "$0" ]] || return 0
 case "${1:-}" in
   up) timed "node up" up ;;
   down) timed "node down" down ;;
