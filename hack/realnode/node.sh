@@ -331,6 +331,13 @@ down() {
     for t in $("${CTR[@]}" containers ls -q 2>/dev/null); do "${CTR[@]}" containers delete "$t" >/dev/null 2>&1 || true; done
   fi
   stop containerd
+  # Containers that outlived containerd (a shim killed, containerd gone first): runc still knows them.
+  local id bundle
+  while read -r id _ _ bundle _; do
+    [[ "$bundle" == "$R"/* ]] || continue
+    runc --root /run/containerd/runc/k8s.io kill "$id" KILL 2>/dev/null
+    runc --root /run/containerd/runc/k8s.io delete -f "$id" 2>/dev/null
+  done < <(runc --root /run/containerd/runc/k8s.io list 2>/dev/null | tail -n +2)
   # Shims outlive containerd only while their container runs; the containers are gone, so end them by PID.
   local pid
   for pid in $(pgrep -f "containerd-shim-runc-v2 .*-address $CSOCK" || true); do kill "$pid" 2>/dev/null || true; done
@@ -374,6 +381,7 @@ down() {
     grep -qxF "$p" "$R/paths.before" 2>/dev/null && continue
     find "$p" -xtype l -delete 2>/dev/null || true     # dangling links into $R (pod log links)
     find "$p" -type s -delete 2>/dev/null || true      # the kubelet's device-plugin socket (fixed path)
+    [[ "$p" == /var/lib/cni ]] && rm -rf /var/lib/cni/results   # libcni's result cache (fixed path)
     find "$p" -depth -type d -empty -delete 2>/dev/null || true
   done
   for p in /var/log/containers; do [[ -d "$p" ]] && find "$p" -lname "$R/*" -delete 2>/dev/null; done

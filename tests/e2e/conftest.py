@@ -97,7 +97,7 @@ def pool_object(name: str = POOL, **worker: Any) -> dict[str, Any]:
     spec_worker = {
         "image": IMAGE,
         "imagePullPolicy": "Never",
-        "concurrency": 8,
+        "concurrency": 4,  # small, so a backlog of slow pages needs more than one pod
         "allowedCidrs": ["10.244.0.0/16", "10.96.0.0/16"],
         "drainSeconds": 30,
         "resources": {"requests": {"cpu": "20m", "memory": "64Mi"}, "limits": {"memory": "384Mi"}},

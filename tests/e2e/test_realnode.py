@@ -71,8 +71,8 @@ def test_backlog_scales_up_real_pods_then_drains_to_zero_with_nothing_lost(relea
     or lost (every URL exactly one record)."""
     node = release
     wait_no_workers(node, POOL, 300)
-    ids = range(1, 61)
-    urls = [f"{SLOW_SITE}/product/{i}.html" for i in ids]  # 3 s each: a backlog one pod drains in ~25 s
+    ids = range(1, 101)
+    urls = [f"{SLOW_SITE}/product/{i}.html" for i in ids]  # 3 s each: a backlog one pod drains in ~75 s
     started = time.monotonic()
     node.apply([job("backlog", POOL, urls, politeness=FAST)])
     wait_for("a worker pod Ready", lambda: ready_workers(node, POOL), 300, 0.5)
@@ -91,6 +91,11 @@ def test_backlog_scales_up_real_pods_then_drains_to_zero_with_nothing_lost(relea
     _log(f"drained -> zero pods: {seconds:.1f}s")
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="needs queue leases per worker incarnation (issue 13, helper faults): the restarted process has the "
+    "pod's name as worker id and heartbeats the dead incarnation's leases, so its tasks never come back",
+)
 def test_worker_container_killed_in_place_recovers_within_a_lease(release: RealNode) -> None:
     """SIGKILL of the worker's process (as an OOM kill does): the kubelet restarts the container in the
     same pod; the tasks the dead incarnation held come back within one lease and the job completes."""
@@ -113,7 +118,8 @@ def test_worker_container_killed_in_place_recovers_within_a_lease(release: RealN
     wait_for(f"{name} restarted in place", restarted, 300, 0.5)
     back = time.monotonic()
     _log(f"worker container killed -> running again in the same pod: {back - killed:.1f}s")
-    status = wait_finished(node, "killed", 600)
+    # Bounded: the lease (20 s) plus the few pages left, with room for a loaded machine.
+    status = wait_finished(node, "killed", 240)
     _log(f"restart -> job finished: {time.monotonic() - back:.1f}s (lease 20s)")
     assert_succeeded(node, "killed", status, len(urls))
     assert_records(results(node, "killed"), expected_products(SLOW_SITE, ids))
