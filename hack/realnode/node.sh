@@ -376,6 +376,8 @@ down() {
   done
   # Host folders the components created although configured elsewhere (only if they were not there before).
   local p
+  # The kubelet links every container's log into /var/log/containers (a fixed path): ours point into $R.
+  [[ -d /var/log/containers ]] && find /var/log/containers -lname "$R/*" -delete 2>/dev/null
   for p in "${HOST_PATHS[@]}"; do
     [[ -e "$p" ]] || continue
     grep -qxF "$p" "$R/paths.before" 2>/dev/null && continue
@@ -384,7 +386,6 @@ down() {
     [[ "$p" == /var/lib/cni ]] && rm -rf /var/lib/cni/results   # libcni's result cache (fixed path)
     find "$p" -depth -type d -empty -delete 2>/dev/null || true
   done
-  for p in /var/log/containers; do [[ -d "$p" ]] && find "$p" -lname "$R/*" -delete 2>/dev/null; done
   return 0
 }
 

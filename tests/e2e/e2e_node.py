@@ -108,6 +108,22 @@ class RealNode:
     def helm(self, *args: str, timeout: float = 600) -> str:
         return run([self.helm_bin, "--kubeconfig", self.kubeconfig, *args], timeout=timeout)
 
+    def helm_uninstall_quietly(self, release: str, namespace: str) -> None:
+        """Uninstall if still installed, without waiting (cleanup after a failed uninstall)."""
+        run(
+            [
+                self.helm_bin,
+                "--kubeconfig",
+                self.kubeconfig,
+                "uninstall",
+                release,
+                "-n",
+                namespace,
+                "--ignore-not-found",
+            ],
+            check=False,
+        )
+
     def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         ns = ["-n", namespace] if namespace else []
         out = self.kubectl("get", kind, name, *ns, "-o", "json", "--ignore-not-found", check=False)
