@@ -146,7 +146,7 @@ def test_operator_pod_deleted_mid_job_a_new_one_finishes_it(release: RealNode) -
     assert_records(results(node, "orphaned"), expected_products(SLOW_SITE, ids))
 
 
-def test_pool_template_change_rolls_out_and_an_invalid_one_shows_on_status(release: RealNode) -> None:
+def test_pool_template_change_rolls_out_to_new_pods(release: RealNode) -> None:
     node = release
     pool = pool_object("tmpl", podAnnotations={"e2e.trawl.dev/remove-me": "yes"})
     pool["spec"]["autoscaling"] = {"enabled": False}
