@@ -125,6 +125,24 @@ def pool_object(name: str = POOL, **worker: Any) -> dict[str, Any]:
     }
 
 
+def hostpath_volume(node: RealNode, name: str) -> dict[str, Any]:
+    """A pre-made PersistentVolume on a folder of the run (no dynamic provisioner on this node)."""
+    data = node.root / "pv" / name
+    data.mkdir(parents=True)
+    data.chmod(0o777)  # the Redis pod runs as 999; a hostPath volume gets no fsGroup change
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name},
+        "spec": {
+            "capacity": {"storage": "2Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "hostPath": {"path": str(data), "type": "Directory"},
+        },
+    }
+
+
 @pytest.fixture(scope="session")
 def release(realnode: RealNode) -> Iterator[RealNode]:
     """The chart installed with Helm as shipped into a Pod Security `restricted` namespace, the bundled
@@ -132,16 +150,11 @@ def release(realnode: RealNode) -> Iterator[RealNode]:
     node = realnode
     started = time.monotonic()
     node.apply(site_objects() + site_objects("bookstore-slow", latency=3.0))
-    data = node.root / "pv" / "redis"
-    data.mkdir(parents=True)
-    data.chmod(0o777)  # the Redis pod runs as 999; a hostPath volume gets no fsGroup change
     node.apply(
         [
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE, "labels": {
                 "pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/warn": "restricted"}}},
-            {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "trawl-e2e-redis"}, "spec": {
-                "capacity": {"storage": "2Gi"}, "accessModes": ["ReadWriteOnce"],
-                "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": str(data), "type": "Directory"}}},
+            hostpath_volume(node, "trawl-e2e-redis"),
         ]
     )  # fmt: skip
     node.helm(

@@ -33,7 +33,7 @@ from scenarios import (
     worker_pods,
 )
 
-from conftest import NAMESPACE, POOL, RELEASE, pool_object
+from conftest import NAMESPACE, POOL, RELEASE, hostpath_volume, pool_object
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -307,6 +307,7 @@ def test_kustomize_install_path_runs_a_job(release: RealNode) -> None:
             for c in doc["spec"]["template"]["spec"]["containers"]:
                 c["image"], c["imagePullPolicy"] = IMAGE, "Never"
     installed = [d for d in docs if d["kind"] not in ("CustomResourceDefinition", "Namespace")]
+    node.apply([hostpath_volume(node, "trawl-e2e-redis-kustomize")])
     node.apply(docs)
     try:
         node.kubectl(
