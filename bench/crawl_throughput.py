@@ -210,6 +210,11 @@ async def run_trawl(
     parser processes), trawl-child (every page through a parser process: the cost of full isolation).
     ``sink``: where the worker writes (stream, jsonl, postgres, s3), each against a real server."""
     with sink_server(sink, tmp) as (server, output, secrets):
+        if sink == "postgres":  # what the operator does when it accepts the job: create the table
+            from trawl.api.scrapejob import PostgresSink
+            from trawl.worker.pgsink import ensure_table, target_from_spec
+
+            await ensure_table(target_from_spec(PostgresSink.model_validate(output["postgres"]), server.password))
         return await _run_trawl(base, tmp, mode, sink, server, output, secrets)
 
 
@@ -256,7 +261,8 @@ async def _run_trawl(
         try:
             # let the worker import and start polling before the clock starts
             deadline = time.monotonic() + 30
-            while not await redis.hexists(Keys(prefix).worker_info, "bench"):
+            # the worker registers as an incarnation of its pod name: "bench@<random>"
+            while not any(k.decode().split("@", 1)[0] == "bench" for k in await redis.hkeys(Keys(prefix).worker_info)):
                 if worker.poll() is not None or time.monotonic() > deadline:
                     raise SystemExit("trawl worker did not start:\n" + (tmp / "trawl-worker.log").read_text())
                 await asyncio.sleep(0.05)
