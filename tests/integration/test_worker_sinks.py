@@ -16,7 +16,15 @@ from aiohttp import web
 
 from trawl.dev.procs import free_port
 from trawl.queue.keys import Keys
-from trawl.worker.sinks import JsonLinesSink, Record, RedisStreamSink, SinkError, WebhookSink, record_key
+from trawl.worker.sinks import (
+    JsonLinesSink,
+    Record,
+    RedisStreamSink,
+    SinkError,
+    WebhookSink,
+    batch_key,
+    record_key,
+)
 
 KEYS = Keys("trawl:{test/sinks}")
 
@@ -68,9 +76,11 @@ class Receiver:
         self.fail_first = fail_first
         self.status = status
         self.calls = 0
+        self.idempotency_keys: list[str | None] = []  # of every call, refused ones too
 
     async def handle(self, request: web.Request) -> web.Response:
         self.calls += 1
+        self.idempotency_keys.append(request.headers.get("Idempotency-Key"))
         body = await request.read()
         if self.calls <= self.fail_first:
             return web.Response(status=self.status)
@@ -115,6 +125,10 @@ async def test_webhook_batches_signs_retries_and_dedupes(
     assert [r["url"] for b in sent for r in b["records"]] == [r.url for r in records]
     for body, signature in zip(recv.bodies, recv.signatures, strict=True):
         assert signature == "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
+    # A retried POST carries the same Idempotency-Key (a receiver drops what it stored); batches differ.
+    keys = recv.idempotency_keys
+    assert keys[0] == keys[1] == keys[2] == batch_key("j1", records[:2])
+    assert len(set(keys[2:])) == 3
 
 
 async def test_webhook_gives_up_with_a_sink_error(redis_client: aioredis.Redis) -> None:

@@ -64,6 +64,15 @@ def record_key(job_id: str, url: str) -> str:
     return hashlib.blake2b(f"{job_id}\n{url}".encode(), digest_size=16).hexdigest()
 
 
+def batch_key(job_id: str, records: Sequence[Record]) -> str:
+    """The Idempotency-Key of a webhook batch: the same records always give the same key, so a receiver
+    can drop a POST it already stored (a retry after a lost response). Records also carry their own key."""
+    digest = hashlib.blake2b(job_id.encode(), digest_size=16)
+    for key in sorted(r.key for r in records):
+        digest.update(b"\n" + key.encode())
+    return digest.hexdigest()
+
+
 def sign(secret: bytes, body: bytes) -> str:
     """The X-Trawl-Signature header value: ``sha256=<hex HMAC-SHA256 of the body>``."""
     return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
@@ -234,10 +243,12 @@ class WebhookSink:
         if reason is not None:
             raise SinkError(f"webhook {self.url} refused: {reason}")
 
-    async def _post(self, body: bytes) -> None:
+    async def _post(self, body: bytes, idempotency_key: str | None = None) -> None:
         self._check_target()
         session = await self._sess()
         headers = {"Content-Type": "application/json", "User-Agent": "trawl-webhook/0.1"}
+        if idempotency_key is not None:
+            headers["Idempotency-Key"] = idempotency_key
         if self.secret is not None:
             headers["X-Trawl-Signature"] = sign(self.secret, body)
         last = ""
@@ -271,7 +282,7 @@ class WebhookSink:
                 separators=(",", ":"),
                 default=str,
             ).encode()
-            await self._post(body)
+            await self._post(body, batch_key(job_id, batch))
             await self._dedupe.mark(job_id, batch)
         return len(fresh)
 
