@@ -6,9 +6,11 @@ node's own API server on the bridge address the run created, and nothing else on
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterable
@@ -59,20 +61,27 @@ def run(
     check: bool = True,
     env: dict[str, str] | None = None,
 ) -> str:
-    proc = subprocess.run(
+    # Its own process group: a timeout or an interrupt ends the command's children too (node.sh up runs
+    # image imports in the background), not only the command; `down` then removes what they started.
+    proc = subprocess.Popen(
         args,
-        input=input,
-        capture_output=True,
+        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
-        check=False,
         env={**os.environ, **(env or {})},
+        start_new_session=True,
     )
+    try:
+        stdout, stderr = proc.communicate(input, timeout=timeout)
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
     if check and proc.returncode != 0:
-        raise CommandFailed(
-            f"{' '.join(args[:6])}... exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-        )
-    return proc.stdout
+        raise CommandFailed(f"{' '.join(args[:6])}... exited {proc.returncode}:\n{stdout[-3000:]}\n{stderr[-3000:]}")
+    return stdout
 
 
 def wait_for(what: str, probe: Callable[[], T | None], timeout: float, interval: float = 1.0) -> T:
