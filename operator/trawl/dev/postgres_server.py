@@ -12,16 +12,16 @@ import glob
 import os
 import pwd
 import secrets
-import shutil
 import signal
 import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
+from typing import ClassVar
 
 from . import procs
+from .scratch import ScratchServer
 
 
 def pg_bindir() -> Path:
@@ -33,7 +33,9 @@ def pg_bindir() -> Path:
 
 
 @dataclass
-class PostgresServer:
+class PostgresServer(ScratchServer):
+    log_name: ClassVar[str] = "postgres.log"
+
     port: int = 0
     user: str = "trawl"
     password: str = field(default_factory=lambda: secrets.token_hex(12))
@@ -138,28 +140,5 @@ class PostgresServer:
             procs.stop(self.proc, timeout=20, sig=signal.SIGINT)
             self.proc = None
 
-    def close(self) -> None:
-        self.stop()
-        if self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-            self.workdir = None
-
-    def log_tail(self, n: int = 40) -> str:
-        if self.workdir is None:
-            return ""
-        try:
-            return "\n".join((self.workdir / "postgres.log").read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
-
-    def __enter__(self) -> PostgresServer:
-        try:
-            return self.init()
-        except BaseException:
-            self.close()
-            raise
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
+    def _begin(self) -> PostgresServer:
+        return self.init()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import glob
 import os
 import secrets
-import shutil
 import subprocess
 import tempfile
 import time
@@ -17,9 +16,10 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
+from typing import ClassVar
 
 from . import procs
+from .scratch import ScratchServer
 
 
 def minio_binary() -> Path:
@@ -35,7 +35,9 @@ def minio_binary() -> Path:
 
 
 @dataclass
-class S3Server:
+class S3Server(ScratchServer):
+    log_name: ClassVar[str] = "minio.log"
+
     port: int = 0
     console_port: int = 0
     access_key: str = "trawl-test"
@@ -97,28 +99,5 @@ class S3Server:
             procs.stop(self.proc, timeout=15)
             self.proc = None
 
-    def close(self) -> None:
-        self.stop()
-        if self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-            self.workdir = None
-
-    def log_tail(self, n: int = 40) -> str:
-        if self.workdir is None:
-            return ""
-        try:
-            return "\n".join((self.workdir / "minio.log").read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
-
-    def __enter__(self) -> S3Server:
-        try:
-            return self.start()
-        except BaseException:
-            self.close()
-            raise
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
+    def _begin(self) -> S3Server:
+        return self.start()
