@@ -290,3 +290,31 @@ def test_connect_picks_the_namespace_like_kubectl(tmp_path: Any, monkeypatch: py
         Cluster.connect(Target(str(tmp_path / "missing")))
     err = cluster.unreachable(ConnectionRefusedError(111, "Connection refused"))
     assert err.message == "cannot reach the Kubernetes API server at 127.0.0.1:1 (connection refused)"
+
+
+async def test_a_reader_that_goes_away_closes_the_record_stream_at_once() -> None:
+    """`trawl results JOB | head -1`: the pipe breaks mid-stream; the generator (which holds the Redis or
+    PostgreSQL connection) must be closed by write_records itself, not left to asyncio's shutdown, which
+    prints a traceback while finalizing it."""
+    from trawl.clitools.results import write_records
+
+    closed: list[bool] = []
+
+    async def records() -> Any:
+        try:
+            for i in range(1000):
+                yield {"url": f"https://a.example/{i}"}
+        finally:
+            closed.append(True)
+
+    class ClosedPipe(io.StringIO):
+        def write(self, text: str) -> int:
+            if self.tell():
+                raise BrokenPipeError(32, "Broken pipe")
+            return super().write(text)
+
+    gen = records()
+    with pytest.raises(BrokenPipeError):
+        await write_records(gen, "jsonl", ClosedPipe())
+    assert closed == [True]
+    assert gen.ag_frame is None  # finished, nothing left for the event loop's shutdown to finalize

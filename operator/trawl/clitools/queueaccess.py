@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -101,7 +101,7 @@ async def dead_letters(cfg: ResolvedRedis, ref: JobRef) -> list[DeadLetterRecord
         return await queue.dead_letters(ref.uid, limit=max(stats.dead, 0) + 1000)
 
 
-async def result_records(cfg: ResolvedRedis, ref: JobRef) -> AsyncIterator[dict[str, Any]]:
+async def result_records(cfg: ResolvedRedis, ref: JobRef) -> AsyncGenerator[dict[str, Any], None]:
     """The job's result records in the order written, read in pages of the stream."""
     async with open_queue(cfg, ref.prefix, ref.pool) as queue:
         key = queue.keys.results(ref.uid)

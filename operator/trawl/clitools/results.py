@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import csv
 import json
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, Iterable
 from dataclasses import replace
 from typing import Any, TextIO
 
@@ -143,19 +144,23 @@ async def export_s3(target: s3sink.S3Target, job_uid: str, fmt: str, out: TextIO
     except (MinioException, urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
         raise CliError(f"cannot read {target.describe(job_uid)}: {' '.join(str(exc).split())}") from None
 
-    async def stream() -> AsyncIterator[dict[str, Any]]:
+    async def stream() -> AsyncGenerator[dict[str, Any], None]:
         for record in records:
             yield record
 
     return await write_records(stream(), fmt, out)
 
 
-async def write_records(stream: AsyncIterator[dict[str, Any]], fmt: str, out: TextIO) -> int:
-    if fmt == "jsonl":
-        count = 0
-        async for record in stream:
-            out.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
-            count += 1
-        return count
-    records = [record async for record in stream]
+async def write_records(stream: AsyncGenerator[dict[str, Any], None], fmt: str, out: TextIO) -> int:
+    # Closed here, in this task, whatever happens to ``out``: a reader that goes away mid-stream
+    # (`trawl results JOB | head`) must not leave the generator, and its Redis or PostgreSQL
+    # connection, to asyncio's shutdown, which would print a traceback while closing it.
+    async with contextlib.aclosing(stream):
+        if fmt == "jsonl":
+            count = 0
+            async for record in stream:
+                out.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
+                count += 1
+            return count
+        records = [record async for record in stream]
     return write_csv(records, out)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -226,7 +226,7 @@ def target_from_spec(spec: PostgresSpec, password: str | None) -> PgTarget:
     )
 
 
-async def read_records(target: PgTarget, job_id: str, page: int = 1000) -> AsyncIterator[dict[str, Any]]:
+async def read_records(target: PgTarget, job_id: str, page: int = 1000) -> AsyncGenerator[dict[str, Any], None]:
     """A job's records in the order written (``trawl results``), streamed by a server-side cursor."""
     query = sql.SQL("SELECT data FROM {} WHERE job = %s ORDER BY written_at, key").format(target.identifier())
     async with (
