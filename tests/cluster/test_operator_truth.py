@@ -94,7 +94,15 @@ def test_exact_hostile_manifests_become_statuses(control_plane: ControlPlane, na
         stalled = condition(obj, "Stalled")
         assert stalled is not None and stalled["status"] == "True" and text in stalled["message"], (name, stalled)
         assert condition(obj, "Ready")["status"] == "False"  # type: ignore[index]
-        warnings = [e for e in events_for(cp, namespace, name) if e["type"] == "Warning" and e["reason"] == reason]
+        # The Event is posted once the status write is accepted, so it can trail the status it explains.
+        warnings = wait_for(
+            f"{kind}/{name} Warning {reason}",
+            lambda n=name, r=reason: [  # type: ignore[misc]
+                e for e in events_for(cp, namespace, n) if e["type"] == "Warning" and e["reason"] == r
+            ],
+            timeout=STATUS_BOUND,
+            diag=operator.log_tail,
+        )
         assert len(warnings) == 1, (name, warnings)
         assert (
             warnings[0]["source"].get("component") == "trawl-operator"
