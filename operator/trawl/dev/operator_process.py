@@ -93,8 +93,7 @@ class OperatorProcess:
     proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 60.0) -> OperatorProcess:
-        self.health_port = procs.free_port()
-        self.metrics_port = procs.free_port()
+        self.health_port, self.metrics_port = procs.free_ports(2)
         scope = ["--all-namespaces"] if self.namespaces is None else [a for n in self.namespaces for a in ("-n", n)]
         argv = [
             sys.executable, "-m", "trawl.cli", "operator", *scope,

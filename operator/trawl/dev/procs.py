@@ -46,6 +46,20 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct TCP ports free right now. Two :func:`free_port` calls in a row may return the
+    same port (the first is released before the second bind), which once gave an operator the same
+    health and metrics port; holding every socket until all are picked rules that out."""
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for sock in socks:
+            sock.bind((host, 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
 def start(
     argv: Sequence[str],
     *,

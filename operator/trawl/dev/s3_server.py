@@ -54,8 +54,10 @@ class S3Server(ScratchServer):
         if self.workdir is None:
             self.workdir = Path(tempfile.mkdtemp(prefix="trawl-s3-"))
             (self.workdir / "data").mkdir()
-        self.port = self.port or procs.free_port()
-        self.console_port = self.console_port or procs.free_port()
+        if not (self.port and self.console_port):
+            a, b = procs.free_ports(2)
+            self.port = self.port or a
+            self.console_port = self.console_port or (b if b != self.port else a)
         env = dict(os.environ) | {
             "MINIO_ROOT_USER": self.access_key,
             "MINIO_ROOT_PASSWORD": self.secret_key,
