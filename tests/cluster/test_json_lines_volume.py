@@ -1,5 +1,6 @@
 """A JsonLines sink on a PersistentVolumeClaim the pool mounts: the workers write the file the job's status
-names; a directory no volume holds stalls the job at acceptance. About 30 s.
+names; a directory no volume holds stalls the job at acceptance, and so does a browser job on a pool of
+plain workers. About 30 s.
 
 The supervisor stands in for the kubelet: the claim is one local directory shared by the pool's workers.
 """
@@ -46,6 +47,8 @@ def test_pvc_backed_json_lines_writes_the_file_status_names(
     apply(control_plane, job("to-volume", "files", list(expected), **spec), namespace=namespace)
     elsewhere = {"sink": "JsonLines", "jsonLines": {"directory": "/data/results-old"}}
     apply(control_plane, job("elsewhere", "files", list(expected)[:1], output=elsewhere), namespace=namespace)
+    # A job that renders in a browser, on this pool of plain workers: stalled at acceptance, nothing fetched.
+    apply(control_plane, job("rendered", "files", list(expected)[:1], render={"mode": "Browser"}), namespace=namespace)
 
     def stalled() -> Any:
         cond = condition(get(control_plane, "scrapejob", "elsewhere", namespace), "Stalled")
@@ -54,6 +57,13 @@ def test_pvc_backed_json_lines_writes_the_file_status_names(
     cond = wait_for("Stalled/DirectoryNotMounted", stalled, timeout=60, diag=operator.log_tail)
     assert cond["reason"] == "DirectoryNotMounted"
     assert "/data/results-old is not on a writable volume" in cond["message"] and "/data/results" in cond["message"]
+
+    def no_browser() -> Any:
+        cond = condition(get(control_plane, "scrapejob", "rendered", namespace), "Stalled")
+        return cond is not None and cond["status"] == "True" and cond
+
+    cond = wait_for("Stalled/BrowserNotAvailable", no_browser, timeout=60, diag=operator.log_tail)
+    assert cond["reason"] == "BrowserNotAvailable" and "ScrapePool 'files' runs plain workers" in cond["message"]
 
     wait_complete(control_plane, "to-volume", namespace, 120, operator.log_tail)
     obj = get(control_plane, "scrapejob", "to-volume", namespace)

@@ -167,6 +167,21 @@ def test_json_lines_directory_must_be_on_a_writable_pool_volume() -> None:
     assert unmounted_directory(other, _spec()) is None  # not a JsonLines job
 
 
+def test_a_browser_job_needs_a_pool_with_browser_workers() -> None:
+    from trawl.api.scrapejob import ScrapeJobSpec
+    from trawl.worker.jobspec import browser_missing
+
+    def job(render: dict[str, object] | None) -> ScrapeJobSpec:
+        return ScrapeJobSpec.model_validate({"pool": "plain", "urls": ["https://e.test/"], "render": render})
+
+    reason = browser_missing(job({"mode": "Browser"}), _spec())
+    assert reason is not None and "ScrapePool 'plain' runs plain workers" in reason
+    assert "spec.worker.browser" in reason
+    assert browser_missing(job({"mode": "Browser"}), _spec(worker={"browser": {}})) is None
+    assert browser_missing(job(None), _spec()) is None  # plain fetching runs anywhere
+    assert browser_missing(job({"mode": "Fetch"}), _spec()) is None
+
+
 def test_the_pools_circuit_breaker_settings_reach_the_workers() -> None:
     from trawl.api.scrapepool import ScrapePoolSpec
 

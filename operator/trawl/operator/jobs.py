@@ -22,7 +22,7 @@ from trawl.api.scrapejob import ScrapeJobSpec, SinkKind
 from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.queue import Queue, QueueUnavailable
 from trawl.queue.model import DeadLetterRecord, JobConfig, JobStats
-from trawl.worker.jobspec import spec_problem, unmounted_directory, unmounted_secrets
+from trawl.worker.jobspec import browser_missing, spec_problem, unmounted_directory, unmounted_secrets
 from trawl.worker.notes import JobNotes, skipped_key, throttled_key
 from trawl.worker.s3sink import pending_key as s3_pending_key
 from trawl.worker.sinks import dedupe_key
@@ -216,6 +216,9 @@ async def reconcile_job(
     unmounted_dir = unmounted_directory(spec, pool.spec)
     if unmounted_dir is not None:
         return stalled(Problem("DirectoryNotMounted", unmounted_dir))
+    no_browser = browser_missing(spec, pool.spec)
+    if no_browser is not None:
+        return stalled(Problem("BrowserNotAvailable", no_browser))
     try:
         config = job_config(uid, spec, pool.spec)
     except ValueError as exc:

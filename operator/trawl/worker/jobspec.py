@@ -118,6 +118,21 @@ def unmounted_directory(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> s
     )
 
 
+def browser_missing(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> str | None:
+    """Why a job that renders in a browser cannot run on its pool (plain workers), or None when it can.
+
+    Caught at admission so the job is Stalled once, with the fix, instead of failing every URL on
+    workers that have no browser.
+    """
+    if job_spec.render is None or not job_spec.render.browser or pool_spec.worker.browser is not None:
+        return None
+    return (
+        f"the job renders pages in a headless browser (render.mode Browser), but ScrapePool {job_spec.pool!r} "
+        f"runs plain workers: set the pool's spec.worker.browser and use the browser worker image, or pick a "
+        f"pool that has them"
+    )
+
+
 def build_worker_spec(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec | None) -> dict[str, Any]:
     """Resolve a job's settings against its pool's defaults into the dict stored in JobConfig.spec."""
     defaults = pool_spec.defaults if pool_spec is not None else None
