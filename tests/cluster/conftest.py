@@ -87,3 +87,12 @@ def bookstore() -> Iterator[Any]:
 
     with Bookstore() as site:
         yield site
+
+
+@pytest.fixture
+def receiver() -> Iterator[Any]:
+    """A webhook receiver (operator_fixtures.WebhookReceiver) on a free loopback port."""
+    from operator_fixtures import WebhookReceiver
+
+    with WebhookReceiver() as server:
+        yield server

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from trawl.dev.controlplane import ControlPlane
@@ -82,3 +84,46 @@ def wait_complete(cp: ControlPlane, name: str, namespace: str, timeout: int, dia
     if done.returncode != 0:
         status = json.dumps((get(cp, "scrapejob", name, namespace).get("status") or {}), indent=1)[:3000]
         raise AssertionError(f"{name} not Complete: {done.stderr}\nstatus: {status}\n{diag()}")
+
+
+class WebhookReceiver(ThreadingHTTPServer):
+    """A real HTTP server on a loopback port that records every POST (headers, body) and answers
+    ``status``: the far end of webhook sinks and onComplete webhooks."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _WebhookHandler)
+        self.posts: list[tuple[dict[str, str], bytes]] = []
+        self.status = 204
+        self.lock = threading.Lock()
+        self._thread = threading.Thread(target=self.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/hook"
+
+    def received(self) -> list[tuple[dict[str, str], bytes]]:
+        with self.lock:
+            return list(self.posts)
+
+    def __enter__(self) -> WebhookReceiver:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+        self.server_close()
+        self._thread.join(timeout=5)
+
+
+class _WebhookHandler(BaseHTTPRequestHandler):
+    server: WebhookReceiver
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        with self.server.lock:
+            self.server.posts.append((dict(self.headers), body))
+        self.send_response(self.server.status)
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass

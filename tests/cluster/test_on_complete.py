@@ -10,56 +10,13 @@ import hashlib
 import hmac
 import json
 import secrets
-import threading
 import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import pytest
-from operator_fixtures import apply, exists, get, job, pool, wait_complete, wait_for
+from operator_fixtures import WebhookReceiver, apply, exists, get, job, pool, wait_complete, wait_for
 
 from trawl.dev.controlplane import ControlPlane
 from trawl.dev.redis_server import RedisServer
-
-
-class _Receiver(ThreadingHTTPServer):
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.posts: list[tuple[dict[str, str], bytes]] = []
-        self.status = 204
-        self.lock = threading.Lock()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/done"
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Receiver
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        with self.server.lock:
-            self.server.posts.append((dict(self.headers), body))
-        self.send_response(self.server.status)
-        self.end_headers()
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-@pytest.fixture
-def receiver() -> Iterator[_Receiver]:
-    server = _Receiver()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 def test_on_complete_webhook_and_job(
@@ -69,7 +26,7 @@ def test_on_complete_webhook_and_job(
     supervisor: Any,
     bookstore: Any,
     redis_server: RedisServer,
-    receiver: _Receiver,
+    receiver: WebhookReceiver,
 ) -> None:
     key = secrets.token_hex(16)
     control_plane.kubectl("create", "secret", "generic", "hook-hmac", f"--from-literal=key={key}", "-n", namespace)
@@ -99,8 +56,7 @@ def test_on_complete_webhook_and_job(
     uid = get(control_plane, "scrapejob", "chained", namespace)["metadata"]["uid"]
 
     def delivered() -> Any:
-        with receiver.lock:
-            return list(receiver.posts)
+        return receiver.received()
 
     posts = wait_for("the CloudEvent", delivered, timeout=60, diag=operator.log_tail)
     headers, body = posts[0]
@@ -149,8 +105,7 @@ def test_on_complete_webhook_and_job(
         return (status.get("job") or {}).get("state") == "Succeeded" and status
 
     wait_for("onComplete.job Succeeded", job_followed, timeout=60, diag=operator.log_tail)
-    with receiver.lock:
-        assert len(receiver.posts) == 1  # delivered once
+    assert len(receiver.received()) == 1  # delivered once
 
 
 def test_on_complete_webhook_that_keeps_failing_ends_failed(
@@ -160,7 +115,7 @@ def test_on_complete_webhook_that_keeps_failing_ends_failed(
     supervisor: Any,
     bookstore: Any,
     redis_server: RedisServer,
-    receiver: _Receiver,
+    receiver: WebhookReceiver,
 ) -> None:
     receiver.status = 503
     apply(control_plane, pool("after2", redis_server.url), namespace=namespace)
@@ -178,6 +133,6 @@ def test_on_complete_webhook_that_keeps_failing_ends_failed(
 
     hook = wait_for("onComplete.webhook Failed", failed, timeout=90, diag=operator.log_tail)
     assert hook["attempts"] == 5 and hook["message"] == "HTTP 503"
-    with receiver.lock:
-        assert len(receiver.posts) == 5  # bounded: no more deliveries after the last attempt
-        assert "X-Trawl-Signature" not in receiver.posts[0][0]  # no secretRef: unsigned
+    posts = receiver.received()
+    assert len(posts) == 5  # bounded: no more deliveries after the last attempt
+    assert "X-Trawl-Signature" not in posts[0][0]  # no secretRef: unsigned

@@ -6,55 +6,13 @@ import hashlib
 import hmac
 import json
 import secrets
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import pytest
-from operator_fixtures import apply, condition, exists, get, job, pool, wait_complete, wait_for
+from operator_fixtures import WebhookReceiver, apply, condition, exists, get, job, pool, wait_complete, wait_for
 
 from trawl.dev.bookstore import PRODUCT_FIELDS
 from trawl.dev.controlplane import ControlPlane
 from trawl.dev.redis_server import RedisServer
-
-
-class _Receiver(ThreadingHTTPServer):
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.posts: list[tuple[str | None, bytes]] = []
-        self.lock = threading.Lock()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/hook"
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Receiver
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        with self.server.lock:
-            self.server.posts.append((self.headers.get("X-Trawl-Signature"), body))
-        self.send_response(204)
-        self.end_headers()
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-@pytest.fixture
-def receiver() -> Iterator[_Receiver]:
-    server = _Receiver()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 def test_webhook_signed_with_a_mounted_secret_and_unmounted_secret_stalls(
@@ -64,7 +22,7 @@ def test_webhook_signed_with_a_mounted_secret_and_unmounted_secret_stalls(
     supervisor: Any,
     bookstore: Any,
     redis_server: RedisServer,
-    receiver: _Receiver,
+    receiver: WebhookReceiver,
 ) -> None:
     key = secrets.token_hex(16)
     control_plane.kubectl("create", "secret", "generic", "webhook-hmac", f"--from-literal=key={key}", "-n", namespace)
@@ -94,8 +52,7 @@ def test_webhook_signed_with_a_mounted_secret_and_unmounted_secret_stalls(
     assert "'elsewhere'" in cond["message"] and "spec.worker.secrets" in cond["message"]
 
     wait_complete(control_plane, "signed", namespace, 120, operator.log_tail)
-    with receiver.lock:
-        posts = list(receiver.posts)
+    posts = [(headers.get("X-Trawl-Signature"), body) for headers, body in receiver.received()]
     assert posts, "no webhook POST arrived"
     records: dict[str, dict[str, Any]] = {}
     for signature, body in posts:
