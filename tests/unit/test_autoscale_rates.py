@@ -78,6 +78,85 @@ def test_unsaturated_workers_do_not_define_capacity() -> None:
     assert tr.rates.mean_service_seconds == pytest.approx(1.0)
 
 
+def _fast_crawl_then(tail: list[dict[str, Any]]) -> list[float | None]:
+    """Two saturated workers finish 20 pages/s each (1.5 s per page), then the ``tail`` snapshots
+    (cumulative counters continue from the crawl); per-worker throughput after each tail snapshot."""
+    tr = None
+    for i in range(20):
+        done = 200 * i
+        tr = track(
+            tr,
+            snap(5.0 * i, ready=500, in_flight=64, completed_total=done, service_seconds_total=1.5 * done,
+                 per_worker_in_flight=32),
+            concurrency=32,
+        )  # fmt: skip
+    assert tr is not None and tr.rates.per_worker_throughput == pytest.approx(20, rel=0.05)
+    out: list[float | None] = []
+    for kw in tail:
+        tr = track(tr, snap(**kw), concurrency=32)
+        out.append(tr.rates.per_worker_throughput)
+    return out
+
+
+def test_throughput_of_earlier_work_does_not_size_slow_work() -> None:
+    # After a fast crawl, a backlog of 30 s pages that per-domain limits keep at 16 of 32 slots per
+    # worker (never saturated, nothing ready: the rest waits delayed). The fast crawl's 20/s must not
+    # stay the capacity: it falls to what the slow pages allow (32 slots / 30 s ~ 1.07/s) at once,
+    # once the slow pages' service time is measured.
+    base_done, base_service = 200 * 19, 1.5 * 200 * 19
+    tail = [
+        {
+            "t": 95.0 + 5.0 * k,
+            "delayed": 400,
+            "in_flight": 32,
+            "per_worker_in_flight": 16,
+            "completed_total": base_done + 5 * k,
+            "service_seconds_total": base_service + 30.0 * 5 * k,
+        }
+        for k in range(1, 41)
+    ]
+    per_worker = _fast_crawl_then(tail)
+    assert all(v is not None for v in per_worker)
+    assert per_worker[-1] is not None and per_worker[-1] <= 32 / 30 * 1.3
+
+
+def test_saturated_intervals_without_a_finish_lower_the_throughput() -> None:
+    # Slow pages with a ready backlog: whole polls pass with nothing finished; they are measurements.
+    base_done, base_service = 200 * 19, 1.5 * 200 * 19
+    tail = [
+        {
+            "t": 95.0 + 5.0 * k,
+            "ready": 300,
+            "in_flight": 64,
+            "per_worker_in_flight": 32,
+            "completed_total": base_done,
+            "service_seconds_total": base_service,
+        }
+        for k in range(1, 13)
+    ]
+    per_worker = _fast_crawl_then(tail)
+    assert per_worker[-1] is not None and per_worker[-1] < 20 * 0.1
+
+
+def test_an_unrefreshed_throughput_ages_toward_the_current_work() -> None:
+    # The pool sits unsaturated on 6 s tasks (a few in flight): the 20/s measured earlier moves toward
+    # 32 / 6 s ~ 5.3/s within a few minutes, never in one poll.
+    base_done, base_service = 200 * 19, 1.5 * 200 * 19
+    tail = [
+        {
+            "t": 95.0 + 5.0 * k,
+            "in_flight": 2,
+            "per_worker_in_flight": 1,
+            "completed_total": base_done + k,
+            "service_seconds_total": base_service + 6.0 * k,
+        }
+        for k in range(1, 61)
+    ]
+    per_worker = _fast_crawl_then(tail)
+    assert per_worker[0] is not None and per_worker[0] > 5.4
+    assert per_worker[-1] == pytest.approx(32 / 6, rel=0.1)
+
+
 def test_failure_rate_rises_fast() -> None:
     tr = None
     for i in range(20):

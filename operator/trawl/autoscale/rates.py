@@ -22,6 +22,9 @@ WORKER_STALE_SECONDS = 30.0
 SATURATION_SHARE = 0.9
 # The last interval's failure share counts only when at least this many attempts finished in it.
 MIN_RECENT_ATTEMPTS = 10
+# A per-worker throughput measured on other work goes stale: between saturated measurements it moves
+# toward the current work's Little's-law capacity (slots / mean service time) with this time constant.
+PER_WORKER_AGE_TAU_SECONDS = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +42,7 @@ class Rates:
     busy_workers: int = 0  # of those, workers holding in-flight tasks
     recent_attempts: int | None = None  # attempts finished since the previous snapshot (None: first snapshot)
     recent_failed: int | None = None  # of those, failed attempts
+    recent_arrival_rate: float | None = None  # attempts/s that entered the queue since the previous snapshot
 
     @property
     def smoothed_failure_rate(self) -> float | None:
@@ -125,24 +129,12 @@ def track(
         w = 1.0 - math.exp(-finished / 20.0)
         mean_service = sample if mean_service is None else mean_service + w * (sample - mean_service)
 
-    per_worker = old.per_worker_throughput
-    prev_active, _ = worker_counts(prev)
-    workers = min(active, prev_active) if prev_active else active
-    if workers > 0:
-        observed = finished / dt / workers
-        saturated = (prev.ready > 0 and signals.ready > 0) or (
-            prev.in_flight >= SATURATION_SHARE * concurrency * workers
-            and signals.in_flight >= SATURATION_SHARE * concurrency * workers
-        )
-        if saturated and finished > 0:
-            per_worker = observed if per_worker is None else _ewma(per_worker, observed, alpha)
-        elif per_worker is not None and observed > per_worker:
-            # Capacity is at least what the workers just did, saturated or not.
-            per_worker = observed
+    per_worker = _per_worker(old.per_worker_throughput, prev, signals, finished, dt, alpha, concurrency, mean_service)
     recent = d_failed / finished if finished >= MIN_RECENT_ATTEMPTS else None
     rates = Rates(
         recent_attempts=finished,
         recent_failed=d_failed,
+        recent_arrival_rate=arrivals,
         arrival_rate=arrival_rate,
         recent_failure_rate=recent,
         throughput=throughput,
@@ -154,6 +146,50 @@ def track(
         busy_workers=busy,
     )
     return RateTracker(last=signals, rates=rates)
+
+
+def _per_worker(
+    old: float | None,
+    prev: PoolSignals,
+    signals: PoolSignals,
+    finished: int,
+    dt: float,
+    alpha: float,
+    concurrency: int,
+    mean_service: float | None,
+) -> float | None:
+    """Attempts/s one worker finishes when it has enough work, for the work the pool has now.
+
+    Measured only while the workers are saturated (a ready backlog, or their slots nearly full, at both
+    snapshots), where a saturated interval in which nothing finished counts as a measurement too (slow
+    tasks). Between such measurements it ages: it moves toward the Little's-law capacity of the current
+    work (``concurrency / mean service``, time constant :data:`PER_WORKER_AGE_TAU_SECONDS`) and never
+    exceeds it, so a value measured on a fast crawl does not size a later backlog of slow pages.
+    """
+    per_worker = old
+    active, _ = worker_counts(signals)
+    prev_active, _ = worker_counts(prev)
+    workers = min(active, prev_active) if prev_active else active
+    observed = finished / dt / workers if workers > 0 else 0.0
+    saturated = workers > 0 and (
+        (prev.ready > 0 and signals.ready > 0)
+        or (
+            prev.in_flight >= SATURATION_SHARE * concurrency * workers
+            and signals.in_flight >= SATURATION_SHARE * concurrency * workers
+        )
+    )
+    if saturated and (finished > 0 or per_worker is not None):
+        per_worker = observed if per_worker is None else _ewma(per_worker, observed, alpha)
+    elif per_worker is not None and observed > per_worker:
+        # Capacity is at least what the workers just did, saturated or not.
+        per_worker = observed
+    elif per_worker is not None and mean_service:
+        aging = 1.0 - math.exp(-dt / PER_WORKER_AGE_TAU_SECONDS)
+        per_worker = _ewma(per_worker, concurrency / mean_service, aging)
+    if per_worker is not None and mean_service:
+        # Little's law: a worker cannot finish more than its slots per service time of the current work.
+        per_worker = min(per_worker, concurrency / mean_service)
+    return per_worker
 
 
 @dataclass(frozen=True, slots=True)
