@@ -1,13 +1,24 @@
-"""Leader election on a ``coordination.k8s.io/v1`` Lease, as client-go's leaderelection does it.
+"""Leader election on a ``coordination.k8s.io/v1`` Lease, client-go's protocol with a tighter takeover.
 
-Replicas race for one Lease; the holder renews it every ``renew_seconds``. A candidate takes the
-Lease only after it has seen the same record (holder, renewTime) unchanged for ``lease_seconds`` of
-its *own* clock — no comparison of timestamps across machines, so clock skew cannot split the
-brain. Every write is guarded by resourceVersion: of two candidates, one wins, the other re-reads.
+Replicas race for one Lease; the holder renews it every ``renew_seconds``. Every write is guarded by
+resourceVersion: of two candidates, one wins, the other re-reads.
 
-The leader that cannot renew for ``renew_deadline`` seconds (API unreachable, Lease taken) must stop
-acting at once; the caller exits the process (what controller-runtime and client-go users do), and
-the Deployment restarts it as a standby. The decisions are pure (:func:`decide`); the loop is thin.
+When a standby may take the Lease. client-go counts ``leaseDurationSeconds`` from the moment the
+candidate *observed* a renewal, and polls every retry period: it takes over up to two retry periods
+after the lease of the leader's last renewal has run out. Here the candidate counts from the renewal
+itself: it backdates its own observation by how old the record's ``renewTime`` was when it read it
+(the polling lag), and it wakes exactly at the expiry it computed instead of at its next poll, then
+writes the take against the resourceVersion it saw (a renewal in between makes that write fail with
+409, so a live leader is never displaced). The backdating uses the leader's clock, so it is bounded:
+never more than ``lease_seconds - renew_deadline``. That keeps the safety of client-go's rule under
+any clock skew — the candidate still never takes before ``renew_deadline`` after its own sight of the
+record, and the leader, which counts its deadline from the moment it *sent* its last successful
+renewal (at or before the server stored it), has stopped acting by then.
+
+The leader that cannot renew within ``renew_deadline`` (API unreachable, Lease taken by another
+holder) must stop acting at once; the caller exits the process (what controller-runtime and client-go
+users do), and the Deployment restarts it as a standby. The decisions are pure (:func:`decide`,
+:func:`observe`); the loops are thin.
 """
 
 from __future__ import annotations
@@ -36,15 +47,45 @@ class LeaseRecord:
 
 @dataclass(frozen=True, slots=True)
 class Observation:
-    """What this candidate last saw, and when by its own monotonic clock."""
+    """A record this candidate saw, and when (by its own monotonic clock) it reckons it was renewed."""
 
     holder: str | None
     renew_time: str | None
-    seen_at: float
+    renewed_at: float
+
+
+def parse_micro_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def observe(
+    record: LeaseRecord, seen: Observation | None, now: float, wall_now: datetime, max_backdate: float
+) -> Observation:
+    """The observation after reading ``record`` at monotonic ``now`` / wall clock ``wall_now``.
+
+    The same record as before keeps its first observation (its lease runs from then, not from every
+    re-read). A new record was renewed ``wall_now - renewTime`` ago by the leader's clock: trusted up
+    to ``max_backdate`` seconds (a clock ahead of ours counts as zero, one far behind as the bound)."""
+    if seen is not None and (seen.holder, seen.renew_time) == (record.holder, record.renew_time):
+        return seen
+    renewed = parse_micro_time(record.renew_time)
+    age = (wall_now - renewed).total_seconds() if renewed is not None else 0.0
+    return Observation(record.holder, record.renew_time, now - min(max(age, 0.0), max_backdate))
+
+
+def expires_at(record: LeaseRecord, seen: Observation) -> float:
+    return seen.renewed_at + record.lease_seconds
 
 
 def decide(record: LeaseRecord | None, seen: Observation | None, identity: str, now: float) -> str:
-    """ "create" (no Lease), "renew" (ours), "take" (expired or released), or "wait" (another holds it)."""
+    """ "create" (no Lease), "renew" (ours), "take" (expired or released), or "wait" (another holds it).
+
+    ``seen`` must be the observation of this very record (see :func:`observe`)."""
     if record is None:
         return "create"
     if record.holder == identity:
@@ -52,12 +93,11 @@ def decide(record: LeaseRecord | None, seen: Observation | None, identity: str, 
     if not record.holder:
         return "take"  # released by a leader that shut down cleanly
     if seen is None or (seen.holder, seen.renew_time) != (record.holder, record.renew_time):
-        return "wait"  # the record moved (or we just started): its holder is alive as of now
-    return "take" if now - seen.seen_at >= record.lease_seconds else "wait"
+        return "wait"
+    return "take" if now >= expires_at(record, seen) else "wait"
 
 
-def _record(obj: Any) -> LeaseRecord:
-    lease = kube.to_dict(obj)
+def _record(lease: dict[str, Any]) -> LeaseRecord:
     spec = lease.get("spec") or {}
     return LeaseRecord(
         holder=spec.get("holderIdentity"),
@@ -84,6 +124,7 @@ class LeaderElector:
         renew_seconds: float = 5.0,
         retry_seconds: float = 2.0,
         renew_deadline: float = 10.0,
+        client: Any = None,
     ) -> None:
         if not renew_seconds < renew_deadline < lease_seconds:
             raise ValueError("need renew_seconds < renew_deadline < lease_seconds")
@@ -93,17 +134,24 @@ class LeaderElector:
         self.retry_seconds = retry_seconds
         self.renew_deadline = renew_deadline
         self.is_leader = False
+        self._client = client  # a kubernetes ApiClient; None: the operator's (kube.api_client())
         self._seen: Observation | None = None
         self._record: LeaseRecord | None = None
+
+    @property
+    def max_backdate(self) -> float:
+        return float(self.lease_seconds) - self.renew_deadline
 
     def _api(self) -> Any:
         import kubernetes
 
-        return kubernetes.client.CoordinationV1Api(kube.api_client())
+        return kubernetes.client.CoordinationV1Api(self._client or kube.api_client())
 
     async def _read(self) -> LeaseRecord | None:
+        client = self._client or kube.api_client()
         try:
-            return _record(await kube.call(self._api().read_namespaced_lease, self.name, self.namespace))
+            lease = await kube.call(self._api().read_namespaced_lease, self.name, self.namespace)
+            return _record(client.sanitize_for_serialization(lease))
         except Exception as exc:
             if kube.is_status(exc, 404):
                 return None
@@ -124,15 +172,17 @@ class LeaderElector:
             meta["resourceVersion"] = rv
         return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": spec}
 
-    async def try_once(self) -> bool:
-        """One round: create, renew or take the Lease if this candidate may. True if it holds it now."""
-        record = await self._read()
+    async def try_once(self, *, reread: bool = True) -> bool:
+        """One round: create, renew or take the Lease if this candidate may. True if it holds it now.
+
+        ``reread=False`` acts on the record last read: used at the computed expiry, where a read would
+        only delay the take (the write is guarded by that record's resourceVersion anyway)."""
+        record = await self._read() if reread or self._record is None else self._record
         now = time.monotonic()
+        if record is not None:
+            self._seen = observe(record, self._seen, now, datetime.now(UTC), self.max_backdate)
+        self._record = record
         action = decide(record, self._seen, self.identity, now)
-        if record is not None and (
-            self._seen is None or (self._seen.holder, self._seen.renew_time) != (record.holder, record.renew_time)
-        ):
-            self._seen = Observation(record.holder, record.renew_time, now)
         if action == "wait":
             return False
         try:
@@ -149,43 +199,73 @@ class LeaderElector:
                 )
                 await kube.call(self._api().patch_namespaced_lease, self.name, self.namespace, body)
         except Exception as exc:
-            if kube.is_status(exc, 409):  # another candidate wrote first: read again next round
+            if kube.is_status(exc, 409):  # another candidate (or a renewal) wrote first: read again
+                self._record = None
                 return False
             raise
+        self._record = None  # our own write: the next round reads what the server stored
         if action != "renew":
             log.info("leader election: %s now holds Lease %s/%s (%s)", self.identity, self.namespace, self.name, action)
         return True
 
+    def _until_expiry(self) -> float | None:
+        """Seconds until the Lease last read expires (None: no record another holder renews)."""
+        record, seen = self._record, self._seen
+        if record is None or seen is None or not record.holder or record.holder == self.identity:
+            return None
+        if (seen.holder, seen.renew_time) != (record.holder, record.renew_time):
+            return None
+        return max(0.0, expires_at(record, seen) - time.monotonic())
+
     async def acquire(self) -> None:
-        """Wait until this candidate holds the Lease."""
+        """Wait until this candidate holds the Lease: poll every retry period, but wake at the expiry."""
         log.info("leader election: %s waiting for Lease %s/%s", self.identity, self.namespace, self.name)
+        reread = True
         while True:
             try:
-                if await self.try_once():
+                if await self.try_once(reread=reread):
                     self.is_leader = True
                     return
             except Exception as exc:
+                self._record = None
                 log.warning("leader election: %s", kube.api_message(exc))
-            await asyncio.sleep(self.retry_seconds)
+            until = self._until_expiry()
+            # Polling still matters: it sees renewals (which move the expiry) and releases.
+            reread = until is None or until >= self.retry_seconds
+            await asyncio.sleep(self.retry_seconds if until is None or reread else until)
 
     async def hold(self, on_lost: Callable[[str], None]) -> None:
-        """Renew until the Lease is lost or cannot be renewed within renew_deadline; then call on_lost."""
+        """Renew until the Lease is lost or cannot be renewed within renew_deadline; then call on_lost.
+
+        The deadline counts from when the last successful renewal was *sent*, and no wait outlives it:
+        a standby's takeover (see the module doc) can only come after it."""
         last_renewed = time.monotonic()
+        pause = self.renew_seconds
         while True:
-            await asyncio.sleep(self.renew_seconds)
-            try:
-                renewed = await asyncio.wait_for(self.try_once(), timeout=self.renew_deadline)
-            except Exception as exc:
-                renewed = False
-                log.warning("leader election: renew failed: %s", kube.api_message(exc))
+            deadline = last_renewed + self.renew_deadline
+            await asyncio.sleep(max(0.0, min(pause, deadline - time.monotonic())))
+            sent = time.monotonic()
+            renewed = False
+            if sent < deadline:
+                try:
+                    renewed = await asyncio.wait_for(self.try_once(), timeout=deadline - sent)
+                except TimeoutError:
+                    log.warning("leader election: renew timed out")
+                except Exception as exc:
+                    log.warning("leader election: renew failed: %s", kube.api_message(exc))
             if renewed:
-                last_renewed = time.monotonic()
+                last_renewed, pause = sent, self.renew_seconds
                 continue
-            holder = self._seen.holder if self._seen else None
-            if holder not in (None, self.identity) or time.monotonic() - last_renewed >= self.renew_deadline:
+            holder = self._record.holder if self._record else (self._seen.holder if self._seen else None)
+            if holder not in (None, self.identity) or time.monotonic() >= deadline:
                 self.is_leader = False
-                on_lost(f"Lease {self.namespace}/{self.name} lost (holder now {holder!r})")
+                on_lost(
+                    f"Lease {self.namespace}/{self.name} lost (holder now {holder!r})"
+                    if holder not in (None, self.identity)
+                    else f"Lease {self.namespace}/{self.name} not renewed within {self.renew_deadline:g}s"
+                )
                 return
+            pause = self.retry_seconds  # a failed renewal is retried sooner, until the deadline
 
     async def release(self) -> None:
         """On a clean shutdown: empty the holder so a standby takes over without waiting for expiry."""
