@@ -374,3 +374,63 @@ def test_suspended_at_creation_fetches_nothing_and_finished_jobs_block_pool_dele
         client.close()
     assert leftover == [], leftover
     _assert_no_tracebacks(operator)
+
+
+def _argo_health(kind: str, obj: dict[str, Any]) -> str:
+    """The status docs/gitops' Argo CD health check gives the live object (Lua 5.1, as Argo CD runs it)."""
+    from pathlib import Path
+
+    from lupa import lua51
+
+    runtime = lua51.LuaRuntime(unpack_returned_tuples=True, register_eval=False)
+
+    def to_lua(value: Any) -> Any:
+        if isinstance(value, dict):
+            return runtime.table_from({k: to_lua(v) for k, v in value.items()})
+        if isinstance(value, list):
+            return runtime.table_from([to_lua(v) for v in value])
+        return value
+
+    runtime.globals().obj = to_lua(obj)
+    script = Path(__file__).resolve().parents[2] / "docs" / "gitops" / "trawl.dev" / kind / "health.lua"
+    return str(runtime.execute(script.read_text())["status"])
+
+
+def test_a_degraded_pool_is_healthy_again_once_its_failing_work_is_gone(
+    control_plane: ControlPlane,
+    namespace: str,
+    operator: Any,
+    supervisor: Any,
+    redis_server: RedisServer,
+    bookstore: Bookstore,
+) -> None:
+    """Every fetch fails: the failure guard holds the pool (Degraded). Once the failing job is deleted
+    the pool has no work and scales to zero, and it is not Degraded any more (Argo CD: Healthy),
+    without waiting for a fetch to succeed."""
+    cp = control_plane
+    apply(cp, pool("p", redis_server.url), namespace=namespace)
+    failing = [f"{bookstore.url}/hostile/503?id={namespace}-{i}&fail=1000000" for i in range(200)]
+    retry = {"maxAttempts": 100, "initialDelaySeconds": 0, "maxDelaySeconds": 0.2, "honorRetryAfter": False}
+    apply(cp, job("failing", "p", failing, retry=retry), namespace=namespace)
+
+    def degraded() -> Any:
+        cond = condition(get(cp, "scrapepool", "p", namespace), "Degraded")
+        return cond if cond and cond["status"] == "True" else None
+
+    cond = wait_for("failure guard", degraded, timeout=120, diag=operator.log_tail)
+    assert cond["reason"] == "FailureGuard"
+    assert _argo_health("ScrapePool", get(cp, "scrapepool", "p", namespace)) == "Degraded"
+
+    cp.kubectl("delete", "scrapejob/failing", "-n", namespace, "--timeout=60s")
+
+    def idle_at_zero() -> Any:
+        obj = get(cp, "scrapepool", "p", namespace)
+        status, cond = obj.get("status") or {}, condition(obj, "Degraded")
+        if status.get("replicas") != 0 or status.get("desiredReplicas") != 0 or not cond:
+            return None
+        return obj if cond["status"] == "False" else None
+
+    obj = wait_for("idle at zero, not Degraded", idle_at_zero, timeout=120, diag=operator.log_tail)
+    assert condition(obj, "Degraded")["reason"] == "Idle"  # type: ignore[index]
+    assert _argo_health("ScrapePool", obj) == "Healthy"
+    _assert_no_tracebacks(operator)
