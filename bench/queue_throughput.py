@@ -27,11 +27,12 @@ import asyncio
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import redis
@@ -150,90 +151,88 @@ def trawl_enqueue(url: str) -> Callable[[int], None]:
 
 
 def trawl_loadgen_argv(url: str, i: int, *extra: str) -> list[str]:
-    """One Trawl worker process of the benchmark: 2 claim loops, batches of 200, completion marks."""
+    """One Trawl worker process of the benchmark (``trawl.queue.loadgen``), counting completions in DONE_KEY."""
     return [
         PY, "-m", "trawl.queue.loadgen", "--url", url, "--prefix", TRAWL_PREFIX, "--worker-id", f"bench-w{i}",
-        "--batch", "200", "--loops", "2", "--mark-key", DONE_KEY, *extra,
+        "--mark-key", DONE_KEY, *extra,
     ]  # fmt: skip
 
 
-def systems(url: str, workers: int, only: set[str] | None) -> list[System]:
+def celery_argv(i: int, conc: str) -> list[str]:
+    return [
+        str(BIN / "celery"), "-A", "peer_celery", "worker", "-P", "threads", "-c", conc, "-Q", "bench",
+        "-n", f"w{i}@bench", "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "WARNING",
+    ]  # fmt: skip
+
+
+def systems(url: str, conc: int, only: set[str] | None, claim_batch: str = "auto") -> list[System]:
+    """Every system at ``conc`` tasks in flight per process, each task's INCR and completion its own round trip
+    (conc 0: the pipelined Trawl row, which batches both)."""
+    if conc == 0:
+        out = [
+            System(
+                "trawl-pipelined",
+                "as trawl, but a batch's INCRs go in one pipeline and its acks in one call (not a peer's way)",
+                "2 loops x claims of 200 per process",
+                trawl_enqueue(url),
+                lambda i: [trawl_loadgen_argv(url, i, "--batch", "200", "--loops", "2")],
+            )
+        ]
+        return [s for s in out if only is None or s.name in only or "trawl" in only]
+    c = str(conc)
     out = [
         System(
             "trawl",
-            "at-least-once: leases + heartbeats, batch claim, batch ack",
-            "2 loops x batch 200 per process",
+            "at-least-once: leases + heartbeats; each task acked on its own",
+            f"{c} slots per process, claim size {claim_batch}",
             trawl_enqueue(url),
-            lambda i: [trawl_loadgen_argv(url, i)],
-        ),
-        System(
-            "trawl-rt",
-            "as trawl, but each task's INCR is its own round trip (not a peer; not in the ratio)",
-            "2 loops x batch 200 per process",
-            trawl_enqueue(url),
-            lambda i: [trawl_loadgen_argv(url, i, "--mark-roundtrip")],
+            lambda i: [trawl_loadgen_argv(url, i, "--concurrency", c, "--claim-batch", claim_batch)],
         ),
         System(
             "bullmq",
-            "at-least-once: locks + stalled-job check",
-            "concurrency 200 per process",
+            "at-least-once: locks + stalled-job check; completion fetches the next job in the same call",
+            f"concurrency {c} per process",
             bullmq_enqueue(url),
             lambda i: [["node", str(PEERS_DIR / "bullmq_worker.cjs")]],
+            env={"BENCH_CONCURRENCY": c},
         ),
         System(
             "dramatiq",
             "at-least-once: ack after run, heartbeats, requeue of dead workers' messages",
-            "8 threads per process",
+            f"{c} threads per process, prefetch {2 * conc} (its default)",
             py_peer_enqueue("peer_dramatiq", url),
             lambda i: [
-                [str(BIN / "dramatiq"), "peer_dramatiq", "--processes", "1", "--threads", "8", "--queues", "bench"]
+                [str(BIN / "dramatiq"), "peer_dramatiq", "--processes", "1", "--threads", c, "--queues", "bench"]
             ],
         ),
         System(
             "celery",
             "acks_late (ack after run; unacked redelivered after the visibility timeout)",
-            "solo pool (tasks run in the worker process), prefetch 16",
+            f"threads pool of {c} per process, prefetch multiplier 16",
             py_peer_enqueue("peer_celery", url),
-            lambda i: [
-                [
-                    str(BIN / "celery"),
-                    "-A",
-                    "peer_celery",
-                    "worker",
-                    "-P",
-                    "solo",
-                    "-Q",
-                    "bench",
-                    "-n",
-                    f"w{i}@bench",
-                    "--without-gossip",
-                    "--without-mingle",
-                    "--without-heartbeat",
-                    "-l",
-                    "WARNING",
-                ]
-            ],
+            lambda i: [celery_argv(i, c)],
         ),
         System(
             "rq",
             "job moved to a started registry; abandoned jobs failed by the cleaner",
-            "SimpleWorker, 1 job at a time per process",
+            "1 job at a time per process (RQ has no in-process concurrency; SimpleWorker, no fork)",
             py_peer_enqueue("peer_rq", url),
             lambda i: [[str(BIN / "rq"), "worker", "-w", "rq.worker.SimpleWorker", "-u", url, "bench", "-q"]],
         ),
         System(
             "arq",
             "at-least-once via in-progress keys and re-run of jobs whose worker died",
-            "max_jobs 200 per process",
+            f"max_jobs {c} per process, poll every 10 ms",
             py_peer_enqueue("peer_arq", url),
             lambda i: [[PY, "-c", "import peer_arq; peer_arq.run_worker()"]],
+            env={"BENCH_CONCURRENCY": c},
         ),
         System(
             "huey",
             "at-most-once (task popped before it runs)",
-            "1 worker per consumer process",
+            f"{c} worker threads per consumer process, blocking pop",
             py_peer_enqueue("peer_huey", url),
-            lambda i: [[str(BIN / "huey_consumer"), "peer_huey.huey", "-k", "thread", "-w", "1", "-q"]],
+            lambda i: [[str(BIN / "huey_consumer"), "peer_huey.huey", "-k", "thread", "-w", c, "-q"]],
         ),
     ]
     return [s for s in out if only is None or s.name in only]
@@ -265,7 +264,10 @@ def run_system(system: System, server: RedisServer, tasks: int, workers: int, ti
             for argv in system.workers(i):
                 started.append(
                     procs.start(
-                        argv, log_path=log_dir / f"{system.name}-{i}.log", env=peer_env(server.url), cwd=system.cwd
+                        argv,
+                        log_path=log_dir / f"{system.name}-{i}.log",
+                        env={**peer_env(server.url), **system.env},
+                        cwd=system.cwd,
                     )
                 )
         start_at = max(1, tasks // 50)
@@ -305,59 +307,106 @@ def run_system(system: System, server: RedisServer, tasks: int, workers: int, ti
     return res
 
 
+def median_result(runs: list[Result]) -> Result:
+    """The run with the median tasks/s; its Redis µs/task and bytes/pending are the medians of all runs."""
+    ok = [r for r in runs if r.tasks_per_s > 0 and not r.error]
+    if not ok:
+        return runs[-1]
+    ok.sort(key=lambda r: r.tasks_per_s)
+    mid = replace(ok[len(ok) // 2])
+    mid.redis_us_per_task = statistics.median(r.redis_us_per_task for r in ok)
+    mid.bytes_per_pending = statistics.median(r.bytes_per_pending for r in ok)
+    mid.note = " ".join(
+        x for x in (mid.note, f"median of {len(ok)}: " + "/".join(f"{r.tasks_per_s:.0f}" for r in ok)) if x
+    )
+    return mid
+
+
+def load_average() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument(
-        "--quick", action="store_true", help="3,000 tasks and a 10 s run limit per system (under two minutes)"
-    )
-    ap.add_argument("--tasks", type=int, default=0, help="tasks per system (default 20,000; 3,000 with --quick)")
+    ap.add_argument("--quick", action="store_true", help="3,000 tasks, a 10 s run limit, concurrency 8, one round")
+    ap.add_argument("--tasks", type=int, default=0, help="tasks per system and run (20,000; --quick: 3,000)")
     ap.add_argument("--workers", type=int, default=2, help="worker processes per system")
+    ap.add_argument("--concurrency", default="", help="comma-separated tasks in flight per process (default 8,32)")
+    ap.add_argument("--repeat", type=int, default=0, help="interleaved rounds; medians are reported (default 3)")
+    ap.add_argument("--claim-batch", default="auto", help="Trawl's claim size: auto or a number")
+    ap.add_argument("--no-pipelined", action="store_true", help="leave out the pipelined Trawl row")
     ap.add_argument("--only", default="", help="comma-separated systems to run (default: all)")
     ap.add_argument("--json", default="", help="also write the results to this JSON file")
     args = ap.parse_args()
     tasks = args.tasks or (3000 if args.quick else 20000)
     timeout = 10.0 if args.quick else 120.0
+    concs = [int(c) for c in (args.concurrency or ("8" if args.quick else "8,32")).split(",")]
+    repeat = args.repeat or (1 if args.quick else 3)
     only = set(args.only.split(",")) if args.only else None
     procs.install_signal_handlers()
-    results: list[Result] = []
+    runs: dict[tuple[int, str], list[Result]] = {}
     log_dir = Path(os.environ.get("TMPDIR", "/tmp")) / f"trawl-bench-{os.getpid()}"
     log_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
+    load_before = load_average()
     with RedisServer() as server:
-        for system in systems(server.url, args.workers, only):
-            res = run_system(system, server, tasks, args.workers, timeout, log_dir)
-            results.append(res)
-            print(
-                f"# {res.system:9s} {res.tasks_per_s:9.0f} tasks/s {res.redis_us_per_task:7.1f} us/task "
-                f"{res.bytes_per_pending:7.0f} B/pending {res.error or res.note}",
-                file=sys.stderr,
-                flush=True,
-            )
+        plan = [(c, s) for c in concs for s in systems(server.url, c, only, args.claim_batch)]
+        if not args.no_pipelined:
+            plan += [(0, s) for s in systems(server.url, 0, only)]
+        for rnd in range(repeat):
+            # Interleaved: every system once per round, so a burst of load from elsewhere hits them all alike.
+            for conc, system in plan:
+                res = run_system(system, server, tasks, args.workers, timeout, log_dir)
+                res.concurrency = system.concurrency
+                runs.setdefault((conc, system.name), []).append(res)
+                print(
+                    f"# round {rnd + 1} c={conc or 'pipelined'} {res.system:15s} {res.tasks_per_s:9.0f} tasks/s "
+                    f"{res.redis_us_per_task:7.1f} us/task {res.bytes_per_pending:7.0f} B/pending "
+                    f"load {load_average()} {res.error or res.note}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    results = {key: median_result(rs) for key, rs in runs.items()}
     print(
-        f"queue throughput: {tasks} no-op tasks per system, {args.workers} worker processes each, "
-        f"one redis-server ({time.perf_counter() - t0:.0f}s)"
+        f"queue throughput: {tasks} no-op tasks per system and run, {args.workers} worker processes each, one "
+        f"redis-server, {repeat} interleaved round(s), medians ({time.perf_counter() - t0:.0f}s); "
+        f"load average {load_before} before, {load_average()} after, {os.cpu_count()} CPUs"
     )
-    print(f"{'system':10s} {'tasks/s':>9s} {'redis_us/task':>14s} {'bytes/pending':>14s}  concurrency; semantics")
-    for res in results:
-        if res.error and not res.tasks_per_s:
-            print(f"{res.system:10s} {'-':>9s} {'-':>14s} {'-':>14s}  FAILED: {res.error}")
+    status = 0
+    for conc in [*concs, 0]:
+        rows = [(name, r) for (c, name), r in results.items() if c == conc]
+        if not rows:
             continue
-        note = f"  [{res.error or res.note}]" if (res.error or res.note) else ""
-        print(
-            f"{res.system:10s} {res.tasks_per_s:9.0f} {res.redis_us_per_task:14.1f} {res.bytes_per_pending:14.0f}"
-            f"  {res.concurrency}; {res.semantics}{note}"
+        title = (
+            f"concurrency {conc} per process; each task's INCR and its completion are their own round trips"
+            if conc
+            else "pipelined (not a peer's way: a batch's INCRs in one pipeline, its acks in one call)"
         )
+        print(f"\n## {title}")
+        print(f"{'system':16s} {'tasks/s':>9s} {'redis_us/task':>14s} {'bytes/pending':>14s}  concurrency; semantics")
+        for name, res in rows:
+            if res.error and not res.tasks_per_s:
+                print(f"{name:16s} {'-':>9s} {'-':>14s} {'-':>14s}  FAILED: {res.error}")
+                continue
+            note = f"  [{res.error or res.note}]" if (res.error or res.note) else ""
+            print(
+                f"{name:16s} {res.tasks_per_s:9.0f} {res.redis_us_per_task:14.1f} {res.bytes_per_pending:14.0f}"
+                f"  {res.concurrency}; {res.semantics}{note}"
+            )
+        if not conc:
+            continue
+        trawl = results.get((conc, "trawl"))
+        peers = [r for (c, n), r in results.items() if c == conc and n != "trawl" and r.tasks_per_s > 0]
+        if trawl is None or not peers or not trawl.tasks_per_s:
+            print(f"ratio_vs_best_peer_c{conc}=nan")
+            status = 1
+            continue
+        best = max(peers, key=lambda r: r.tasks_per_s)
+        print(f"best peer at concurrency {conc}: {best.system} ({best.tasks_per_s:.0f} tasks/s)")
+        print(f"ratio_vs_best_peer_c{conc}={trawl.tasks_per_s / best.tasks_per_s:.2f}")
     if args.json:
-        Path(args.json).write_text(json.dumps([asdict(r) for r in results], indent=2))
-    trawl = next((r for r in results if r.system == "trawl"), None)
-    peers = [r for r in results if not r.system.startswith("trawl") and r.tasks_per_s > 0 and not r.error]
-    if trawl is None or not peers or trawl.error:
-        print("ratio_vs_best_peer=nan")
-        return 1
-    best = max(peers, key=lambda r: r.tasks_per_s)
-    print(f"best peer: {best.system} ({best.tasks_per_s:.0f} tasks/s)")
-    print(f"ratio_vs_best_peer={trawl.tasks_per_s / best.tasks_per_s:.2f}")
-    return 0
+        Path(args.json).write_text(json.dumps([{"conc": c, **asdict(r)} for (c, _n), r in results.items()], indent=2))
+    return status
 
 
 if __name__ == "__main__":

@@ -345,6 +345,7 @@ worker = obj(
         "image": st.from_regex(r"[a-z0-9./-]{1,30}(:[a-z0-9.]{1,10})?", fullmatch=True),
         "imagePullPolicy": st.sampled_from(["Always", "IfNotPresent", "Never"]),
         "concurrency": ints(1, 2048),
+        "claimBatch": st.one_of(st.just("auto"), ints(1, 1000)),
         "browser": obj(
             render.BrowserWorkerSpec, {}, {"pagesPerBrowser": ints(1, 64), "memoryLimitMiB": ints(64, 65536)}
         ),

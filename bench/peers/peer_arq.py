@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 from arq import create_pool
@@ -19,9 +20,9 @@ async def noop(ctx: dict[str, Any], i: int) -> None:
 class WorkerSettings:
     functions = [noop]
     redis_settings = SETTINGS
-    max_jobs = 200
+    max_jobs = int(os.environ.get("BENCH_CONCURRENCY", "8"))
     keep_result = 0
-    poll_delay = 0.05
+    poll_delay = 0.01
     handle_signals = True
 
 

@@ -115,6 +115,11 @@ def worker_cmd(
         "trawl:{default/default}", envvar="TRAWL_QUEUE_PREFIX", help="The pool's key prefix (with its hash tag)."
     ),
     concurrency: int = typer.Option(32, envvar="TRAWL_CONCURRENCY", help="Tasks in flight."),
+    claim_batch: str = typer.Option(
+        "auto",
+        envvar="TRAWL_CLAIM_BATCH",
+        help="Tasks per claim: auto (from free slots and observed task time) or a number 1..1000.",
+    ),
     drain_seconds: float = typer.Option(30.0, envvar="TRAWL_DRAIN_SECONDS", help="Grace period on SIGTERM."),
     metrics_port: int = typer.Option(0, envvar="TRAWL_METRICS_PORT", help="Prometheus port (0: off)."),
     metrics_address: str = typer.Option(
@@ -151,13 +156,20 @@ def worker_cmd(
     ),
 ) -> None:
     """Run a scrape worker: claim tasks of the pool, fetch, extract, write results."""
+    from trawl.queue.claimsize import parse_setting
     from trawl.worker.cli import main as worker_main
+
+    try:
+        parse_setting(claim_batch)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--claim-batch / TRAWL_CLAIM_BATCH") from None
 
     raise typer.Exit(
         worker_main(
             redis_url=redis_url,
             prefix=prefix,
             concurrency=concurrency,
+            claim_batch=claim_batch,
             drain_seconds=drain_seconds,
             metrics_port=metrics_port,
             metrics_address=metrics_address,

@@ -121,6 +121,9 @@ def _structural(node: Any) -> Any:
     any_of = node.pop("anyOf", None)
     if any_of is not None:
         branches = [b for b in any_of if b.get("type") != "null"]
+        if sorted(str(b.get("type")) for b in branches) == ["integer", "string"]:
+            # A number or a word (e.g. claimBatch: 16 or auto): Kubernetes' int-or-string; the model validates.
+            branches = [{"x-kubernetes-int-or-string": True}]
         if len(branches) != 1:
             raise ValueError(f"cannot express a union in a structural schema: {any_of}")
         merged = {**branches[0], **node}

@@ -101,6 +101,7 @@ def render_worker_deployment(
         *redis_env(spec),
         {"name": "TRAWL_QUEUE_PREFIX", "value": queue_prefix(namespace, pool, spec.redis.key_prefix)},
         {"name": "TRAWL_CONCURRENCY", "value": str(worker.concurrency)},
+        {"name": "TRAWL_CLAIM_BATCH", "value": str(worker.claim_batch)},
         {"name": "TRAWL_DRAIN_SECONDS", "value": str(worker.drain_seconds)},
         {"name": "TRAWL_METRICS_PORT", "value": str(worker.metrics_port)},
         {"name": "TRAWL_LEASE_SECONDS", "value": str(spec.queue.lease_seconds)},

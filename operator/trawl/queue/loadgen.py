@@ -1,5 +1,8 @@
 """A minimal no-op worker process over :mod:`trawl.queue`, used by the crash test and the benchmark.
 
+With ``--concurrency N`` it works like ``trawl worker``: N task slots, claims sized by
+:mod:`trawl.queue.claimsize` (``--claim-batch auto|N``), and each task on its own: its completion mark is
+its own round trip (``INCR``), then its ack is its own round trip. Without it (the batch mode below):
 ``python -m trawl.queue.loadgen --url redis://... --prefix 'trawl:{ns/pool}' --worker-id w1`` claims
 batches, runs a no-op task per task, writes the tasks' Redis side effects in one pipeline per batch (a
 result per task keyed by (job, task) plus a log entry, and/or a completion mark), then acks the batch
@@ -13,10 +16,13 @@ import argparse
 import asyncio
 import contextlib
 import time
+from collections import deque
 
 import redis.asyncio as aioredis
 
+from .claimsize import ClaimState, TaskTimer, claim_size, parse_setting
 from .client import Queue
+from .model import Task
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -32,7 +38,10 @@ async def run(args: argparse.Namespace) -> None:
 
     hb = asyncio.create_task(heartbeats())
     try:
-        await asyncio.gather(*(loop(q, redis, args, i) for i in range(args.loops)))
+        if args.concurrency:
+            await slots(q, redis, args)
+        else:
+            await asyncio.gather(*(loop(q, redis, args, i) for i in range(args.loops)))
     finally:
         stop.set()
         hb.cancel()
@@ -75,6 +84,62 @@ async def loop(q: Queue, redis: aioredis.Redis, args: argparse.Namespace, index:
         await q.ack_many(tasks, args.worker_id)
 
 
+async def slots(q: Queue, redis: aioredis.Redis, args: argparse.Namespace) -> None:
+    """``--concurrency`` slots, each task on its own (as the worker runs them): its mark, then its ack."""
+    conc = args.concurrency
+    setting = parse_setting(args.claim_batch)
+    timer = TaskTimer()
+    buffer: deque[Task] = deque()
+    running: set[asyncio.Task[None]] = set()
+    freed = asyncio.Event()
+    wid = args.worker_id
+
+    async def one(task: Task) -> None:
+        t0 = time.perf_counter()
+        if args.mark_key:
+            await redis.incr(args.mark_key)
+        if args.task_seconds:
+            await asyncio.sleep(args.task_seconds)
+        await q.ack(task, wid)
+        timer.observe(time.perf_counter() - t0)
+
+    def start(task: Task) -> None:
+        t = asyncio.create_task(one(task))
+        running.add(t)
+        t.add_done_callback(done)
+
+    def done(t: asyncio.Task[None]) -> None:
+        running.discard(t)
+        if buffer:
+            start(buffer.popleft())
+        freed.set()
+
+    idle_since = time.monotonic()
+    poll = args.poll
+    while True:
+        n = claim_size(ClaimState(conc, len(running), len(buffer), args.lease, timer.mean), setting)
+        if n == 0:
+            freed.clear()
+            await freed.wait()
+            continue
+        tasks = await q.claim(wid, n)
+        if not tasks:
+            if not running and args.idle_exit and time.monotonic() - idle_since > args.idle_exit:
+                return
+            freed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(freed.wait(), poll)  # a task finishing frees room to claim for
+            poll = min(poll * 2, args.max_poll)
+            continue
+        poll = args.poll
+        idle_since = time.monotonic()
+        for task in tasks:
+            if len(running) < conc:
+                start(task)
+            else:
+                buffer.append(task)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--url", required=True)
@@ -82,6 +147,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--worker-id", required=True)
     p.add_argument("--batch", type=int, default=100)
     p.add_argument("--loops", type=int, default=1, help="concurrent claim loops in the process")
+    p.add_argument("--concurrency", type=int, default=0, help="task slots, each task acked on its own (0: batches)")
+    p.add_argument("--claim-batch", default="auto", help="with --concurrency: claim size, 'auto' or a number")
     p.add_argument("--lease", type=float, default=30.0)
     p.add_argument("--max-stalls", type=int, default=3)
     p.add_argument("--poll", type=float, default=0.002, help="first wait after an empty claim")

@@ -9,6 +9,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from trawl.queue.claimsize import parse_setting
 from trawl.queue.keys import incarnation_id
 
 from . import logs
@@ -57,6 +58,7 @@ def main(
     redis_url: str,
     prefix: str,
     concurrency: int = 32,
+    claim_batch: str = "auto",
     drain_seconds: float = 30.0,
     metrics_port: int = 0,
     metrics_address: str = "0.0.0.0",
@@ -81,6 +83,8 @@ def main(
         pod=pod,
         worker_id=wid,
         concurrency=concurrency,
+        claim_batch=parse_setting(claim_batch),
+        lease_seconds=lease_seconds,
         drain_seconds=drain_seconds,
         heartbeat_seconds=max(0.5, min(5.0, lease_seconds / 4)),
         metrics_port=metrics_port or None,

@@ -18,7 +18,7 @@ import signal
 import socket
 import time
 import uuid
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +26,7 @@ from redis.asyncio import Redis
 
 from trawl.api.policies import FailureClass
 from trawl.api.scrapejob import SinkKind
+from trawl.queue.claimsize import AUTO, ClaimState, TaskTimer, claim_size
 from trawl.queue.keys import incarnation_id
 from trawl.queue.model import QueueClient, Task
 
@@ -74,7 +75,8 @@ class WorkerConfig:
     pod: str = ""  # the pod (stable name) this process runs in; its earlier incarnations are evicted at start
     worker_id: str = ""  # this process's incarnation, "<pod>@<random>" (default: a fresh one)
     concurrency: int = 32
-    claim_batch: int = 0  # 0: a quarter of the concurrency
+    claim_batch: int = AUTO  # tasks per claim; AUTO (0): sized by trawl.queue.claimsize
+    lease_seconds: float = 30.0  # the queue's lease (bounds how many claimed tasks may wait for a slot)
     drain_seconds: float = 30.0
     heartbeat_seconds: float = 5.0
     metrics_port: int | None = None
@@ -160,6 +162,8 @@ class Worker:
         self._deferred: OrderedDict[tuple[str, str], int] = OrderedDict()  # Retry-After releases per task
         self._sinks: dict[tuple[Any, ...], Sink] = {}
         self._inflight: dict[asyncio.Task[None], Task] = {}
+        self._buffer: deque[Task] = deque()  # claimed, waiting for a slot (see trawl.queue.claimsize)
+        self._task_time = TaskTimer()  # how long a task holds its slot, which sizes claims
         self._slot_free = asyncio.Event()
         self._stop = asyncio.Event()
         # Held around a claim (until its tasks are registered here) and around a heartbeat, so the held
@@ -254,6 +258,7 @@ class Worker:
     async def _drain(self) -> None:
         """Let in-flight tasks finish within the grace period; give the rest back."""
         deadline = time.monotonic() + max(0.0, self.config.drain_seconds - 1.0)
+        await self._release_buffered()
         pending = set(self._inflight)
         if pending:
             log.info("draining", extra={"worker": self.worker_id, "in_flight": len(pending)})
@@ -267,9 +272,9 @@ class Worker:
     # --- loops ---------------------------------------------------------------------------------
 
     def held(self) -> list[tuple[str, str]]:
-        """(job, task) of every lease this process holds: being processed, or handed to the finisher
+        """(job, task) of every lease this process holds: claimed, being processed, or handed to the finisher
         (including acks waiting for Redis to come back)."""
-        tasks = [*self._inflight.values(), *self.finisher.held()]
+        tasks = [*self._buffer, *self._inflight.values(), *self.finisher.held()]
         return [(t.job_id, t.task_id) for t in tasks]
 
     async def _evict_previous(self) -> None:
@@ -343,7 +348,7 @@ class Worker:
         is discarded, but the site is hit). One EXISTS per distinct in-flight job, once a second."""
         while True:
             await asyncio.sleep(CANCEL_CHECK_SECONDS)
-            jobs = sorted({t.job_id for t in self._inflight.values()})
+            jobs = sorted({t.job_id for t in (*self._inflight.values(), *self._buffer)})
             if not jobs:
                 continue
             try:
@@ -360,50 +365,47 @@ class Worker:
             for fut, task in list(self._inflight.items()):
                 if task.job_id in gone:
                     fut.cancel()
+            # Claimed and not started: dropped (the job's keys are gone, so there is nothing to give back).
+            kept = [t for t in self._buffer if t.job_id not in gone]
+            self._buffer.clear()
+            self._buffer.extend(kept)
             for job_id in gone:
                 self._jobs.pop(job_id, None)
             log.info("stopped tasks of cancelled jobs", extra={"worker": self.worker_id, "jobs": sorted(gone)})
 
     async def _claim_loop(self) -> None:
-        conc = self.config.concurrency
-        batch = self.config.claim_batch or max(1, conc // 4)
         idle = 0.01
-        loop = asyncio.get_running_loop()
         while not self.stopping:
-            free = conc - len(self._inflight)
-            if free <= 0 or self.finisher.count >= self.finish_capacity:
+            size = claim_size(
+                ClaimState(
+                    self.config.concurrency,
+                    len(self._inflight),
+                    len(self._buffer),
+                    self.config.lease_seconds,
+                    self._task_time.mean,
+                ),
+                self.config.claim_batch,
+            )
+            if size <= 0 or self.finisher.count >= self.finish_capacity:
                 self._slot_free.clear()
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(0.5):
                         await self._slot_free.wait()
                 continue
-            if free < batch and self._inflight:
-                # linger a moment so one round trip claims a fuller batch
-                linger_until = loop.time() + 0.005
-                while conc - len(self._inflight) < batch and not self.stopping:
-                    remaining = linger_until - loop.time()
-                    if remaining <= 0:
-                        break
-                    self._slot_free.clear()
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(remaining):
-                            await self._slot_free.wait()
-                if self.stopping:
-                    break
-                free = conc - len(self._inflight)
             async with self._lease_lock:
                 try:
                     if not self._evicted:  # before the first claim: this pod's old leases go back first
                         await self._evict_previous()
-                    tasks = await self.queue.claim(self.worker_id, min(free, batch))
+                    tasks = await self.queue.claim(self.worker_id, size)
                 except Exception as exc:
                     tasks = None
                     self.metrics.claim_calls.labels("error").inc()
                     log.warning("claim failed", extra={"worker": self.worker_id, "error": repr(exc)})
                 for task in tasks or ():
-                    t = asyncio.create_task(self._process(task))
-                    self._inflight[t] = task
-                    t.add_done_callback(self._done)
+                    if len(self._inflight) < self.config.concurrency:
+                        self._start(task)
+                    else:
+                        self._buffer.append(task)  # starts as soon as a slot frees (see _done)
             if tasks is None:
                 await self._sleep_unless_stopping(1.0)
                 continue
@@ -415,12 +417,27 @@ class Worker:
             idle = 0.01
             self.metrics.claim_calls.labels("tasks").inc()
             self.metrics.claims.inc(len(tasks))
-            self.metrics.in_flight.set(len(self._inflight))
+            self.metrics.in_flight.set(self.in_flight)
+
+    def _start(self, task: Task) -> None:
+        t = asyncio.create_task(self._process(task))
+        self._inflight[t] = task
+        t.add_done_callback(self._done)
+
+    async def _release_buffered(self) -> None:
+        """Give back the claimed tasks that never started (stopping): at once, no attempt or stall spent.
+        If Redis does not answer, the final heartbeat no longer lists them and the queue returns them."""
+        tasks = list(self._buffer)
+        self._buffer.clear()
+        if tasks:
+            log.info("giving back claimed tasks not started", extra={"worker": self.worker_id, "count": len(tasks)})
+            await asyncio.gather(*(self.queue.release(t, self.worker_id) for t in tasks), return_exceptions=True)
 
     @property
     def in_flight(self) -> int:
-        """Tasks this worker holds a lease on: being processed, or waiting for their results to be stored."""
-        return len(self._inflight) + self.finisher.count
+        """Tasks this worker holds a lease on: claimed and waiting for a slot, being processed, or waiting for
+        their results to be stored."""
+        return len(self._buffer) + len(self._inflight) + self.finisher.count
 
     def _finished(self, count: int) -> None:
         self.metrics.in_flight.set(self.in_flight)
@@ -430,6 +447,8 @@ class Worker:
     def _done(self, t: asyncio.Task[None]) -> None:
         self._inflight.pop(t, None)
         self.processed += 1
+        if self._buffer and not self.stopping:
+            self._start(self._buffer.popleft())
         self.metrics.in_flight.set(len(self._inflight))
         self._slot_free.set()
 
@@ -560,7 +579,9 @@ class Worker:
         finally:
             if outcome != "handed":  # handed-over tasks are counted by the finisher once acked or released
                 self.metrics.outcomes.labels(outcome).inc()
-            self.metrics.task_seconds.observe(time.monotonic() - started)
+            elapsed = time.monotonic() - started
+            self._task_time.observe(elapsed)
+            self.metrics.task_seconds.observe(elapsed)
 
     async def _handle(self, task: Task) -> str:
         job = await self._job(task.job_id)
