@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
-"""Queue throughput: Trawl's queue against Dramatiq, Celery, RQ, arq, Huey and BullMQ, in one run.
+"""Queue throughput: Trawl's queue against BullMQ, Dramatiq, Celery, RQ, arq and Huey, in one run.
 
 Every system runs on the same freshly started redis-server (flushed between systems), on the same
-machine, with the same number of worker processes (``--workers``, 2 by default), no-op tasks that each
-mark their own completion in Redis (``INCR bench:done``, so the count is exact). For each system:
+machine, with the same number of worker processes (``--workers``, 2 by default) and, in the headline
+rows, the same concurrency per process (``--concurrency``, 8 and 32): no-op tasks whose body makes its
+own round trip (``INCR bench:done``, so the count is exact) and whose completion is its own round trip
+(Trawl: the worker's claim sizing, then one ack per task). A last, labelled row runs Trawl pipelined
+(a batch's INCRs in one pipeline, its acks in one call), which is not how the peers' task APIs work.
+Systems run in interleaved rounds (``--repeat``, 3 by default) and the medians are reported. Per system:
 
 * tasks/s      -- completions per second between 2% and 100% of the tasks (worker start-up excluded);
 * redis_us     -- Redis's own CPU time (INFO cpu: used_cpu_user + used_cpu_sys, all server threads)
@@ -12,10 +16,10 @@ mark their own completion in Redis (``INCR bench:done``, so the count is exact).
                   before any worker runs (less the script cache and client buffers, and without the
                   fixed cost of the queue's first use, which the first half pays).
 
-The last line is ``ratio_vs_best_peer=<Trawl tasks/s / the fastest peer's tasks/s>``.
+Per concurrency the last line is ``ratio_vs_best_peer_c<N>=<Trawl tasks/s / the fastest peer's>``.
 
-    .venv/bin/python bench/queue_throughput.py            # 20,000 tasks per system
-    .venv/bin/python bench/queue_throughput.py --quick    # 3,000 tasks per system, under two minutes
+    .venv/bin/python bench/queue_throughput.py            # 20,000 tasks, concurrency 8 and 32, 3 rounds
+    .venv/bin/python bench/queue_throughput.py --quick    # 3,000 tasks, concurrency 8, one round
 
 BullMQ is installed with npm into ~/.cache/trawl/bench-node (outside the repository) on first use.
 """
