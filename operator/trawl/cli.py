@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import typer
@@ -188,24 +189,34 @@ def worker_cmd(
     )
 
 
-def _add_dev() -> None:
+def _worker_invocation(argv: list[str]) -> bool:
+    """Whether this process is ``trawl worker ...`` (the console script or ``python -m trawl.cli``).
+
+    Such a process dispatches to the worker command only, so it skips importing the other commands
+    (``trawl dev`` and the job tools pull rich, the local stack's process helpers, ...): every worker
+    start, from zero or by the autoscaler, pays for what the worker runs and nothing else.
+    """
+    return argv[1:2] == ["worker"] and Path(argv[0]).name in ("trawl", "cli.py")
+
+
+def _add_commands() -> None:
     from trawl.dev.cli import app as dev_app
 
     app.add_typer(dev_app, name="dev")
 
+    # Job tools (trawl.clitools): the module imports only typer; each command loads kube/redis/rich when run.
+    from trawl.clitools.app import dlq_app, results, run, status, submit, top
 
-_add_dev()
+    app.command("submit")(submit)
+    app.command("status")(status)
+    app.command("results")(results)
+    app.command("top")(top)
+    app.command("run")(run)
+    app.add_typer(dlq_app, name="dlq")
 
 
-# Job tools (trawl.clitools): the module imports only typer; each command loads kube/redis/rich when run.
-from trawl.clitools.app import dlq_app, results, run, status, submit, top  # noqa: E402
-
-app.command("submit")(submit)
-app.command("status")(status)
-app.command("results")(results)
-app.command("top")(top)
-app.command("run")(run)
-app.add_typer(dlq_app, name="dlq")
+if not _worker_invocation(sys.argv):
+    _add_commands()
 
 
 def main() -> None:
@@ -213,7 +224,6 @@ def main() -> None:
     traceback: a closed pipe (``trawl results JOB | head``), Ctrl-C, or a :class:`CliError` raised
     outside a command's own reporting."""
     import os
-    import sys
 
     from typer._completion_classes import completion_init
 

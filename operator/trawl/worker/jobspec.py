@@ -28,7 +28,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trawl.api.policies import (
     ResolvedPoliteness,
@@ -40,10 +40,12 @@ from trawl.api.policies import (
 )
 from trawl.api.render import RenderSpec
 from trawl.api.scrapejob import CrawlSpec, ExtractSpec, OutputSpec, ScrapeJobSpec
-from trawl.api.scrapepool import ScrapePoolSpec
 
 from .extract import ExtractOptions
 from .urlpolicy import CrawlPolicy
+
+if TYPE_CHECKING:  # the operator's side; a worker never builds the pool's model
+    from trawl.api.scrapepool import ScrapePoolSpec
 
 SPEC_VERSION = 1
 SECRETS_DIR_ENV = "TRAWL_SECRETS_DIR"

@@ -30,7 +30,6 @@ from trawl.queue.claimsize import AUTO, ClaimState, TaskTimer, claim_size
 from trawl.queue.keys import incarnation_id
 from trawl.queue.model import QueueClient, Task
 
-from . import s3sink
 from .breaker import CircuitBreaker
 from .extract import Extractor
 from .fetch import Fetcher, FetchError, FetchLimits
@@ -40,7 +39,6 @@ from .metrics import WorkerMetrics
 from .notes import JobNotes
 from .parsepool import DEFAULT_INLINE_MAX_TAGS, DEFAULT_MAX_BYTES, DEFAULT_MAX_TAGS, ParseLimit, ParseLimits, ParsePool
 from .parsepool import DEFAULT_SECONDS as DEFAULT_PARSE_SECONDS
-from .pgsink import PostgresSink, target_from_spec
 from .politeness import UNAVAILABLE_SECONDS, DomainLimiter, RateWaitTooLong, RobotsCache
 from .render.hook import BrowserCrashed, Renderer
 from .sinks import JsonLinesSink, Record, RedisStreamSink, Sink, WebhookSink, dedupe_key, record_key
@@ -524,11 +522,15 @@ class Worker:
             ref = out.postgres.password_secret_ref
             # As for the webhook: a missing password fails the task before it is fetched (Internal).
             password = read_secret(ref.name, ref.key).decode() if ref is not None else None
+            from .pgsink import PostgresSink, target_from_spec  # psycopg: only for workers that use it
+
             target = target_from_spec(out.postgres, password)
             ident = ("postgres", target)
             if ident not in self._sinks:
                 self._sinks[ident] = PostgresSink(target)
         elif out.sink == SinkKind.S3 and out.s3 is not None:
+            from . import s3sink  # minio: only for workers that use it
+
             s3 = out.s3
             access_ref, secret_ref = s3.access_key_id_secret_ref, s3.secret_access_key_secret_ref
             s3_target = s3sink.target_from_spec(

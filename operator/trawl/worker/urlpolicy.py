@@ -12,9 +12,12 @@ import posixpath
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
-import tldextract
+if TYPE_CHECKING:
+    import tldextract
+
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -201,6 +204,10 @@ def canonicalize_slow(url: str, *, keep_fragment: bool = False) -> str | None:
 def _suffixes() -> tldextract.TLDExtract:
     # The Public Suffix List snapshot bundled with tldextract: no download (suffix_list_urls=()), no cache
     # files; private suffixes count (github.io, blogspot.com: every subdomain is someone else's site).
+    # Imported here: tldextract (with requests and filelock) costs ~60 ms at import, and only crawls with
+    # scope Domain use it, so a worker loads it on first use instead of at start-up.
+    import tldextract
+
     return tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None, include_psl_private_domains=True)
 
 

@@ -31,6 +31,7 @@ from trawl.api.render import RenderSpec, RenderWait
 from ..fetch import FetchError, FetchLimits, FetchResult, classify_status, parse_retry_after
 from ..urlpolicy import IPNetwork
 from . import procmem
+from .errors import BrowserCrashed
 from .metrics import BrowserMetrics
 from .proxy import PolicyProxy
 from .settings import BrowserSettings, find_chromium
@@ -48,13 +49,6 @@ SNAPSHOT_GRACE = 5.0  # the snapshot (HTML, screenshot) of a page at its time ca
 
 class BrowserUnavailable(Exception):
     """Chromium cannot be found or started."""
-
-
-class BrowserCrashed(FetchError):
-    """The browser (or the page's renderer process) died while rendering: not the site's fault."""
-
-    def __init__(self, url: str, detail: str) -> None:
-        super().__init__(FailureClass.CONNECTION, f"browser crashed while rendering {url}: {detail}", url=url)
 
 
 @dataclass

@@ -1,13 +1,14 @@
 """The worker's handle on browser rendering: a :class:`BrowserPool` made on the first Browser task.
 
-Plain workers never start Chromium or import Playwright; the runner calls :meth:`Renderer.render`
+Plain workers never start Chromium or import Playwright (nor the browser pool: imported on the first
+Browser task, off the start-up path of every other worker); the runner calls :meth:`Renderer.render`
 instead of a fetch for jobs whose ``spec.render.mode`` is Browser.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 
@@ -15,9 +16,12 @@ from trawl.api.render import RenderSpec
 
 from ..fetch import FetchLimits, FetchResult
 from ..urlpolicy import IPNetwork
-from .browser import BrowserCrashed, BrowserPool, HopHook
+from .errors import BrowserCrashed
 from .metrics import BrowserMetrics
 from .settings import BrowserSettings
+
+if TYPE_CHECKING:
+    from .browser import BrowserPool, HopHook
 
 __all__ = ["BrowserCrashed", "Renderer"]
 
@@ -36,6 +40,8 @@ class Renderer:
 
     def _pool(self) -> BrowserPool:
         if self.pool is None:
+            from .browser import BrowserPool
+
             self.pool = BrowserPool(
                 self.allowed, self.settings or BrowserSettings.from_env(), BrowserMetrics(self.registry)
             )

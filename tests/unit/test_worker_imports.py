@@ -1,0 +1,88 @@
+"""`trawl worker` imports what a worker runs on its first task and nothing else (issue 21).
+
+Every start of a worker process (scale-up from zero, each autoscaler step, a recycled worker) pays its
+imports before its first claim; the sinks' client libraries, the browser, the operator's Kubernetes
+stack and the other commands of the CLI are loaded only when a job needs them. Each check imports in a
+fresh interpreter, exactly as the console script does, and reads ``sys.modules``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+# Loaded by a worker only for the job that needs it (or never): kopf/kubernetes (operator), Playwright and
+# the browser pool (Browser render), psycopg (PostgreSQL sink), minio (S3 sink), tldextract (crawl scope
+# Domain), croniter and the CronScrapeJob/ScrapePool models (operator), rich and the other commands.
+HEAVY = (
+    "kopf",
+    "kubernetes",
+    "playwright",
+    "psycopg",
+    "minio",
+    "tldextract",
+    "croniter",
+    "rich",
+    "trawl.operator",
+    "trawl.autoscale",
+    "trawl.dev.cli",
+    "trawl.clitools.app",
+    "trawl.api.cronscrapejob",
+    "trawl.api.scrapepool",
+    "trawl.worker.render.browser",
+    "trawl.worker.pgsink",
+    "trawl.worker.s3sink",
+)
+
+
+def _modules(code: str) -> set[str]:
+    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    return set(json.loads(out.stdout.splitlines()[-1]))
+
+
+def _heavy(modules: set[str]) -> list[str]:
+    return sorted(m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY))
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        # the console script `trawl worker ...`: imports trawl.cli, then the command imports the worker
+        "import sys; sys.argv = ['trawl', 'worker']; import trawl.cli; import trawl.worker.cli",
+        # `python -m trawl.cli worker ...` (the local supervisor, tests, benchmarks)
+        "import sys; sys.argv = ['/x/trawl/cli.py', 'worker']; import trawl.cli; import trawl.worker.cli",
+    ],
+    ids=["console-script", "python-m"],
+)
+def test_worker_start_imports_nothing_heavy(code: str) -> None:
+    modules = _modules(code)
+    assert "trawl.worker.runner" in modules and "aiohttp" in modules  # the probe imported the worker
+    assert _heavy(modules) == []
+
+
+def test_worker_loads_a_sink_library_when_a_job_needs_it() -> None:
+    # The lazy imports are on the paths that use them: building the S3 sink loads minio.
+    modules = _modules(
+        "import trawl.worker.cli\n"
+        "from trawl.worker import s3sink\n"
+        "from trawl.worker.urlpolicy import registrable_domain\n"
+        "assert registrable_domain('a.b.example.co.uk') == 'example.co.uk'"
+    )
+    assert "minio" in modules and "tldextract" in modules
+
+
+def test_other_commands_are_still_registered() -> None:
+    # Skipping them is for `trawl worker` only: any other invocation sees every command.
+    out = subprocess.run(
+        [sys.executable, "-m", "trawl.cli", "--help"], capture_output=True, text=True, timeout=120, check=True
+    )
+    for command in ("worker", "operator", "dev", "submit", "results", "dlq"):
+        assert command in out.stdout
+    help_out = subprocess.run(
+        [sys.executable, "-m", "trawl.cli", "worker", "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert help_out.returncode == 0 and "--concurrency" in help_out.stdout
