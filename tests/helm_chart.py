@@ -134,8 +134,13 @@ def one(docs: Iterable[dict[str, Any]], kind: str, name: str | None = None) -> d
 def operator_rbac_objects(docs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """The operator's ServiceAccount, (Cluster)Roles and bindings, in an order that applies cleanly."""
     order = {kind: i for i, kind in enumerate(RBAC_KINDS)}
-    picked = [d for d in docs if d.get("kind") in order]
+    picked = [d for d in docs if d.get("kind") in order and not is_hook(d)]
     return sorted(picked, key=lambda d: order[d["kind"]])
+
+
+def is_hook(doc: Mapping[str, Any]) -> bool:
+    """A Helm hook (e.g. the pre-delete Job and its own RBAC): run by helm around an install, not part of it."""
+    return "helm.sh/hook" in (doc.get("metadata", {}).get("annotations") or {})
 
 
 def service_account_name(docs: Iterable[dict[str, Any]]) -> str:

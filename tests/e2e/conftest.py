@@ -27,6 +27,7 @@ NAMESPACE = "trawl-system"
 SITE_NAMESPACE = "trawl-e2e-site"
 RELEASE = "trawl"
 POOL = "e2e"
+CHART_POOL = "default"  # the chart's defaultPool.name
 # Values as a user gives them for a locally built image: image and pull policy, nothing else.
 IMAGE_VALUES = [
     "--set", f"image.repository={IMAGE.rsplit(':', 1)[0]}",
@@ -83,7 +84,10 @@ def site_objects(name: str = "bookstore", latency: float = 0.0) -> list[dict[str
                 doc["spec"]["selector"]["matchLabels"] = labels
                 doc["spec"]["template"]["metadata"]["labels"] = labels
                 if latency:
-                    doc["spec"]["template"]["spec"]["containers"][0]["command"] += ["--latency", str(latency)]
+                    # The access log on stdout: the scale-down scenario counts the fetches of each page.
+                    doc["spec"]["template"]["spec"]["containers"][0]["command"] += [
+                        "--latency", str(latency), "--access-log", "/dev/stdout",
+                    ]  # fmt: skip
             else:
                 doc["spec"]["selector"] = labels
         out.append(doc)

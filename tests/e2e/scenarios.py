@@ -1,24 +1,32 @@
 """Scenario steps on a cluster where the chart is installed: jobs, waits, results, pod facts.
 
-Shared by the real-node suite (tests/e2e) and usable by any cluster with the chart installed (the kind
-run applies the same site, values and job)."""
+Shared by the real-node suite (tests/e2e) and the kind run (tests/e2e_kind): both serve the fixture site
+of tests/e2e_kind/site.yaml and install the chart as release ``trawl`` into ``trawl-system``; a
+:class:`RealNode` is any such cluster's kubeconfig, kubectl and helm."""
 
 from __future__ import annotations
 
 import base64
 import json
+import threading
 import time
+from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any
 
+import kubernetes
 from e2e_node import RealNode, condition, pod_ready, wait_for
 
 from trawl.dev.bookstore import PRODUCT_FIELDS, PRODUCT_XPATH_FIELD, catalog, expected_record
+from trawl.operator.naming import POD_DELETION_COST
 
 NAMESPACE = "trawl-system"
 SITE = "http://bookstore.trawl-e2e-site.svc.cluster.local:8080"
 SLOW_SITE = "http://bookstore-slow.trawl-e2e-site.svc.cluster.local:8080"
 FIELDS = [*PRODUCT_FIELDS, PRODUCT_XPATH_FIELD]
 WORKERS = "app.kubernetes.io/component=worker"  # every pool's worker pods
+# Politeness off the critical path: the scenarios are about pods, not about rate limits.
+FAST = {"requestsPerSecond": 200, "maxConcurrencyPerDomain": 48, "adaptiveDelay": False}
 
 
 def expected_products(base: str, ids: range | None = None) -> dict[str, dict[str, str]]:
@@ -108,6 +116,20 @@ def assert_records(got: dict[str, dict[str, Any]], expected: dict[str, dict[str,
         assert {k: record.get(k) for k in expected[url]} == expected[url], url
 
 
+def crawl_completes_with_exact_results(node: RealNode, pool: str, name: str = "crawl") -> None:
+    """Scenario 1: a crawl of the fixture site from its home page reaches Succeeded with exactly the
+    product records. The home page links /private/, which robots.txt disallows: a skip, neither a
+    result nor a failure."""
+    spec = {
+        "crawl": {"maxDepth": 6, "maxPages": 1000},
+        "extract": {"fields": FIELDS, "onlyMatching": "/product/"},
+    }
+    node.apply([job(name, pool, [SITE + "/"], politeness=FAST, **spec)])
+    status = wait_finished(node, name, 600)
+    assert_succeeded(node, name, status, site_pages())
+    assert_records(results(node, name), expected_products(SITE))
+
+
 def worker_pods(node: RealNode, pool: str) -> list[dict[str, Any]]:
     return node.items("pods", NAMESPACE, f"trawl.dev/pool={pool}")
 
@@ -120,3 +142,95 @@ def wait_no_workers(node: RealNode, pool: str, timeout: float) -> float:
     started = time.monotonic()
     wait_for(f"pool {pool} to scale to zero pods", lambda: not worker_pods(node, pool) or None, timeout, 2)
     return time.monotonic() - started
+
+
+def site_fetches(node: RealNode, deployment: str, since: float) -> dict[str, int]:
+    """path?query -> how often the fixture site (run with --access-log /dev/stdout) served it since
+    ``since`` (epoch seconds): a task interrupted and retried is fetched twice."""
+    out: dict[str, int] = {}
+    for line in node.kubectl("-n", "trawl-e2e-site", "logs", f"deploy/{deployment}", "--tail=-1").splitlines():
+        parts = line.split()
+        stamped = len(parts) >= 4 and parts[1] == "GET" and parts[0].replace(".", "", 1).isdigit()
+        if stamped and float(parts[0]) >= since and parts[2].startswith("/product/"):
+            out[parts[2]] = out.get(parts[2], 0) + 1
+    return out
+
+
+@dataclass
+class Deletion:
+    """A worker pod the ReplicaSet chose to delete: its pod-deletion-cost then, and those of the Ready
+    pods it kept (None: no cost set)."""
+
+    pod: str
+    cost: int | None
+    ready: bool  # the ReplicaSet deletes a pod that is not Ready first, whatever its cost
+    kept: dict[str, int | None]
+
+
+def _cost(pod: Any) -> int | None:
+    value = (pod.metadata.annotations or {}).get(POD_DELETION_COST)
+    return int(value) if value is not None else None
+
+
+def _ready(pod: Any) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or []))
+
+
+@dataclass
+class PodDeletions:
+    """Watches a pool's worker pods (a Kubernetes watch, so no deletion is missed between polls) and
+    records each deletion with the costs the ReplicaSet chose by."""
+
+    node: RealNode
+    pool: str
+    deletions: list[Deletion] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    error: BaseException | None = None
+
+    def __enter__(self) -> PodDeletions:
+        self._thread = threading.Thread(target=self._run, name=f"pod-deletions-{self.pool}", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        config = self.node.kubeconfig
+        api = kubernetes.client.CoreV1Api(kubernetes.config.new_client_from_config(config_file=config))  # type: ignore[no-untyped-call]
+        selector = f"trawl.dev/pool={self.pool}"
+        try:
+            listing: Any = api.list_namespaced_pod(NAMESPACE, label_selector=selector)
+            pods: dict[str, Any] = {p.metadata.name: p for p in listing.items}
+            version = listing.metadata.resource_version
+            seen: set[str] = set()
+            while not self._stop.is_set():
+                # Short watches from the last version seen: no event lost between them, and a prompt stop.
+                watch = kubernetes.watch.Watch()  # type: ignore[no-untyped-call]
+                for event in watch.stream(  # type: ignore[no-untyped-call]
+                    api.list_namespaced_pod,
+                    NAMESPACE,
+                    label_selector=selector,
+                    resource_version=version,
+                    timeout_seconds=2,
+                ):
+                    pod = event["object"]
+                    name = pod.metadata.name
+                    version = pod.metadata.resource_version
+                    if event["type"] == "DELETED":
+                        pods.pop(name, None)
+                    else:
+                        pods[name] = pod
+                    if pod.metadata.deletion_timestamp is not None and name not in seen:
+                        seen.add(name)
+                        kept = {
+                            n: _cost(p) for n, p in pods.items() if p.metadata.deletion_timestamp is None and _ready(p)
+                        }
+                        self.deletions.append(Deletion(name, _cost(pod), _ready(pod), kept))
+                    if self._stop.is_set():
+                        watch.stop()  # type: ignore[no-untyped-call]
+        except BaseException as exc:  # reported by the test, not lost in a thread
+            self.error = exc

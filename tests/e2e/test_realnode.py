@@ -16,34 +16,36 @@ import pytest
 import yaml
 from e2e_node import IMAGE, ROOT, CommandFailed, RealNode, pod_ready, wait_for
 from scenarios import (
-    FIELDS,
+    FAST,
     SITE,
     SLOW_SITE,
+    PodDeletions,
     assert_records,
     assert_succeeded,
+    crawl_completes_with_exact_results,
     diagnose,
     expected_products,
     job,
     job_status,
     ready_workers,
     results,
-    site_pages,
+    site_fetches,
     wait_finished,
     wait_no_workers,
     worker_pods,
 )
 
-from conftest import NAMESPACE, POOL, RELEASE, hostpath_volume, pool_object
+from conftest import CHART_POOL, NAMESPACE, POOL, RELEASE, hostpath_volume, pool_object
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
-# Politeness off the critical path: the scenarios are about pods, not about rate limits.
-FAST = {"requestsPerSecond": 200, "maxConcurrencyPerDomain": 48, "adaptiveDelay": False}
-
-
 def _log(msg: str) -> None:
     print(f"[e2e {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def _counts(node: RealNode, name: str) -> dict[str, Any]:
+    return dict(job_status(node, name).get("counts") or {})
 
 
 def _in_flight(node: RealNode, name: str) -> int:
@@ -54,47 +56,60 @@ def test_operator_ready_and_a_crawl_completes_with_exact_results(release: RealNo
     node = release
     op = node.items("pods", NAMESPACE, "app.kubernetes.io/component=operator")
     assert op and all(pod_ready(p) for p in op), op
-    spec = {
-        "crawl": {"maxDepth": 6, "maxPages": 1000},
-        "extract": {"fields": FIELDS, "onlyMatching": "/product/"},
-    }
-    node.apply([job("crawl", POOL, [SITE + "/"], politeness=FAST, **spec)])
-    status = wait_finished(node, "crawl", 600)
-    # The home page links /private/, which robots.txt disallows: a skip, neither a result nor a failure.
-    assert_succeeded(node, "crawl", status, site_pages())
-    assert_records(results(node, "crawl"), expected_products(SITE))
+    crawl_completes_with_exact_results(node, POOL)
 
 
 def test_backlog_scales_up_real_pods_then_drains_to_zero_with_nothing_lost(release: RealNode) -> None:
     """Scale-up from zero on a backlog (time to the first Ready pod printed), then the scale-down while
-    pods are still busy: idle pods go first, SIGTERM drains under the real kubelet, no task interrupted
-    or lost (every URL exactly one record)."""
+    pods are still busy: idle pods go first (the operator's pod-deletion-cost, 1000 + the tasks a pod's
+    worker reports in flight), SIGTERM drains under the real kubelet, no task interrupted or lost (every
+    URL exactly one record, and fetched exactly once by the site)."""
     node = release
     # A pool of its own: the autoscaler keeps what it measured per pool, and the crawl's fast pages
-    # would make one worker look enough for anything.
-    node.apply([pool_object("scale")])
+    # would make one worker look enough for anything. A drain longer than the slow task below.
+    node.apply([pool_object("scale", drainSeconds=90)])
     ids = range(1, 101)
     urls = [f"{SLOW_SITE}/product/{i}.html" for i in ids]  # 3 s each: a backlog one pod drains in ~75 s
+    # One slow task (~50 s), submitted once the backlog is all claimed: it keeps one pod busy while the
+    # others run out of work, so the scale-down that follows has a busy pod to keep and idle ones to drop.
+    busy_url = f"{SLOW_SITE}/product/7.html?delay=45"
+    since = time.time()
     started = time.monotonic()
-    node.apply([job("backlog", "scale", urls, politeness=FAST)])
-    wait_for("a worker pod Ready", lambda: ready_workers(node, "scale"), 300, 0.5)
-    first_ready = time.monotonic() - started
-    _log(f"backlog -> first worker pod Ready: {first_ready:.1f}s")
-    peak = wait_for(
-        "a scale-up beyond one pod",
-        lambda: len(worker_pods(node, "scale")) > 1 and len(worker_pods(node, "scale")),
-        300,
-        0.5,
-    )
-    _log(f"backlog -> {peak} worker pods: {time.monotonic() - started:.1f}s")
-    status = wait_finished(node, "backlog", 600)
+    with PodDeletions(node, "scale") as watched:
+        node.apply([job("backlog", "scale", urls, politeness=FAST)])
+        wait_for("a worker pod Ready", lambda: ready_workers(node, "scale"), 300, 0.5)
+        first_ready = time.monotonic() - started
+        _log(f"backlog -> first worker pod Ready: {first_ready:.1f}s")
+        peak = wait_for(
+            "a scale-up beyond one pod",
+            lambda: len(worker_pods(node, "scale")) > 1 and len(worker_pods(node, "scale")),
+            300,
+            0.5,
+        )
+        _log(f"backlog -> {peak} worker pods: {time.monotonic() - started:.1f}s")
+        wait_for("the backlog all claimed", lambda: _counts(node, "backlog").get("pending") == 0, 600, 0.5)
+        node.apply([job("busy", "scale", [busy_url], politeness=FAST, request={"timeoutSeconds": 120})])
+        status = wait_finished(node, "backlog", 600)
+        busy = wait_finished(node, "busy", 300)
+        seconds = wait_no_workers(node, "scale", 600)
+        _log(f"drained -> zero pods: {seconds:.1f}s")
     assert_succeeded(node, "backlog", status, len(urls))
     assert_records(results(node, "backlog"), expected_products(SLOW_SITE, ids))
-    pool = node.get("scrapepool", "scale", NAMESPACE) or {}
-    _log(f"last scale: {pool.get('status', {}).get('lastScale')}")
-    seconds = wait_no_workers(node, "scale", 600)
-    _log(f"drained -> zero pods: {seconds:.1f}s")
-    node.kubectl("-n", NAMESPACE, "delete", "scrapejob", "backlog", "--wait=true", "--timeout=120s")
+    assert_succeeded(node, "busy", busy, 1)
+    assert_records(results(node, "busy"), {busy_url: expected_products(SLOW_SITE, range(7, 8))[urls[6]]})
+    assert watched.error is None, watched.error
+    _log(f"scale-down deletions (pod, cost, kept costs): {[(d.pod, d.cost, d.kept) for d in watched.deletions]}")
+    for d in watched.deletions:
+        # Among Ready pods the ReplicaSet deletes the lowest cost first: never a busier pod than one kept.
+        if d.ready:
+            assert (d.cost or 0) <= min((c or 0 for c in d.kept.values()), default=0) or not d.kept, d
+    busy_kept = [d for d in watched.deletions if (d.cost or 0) == 0 and any((c or 0) > 1000 for c in d.kept.values())]
+    assert busy_kept, f"no scale-down kept a busy pod (cost > 1000) over an idle one: {watched.deletions}"
+    # Not interrupted: a task given back on SIGTERM would be fetched a second time.
+    fetched = site_fetches(node, "bookstore-slow", since)
+    expected = {f"/product/{i}.html": 1 for i in ids} | {"/product/7.html?delay=45": 1}
+    assert fetched == expected, {k: v for k, v in fetched.items() if expected.get(k) != v}
+    node.kubectl("-n", NAMESPACE, "delete", "scrapejob", "backlog", "busy", "--wait=true", "--timeout=120s")
     node.kubectl("-n", NAMESPACE, "delete", "scrapepool", "scale", "--wait=true", "--timeout=120s")
 
 
@@ -266,16 +281,27 @@ def test_helm_upgrade_rolls_the_operator(release: RealNode) -> None:
     node.kubectl("-n", NAMESPACE, "rollout", "status", "deploy/trawl-operator", "--timeout=300s")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs deletion ordering (issue 15, helper operator): `helm uninstall` deletes the operator together "
-    "with the chart's default ScrapePool, whose trawl.dev/finalizer then nobody removes, so the uninstall hangs",
-)
-def test_helm_uninstall_leaves_only_the_crds(release: RealNode) -> None:
+def test_helm_uninstall_refuses_while_a_job_names_the_pool_then_leaves_only_the_crds(release: RealNode) -> None:
+    """The chart's pre-delete hook deletes its default ScrapePool while the operator still runs (whose
+    finalizer would otherwise hold the uninstall forever). While a job names the pool it refuses: helm
+    fails with the hook's reason, the pool untouched; once the job is gone, a bare `helm uninstall`."""
     node = release
-    node.kubectl("delete", "scrapepool", POOL, "-n", NAMESPACE, "--wait=true", "--timeout=120s")
+    # The scenarios' own pool and jobs are the user's objects, not the release's: removed the usual way.
+    node.kubectl("-n", NAMESPACE, "delete", "scrapejobs", "--all", "--wait=true", "--timeout=120s")
+    node.kubectl("-n", NAMESPACE, "delete", "scrapepool", POOL, "--wait=true", "--timeout=120s")
+    node.apply([job("pinned", CHART_POOL, [f"{SITE}/product/1.html"], politeness=FAST)])
     try:
-        node.helm("uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout", "90s")
+        started = time.monotonic()
+        with pytest.raises(CommandFailed, match=r"1 ScrapeJobs still name it \(pinned\)"):
+            node.helm("uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout", "300s")
+        _log(f"helm uninstall refused by the pre-delete hook in {time.monotonic() - started:.1f}s")
+        pool = node.get("scrapepool", CHART_POOL, NAMESPACE) or {}
+        assert pool and "deletionTimestamp" not in pool["metadata"], pool.get("metadata")
+        assert node.get("deployment", "trawl-operator", NAMESPACE), "the release stays installed"
+        node.kubectl("-n", NAMESPACE, "delete", "scrapejob", "pinned", "--wait=true", "--timeout=120s")
+        started = time.monotonic()
+        node.helm("uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout", "300s")
+        _log(f"helm uninstall (pre-delete hook, then the release) in {time.monotonic() - started:.1f}s")
     finally:
         # Whatever the outcome, leave no pool stuck on a finalizer for the scenarios after this one.
         for name in node.kubectl("get", "scrapepools", "-n", NAMESPACE, "-o", "name").split():
@@ -283,9 +309,26 @@ def test_helm_uninstall_leaves_only_the_crds(release: RealNode) -> None:
                 "patch", name, "-n", NAMESPACE, "--type=merge", "-p", '{"metadata":{"finalizers":null}}', check=False
             )
         node.helm_uninstall_quietly(RELEASE, NAMESPACE)
+    assert node.kubectl("get", "scrapepools,scrapejobs", "-n", NAMESPACE, "-o", "name").strip() == ""
+    # Everything of the release goes (the hook's Job, pod, ServiceAccount and Role included: they carry
+    # its labels) but what Helm's convention keeps: the Secret with the generated Redis password
+    # (helm.sh/resource-policy: keep, so a reinstall finds the same one). Pods go after their owners.
     kinds = "all,cm,secret,sa,role,rolebinding,networkpolicy,pdb,scrapepools,scrapejobs"
-    left = node.kubectl("get", kinds, "-n", NAMESPACE, "-l", "app.kubernetes.io/instance=trawl", "-o", "name")
-    assert left.strip() == ""
+
+    def leftovers() -> tuple[list[str], list[str]]:
+        out = node.kubectl("get", kinds, "-n", NAMESPACE, "-l", "app.kubernetes.io/instance=trawl", "-o", "json")
+        items = [
+            (f"{o['kind']}/{o['metadata']['name']}", o["metadata"].get("annotations") or {})
+            for o in json.loads(out)["items"]
+        ]
+        kept = [n for n, a in items if a.get("helm.sh/resource-policy") == "keep"]
+        return [n for n, a in items if a.get("helm.sh/resource-policy") != "keep"], kept
+
+    try:
+        wait_for("the release's objects to go", lambda: not leftovers()[0] or None, 180, 2)
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}: {leftovers()[0]}") from None
+    assert leftovers()[1] == ["Secret/trawl-redis"]
     cluster_left = node.kubectl(
         "get", "clusterrole,clusterrolebinding", "-l", "app.kubernetes.io/instance=trawl", "-o", "name"
     )

@@ -17,6 +17,7 @@ from helm_chart import (
     HelmError,
     by_kind,
     helm,
+    is_hook,
     one,
     operator_deployment,
     operator_rbac_objects,
@@ -60,8 +61,13 @@ def test_renders_and_every_object_is_labelled(value_set: str) -> None:
             assert doc["metadata"].get("namespace"), f"{doc['kind']} {doc['metadata']['name']} has no namespace"
 
 
+def _installed(value_set: str | None = None, **kwargs: Any) -> list[dict[str, Any]]:
+    """The release's own objects, without its hooks (the pre-delete Job has RBAC of its own)."""
+    return [d for d in render(value_set, **kwargs) if not is_hook(d)]
+
+
 def test_cluster_wide_rbac_equals_the_operator_rule_list() -> None:
-    docs = render()
+    docs = _installed()
     role = one(docs, "ClusterRole")
     assert _rules(role) == [*NAMESPACED_RULES, *CLUSTER_RULES]
     binding = one(docs, "ClusterRoleBinding")
@@ -83,7 +89,7 @@ def test_cluster_wide_rbac_equals_the_operator_rule_list() -> None:
 
 
 def test_namespaced_rbac_is_a_role_per_watched_namespace() -> None:
-    docs = render("namespaced")
+    docs = _installed("namespaced")
     leader = "trawl-operator-leader-election"
     roles = [r for r in by_kind(docs, "Role") if r["metadata"]["name"] != leader]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
@@ -104,7 +110,7 @@ def test_namespaced_rbac_is_a_role_per_watched_namespace() -> None:
 
 
 def test_rbac_create_false_renders_no_rbac() -> None:
-    docs = render("minimal")
+    docs = render("minimal")  # hooks included: without rbac.create the pre-delete hook makes none either
     assert not [d for d in docs if d["kind"] in {"ServiceAccount", "ClusterRole", "Role", "RoleBinding"}]
     assert service_account_name(docs) == "trawl-operator"
 
@@ -153,10 +159,49 @@ def _restricted(pod_spec: dict[str, Any]) -> None:
 @pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
 def test_pods_are_restricted(value_set: str) -> None:
     docs = render(value_set, namespace="team-a")
-    workloads = by_kind(docs, "Deployment") + by_kind(docs, "StatefulSet")
+    workloads = by_kind(docs, "Deployment") + by_kind(docs, "StatefulSet") + by_kind(docs, "Job")
     assert workloads
     for workload in workloads:
         _restricted(workload["spec"]["template"]["spec"])
+
+
+def test_pre_delete_hook_deletes_the_default_pool_with_its_own_minimal_rbac() -> None:
+    """`helm uninstall` runs the hook before deleting anything, while the operator still removes the
+    pool's finalizer: the chart's own image runs `trawl pool delete`, bounded, with rights for that only."""
+    docs = render(namespace="team-a")
+    hooks = [d for d in docs if is_hook(d)]
+    assert {(d["kind"], d["metadata"]["annotations"]["helm.sh/hook"]) for d in hooks} == {
+        (kind, "pre-delete") for kind in ("ServiceAccount", "Role", "RoleBinding", "Job")
+    }
+    weight = {d["kind"]: int(d["metadata"]["annotations"]["helm.sh/hook-weight"]) for d in hooks}
+    assert weight["ServiceAccount"] < weight["RoleBinding"] < weight["Job"] and weight["Role"] < weight["Job"]
+    job = one(hooks, "Job")
+    annotations = job["metadata"]["annotations"]
+    assert annotations["helm.sh/hook-output-log-policy"] == "hook-failed"  # helm prints why it failed
+    assert "hook-failed" in annotations["helm.sh/hook-delete-policy"]  # nothing left behind either way
+    assert job["spec"]["backoffLimit"] == 0 and job["spec"]["activeDeadlineSeconds"] > 120
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    operator = operator_deployment(docs)["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == operator["image"], "no other image than the chart's own"
+    assert container["command"] == ["trawl"]
+    assert container["args"] == ["pool", "delete", "default", "--namespace=team-a", "--timeout=120"]
+    sa = one(hooks, "ServiceAccount")["metadata"]["name"]
+    assert pod["serviceAccountName"] == sa != service_account_name(docs)
+    assert _rules(one(hooks, "Role")) == [
+        {"apiGroups": ["trawl.dev"], "resources": ["scrapepools"], "verbs": ["get", "delete"]},
+        {"apiGroups": ["trawl.dev"], "resources": ["scrapejobs"], "verbs": ["list"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["list"]},
+    ]
+    binding = one(hooks, "RoleBinding")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": "team-a"}]
+    assert binding["roleRef"]["name"] == one(hooks, "Role")["metadata"]["name"]
+    # No default pool, nothing to delete: no hook.
+    assert not [d for d in render("no-redis") if is_hook(d)]
+    # rbac.create=false: only the Job, as the operator's ServiceAccount.
+    minimal = render("minimal")
+    (job,) = [d for d in minimal if is_hook(d)]
+    assert job["spec"]["template"]["spec"]["serviceAccountName"] == service_account_name(minimal)
 
 
 def test_operator_deployment_shape() -> None:

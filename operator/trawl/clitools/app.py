@@ -1,7 +1,7 @@
 """The typer commands of the job tools. Only typer is imported here; each command loads what it needs.
 
 Registered on the root app by ``trawl.cli``: ``submit``, ``status``, ``results``, ``top`` and the ``dlq``
-group. Every command connects like kubectl (``--kubeconfig``, ``--context``, ``-n``) and reports a
+and ``pool`` groups. Every command connects like kubectl (``--kubeconfig``, ``--context``, ``-n``) and reports a
 failure as one line on stderr with a distinct exit code (see :mod:`trawl.clitools.errors`).
 """
 
@@ -413,6 +413,33 @@ def dlq_retry(
                     f"the operator has not acted on the retry within {timeout:g}s (is it running?)", EXIT_TIMEOUT
                 )
             time.sleep(0.5)
+
+
+# ---------------------------------------------------------------------------------------------- pool
+
+pool_app = typer.Typer(
+    name="pool", help="ScrapePools: delete them the way their finalizer allows.", no_args_is_help=True
+)
+
+
+@pool_app.command("delete")
+def pool_delete(
+    names: list[str] = typer.Argument(..., help="The pools' names."),
+    timeout: float = typer.Option(120, "--timeout", help="Seconds to wait for the operator to let them go."),
+    kubeconfig: str | None = KUBECONFIG,
+    context: str | None = CONTEXT,
+    namespace: str | None = NAMESPACE,
+) -> None:
+    """Delete ScrapePools and wait until they are gone. Refused, pool untouched, while a ScrapeJob names
+    one; fails with the operator's message if it holds one, or after --timeout (no operator running).
+
+    The chart's pre-delete hook runs it, so `helm uninstall` removes the chart's pool first."""
+    with _reported():
+        from .pools import PoolDeleter
+
+        cluster = _connect(kubeconfig, context, namespace)
+        for line in PoolDeleter(cluster).delete(names, timeout):
+            typer.echo(line)
 
 
 # ---------------------------------------------------------------------------------------------- run

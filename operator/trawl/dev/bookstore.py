@@ -11,8 +11,9 @@ value); 404; 503 that recovers after ``fail`` hits (per ``id``); ``/hostile/deep
 ``div``s, 200,000 by default: a parser trap); ``/hostile/charset/<kind>`` (Shift_JIS and ISO-8859-1
 pages whose charset only the document or only the header declares, :data:`CHARSET_PAGES`);
 ``/hostile/headers`` (echoes the request headers as JSON: what reached this origin);
-and ``/private/`` which robots.txt disallows. Every request is written to an access log with its arrival
-time, so tests can measure the request rate the site saw.
+and ``/private/`` which robots.txt disallows. ``?delay=S`` on any page answers ``S`` seconds later (at
+most ``MAX_DELAY_SECONDS``): one slow task among fast ones keeps one worker pod busy. Every request is
+written to an access log with its arrival time, so tests can measure the request rate the site saw.
 
 Run it as a process (:class:`Bookstore` starts ``python -m trawl.dev.bookstore`` on a free loopback port
 and stops it), or write the same pages as static files for a fast static server
@@ -35,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from . import procs
+
+MAX_DELAY_SECONDS = 120.0  # ?delay= on any page, bounded
 
 CATEGORY_NAMES = [
     "Travel", "Mystery", "Historical Fiction", "Sequential Art", "Classics", "Philosophy", "Romance",
@@ -404,7 +407,18 @@ def build_app(
     async def hits(request: web.Request) -> web.Response:
         return web.json_response(counters)
 
-    app = web.Application(middlewares=[log_requests])
+    @web.middleware
+    async def delay_requests(request: web.Request, handler: object) -> web.StreamResponse:
+        try:
+            delay = min(max(float(request.query.get("delay", "0")), 0.0), MAX_DELAY_SECONDS)
+        except ValueError:
+            delay = 0.0
+        if delay:
+            await asyncio.sleep(delay)
+        resp: web.StreamResponse = await handler(request)  # type: ignore[operator]
+        return resp
+
+    app = web.Application(middlewares=[log_requests, delay_requests])
     app.router.add_get("/", home)
     app.router.add_get("/index.html", home)
     app.router.add_get("/robots.txt", robots)
