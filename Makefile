@@ -111,9 +111,10 @@ e2e-build:
 
 e2e: setup e2e-build test-e2e
 
-# kind end-to-end (needs a Docker engine): cluster, image, helm install, a crawl to Complete, teardown.
+# kind end-to-end (needs a Docker engine): cluster, image, helm install, the shared scenarios
+# (tests/e2e/scenarios.py), helm uninstall, teardown; skipped with the reason without Docker.
 e2e-kind: setup
-	tests/e2e_kind/run.sh
+	$(PY) -m pytest -p no:cacheprovider -rs -m e2e_kind tests/e2e_kind
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
