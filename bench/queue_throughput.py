@@ -169,6 +169,20 @@ def celery_argv(i: int, conc: str) -> list[str]:
     ]  # fmt: skip
 
 
+def baseline_system(url: str, conc: int, tree: Path) -> System:
+    """Trawl from another source tree (e.g. ``git archive <commit>``), claims of a quarter of the concurrency
+    as the worker made them before claim sizing: the "before" row, run interleaved with the others."""
+    quarter = str(max(1, conc // 4))
+    return System(
+        "trawl-baseline",
+        f"Trawl from {tree} (not a peer; not in the ratio)",
+        f"{conc} slots per process, claims of {quarter} (concurrency / 4)",
+        trawl_enqueue(url),
+        lambda i: [trawl_loadgen_argv(url, i, "--concurrency", str(conc), "--claim-batch", quarter)],
+        env={"PYTHONPATH": os.pathsep.join([str(PEERS_DIR), str(tree / "operator")])},
+    )
+
+
 def systems(url: str, conc: int, only: set[str] | None, claim_batch: str = "auto") -> list[System]:
     """Every system at ``conc`` tasks in flight per process, each task's INCR and completion its own round trip
     (conc 0: the pipelined Trawl row, which batches both)."""
@@ -339,6 +353,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=0, help="interleaved rounds; medians are reported (default 3)")
     ap.add_argument("--claim-batch", default="auto", help="Trawl's claim size: auto or a number")
     ap.add_argument("--no-pipelined", action="store_true", help="leave out the pipelined Trawl row")
+    ap.add_argument("--baseline", default="", help="also run Trawl from this source tree (a 'before' row)")
     ap.add_argument("--only", default="", help="comma-separated systems to run (default: all)")
     ap.add_argument("--json", default="", help="also write the results to this JSON file")
     args = ap.parse_args()
@@ -355,6 +370,8 @@ def main() -> int:
     load_before = load_average()
     with RedisServer() as server:
         plan = [(c, s) for c in concs for s in systems(server.url, c, only, args.claim_batch)]
+        if args.baseline:
+            plan += [(c, baseline_system(server.url, c, Path(args.baseline).resolve())) for c in concs]
         if not args.no_pipelined:
             plan += [(0, s) for s in systems(server.url, 0, only)]
         for rnd in range(repeat):
@@ -400,7 +417,7 @@ def main() -> int:
         if not conc:
             continue
         trawl = results.get((conc, "trawl"))
-        peers = [r for (c, n), r in results.items() if c == conc and n != "trawl" and r.tasks_per_s > 0]
+        peers = [r for (c, n), r in results.items() if c == conc and not n.startswith("trawl") and r.tasks_per_s > 0]
         if trawl is None or not peers or not trawl.tasks_per_s:
             print(f"ratio_vs_best_peer_c{conc}=nan")
             status = 1
@@ -408,6 +425,9 @@ def main() -> int:
         best = max(peers, key=lambda r: r.tasks_per_s)
         print(f"best peer at concurrency {conc}: {best.system} ({best.tasks_per_s:.0f} tasks/s)")
         print(f"ratio_vs_best_peer_c{conc}={trawl.tasks_per_s / best.tasks_per_s:.2f}")
+        base = results.get((conc, "trawl-baseline"))
+        if base is not None and base.tasks_per_s:
+            print(f"baseline_ratio_vs_best_peer_c{conc}={base.tasks_per_s / best.tasks_per_s:.2f}")
     if args.json:
         Path(args.json).write_text(json.dumps([{"conc": c, **asdict(r)} for (c, _n), r in results.items()], indent=2))
     return status

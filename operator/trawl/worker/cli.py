@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 from typing import Any
 
 from redis.asyncio import Redis
 
+from trawl import eventloop
 from trawl.queue.claimsize import parse_setting
 from trawl.queue.keys import incarnation_id
 
@@ -98,4 +98,4 @@ def main(
         breaker_failures=breaker_failures,
         breaker_open_seconds=breaker_open_seconds,
     )
-    return asyncio.run(_run(config, lease_seconds))
+    return eventloop.run(_run(config, lease_seconds))

@@ -43,9 +43,11 @@ for ji = 1, nj do
   if c and c > 0 then
     local jk = KEYS[2 + 2 * ji]
     redis.call('HINCRBY', jk, 'suc', c)
-    redis.call('HINCRBY', jk, 'inf', -c)
     redis.call('HSET', jk, 'lf', now)
-    check_finished(jk, ARGV[3 + ji], now, KEYS[3], ARGV[2])
+    -- A job with tasks still in flight cannot be finished: the last of them checks (one read less per ack).
+    if redis.call('HINCRBY', jk, 'inf', -c) <= 0 then
+      check_finished(jk, ARGV[3 + ji], now, KEYS[3], ARGV[2])
+    end
   end
 end
 if done > 0 then
