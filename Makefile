@@ -14,7 +14,7 @@ $(error $(or $(BOOTSTRAP_ERROR),hack/bootstrap.sh failed))
 endif
 endif
 
-.PHONY: setup bench-setup lock k8s-binaries test test-layers test-e2e test-unit test-redis test-browser test-sinks test-cluster test-faults lint typecheck crd demo bench e2e e2e-build e2e-kind images clean
+.PHONY: setup bench-setup lock k8s-binaries test test-layers test-e2e test-unit test-redis test-browser test-sinks test-cluster test-faults test-rediscluster lint typecheck crd demo bench e2e e2e-build e2e-kind images clean
 
 # Dependencies come from the lock (requirements/*.txt, every file's sha256 checked), the package itself
 # on top without resolving anything again: the same versions on every machine, in CI and in the image.
@@ -74,6 +74,11 @@ test-cluster: setup
 
 test-faults: setup
 	$(ASSETS) $(PY) -m pytest -m faults
+
+# A real 6-node Redis Cluster (3 masters, 3 replicas; redis-cli --cluster create): queue, workers,
+# operator and CLI on it, a master killed mid-job. Part of test-layers like every marker but e2e.
+test-rediscluster: setup
+	$(ASSETS) $(PY) -m pytest -m rediscluster
 
 lint: setup
 	$(VENV)/bin/ruff check operator tests bench hack

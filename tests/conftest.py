@@ -58,6 +58,7 @@ _LAYERS = {
     "browser": "browser",
     "sinks": "sinks",
     "cluster": "cluster",
+    "rediscluster": "rediscluster",
     "faults": "faults",
     "e2e": "e2e",
     "e2e_kind": "e2e_kind",

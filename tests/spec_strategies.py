@@ -295,6 +295,7 @@ scrape_job_spec = st.one_of(
 
 _redis_url = st.builds("{}://{}:{}/{}".format, st.sampled_from(["redis", "rediss"]), host, ints(1, 65535), ints(0, 15))
 _redis_common = {
+    "mode": enum(scrapepool.RedisMode),
     "passwordSecretRef": secret_ref,
     "tls": obj(
         scrapepool.RedisTLS,

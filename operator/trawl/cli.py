@@ -112,6 +112,9 @@ def operator_cmd(
 @app.command("worker")
 def worker_cmd(
     redis_url: str = typer.Option("redis://127.0.0.1:6379/0", envvar="TRAWL_REDIS_URL", help="The pool's Redis."),
+    redis_cluster: bool = typer.Option(
+        False, "--redis-cluster", envvar="TRAWL_REDIS_CLUSTER", help="The Redis URL names a node of a Redis Cluster."
+    ),
     prefix: str = typer.Option(
         "trawl:{default/default}", envvar="TRAWL_QUEUE_PREFIX", help="The pool's key prefix (with its hash tag)."
     ),
@@ -168,6 +171,7 @@ def worker_cmd(
     raise typer.Exit(
         worker_main(
             redis_url=redis_url,
+            redis_cluster=redis_cluster,
             prefix=prefix,
             concurrency=concurrency,
             claim_batch=claim_batch,

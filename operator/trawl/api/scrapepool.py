@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from datetime import datetime
+from enum import StrEnum
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
@@ -29,8 +30,21 @@ class RedisTLS(TrawlModel):
     )
 
 
+class RedisMode(StrEnum):
+    """What the pool's Redis is: one server (with or without replicas) or a Redis Cluster."""
+
+    STANDALONE = "Standalone"
+    CLUSTER = "Cluster"
+
+
 class RedisSpec(TrawlModel):
     """How the operator and the workers reach the pool's Redis."""
+
+    mode: RedisMode = Field(
+        default=RedisMode.STANDALONE,
+        description="Standalone: one server. Cluster: a Redis Cluster; url names any of its nodes (the others "
+        "are discovered), and every key of the pool shares one hash tag, so the pool lives on one master.",
+    )
 
     url: str | None = Field(
         default=None,

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 
-from trawl.api.scrapepool import ScrapePoolSpec
+from trawl.api.scrapepool import RedisMode, ScrapePoolSpec
 from trawl.operator.naming import queue_prefix
 from trawl.operator.redisconn import ResolvedRedis, make_client
 from trawl.queue import Queue, QueueUnavailable
@@ -47,8 +47,11 @@ def resolve_redis(cluster: Cluster, pool: dict[str, Any], redis_url: str | None)
     except ValidationError as exc:
         raise CliError(f"ScrapePool {cluster.namespace}/{name} is invalid: {exc.errors()[0]['msg']}") from None
     r = spec.redis
+    redis_cluster = r.mode == RedisMode.CLUSTER
     if redis_url:
-        return ResolvedRedis(redis_url, None, redis_url.startswith("rediss://"), False, None)
+        # A port-forward reaches one node only: a cluster client would then follow the nodes' own
+        # addresses (in-cluster), so a cluster pool read through --redis-url needs those reachable too.
+        return ResolvedRedis(redis_url, None, redis_url.startswith("rediss://"), False, None, cluster=redis_cluster)
 
     def secret(ref: Any) -> str:
         try:
@@ -60,7 +63,7 @@ def resolve_redis(cluster: Cluster, pool: dict[str, Any], redis_url: str | None)
     password = secret(r.password_secret_ref) if r.password_secret_ref else None
     tls = bool(r.tls and r.tls.enabled) or url.startswith("rediss://")
     ca = secret(r.tls.ca_secret_ref) if r.tls and r.tls.ca_secret_ref else None
-    return ResolvedRedis(url, password, tls, bool(r.tls and r.tls.insecure_skip_verify), ca)
+    return ResolvedRedis(url, password, tls, bool(r.tls and r.tls.insecure_skip_verify), ca, cluster=redis_cluster)
 
 
 def job_ref(job: dict[str, Any], pool: dict[str, Any]) -> JobRef:

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from trawl.api.scrapepool import DEFAULT_WORKER_IMAGE, ScrapePoolSpec
+from trawl.api.scrapepool import DEFAULT_WORKER_IMAGE, RedisMode, ScrapePoolSpec
 from trawl.worker.jobspec import SECRETS_DIR, SECRETS_DIR_ENV
 
 from .naming import FIELD_MANAGER, LABEL_MANAGED_BY, deployment_name, pool_selector, queue_prefix
@@ -68,6 +68,8 @@ def redis_env(spec: ScrapePoolSpec) -> list[dict[str, Any]]:
                 },
             }
         )
+    if redis.mode == RedisMode.CLUSTER:
+        env.append({"name": "TRAWL_REDIS_CLUSTER", "value": "true"})
     tls = redis.tls
     if tls is not None and tls.enabled:
         env.append({"name": "TRAWL_REDIS_TLS", "value": "true"})

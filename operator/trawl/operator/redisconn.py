@@ -10,7 +10,6 @@ import asyncio
 import base64
 import hashlib
 import logging
-import ssl
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +19,8 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from trawl.api.common import SecretKeyRef
-from trawl.api.scrapepool import ScrapePoolSpec, redis_url_problem
+from trawl.api.scrapepool import RedisMode, ScrapePoolSpec, redis_url_problem
+from trawl.redisclient import connect
 
 from . import kube
 
@@ -42,6 +42,7 @@ class ResolvedRedis:
     tls: bool
     insecure: bool
     ca_pem: str | None
+    cluster: bool = False
 
     @property
     def safe_target(self) -> str:
@@ -50,7 +51,9 @@ class ResolvedRedis:
 
     @property
     def fingerprint(self) -> str:
-        raw = "\0".join([self.url, self.password or "", str(self.tls), str(self.insecure), self.ca_pem or ""])
+        raw = "\0".join(
+            [self.url, self.password or "", str(self.tls), str(self.insecure), self.ca_pem or "", str(self.cluster)]
+        )
         return hashlib.sha256(raw.encode()).hexdigest()
 
 
@@ -115,23 +118,29 @@ async def resolve(namespace: str, spec: ScrapePoolSpec) -> ResolvedRedis:
             )
     tls = bool(redis.tls and redis.tls.enabled) or url.startswith("rediss://")
     ca = await _secret_value(namespace, redis.tls.ca_secret_ref) if redis.tls and redis.tls.ca_secret_ref else None
-    return ResolvedRedis(url, password, tls, bool(redis.tls and redis.tls.insecure_skip_verify), ca)
+    return ResolvedRedis(
+        url,
+        password,
+        tls,
+        bool(redis.tls and redis.tls.insecure_skip_verify),
+        ca,
+        cluster=redis.mode == RedisMode.CLUSTER,
+    )
 
 
 def make_client(cfg: ResolvedRedis, **extra: Any) -> aioredis.Redis:
+    """A single-server or cluster client (``cfg.cluster``) with the pool's password and TLS."""
     kwargs: dict[str, Any] = {"socket_connect_timeout": 5, "socket_timeout": 10, "health_check_interval": 30}
-    if cfg.password is not None:
-        kwargs["password"] = cfg.password
-    url = cfg.url
-    if cfg.tls:
-        if url.startswith("redis://"):
-            url = "rediss://" + url[len("redis://") :]
-        kwargs["ssl_cert_reqs"] = ssl.CERT_NONE if cfg.insecure else ssl.CERT_REQUIRED
-        if cfg.ca_pem:
-            kwargs["ssl_ca_data"] = cfg.ca_pem
     kwargs.update(extra)
-    client: aioredis.Redis = aioredis.Redis.from_url(url, **kwargs)
-    return client
+    return connect(
+        cfg.url,
+        cluster=cfg.cluster,
+        password=cfg.password,
+        tls=cfg.tls,
+        insecure=cfg.insecure,
+        ca_pem=cfg.ca_pem,
+        **kwargs,
+    )
 
 
 class RedisConnections:

@@ -26,7 +26,8 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis.asyncio as aioredis
-import redis.exceptions as rexc
+
+from trawl.redisclient import TRANSIENT_ERRORS
 
 from . import backoff
 from .errors import QueueUnavailable, UnknownJob
@@ -67,7 +68,7 @@ SCRIPT_NAMES = (
 )
 
 _FORBIDDEN_ID_CHARS = frozenset("|{}")
-_RETRYABLE_ERRORS = (rexc.ConnectionError, rexc.TimeoutError, ConnectionError, TimeoutError, OSError)
+_RETRYABLE_ERRORS: tuple[type[Exception], ...] = (*TRANSIENT_ERRORS, OSError)
 
 
 def load_script_source(name: str) -> str:

@@ -11,34 +11,34 @@ from redis.asyncio import Redis
 from trawl import eventloop
 from trawl.queue.claimsize import parse_setting
 from trawl.queue.keys import incarnation_id
+from trawl.redisclient import connect
 
 from . import logs
 from .runner import Worker, WorkerConfig, default_worker_id
 
 
-def redis_from_env(url: str) -> Redis:
-    """A client for ``url`` plus TRAWL_REDIS_PASSWORD / TRAWL_REDIS_TLS* as the operator sets them."""
+def redis_from_env(url: str, *, cluster: bool | None = None) -> Redis:
+    """A client for ``url`` plus TRAWL_REDIS_PASSWORD / TRAWL_REDIS_TLS* / TRAWL_REDIS_CLUSTER as the
+    operator sets them (``cluster`` given explicitly wins over the environment)."""
+    if cluster is None:
+        cluster = os.environ.get("TRAWL_REDIS_CLUSTER") == "true"
     kwargs: dict[str, Any] = {"health_check_interval": 30, "socket_keepalive": True}
-    password = os.environ.get("TRAWL_REDIS_PASSWORD")
-    if password:
-        kwargs["password"] = password
-    if os.environ.get("TRAWL_REDIS_TLS") == "true" and url.startswith("redis://"):
-        url = "rediss://" + url[len("redis://") :]
-    if url.startswith("rediss://"):
-        if os.environ.get("TRAWL_REDIS_TLS_INSECURE") == "true":
-            kwargs["ssl_cert_reqs"] = "none"
-        ca = os.environ.get("TRAWL_REDIS_CA_PEM")
-        if ca:
-            kwargs["ssl_ca_data"] = ca
-    client: Redis = Redis.from_url(url, **kwargs)
-    return client
+    return connect(
+        url,
+        cluster=cluster,
+        password=os.environ.get("TRAWL_REDIS_PASSWORD") or None,
+        tls=os.environ.get("TRAWL_REDIS_TLS") == "true",
+        insecure=os.environ.get("TRAWL_REDIS_TLS_INSECURE") == "true",
+        ca_pem=os.environ.get("TRAWL_REDIS_CA_PEM") or None,
+        **kwargs,
+    )
 
 
 async def _run(config: WorkerConfig, lease_seconds: float) -> int:
     from trawl.queue import Queue
     from trawl.queue.keys import Keys
 
-    redis = redis_from_env(config.redis_url)
+    redis = redis_from_env(config.redis_url, cluster=config.redis_cluster or None)
     try:
         queue = Queue(redis, config.prefix, lease_seconds=lease_seconds)
         worker = Worker(config, queue, redis, Keys(config.prefix))
@@ -57,6 +57,7 @@ def main(
     *,
     redis_url: str,
     prefix: str,
+    redis_cluster: bool = False,
     concurrency: int = 32,
     claim_batch: str = "auto",
     drain_seconds: float = 30.0,
@@ -79,6 +80,7 @@ def main(
     logs.setup(log_level, worker=wid)
     config = WorkerConfig(
         redis_url=redis_url,
+        redis_cluster=redis_cluster,
         prefix=prefix,
         pod=pod,
         worker_id=wid,

@@ -27,8 +27,10 @@ from redis.asyncio import Redis
 from trawl.api.policies import FailureClass
 from trawl.api.scrapejob import SinkKind
 from trawl.queue.claimsize import AUTO, ClaimState, TaskTimer, claim_size
+from trawl.queue.errors import QueueUnavailable
 from trawl.queue.keys import incarnation_id
 from trawl.queue.model import QueueClient, Task
+from trawl.redisclient import TRANSIENT_ERRORS
 
 from .breaker import CircuitBreaker
 from .extract import Extractor
@@ -44,6 +46,7 @@ from .render.hook import BrowserCrashed, Renderer
 from .sinks import JsonLinesSink, Record, RedisStreamSink, Sink, WebhookSink, dedupe_key, record_key
 from .urlpolicy import IPNetwork, host_of, parse_networks
 
+_REDIS_TROUBLE: tuple[type[Exception], ...] = (*TRANSIENT_ERRORS, QueueUnavailable)
 log = logging.getLogger("trawl.worker")
 
 MAX_DEFERRALS = 5  # Retry-After releases of one task (seen by this worker) before its attempts are spent
@@ -69,6 +72,7 @@ def default_worker_id() -> str:
 @dataclass
 class WorkerConfig:
     redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_cluster: bool = False  # the URL names a node of a Redis Cluster
     prefix: str = "trawl:{default/default}"
     pod: str = ""  # the pod (stable name) this process runs in; its earlier incarnations are evicted at start
     worker_id: str = ""  # this process's incarnation, "<pod>@<random>" (default: a fresh one)
@@ -573,6 +577,15 @@ class Worker:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.queue.release(task, self.worker_id))
             raise
+        except _REDIS_TROUBLE as exc:
+            # Redis failed under the task (an outage, a cluster failover): not the page's fault, so no
+            # attempt is spent. The task goes back if Redis answers by then, else its lease expires.
+            log.warning(
+                "Redis error while handling a task; giving it back", extra={"url": task.url, "error": repr(exc)}
+            )
+            outcome = "released"
+            with contextlib.suppress(Exception):
+                await self.queue.release(task, self.worker_id, delay=1.0)
         except Exception as exc:  # a bug must not lose the task: fail it as Internal
             log.exception("task crashed", extra={"worker": self.worker_id, "url": task.url})
             outcome = "failed"

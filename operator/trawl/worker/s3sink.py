@@ -35,6 +35,7 @@ from minio.error import MinioException, S3Error
 from redis.asyncio import Redis
 
 from trawl.api.scrapejob import S3Sink as S3Spec
+from trawl.redisclient import atomic_pipeline
 
 from .sinks import DEDUPE_TTL_SECONDS, Record, SinkError, _Deduped, _dumps
 
@@ -161,7 +162,7 @@ class S3Sink:
                 return 0
             name = object_name(self.target, job_id, len(fresh))
             pending = pending_key(self._dedupe_key(job_id))
-            async with self.redis.pipeline(transaction=True) as pipe:
+            async with atomic_pipeline(self.redis) as pipe:
                 pipe.hset(pending, mapping={r.key: name for r in fresh})
                 pipe.expire(pending, DEDUPE_TTL_SECONDS)
                 await pipe.execute()

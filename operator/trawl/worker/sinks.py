@@ -29,6 +29,8 @@ from urllib.parse import urlsplit
 import aiohttp
 from redis.asyncio import Redis
 
+from trawl.redisclient import atomic_pipeline
+
 from .fetch import SafeResolver, _find_blocked
 from .urlpolicy import IPNetwork, address_block_reason
 
@@ -154,7 +156,7 @@ class _Deduped:
         if not records:
             return
         key = self.dedupe_key(job_id)
-        async with self.redis.pipeline(transaction=True) as pipe:
+        async with atomic_pipeline(self.redis) as pipe:
             pipe.sadd(key, *[r.key for r in records])
             pipe.expire(key, DEDUPE_TTL_SECONDS)
             await pipe.execute()
