@@ -66,3 +66,29 @@ async def drain_and_expire(q: Queue, redis_client: aioredis.Redis, jobs: tuple[s
             assert not await redis_client.exists(key)  # also expires lazily if the active cycle has not yet
     assert await q.retire_worker("w")
     return per_task
+
+
+async def test_crawl_dedupe_keeps_a_12_byte_digest_per_url(redis_client: aioredis.Redis) -> None:
+    """A crawled URL's dedupe entry (kept until retention) is a 12-byte digest, not the URL: exact
+    dedupe within a job and across jobs, and a job registered before the digests keeps its full URLs."""
+    q = Queue(redis_client, PREFIX)
+    urls = [f"https://books.example.com/catalogue/category-{i % 50:02d}/item-{i:07d}.html" for i in range(2000)]
+    await q.register_job(JobConfig("crawl", max_depth=3))
+    assert await q.enqueue("crawl", urls) == 2000
+    assert await q.enqueue("crawl", urls[::-1]) == 0  # every one seen already
+    members = await redis_client.smembers(q.keys.seen("crawl"))
+    assert len(members) == 2000 and {len(m) for m in members} == {12}
+    per_url = int(await redis_client.memory_usage(q.keys.seen("crawl"), samples=0)) / 2000
+    assert per_url <= 70, f"{per_url:.1f} bytes per deduplicated URL"  # a full-URL entry was ~120
+    # dedupe across jobs uses the same digests in the pool's window
+    await q.register_job(JobConfig("x1", dedupe_across_jobs=True, dedupe_window_seconds=3600))
+    await q.register_job(JobConfig("x2", dedupe_across_jobs=True, dedupe_window_seconds=3600))
+    assert await q.enqueue("x1", urls[:100]) == 100
+    assert await q.enqueue("x2", urls[50:150]) == 50
+    assert {len(m) for m in await redis_client.zrange(q.keys.cross_dedupe, 0, -1)} == {12}
+    # a job that began with full-URL entries (registered before this change) goes on with them
+    await q.register_job(JobConfig("old", max_depth=3))
+    await redis_client.hdel(q.keys.job("old"), "dg")
+    assert await q.enqueue("old", urls[:10]) == 10
+    assert await q.enqueue("old", urls[:20]) == 10
+    assert sorted(m.decode() for m in await redis_client.smembers(q.keys.seen("old"))) == sorted(urls[:20])

@@ -14,7 +14,7 @@ Pool-wide keys (``P`` is the prefix)::
                              a lost reply returns the same tasks instead of leaking leases
     P:st             hash    pool counters: completed, failed, svc (service microseconds), dead
     P:ev             stream  bounded event stream (MAXLEN ~): job-level transitions for the operator
-    P:xd             zset    url -> end of its dedupe window (dedupe across jobs of the pool)
+    P:xd             zset    url digest -> end of its dedupe window (dedupe across jobs of the pool)
     P:rl:<kind>:<d>  any     per-domain politeness state (rate limit, concurrency) shared by the pool's workers
     P:epoch          string  a random token set once (never expires): the operator records it on every job's
                              status, so a Redis that comes back without its data (a different or no token)
@@ -29,7 +29,7 @@ Per-job keys (``J`` is ``P:j:<job_id>``)::
     J:dl             hash    dead letters: task -> JSON record with the attempt history
     J:dlt            zset    dead letters by time (task -> time), for "latest first"
     J:h              hash    failure history of tasks still being retried: task -> JSON list
-    J:u              set     URLs already enqueued (crawl jobs only: within-job dedupe)
+    J:u              set     URLs already enqueued, as 12-byte digests (crawl jobs only: within-job dedupe)
     J:res            stream  results written by the worker's Redis sink (deleted on cancel, expired on retention)
 
 Job counters: ``pen`` = length of J:r, ``inf`` = the job's entries in workers' hashes, ``ret`` = size of

@@ -5,7 +5,7 @@
 -- KEYS: 1 job hash, 2 ready list, 3 seen set, 4 cross-job dedupe zset, 5 events, 6..15 rings 0..9
 -- ARGV: 1 now, 2 events maxlen, 3 job id, 4 start index ('' = the cursor), 5.. URLs
 local jk = KEYS[1]
-local m = redis.call('HMGET', jk, 'seq', 'tot', 'crawl', 'maxp', 'xd', 'xdw', 'sus', 'cur', 'prio')
+local m = redis.call('HMGET', jk, 'seq', 'tot', 'crawl', 'maxp', 'xd', 'xdw', 'sus', 'cur', 'prio', 'dg')
 if not m[1] then return -1 end
 local cur = tonumber(m[8])
 local start = ARGV[4] == '' and cur or tonumber(ARGV[4])

@@ -158,11 +158,24 @@ local function promote(prefix, dj, now, job_limit, task_limit)
   end
 end
 
+-- The dedupe member of a URL: the first 12 bytes of its SHA-1. The URL itself (70-100 bytes) lives in
+-- its task until the task is done; the dedupe entry stays until retention, so it is kept small and of
+-- fixed size (a 96-bit digest: for a billion URLs the chance of any collision is about 1e-11, and a
+-- collision would skip one URL as already seen, never add one twice).
+local function url_digest(url)
+  return (string.gsub(string.sub(redis.sha1hex(url), 1, 24), '..', function(x)
+    return string.char(tonumber(x, 16))
+  end))
+end
+
 -- Add URLs ARGV[first..last] to a job at the given depth, honouring the job's max_pages cap, its
 -- within-job dedupe set (crawl jobs) and the pool's cross-job dedupe window. m is the job hash's
--- HMGET of: seq, tot, crawl, maxp, xd, xdw, sus. Returns the number added.
+-- HMGET of: seq, tot, crawl, maxp, xd, xdw, sus, (cur or maxd), prio, dg. Jobs registered since the
+-- digests came ('dg' set at creation) dedupe by url_digest; older ones by the full URL, as they began.
+-- Returns the number added.
 local function add_urls(jk, job_id, rk, rings_base, uk, xk, m, prio, now, depth, first, last, force_dedupe)
   local nowf = tonumber(now)
+  local dg = m[10] == '1'
   local seq, tot = tonumber(m[1]), tonumber(m[2])
   local crawl = force_dedupe or m[3] == '1'
   local maxp = m[4] and tonumber(m[4])
@@ -173,14 +186,16 @@ local function add_urls(jk, job_id, rk, rings_base, uk, xk, m, prio, now, depth,
   for i = first, last do
     if maxp and tot + #items >= maxp then break end
     local url = ARGV[i]
+    local member = url
+    if dg and (crawl or xd) then member = url_digest(url) end
     local ok = true
-    if crawl then ok = redis.call('SADD', uk, url) == 1 end
+    if crawl then ok = redis.call('SADD', uk, member) == 1 end
     if ok and xd then
-      local sc = redis.call('ZSCORE', xk, url)
+      local sc = redis.call('ZSCORE', xk, member)
       if sc and tonumber(sc) > nowf then
         ok = false
       else
-        redis.call('ZADD', xk, nowf + xdw, url)
+        redis.call('ZADD', xk, nowf + xdw, member)
       end
     end
     if ok then

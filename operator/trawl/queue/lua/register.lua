@@ -7,7 +7,7 @@ redis.call('SET', KEYS[2], ARGV[4])
 local created = 0
 if redis.call('EXISTS', jk) == 0 then
   redis.call('HSET', jk, 'prio', ARGV[5], 'tot', 0, 'pen', 0, 'inf', 0, 'ret', 0, 'suc', 0, 'dead', 0,
-    'cur', 0, 'seq', 0, 'ed', 0, 'sus', 0, 'reg', ARGV[1])
+    'cur', 0, 'seq', 0, 'ed', 0, 'sus', 0, 'reg', ARGV[1], 'dg', 1)
   event(KEYS[3], ARGV[2], 'type', 'registered', 'job', ARGV[3], 't', ARGV[1])
   created = 1
 end
