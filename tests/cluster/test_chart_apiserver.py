@@ -173,9 +173,9 @@ def test_rendered_rbac_lets_the_service_account_do_its_job(control_plane: Contro
     assert can("patch", "scrapejobs.trawl.dev/status", "-n", "anywhere")
     assert can("create", "deployments.apps", "-n", "anywhere")
     assert can("patch", "deployments.apps", "--subresource=scale", "-n", "anywhere")
-    assert can("get", "secrets", "-n", "anywhere")
+    assert can("watch", "secrets", "-n", "anywhere") and can("list", "secrets", "-n", "anywhere")
     assert can("watch", "customresourcedefinitions.apiextensions.k8s.io")
-    assert not can("list", "secrets", "-n", "anywhere")
+    assert not can("get", "secrets", "-n", "anywhere") and not can("patch", "secrets", "-n", "anywhere")
     assert not can("create", "pods", "-n", "anywhere")
     assert not can("delete", "namespaces")
     assert not can("create", "clusterroles.rbac.authorization.k8s.io")
@@ -193,8 +193,8 @@ def test_namespaced_rbac_confines_the_operator(control_plane: ControlPlane, name
         out = control_plane.kubectl("auth", "can-i", *args, kubeconfig=kubeconfig, check=False)
         return out.stdout.strip() == "yes"
 
-    assert can("get", "secrets", "-n", watched) and can("patch", "scrapepools.trawl.dev/status", "-n", watched)
-    assert not can("get", "secrets", "-n", other)
+    assert can("watch", "secrets", "-n", watched) and can("patch", "scrapepools.trawl.dev/status", "-n", watched)
+    assert not can("watch", "secrets", "-n", other) and not can("list", "secrets", "-n", other)
     assert not can("list", "scrapejobs.trawl.dev", "-n", other)
     assert can("list", "namespaces") and can("list", "customresourcedefinitions.apiextensions.k8s.io")
 

@@ -31,7 +31,7 @@ from .jobstatus import TERMINAL, Transition, status_changed
 from .naming import FINALIZER, LABEL_CRON
 from .oncomplete import settled as oncomplete_settled
 from .pools import delete_deployment, failed_pool, reconcile_pool
-from .redisconn import RedisConfigError, RedisConnections, RedisUnreachable
+from .redisconn import RedisConfigError, RedisConnections, RedisUnreachable, secret_index_entry
 
 log = logging.getLogger("trawl.operator")
 
@@ -145,6 +145,13 @@ def jobs_by_pool(namespace: str, name: str, spec: Mapping[str, Any], status: Map
     return {(namespace, spec.get("pool")): pool_index_entry(name, spec, status)}
 
 
+@kopf.index("v1", "secrets")
+def secret_index(namespace: str, name: str, body: kopf.Body, **_: Any) -> Any:
+    # The pools' Redis Secrets, kept current by the watch: no API read per reconcile, and a rotation
+    # reaches the clients on the next pass (redisconn replaces and closes the old client).
+    return {(namespace, name): secret_index_entry(body.get("type"), body.get("data"))}
+
+
 @kopf.index(GROUP, VERSION, JOBS, labels={LABEL_CRON: kopf.PRESENT})
 def jobs_by_cron(
     namespace: str, name: str, labels: Mapping[str, str], status: Mapping[str, Any], meta: Mapping[str, Any], **_: Any
@@ -162,7 +169,9 @@ def jobs_by_cron(
 # ---------------------------------------------------------------- ScrapeJob
 
 
-async def _job(body: kopf.Body, patch: kopf.Patch, pool_index: kopf.Index[Any, Any]) -> None:
+async def _job(
+    body: kopf.Body, patch: kopf.Patch, pool_index: kopf.Index[Any, Any], secret_index: kopf.Index[Any, Any]
+) -> None:
     meta = body.metadata
     started = time.monotonic()
     async with _lock(meta.uid):
@@ -186,6 +195,7 @@ async def _job(body: kopf.Body, patch: kopf.Patch, pool_index: kopf.Index[Any, A
                 pool_index=pool_index,
                 connections=connections,
                 now=clock.now(),
+                secrets=secret_index,
             )
         except Exception as exc:
             outcome = failed_job(generation, current, clock.now(), *_unexpected("ScrapeJob", meta, exc))
@@ -243,8 +253,10 @@ def _job_finished(status: Mapping[str, Any], **_: Any) -> bool:
 @kopf.on.create(GROUP, VERSION, JOBS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
 @kopf.on.update(GROUP, VERSION, JOBS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
 @kopf.on.resume(GROUP, VERSION, JOBS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
-async def job_changed(body: kopf.Body, patch: kopf.Patch, pool_index: kopf.Index[Any, Any], **_: Any) -> None:
-    await _job(body, patch, pool_index)
+async def job_changed(
+    body: kopf.Body, patch: kopf.Patch, pool_index: kopf.Index[Any, Any], secret_index: kopf.Index[Any, Any], **_: Any
+) -> None:
+    await _job(body, patch, pool_index, secret_index)
 
 
 @kopf.timer(
@@ -256,8 +268,10 @@ async def job_changed(body: kopf.Body, patch: kopf.Patch, pool_index: kopf.Index
     errors=kopf.ErrorsMode.TEMPORARY,
     backoff=TIMER_BACKOFF_SECONDS,
 )
-async def job_sync(body: kopf.Body, patch: kopf.Patch, pool_index: kopf.Index[Any, Any], **_: Any) -> None:
-    await _job(body, patch, pool_index)
+async def job_sync(
+    body: kopf.Body, patch: kopf.Patch, pool_index: kopf.Index[Any, Any], secret_index: kopf.Index[Any, Any], **_: Any
+) -> None:
+    await _job(body, patch, pool_index, secret_index)
 
 
 # Finished jobs: ttlSecondsAfterFinished, and a Redis that lost their data told within seconds (DataLost).
@@ -270,13 +284,20 @@ async def job_sync(body: kopf.Body, patch: kopf.Patch, pool_index: kopf.Index[An
     errors=kopf.ErrorsMode.TEMPORARY,
     backoff=TIMER_BACKOFF_SECONDS,
 )
-async def job_finished_sync(body: kopf.Body, patch: kopf.Patch, pool_index: kopf.Index[Any, Any], **_: Any) -> None:
-    await _job(body, patch, pool_index)
+async def job_finished_sync(
+    body: kopf.Body, patch: kopf.Patch, pool_index: kopf.Index[Any, Any], secret_index: kopf.Index[Any, Any], **_: Any
+) -> None:
+    await _job(body, patch, pool_index, secret_index)
 
 
 @kopf.on.delete(GROUP, VERSION, JOBS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
 async def job_deleted(
-    body: kopf.Body, retry: int, pool_index: kopf.Index[Any, Any], logger: kopf.Logger, **_: Any
+    body: kopf.Body,
+    retry: int,
+    pool_index: kopf.Index[Any, Any],
+    secret_index: kopf.Index[Any, Any],
+    logger: kopf.Logger,
+    **_: Any,
 ) -> None:
     meta = body.metadata
     # Under the object's lock: a timer pass in flight finishes first, and none starts after (_deleted).
@@ -288,6 +309,7 @@ async def job_deleted(
                 spec_raw=body.spec,
                 pool_index=pool_index,
                 connections=connections,
+                secrets=secret_index,
             )
             _remember_deleted(meta.uid)
             logger.info("ScrapeJob deleted: %s", outcome)
@@ -316,7 +338,9 @@ def pool_poll_seconds(spec: Mapping[str, Any]) -> float:
         return POOL_SYNC_SECONDS
 
 
-async def _pool(body: kopf.Body, patch: kopf.Patch, jobs_by_pool: kopf.Index[Any, Any]) -> None:
+async def _pool(
+    body: kopf.Body, patch: kopf.Patch, jobs_by_pool: kopf.Index[Any, Any], secret_index: kopf.Index[Any, Any]
+) -> None:
     meta = body.metadata
     started = time.monotonic()
     _pool_passes[meta.uid] = started
@@ -335,6 +359,7 @@ async def _pool(body: kopf.Body, patch: kopf.Patch, jobs_by_pool: kopf.Index[Any
                 autoscalers=autoscalers,
                 now=clock.now(),
                 jobs=list(jobs_by_pool.get((meta.namespace, meta.name), [])),
+                secrets=secret_index,
             )
         except Exception as exc:
             outcome = failed_pool(meta.name, previous, generation, clock.now(), *_unexpected("ScrapePool", meta, exc))
@@ -355,19 +380,31 @@ async def _pool(body: kopf.Body, patch: kopf.Patch, jobs_by_pool: kopf.Index[Any
 @kopf.on.create(GROUP, VERSION, POOLS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
 @kopf.on.update(GROUP, VERSION, POOLS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
 @kopf.on.resume(GROUP, VERSION, POOLS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
-async def pool_changed(body: kopf.Body, patch: kopf.Patch, jobs_by_pool: kopf.Index[Any, Any], **_: Any) -> None:
-    await _pool(body, patch, jobs_by_pool)
+async def pool_changed(
+    body: kopf.Body,
+    patch: kopf.Patch,
+    jobs_by_pool: kopf.Index[Any, Any],
+    secret_index: kopf.Index[Any, Any],
+    **_: Any,
+) -> None:
+    await _pool(body, patch, jobs_by_pool, secret_index)
 
 
 @kopf.timer(
     GROUP, VERSION, POOLS, interval=POOL_TICK_SECONDS, errors=kopf.ErrorsMode.TEMPORARY, backoff=TIMER_BACKOFF_SECONDS
 )
-async def pool_sync(body: kopf.Body, patch: kopf.Patch, jobs_by_pool: kopf.Index[Any, Any], **_: Any) -> None:
+async def pool_sync(
+    body: kopf.Body,
+    patch: kopf.Patch,
+    jobs_by_pool: kopf.Index[Any, Any],
+    secret_index: kopf.Index[Any, Any],
+    **_: Any,
+) -> None:
     last = _pool_passes.get(body.metadata.uid)
     # Half a tick of slack, so a timer firing slightly early does not skip a whole interval.
     if last is not None and time.monotonic() - last < pool_poll_seconds(body.spec) - POOL_TICK_SECONDS / 2:
         return
-    await _pool(body, patch, jobs_by_pool)
+    await _pool(body, patch, jobs_by_pool, secret_index)
 
 
 @kopf.on.delete(GROUP, VERSION, POOLS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)

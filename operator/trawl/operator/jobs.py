@@ -32,8 +32,8 @@ from . import kube
 from .jobstatus import TERMINAL, JobFacts, Problem, Transition, derive_job_status
 from .naming import ANNOTATION_RETRY_DEAD, RETRY_ALL_SUFFIX, queue_prefix
 from .oncomplete import run_hooks
-from .redisconn import RedisConfigError, RedisConnections, RedisUnreachable
-from .sinkcheck import finish_sink, sink_problem
+from .redisconn import RedisConfigError, RedisConnections, RedisUnreachable, secret_reader
+from .sinkcheck import SecretReader, finish_sink, sink_problem
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +189,9 @@ async def reconcile_job(
     pool_index: Mapping[Any, Any],
     connections: RedisConnections,
     now: datetime,
+    secrets: Mapping[Any, Any] | None = None,
 ) -> JobOutcome:
+    """One pass over a job. ``secrets``: the operator's Secret index (None: no Secrets exist)."""
     prev = dict(status)
     try:
         spec = ScrapeJobSpec.model_validate(dict(spec_raw))
@@ -227,14 +229,25 @@ async def reconcile_job(
     if unusable is not None:
         return stalled(Problem("InvalidSpec", unusable))
     try:
-        redis = await connections.for_pool(namespace, spec.pool, pool.spec)
+        redis = await connections.for_pool(namespace, spec.pool, pool.spec, secrets or {})
     except (RedisConfigError, RedisUnreachable) as exc:
         return stalled(Problem("RedisUnavailable", str(exc)))
 
     queue = open_queue(redis, namespace, spec.pool, pool.spec)
     try:
         return await _reconcile_with_queue(
-            queue, config, spec, pool.spec, namespace, name, uid, generation, prev, annotations, now
+            queue,
+            config,
+            spec,
+            pool.spec,
+            namespace,
+            name,
+            uid,
+            generation,
+            prev,
+            annotations,
+            now,
+            secret_reader(secrets or {}),
         )
     except SinkNotReady as exc:
         return stalled(exc.problem)
@@ -255,6 +268,7 @@ async def _reconcile_with_queue(
     prev: dict[str, Any],
     annotations: Mapping[str, str],
     now: datetime,
+    read_secret: SecretReader,
 ) -> JobOutcome:
     prev_phase = prev.get("phase")
     epoch = await queue.epoch()
@@ -274,7 +288,7 @@ async def _reconcile_with_queue(
         return JobOutcome(kept, events)
     if not stats.exists:
         # Accepting the job: its sink must be able to take the records before anything is fetched.
-        problem = await sink_problem(namespace, spec)
+        problem = await sink_problem(namespace, spec, read_secret)
         if problem is not None:
             raise SinkNotReady(problem)
     if not stats.exists or not stats.enqueue_done:
@@ -361,7 +375,7 @@ async def _reconcile_with_queue(
     if new_status["phase"] in TERMINAL and new_status.get("results"):
         done = (prev.get("results") or {}).get("manifest")
         new_status["results"].update(
-            {"manifest": done} if done else await finish_sink(namespace, name, uid, spec, new_status)
+            {"manifest": done} if done else await finish_sink(namespace, name, uid, spec, new_status, read_secret)
         )
     if new_status["phase"] in TERMINAL and spec.on_complete is not None:
         new_status["onComplete"] = await run_hooks(
@@ -373,6 +387,7 @@ async def _reconcile_with_queue(
             prev=prev.get("onComplete"),
             allowed=parse_networks(pool.worker.allowed_cidrs or []),
             now=now,
+            read_secret=read_secret,
         )
     elif "onComplete" in prev:
         new_status["onComplete"] = prev["onComplete"]
@@ -414,6 +429,7 @@ async def cancel_job(
     spec_raw: Mapping[str, Any],
     pool_index: Mapping[Any, Any],
     connections: RedisConnections,
+    secrets: Mapping[Any, Any] | None = None,
 ) -> str:
     """Remove the job's tasks and keys from Redis (deletion = cancellation). Returns what happened."""
     pool_name = spec_raw.get("pool")
@@ -422,7 +438,7 @@ async def cancel_job(
     pool = pool_from_index(pool_index, namespace, pool_name)
     if isinstance(pool, Problem):
         return f"{pool.message}: nothing to cancel"
-    redis = await connections.for_pool(namespace, pool_name, pool.spec)
+    redis = await connections.for_pool(namespace, pool_name, pool.spec, secrets or {})
     queue = open_queue(redis, namespace, pool_name, pool.spec)
     await queue.cancel(uid)
     # The sinks' record of written (job, URL) keys lives beside the results stream.

@@ -36,7 +36,7 @@ from trawl.worker.fetch import SafeResolver, _find_blocked
 from trawl.worker.urlpolicy import IPNetwork, address_block_reason
 
 from . import kube
-from .redisconn import RedisConfigError, _secret_value
+from .redisconn import RedisConfigError, no_secrets
 
 MAX_ATTEMPTS = 5
 JOB_POLL_SECONDS = 10.0
@@ -188,7 +188,7 @@ async def run_hooks(
     prev: Mapping[str, Any] | None,
     allowed: Sequence[IPNetwork],
     now: datetime,
-    read_secret: SecretReader = _secret_value,
+    read_secret: SecretReader = no_secrets,
 ) -> dict[str, Any]:
     """The new ``status.onComplete``: each hook acted on once more if due, else carried over."""
     out: dict[str, Any] = dict(prev or {})

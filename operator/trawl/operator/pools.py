@@ -32,7 +32,7 @@ from .fieldowners import take_over
 from .jobs import open_queue, validation_message
 from .jobstatus import Transition
 from .naming import FIELD_MANAGER, POD_DELETION_COST, deployment_name, pool_selector
-from .redisconn import RedisConfigError, RedisConnections, RedisUnreachable
+from .redisconn import RedisConfigError, RedisConnections, RedisUnreachable, secret_data
 
 log = logging.getLogger(__name__)
 
@@ -154,18 +154,9 @@ async def delete_deployment(namespace: str, pool: str) -> None:
     await kube.delete_if_present(kube.apps().delete_namespaced_deployment, deployment_name(pool), namespace)
 
 
-async def missing_secrets(namespace: str, names: list[str]) -> list[str]:
+def missing_secrets(namespace: str, names: list[str], secrets: Mapping[Any, Any]) -> list[str]:
     """Which of the Secrets the pool mounts into its workers do not exist (pods cannot start without them)."""
-    missing = []
-    for secret in dict.fromkeys(names):
-        try:
-            await kube.call(kube.core().read_namespaced_secret, secret, namespace)
-        except Exception as exc:
-            if kube.is_status(exc, 404):
-                missing.append(secret)
-            else:  # a diagnosis, not a reason to fail the pool's pass
-                log.warning("pool secrets: cannot read Secret %s/%s: %s", namespace, secret, exc)
-    return missing
+    return [name for name in dict.fromkeys(names) if secret_data(secrets, namespace, name) is None]
 
 
 def deletion_costs(pod_names: list[str], signals: PoolSignals) -> dict[str, int]:
@@ -230,7 +221,10 @@ async def reconcile_pool(
     autoscalers: Autoscalers,
     now: datetime,
     jobs: list[Mapping[str, Any]] | None = None,
+    secrets: Mapping[Any, Any] | None = None,
 ) -> PoolOutcome:
+    """One pass over a pool. ``secrets``: the operator's Secret index (None: no Secrets exist)."""
+    secrets = secrets if secrets is not None else {}
     prev = dict(status)
     events: list[Transition] = []
     new: dict[str, Any] = {
@@ -257,7 +251,7 @@ async def reconcile_pool(
     new["readyReplicas"] = int(dep_status.get("readyReplicas") or 0)
 
     try:
-        redis = await connections.for_pool(namespace, name, spec)
+        redis = await connections.for_pool(namespace, name, spec, secrets)
         queue = open_queue(redis, namespace, name, spec)
         signals = await queue.pool_signals()
         epoch = await queue.epoch()
@@ -302,8 +296,7 @@ async def reconcile_pool(
         new["lastScale"] = prev["lastScale"]
     problem = None
     if spec.worker.secrets and new["readyReplicas"] < desired:
-        # Only while workers are missing: a Secret read per pass would be a needless API call.
-        missing = await missing_secrets(namespace, spec.worker.secrets)
+        missing = missing_secrets(namespace, spec.worker.secrets, secrets)
         if missing:
             names = ", ".join(repr(m) for m in missing)
             problem = (

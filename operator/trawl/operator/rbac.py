@@ -29,8 +29,9 @@ NAMESPACED_RULES: list[dict[str, Any]] = [
     {"apiGroups": ["apps"], "resources": ["deployments/scale"], "verbs": ["get", "update", "patch"]},
     # Pods: read readiness and set controller.kubernetes.io/pod-deletion-cost on idle workers.
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
-    # Secrets: only `get` by name (the Redis Secret a pool names); never list or watch.
-    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
+    # Secrets: watched into an index (the pools' Redis Secrets, the worker Secrets a pool mounts), so a
+    # rotation arrives with its event; never read one by one (no get), never written.
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch"]},
     # Events: get to update the one aggregated Event per job and reason (count, message) in place.
     {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["get", "create", "patch"]},
     # spec.onComplete.jobTemplate: create the Job once, then follow it until it finishes.

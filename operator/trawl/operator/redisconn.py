@@ -1,7 +1,7 @@
 """Redis clients for pools, built from the pool's spec and Secrets, cached per connection settings.
 
-Credentials are read from Secrets by name (never listed), kept only in memory, and never logged
-or written to a status: errors are reported with the host and port only.
+Credentials come from the operator's index of Secrets (a watch, see handlers.secret_index), are kept
+only in memory, and are never logged or written to a status: errors name the host and port only.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import asyncio
 import base64
 import hashlib
 import logging
-import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -21,8 +21,6 @@ from redis.exceptions import RedisError
 from trawl.api.common import SecretKeyRef
 from trawl.api.scrapepool import RedisMode, ScrapePoolSpec, redis_url_problem
 from trawl.redisclient import connect
-
-from . import kube
 
 log = logging.getLogger(__name__)
 
@@ -57,58 +55,64 @@ class ResolvedRedis:
         return hashlib.sha256(raw.encode()).hexdigest()
 
 
-SECRET_CACHE_SECONDS = 30.0
+# Secret types that never hold Redis settings and can be large (Helm keeps every release in one):
+# indexed without their data, so their presence still counts (spec.worker.secrets may name them).
+DATALESS_SECRET_TYPES = frozenset(
+    {
+        "helm.sh/release.v1",
+        "kubernetes.io/service-account-token",
+        "kubernetes.io/dockercfg",
+        "kubernetes.io/dockerconfigjson",
+        "bootstrap.kubernetes.io/token",
+    }
+)
 
 
-class SecretCache:
-    """Secret data by (namespace, name), kept for a bounded time.
+def secret_index_entry(secret_type: str | None, data: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What the operator keeps of a Secret in its index (fed by a watch): its base64 data.
 
-    Every active job reconciles about once a second and each needs its pool's Redis settings; reading
-    the Secret from the API server each time would be one GET per job per second. A rotated Secret
-    reaches the operator within SECRET_CACHE_SECONDS; a missing one is not cached (so creating it
-    takes effect on the next pass). Only the names the pools reference are read: no list, no watch
-    of every Secret in the namespace (which would need wider RBAC and hold them all in memory)."""
+    The index replaces a GET per reconcile (once a second per active job) and a TTL cache: a rotated
+    Secret reaches the clients with the watch event, and the operator needs list/watch on Secrets
+    but no get. Kept only in memory, never logged or written to a status."""
+    keep = secret_type not in DATALESS_SECRET_TYPES
+    return {"data": {str(k): str(v) for k, v in (data or {}).items()} if keep else {}}
 
-    def __init__(self, ttl: float = SECRET_CACHE_SECONDS) -> None:
-        self.ttl = ttl
-        self._data: dict[tuple[str, str], tuple[float, dict[str, str]]] = {}
 
-    async def get(self, namespace: str, name: str) -> dict[str, str]:
-        now = time.monotonic()
-        hit = self._data.get((namespace, name))
-        if hit is not None and now - hit[0] < self.ttl:
-            return hit[1]
-        try:
-            secret = await kube.call(kube.core().read_namespaced_secret, name, namespace)
-        except Exception as exc:
-            self._data.pop((namespace, name), None)
-            if kube.is_status(exc, 404):
-                raise RedisConfigError(f"Secret {namespace}/{name} not found") from None
-            if kube.is_status(exc, 403):
-                raise RedisConfigError(f"not allowed to read Secret {namespace}/{name}") from None
-            raise RedisConfigError(f"cannot read Secret {namespace}/{name}: {kube.api_message(exc)}") from None
-        data = {str(k): str(v) for k, v in (secret.data or {}).items()}
-        self._data[(namespace, name)] = (now, data)
+def secret_data(secrets: Mapping[Any, Any], namespace: str, name: str) -> dict[str, str] | None:
+    """The Secret's data from the index (a kopf index: key -> store of values), None if it does not exist."""
+    for entry in secrets.get((namespace, name)) or ():
+        data: dict[str, str] = entry["data"]
         return data
-
-    def forget(self, namespace: str, name: str) -> None:
-        self._data.pop((namespace, name), None)
+    return None
 
 
-secrets = SecretCache()
-
-
-async def _secret_value(namespace: str, ref: SecretKeyRef) -> str:
-    data = await secrets.get(namespace, ref.name)
+def secret_value(secrets: Mapping[Any, Any], namespace: str, ref: SecretKeyRef) -> str:
+    """One key of a Secret, decoded; RedisConfigError (naming the Secret, never the value) if absent."""
+    data = secret_data(secrets, namespace, ref.name)
+    if data is None:
+        raise RedisConfigError(f"Secret {namespace}/{ref.name} not found")
     if ref.key not in data:
         raise RedisConfigError(f"Secret {namespace}/{ref.name} has no key {ref.key!r}")
     return base64.b64decode(data[ref.key]).decode()
 
 
-async def resolve(namespace: str, spec: ScrapePoolSpec) -> ResolvedRedis:
+def secret_reader(secrets: Mapping[Any, Any]) -> Callable[[str, SecretKeyRef], Awaitable[str]]:
+    """An async reader of Secret keys from the index, for the sink checks and onComplete hooks."""
+
+    async def read(namespace: str, ref: SecretKeyRef) -> str:
+        return secret_value(secrets, namespace, ref)
+
+    return read
+
+
+no_secrets = secret_reader({})  # what code running without an index (tests, tools) sees: none exist
+
+
+def resolve(namespace: str, spec: ScrapePoolSpec, secrets: Mapping[Any, Any]) -> ResolvedRedis:
+    """The pool's connection settings, its Secrets read from the index ``secrets``."""
     redis = spec.redis
-    url = redis.url or await _secret_value(namespace, redis.url_secret_ref)  # type: ignore[arg-type]
-    password = await _secret_value(namespace, redis.password_secret_ref) if redis.password_secret_ref else None
+    url = redis.url or secret_value(secrets, namespace, redis.url_secret_ref)  # type: ignore[arg-type]
+    password = secret_value(secrets, namespace, redis.password_secret_ref) if redis.password_secret_ref else None
     if redis.url_secret_ref is not None:
         problem = redis_url_problem(url)
         if problem is not None:  # the URL itself may carry a password: name the Secret, not its value
@@ -117,7 +121,7 @@ async def resolve(namespace: str, spec: ScrapePoolSpec) -> ResolvedRedis:
                 f"a valid Redis URL: {problem}"
             )
     tls = bool(redis.tls and redis.tls.enabled) or url.startswith("rediss://")
-    ca = await _secret_value(namespace, redis.tls.ca_secret_ref) if redis.tls and redis.tls.ca_secret_ref else None
+    ca = secret_value(secrets, namespace, redis.tls.ca_secret_ref) if redis.tls and redis.tls.ca_secret_ref else None
     return ResolvedRedis(
         url,
         password,
@@ -143,21 +147,42 @@ def make_client(cfg: ResolvedRedis, **extra: Any) -> aioredis.Redis:
     )
 
 
+# A replaced client is closed this long after its replacement: a pass that fetched it just before
+# finishes its commands rather than failing on a closed connection.
+CLOSE_GRACE_SECONDS = 5.0
+
+
 class RedisConnections:
     """One client per distinct connection setting; replaced when a pool's settings change.
 
     A client is pinged when it is created and after a failure was reported, not on every reconcile:
     on a busy operator a per-pass ping is the first thing to time out, which would mark healthy
-    pools' jobs as stalled."""
+    pools' jobs as stalled. Settings that changed (a rotated Secret, an edited spec) give a new
+    client on the pool's next pass; the old one is closed once no pool uses it."""
 
-    def __init__(self) -> None:
+    def __init__(self, close_grace: float = CLOSE_GRACE_SECONDS) -> None:
         self._clients: dict[str, aioredis.Redis] = {}
         self._verified: set[str] = set()
         self._by_pool: dict[tuple[str, str], str] = {}
         self._lock = asyncio.Lock()
+        self._close_grace = close_grace
+        self._closing: set[asyncio.Task[None]] = set()
 
-    async def for_pool(self, namespace: str, pool: str, spec: ScrapePoolSpec) -> aioredis.Redis:
-        cfg = await resolve(namespace, spec)
+    def _retire(self, client: aioredis.Redis) -> None:
+        async def close_later() -> None:
+            try:
+                await asyncio.sleep(self._close_grace)
+            finally:
+                await client.aclose()
+
+        task = asyncio.create_task(close_later())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def for_pool(
+        self, namespace: str, pool: str, spec: ScrapePoolSpec, secrets: Mapping[Any, Any]
+    ) -> aioredis.Redis:
+        cfg = resolve(namespace, spec, secrets)
         stale: aioredis.Redis | None = None
         async with self._lock:
             client = self._clients.get(cfg.fingerprint)
@@ -171,7 +196,8 @@ class RedisConnections:
                 stale = self._clients.pop(previous, None)
                 self._verified.discard(previous)
         if stale is not None:
-            await stale.aclose()
+            log.info("pool %s/%s: Redis settings changed; closing the previous client", namespace, pool)
+            self._retire(stale)
         if cfg.fingerprint in self._verified:
             return client
         try:
@@ -206,3 +232,6 @@ class RedisConnections:
             self._verified.clear()
         for client in clients:
             await client.aclose()
+        for task in list(self._closing):  # retired clients: close them now
+            task.cancel()
+        await asyncio.gather(*self._closing, return_exceptions=True)

@@ -23,7 +23,7 @@ from trawl.worker import pgsink, s3sink
 from trawl.worker.sinks import SinkError
 
 from .jobstatus import Problem
-from .redisconn import RedisConfigError, _secret_value
+from .redisconn import RedisConfigError, no_secrets
 
 CHECK_TIMEOUT = 30.0
 
@@ -49,9 +49,7 @@ async def s3_target(namespace: str, spec: ScrapeJobSpec, read_secret: SecretRead
     return s3sink.target_from_spec(s3, access, secret)
 
 
-async def sink_problem(
-    namespace: str, spec: ScrapeJobSpec, read_secret: SecretReader = _secret_value
-) -> Problem | None:
+async def sink_problem(namespace: str, spec: ScrapeJobSpec, read_secret: SecretReader = no_secrets) -> Problem | None:
     """None when the job's sink is ready for its records, else the Stalled reason and message."""
     output = spec.output
     try:
@@ -94,7 +92,7 @@ async def finish_sink(
     uid: str,
     spec: ScrapeJobSpec,
     status: dict[str, Any],
-    read_secret: SecretReader = _secret_value,
+    read_secret: SecretReader = no_secrets,
 ) -> dict[str, Any]:
     """Fields for ``status.results`` once the job is finished: the S3 manifest written, or why not."""
     output = spec.output
