@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import select
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -22,6 +24,7 @@ from typing import Any
 
 import kubernetes
 import pytest
+import yaml
 from operator_fixtures import apply, get, job, pool, wait_complete, wait_for
 
 from trawl.dev.bookstore import Bookstore
@@ -320,3 +323,93 @@ def test_a_leader_whose_lease_is_taken_stops_and_a_clean_stop_hands_over_at_once
     assert status["counts"]["succeeded"] == len(urls)
     fetched = _fetched(bookstore)
     assert {p.path: fetched[p.path] for p in products} == {p.path: 1 for p in products}
+
+
+class StallingProxy:
+    """A TCP relay to the API server that can stall: while stalled it forwards nothing, in either
+    direction, and new connections hang. To the client that is an API server that stopped answering
+    (a partition), the case where only a timeout notices."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.server.settimeout(0.2)
+        self.port = self.server.getsockname()[1]
+        self.stalled = threading.Event()
+        self.closed = threading.Event()
+        self.threads = [threading.Thread(target=self._accept, daemon=True)]
+        self.threads[0].start()
+
+    def _accept(self) -> None:
+        while not self.closed.is_set():
+            try:
+                conn, _ = self.server.accept()
+            except TimeoutError:
+                continue
+            thread = threading.Thread(target=self._relay, args=(conn,), daemon=True)
+            self.threads.append(thread)
+            thread.start()
+
+    def _relay(self, client: socket.socket) -> None:
+        with client, socket.create_connection(("127.0.0.1", self.upstream_port)) as upstream:
+            peer = {client: upstream, upstream: client}
+            while not self.closed.is_set():
+                if self.stalled.is_set():
+                    self.closed.wait(0.1)
+                    continue
+                readable, _, _ = select.select(list(peer), [], [], 0.2)
+                for sock in readable:
+                    data = sock.recv(65536)
+                    if not data:
+                        return
+                    peer[sock].sendall(data)
+
+    def close(self) -> None:
+        self.closed.set()
+        for thread in self.threads:
+            thread.join(timeout=5)
+        self.server.close()
+
+
+def test_a_leader_cut_off_from_the_api_server_exits_before_the_standby_takes_over(
+    control_plane: ControlPlane, namespace: str, operators: list[OperatorProcess], tmp_path: Path
+) -> None:
+    """The leader's API server stops answering (its connections hang): it cannot renew, so it exits
+    once the renew deadline has passed since it sent its last renewal — before the standby, which
+    counts the lease from that renewal, may take over."""
+    cp = control_plane
+    first, second = operators
+    proxy = StallingProxy(int(cp.server.rsplit(":", 1)[1]))
+    try:
+        config = yaml.safe_load(first.kubeconfig.read_text())
+        for cluster in config["clusters"]:
+            cluster["cluster"]["server"] = f"https://127.0.0.1:{proxy.port}"
+        first.kubeconfig = tmp_path / "through-proxy.kubeconfig"
+        first.kubeconfig.write_text(yaml.safe_dump(config))
+        first.start()
+        wait_for("first operator leads", first.is_leader, timeout=60, diag=first.log_tail)
+        second.start()
+        with LeaseHistory(cp, namespace) as history:
+            holder = wait_for("lease seen", history.holder, timeout=30)
+            proxy.stalled.set()
+            robbed = first.proc
+            assert robbed is not None
+            wait_for("the cut-off leader exits", lambda: robbed.poll() is not None, timeout=60, diag=first.log_tail)
+            exited = datetime.now(UTC)
+            wait_for("standby leads", second.is_leader, timeout=LEASE_SECONDS * 4 + 30, diag=second.log_tail)
+            wait_for("take seen", lambda: history.holder() not in (None, holder), timeout=30)
+        assert robbed.returncode == 1
+        assert f"not renewed within {RENEW_DEADLINE:g}s" in first.log_path.read_text(errors="replace")
+        last_renew, acquired, _ = history.taken_from(holder)
+        print(
+            f"cut off: the leader exited within {(exited - last_renew).total_seconds():.2f}s of its last renewal "
+            f"(renew deadline {RENEW_DEADLINE:g}s); the standby took over "
+            f"{(acquired - last_renew).total_seconds():.2f}s after it"
+        )
+        # Seen exited (this poll is late, if anything) before the standby's take: never two leaders.
+        assert exited < acquired, (exited, acquired)
+        assert LEASE_SECONDS - 0.1 <= (acquired - last_renew).total_seconds() <= LEASE_SECONDS + SLACK
+    finally:
+        proxy.stalled.clear()
+        first.stop()
+        proxy.close()
