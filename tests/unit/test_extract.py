@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from trawl.dev.bookstore import PRODUCT_FIELDS, PRODUCT_XPATH_FIELD, Renderer, catalog, expected_record
-from trawl.worker.extract import ExtractOptions, Extractor
+from trawl.worker.extract import ExtractOptions, Extractor, decode_html, parser_input
 
 PAGE = """<html><head><title>  A   Title </title><base href="/base/"></head><body>
 <h1 class="name">Widget</h1><p class="price">£9.99</p>
@@ -78,3 +81,50 @@ def test_bookstore_product_page_yields_the_expected_record() -> None:
         assert html is not None
         data = extractor.extract(html, "http://b.test" + product.path).data
         assert {k: data[k] for k in expected_record(product)} == expected_record(product)
+
+
+# --- the parser gets the raw bytes only when they are exactly the decoded text in UTF-8 -------------------
+
+_PIECES = st.sampled_from(
+    [
+        b"<p>plain ascii</p>",
+        "<p>caf\u00e9 \u20ac \u65e5\u672c</p>".encode(),
+        b"<p>\xe9t\xe9 in latin-1</p>",
+        b"<p>broken \xc3 utf-8 \xff</p>",
+        b'<meta charset="utf-8">',
+        b'<meta charset="windows-1252">',
+        b'<meta http-equiv="Content-Type" content="text/html; charset=iso-8859-2">',
+        b'<meta charset="utf-16">',
+        b"<base href='/b/'><a href='x'>x</a>",
+        b'<a href="/\xc3\xa9">e</a>',
+        b"\x1b$B",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    bom=st.sampled_from([b"", b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff"]),
+    pieces=st.lists(_PIECES, max_size=6),
+    content_type=st.sampled_from(
+        [None, "", "text/html", "text/html; charset=utf-8", "text/html; charset=ISO-8859-1", "text/html; charset=x"]
+    ),
+)
+def test_parser_input_is_the_decoded_page(bom: bytes, pieces: list[bytes], content_type: str | None) -> None:
+    body = bom + b"".join(pieces)
+    got = parser_input(body, content_type)
+    text = decode_html(body, content_type)
+    # Either the decoded text itself, or bytes that are that text in UTF-8 (what the parser reads).
+    assert got == text if isinstance(got, str) else got == text.encode("utf-8")
+
+
+def test_extraction_from_bytes_equals_extraction_from_text() -> None:
+    options = ExtractOptions.from_dict(
+        {"fields": [{"name": "p", "selector": "p"}, {"name": "a", "selector": "//a/@href", "kind": "XPath"}]}
+    )
+    extractor = Extractor(options, need_links=True)
+    for body in (PAGE.encode(), PAGE.encode("utf-8") + b"\xff", PAGE.encode("latin-1", "replace")):
+        for content_type in (None, "text/html; charset=utf-8", "text/html; charset=windows-1252"):
+            from_bytes = extractor.extract(body, "http://shop.test/a/", content_type=content_type)
+            from_text = extractor.extract(decode_html(body, content_type), "http://shop.test/a/")
+            assert (from_bytes.data, from_bytes.links) == (from_text.data, from_text.links)

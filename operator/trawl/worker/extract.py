@@ -14,10 +14,11 @@ from urllib.parse import urljoin
 
 from selectolax.lexbor import LexborHTMLParser as HTMLParser
 from selectolax.lexbor import LexborNode as Node
-from w3lib.encoding import html_to_unicode
+from w3lib.encoding import html_body_declared_encoding, html_to_unicode, http_content_type_encoding, read_bom
 
 _WS = re.compile(r"\s+")
 _SKIP_TEXT_TAGS = ("script", "style", "noscript", "template", "head")
+_UTF8 = frozenset({"utf-8", "utf8"})  # w3lib's names for UTF-8 (resolved labels, and its default)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +118,7 @@ class Extractor:
     def extract(self, html: str | bytes, url: str, *, content_type: str | None = None) -> Page:
         page = Page(matched=self.matches(url))
         if isinstance(html, bytes):
-            html = decode_html(html, content_type)
+            html = parser_input(html, content_type)
         try:
             tree = HTMLParser(html)
         except Exception:  # selectolax is robust, but a parser failure must never kill a task
@@ -215,6 +216,25 @@ class Extractor:
             except Exception:
                 out[spec.name] = [] if spec.multiple else None
         return out
+
+
+def parser_input(body: bytes, content_type: str | None) -> str | bytes:
+    """What the parser gets for ``body``: the text :func:`decode_html` gives, or the bytes themselves
+    when they are exactly that text in UTF-8 (no byte-order mark, the page's encoding resolves to UTF-8
+    and the bytes are valid UTF-8), the common case: the parser reads UTF-8, so handing it the text
+    would decode and re-encode the page for the same tree (about a sixth of a page's CPU time)."""
+    if read_bom(body)[0] is None:
+        encoding = http_content_type_encoding(content_type) or html_body_declared_encoding(body) or "utf-8"
+        if encoding in _UTF8:
+            if body.isascii():
+                return body
+            try:
+                body.decode("utf-8")
+            except UnicodeDecodeError:
+                pass  # invalid bytes become U+FFFD in decode_html, as a browser shows them
+            else:
+                return body
+    return decode_html(body, content_type)
 
 
 def decode_html(body: bytes, content_type: str | None) -> str:

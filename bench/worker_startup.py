@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""Worker start-up: from ``exec`` of a ``trawl worker`` process to its first claim and its first request.
+
+What every scale-up from zero and every short job pays before any work is done. Each run starts a fresh
+worker process against a real ``redis-server`` that already holds a registered job with its seed (as
+when the autoscaler adds a pod for pending work), and a static site served by nginx. Two instants are
+taken from outside the process, so the worker under test needs no instrumentation (the same command
+measures old and new code):
+
+- **first claim**: the timestamp Redis's ``MONITOR`` gives the first call of the claim script;
+- **first page**: the timestamp nginx logs (``$msec``) for the first request it received;
+
+both minus the wall-clock time just before ``Popen`` (one clock: everything runs on this machine). The
+worker is stopped once the job (a few pages) is finished. Printed: each run, then the median and the
+spread; ``--importtime`` adds the import profile of ``trawl.cli worker``'s modules (top entries).
+
+    .venv/bin/python bench/worker_startup.py            # 7 runs
+    .venv/bin/python bench/worker_startup.py --runs 15 --importtime
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from crawl_throughput import FIELDS, PRODUCT_RE, Nginx, build_site
+
+PREFIX = "trawl:{bench/startup}"
+
+
+async def _monitor_first_claim(url: str, sha: str, seen: asyncio.Event, out: list[float]) -> None:
+    """Read MONITOR until the claim script is called; its timestamp goes to ``out``."""
+    reader, writer = await asyncio.open_connection(*url.removeprefix("redis://").split("/")[0].split(":"))
+    writer.write(b"MONITOR\r\n")
+    await writer.drain()
+    await reader.readline()  # +OK
+    seen.set()
+    try:
+        while True:
+            line = await reader.readline()
+            if not line:
+                return
+            if sha.encode() in line and b'"EVALSHA"' in line.upper():
+                out.append(float(line[1:].split(b" ", 1)[0]))
+                return
+    finally:
+        writer.close()
+
+
+async def one_run(
+    redis_url: str, base: str, access_log: Path, tmp: Path, sha: str, pythonpath: str | None = None
+) -> dict[str, float]:
+    import redis.asyncio as aioredis
+
+    from trawl.api.scrapejob import ScrapeJobSpec
+    from trawl.dev import procs
+    from trawl.queue import Queue
+    from trawl.worker.jobspec import build_job_config
+
+    redis = aioredis.Redis.from_url(redis_url)
+    queue = Queue(redis, PREFIX)
+    job_id = uuid.uuid4().hex[:12]
+    spec = ScrapeJobSpec.model_validate(
+        {
+            "pool": "startup",
+            "urls": [base + "/"],
+            "crawl": {"maxDepth": 1, "maxPages": 5},
+            "extract": {"fields": [{"name": n, "selector": s} for n, s in FIELDS.items()], "onlyMatching": PRODUCT_RE},
+            "politeness": {"respectRobotsTxt": False, "adaptiveDelay": False, "requestsPerSecond": 1000},
+        }
+    )
+    await queue.register_job(build_job_config(job_id, spec, None))
+    await queue.enqueue(job_id, [base + "/"])
+    await queue.mark_enqueue_done(job_id)
+    claim_at: list[float] = []
+    ready = asyncio.Event()
+    monitor = asyncio.create_task(_monitor_first_claim(redis_url, sha, ready, claim_at))
+    await ready.wait()
+    log_size = access_log.stat().st_size if access_log.exists() else 0  # noqa: ASYNC240 (before the clock)
+    argv = [
+        sys.executable, "-m", "trawl.cli", "worker", "--redis-url", redis_url, "--prefix", PREFIX,
+        "--allowed-cidrs", "127.0.0.1/32", "--worker-id", "startup", "--log-level", "WARNING",
+    ]  # fmt: skip
+    t0 = time.time()
+    env = dict(os.environ) | ({"PYTHONPATH": pythonpath} if pythonpath else {})
+    worker = procs.start(argv, log_path=tmp / "startup-worker.log", env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not (await queue.job_stats(job_id)).finished:
+            if worker.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("worker failed:\n" + (tmp / "startup-worker.log").read_text()[-3000:])
+            await asyncio.sleep(0.02)
+    finally:
+        procs.stop(worker, timeout=20)
+        monitor.cancel()
+        await asyncio.gather(monitor, return_exceptions=True)
+        await redis.aclose()
+    with access_log.open("rb") as f:
+        f.seek(log_size)
+        first_request = float(f.readline().split()[0])
+    if not claim_at:
+        raise SystemExit("MONITOR saw no claim")
+    return {"claim": claim_at[0] - t0, "page": first_request - t0}
+
+
+def importtime(top: int) -> None:
+    """The modules that cost most to import for ``trawl.cli worker`` (cumulative, microseconds)."""
+    code = "import sys; sys.argv = ['trawl', 'worker']; import trawl.cli; import trawl.worker.cli"
+    err = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True, check=True
+    ).stderr
+    rows = []
+    for line in err.splitlines()[1:]:
+        _self, cumulative_us, module = line.removeprefix("import time:").split("|")
+        rows.append((int(cumulative_us), module.rstrip()))
+    total = sum(c for c, n in rows if not n.startswith(" " * 2))
+    print(f"imports of trawl worker: {total / 1000:.0f} ms (top-level modules, one run, cumulative)")
+    for cumulative, name in sorted(rows, reverse=True)[:top]:
+        print(f"  {cumulative / 1000:7.1f} ms {name}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--importtime", action="store_true", help="Also print the import profile.")
+    parser.add_argument(
+        "--compare",
+        metavar="DIR",
+        help="Alternate each run with one of the code under DIR (PYTHONPATH, e.g. an older commit's operator/ "
+        "from git archive): both measured under the same load.",
+    )
+    args = parser.parse_args()
+
+    from trawl.dev.redis_server import RedisServer
+    from trawl.queue.client import load_script_source
+
+    sha = hashlib.sha1(load_script_source("claim").encode()).hexdigest()
+    tmp = Path(tempfile.mkdtemp(prefix="trawl-startup-"))
+    variants = {"current": None} | ({"compare": args.compare} if args.compare else {})
+    results: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
+    try:
+        build_site(tmp / "site", 40)
+        nginx = Nginx(tmp / "site", tmp, access_log=True).start()
+        try:
+            with RedisServer() as redis_server:
+                for i in range(args.runs):
+                    for name, pythonpath in variants.items():
+                        base = f"http://127.0.0.1:{nginx.port}"
+                        r = asyncio.run(one_run(redis_server.url, base, nginx.access_log, tmp, sha, pythonpath))
+                        results[name].append(r)
+                        claim_ms, page_ms = r["claim"] * 1000, r["page"] * 1000
+                        print(
+                            f"  run {i + 1} {name}: first claim {claim_ms:.0f} ms, first page {page_ms:.0f} ms",
+                            flush=True,
+                        )
+        finally:
+            nginx.stop()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    load = os.getloadavg()
+    print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} CPUs")
+    for name, runs in results.items():
+        claims = [r["claim"] * 1000 for r in runs]
+        pages = [r["page"] * 1000 for r in runs]
+        label = name if name == "current" else f"{name} ({args.compare})"
+        print(
+            f"{label}: exec -> first claim median {statistics.median(claims):.0f} ms (min {min(claims):.0f}, "
+            f"max {max(claims):.0f}); exec -> first page median {statistics.median(pages):.0f} ms "
+            f"(min {min(pages):.0f}, max {max(pages):.0f})"
+        )
+    if args.importtime:
+        importtime(25)
+
+
+if __name__ == "__main__":
+    main()
