@@ -16,7 +16,8 @@ import pytest
 
 # Loaded by a worker only for the job that needs it (or never): kopf/kubernetes (operator), Playwright and
 # the browser pool (Browser render), psycopg (PostgreSQL sink), minio (S3 sink), tldextract (crawl scope
-# Domain), croniter and the CronScrapeJob/ScrapePool models (operator), rich and the other commands.
+# Domain), croniter and the CronScrapeJob/ScrapePool models (operator), rich and the other commands,
+# multiprocessing (parser processes).
 HEAVY = (
     "kopf",
     "kubernetes",
@@ -35,6 +36,7 @@ HEAVY = (
     "trawl.worker.render.browser",
     "trawl.worker.pgsink",
     "trawl.worker.s3sink",
+    "multiprocessing",  # the parser processes start on the first page too large to parse inline
 )
 
 

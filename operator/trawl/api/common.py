@@ -36,6 +36,9 @@ class TrawlModel(BaseModel):
         extra="forbid",
         use_enum_values=False,
         validate_default=True,
+        # Validators are built on a model's first use, not when its module is imported: a worker parses
+        # a handful of the API's models (its job spec) and need not build the rest at start-up.
+        defer_build=True,
     )
 
     def to_wire(self) -> dict[str, Any]:

@@ -392,14 +392,15 @@ class Fetcher:
         # The job's headers (Authorization, Cookie, ...) go to the first URL's origin only: a redirect to
         # another origin gets the worker's own headers, as curl and requests drop credentials.
         own_headers = {k: v for k, v in req_headers.items() if k in ("User-Agent", "Accept-Encoding", "Accept")}
-        first_origin = _origin_of(url)
         redirects: list[str] = []
         current = url
         while True:
             self.check_url(current)
             if before_hop is not None:
                 await before_hop(current)
-            hop_headers = req_headers if _origin_of(current) == first_origin else own_headers
+            # The first hop is the first URL's origin by definition: the origins are compared (two URL
+            # parses) only after a redirect.
+            hop_headers = req_headers if not redirects or _origin_of(current) == _origin_of(url) else own_headers
             try:
                 async with self._session.get(
                     current, headers=hop_headers, allow_redirects=False, timeout=timeout

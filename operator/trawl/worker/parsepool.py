@@ -25,15 +25,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import multiprocessing
 import pickle
 import signal
 import time
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .extract import ExtractOptions, Extractor, Page
+
+if TYPE_CHECKING:  # multiprocessing is imported when the first parser process starts (most workers: never)
+    from multiprocessing.connection import Connection
 
 log = logging.getLogger("trawl.worker.parse")
 
@@ -124,7 +125,7 @@ class ParsePool:
     def __init__(self, processes: int = 2, limits: ParseLimits | None = None) -> None:
         self.processes = processes
         self.limits = limits or ParseLimits()
-        self._ctx = multiprocessing.get_context("spawn")
+        self._ctx: Any = None  # the "spawn" context, on the first child
         self._idle: asyncio.Queue[_Child] | None = None
         self._start_lock = asyncio.Lock()
         self._all: set[_Child] = set()
@@ -135,6 +136,10 @@ class ParsePool:
         """Start the children on first need (most pages are parsed inline; many workers never need one)."""
         async with self._start_lock:
             if self._idle is None:
+                if self._ctx is None:
+                    import multiprocessing
+
+                    self._ctx = multiprocessing.get_context("spawn")
                 idle: asyncio.Queue[_Child] = asyncio.Queue()
                 children = await asyncio.gather(*(asyncio.to_thread(self._spawn) for _ in range(self.processes)))
                 for child in children:

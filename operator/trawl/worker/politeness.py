@@ -234,6 +234,12 @@ class DomainLimiter:
                     await asyncio.sleep(start - now)
         # Spaced a little wider than the limit: sites count arrivals, and network jitter can bunch
         # requests that left exactly 1/rate apart into one window.
+        if state.tokens > 0 and rate >= state.tokens_rate and time.monotonic() - state.tokens_at <= TOKEN_MAX_AGE:
+            # A token granted by Redis is left, fresh and at this rate: take it without the lock (nothing
+            # is awaited between the check and the take). The pool-wide rate is what Redis granted; the
+            # lock only serialises asking Redis for more, below.
+            state.tokens -= 1
+            return
         interval_us = max(1, int(1_000_000 / (rate * RATE_SAFETY)))
         burst = burst_for(rate)
         async with state.token_lock:
