@@ -29,6 +29,14 @@ IMAGE = "ghcr.io/trawl-dev/trawl:e2e"
 T = TypeVar("T")
 
 
+def coredns_dir() -> Path:
+    """Where hack/realnode/build.sh puts CoreDNS (keyed by the Corefile's plugins: lib.sh says)."""
+    out = subprocess.run(
+        ["bash", "-c", f'source "{HACK}/lib.sh" && echo "$COREDNS_DIR"'], capture_output=True, text=True, check=True
+    )
+    return Path(out.stdout.strip())
+
+
 def missing_prerequisites() -> str | None:
     """Why a node cannot start here (None: it can). The e2e layer skips with exactly this reason."""
     if os.geteuid() != 0:
@@ -40,7 +48,7 @@ def missing_prerequisites() -> str | None:
             return f"{tool} is missing: run hack/realnode/deps.sh (Debian packages; needs apt)"
     node_bin = CACHE / "k8s" / f"{KUBE_VERSION}-node"
     wanted = [node_bin / c for c in ("kubelet", "kube-controller-manager", "kube-scheduler", "kube-proxy", "kubectl")]
-    wanted += [CACHE / "containerd-v2.4.2" / "containerd", CACHE / "k8s" / "coredns-v1.14.7" / "coredns"]
+    wanted += [CACHE / "containerd-v2.4.2" / "containerd", coredns_dir() / "coredns"]
     assets = Path(os.environ.get("KUBEBUILDER_ASSETS") or CACHE / "k8s" / f"{KUBE_VERSION}-etcd-v3.6.16")
     wanted += [assets / "kube-apiserver", assets / "etcd"]
     absent = [str(p) for p in wanted if not p.exists()]
