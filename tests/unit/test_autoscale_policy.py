@@ -11,7 +11,7 @@ import pytest
 
 from trawl.api.scrapepool import AutoscalingSpec
 from trawl.autoscale import Action, Observation, ScalerState, decide
-from trawl.autoscale.policy import MIN_DOWN_SHARE
+from trawl.autoscale.policy import MIN_DOWN_SHARE, queue_wait_p95
 
 NOW = 10_000.0
 
@@ -53,8 +53,11 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any], ScalerState, int, Action]
     # Rule 1: Little's law. 2400 tasks, 1 serving pod doing 20/s: 1200 in 60 s; the rest by new pods
     # that serve 45 of the 60 s: 1 + ceil(1200 / (20 * 45)) = 3.
     ("littles_law_up", {}, {"current_replicas": 1, "ready": 2400}, OLD, 3, Action.SCALE_UP),
-    # 30 in flight + 60 s of 40/s at 80 % utilisation = 3030 tasks: 1 + ceil(1830 / 900) = 4.
-    ("arrivals_count", {}, {"current_replicas": 1, "arrival_rate": 40.0, "in_flight": 30}, OLD, 4, Action.SCALE_UP),
+    # 30 in flight + 60 s of 40/s = 2430 tasks: 1 + ceil(1230 / 900) = 3.
+    ("arrivals_count", {}, {"current_replicas": 1, "arrival_rate": 40.0, "in_flight": 30}, OLD, 3, Action.SCALE_UP),
+    # Arrivals alone, queueing: 60/s at 20/s per worker (32 slots, 1.6 s each) is 96 busy slots; 3 workers
+    # (96 slots) cannot keep up, 4 keep the p95 queueing wait within a poll (Erlang C).
+    ("arrivals_queue", {}, {"current_replicas": 4, "arrival_rate": 60.0}, OLD, 4, Action.HOLD),
     ("huge_backlog_capped_at_max", {}, {"ready": 10**7}, OLD, 10, Action.SCALE_UP),
     ("steady", {}, {"current_replicas": 1, "in_flight": 20, "arrival_rate": 10.0}, OLD, 1, Action.HOLD),
     # No throughput measured yet: bounded guess, max(2 x current, current + 4) and useful parallelism.
@@ -311,11 +314,11 @@ def test_scale_down_needs_the_whole_delay_then_goes_down_once() -> None:
 
 
 def test_scale_down_follows_the_window_poll_by_poll() -> None:
-    """A backlog that shrinks steadily: after the first full window the pool steps down poll by poll
-    to the highest answer of the last scaleDownDelaySeconds, not once per delay."""
+    """A backlog that shrinks steadily (and never quite drains): after the first full window the pool
+    steps down poll by poll to the highest answer of the last scaleDownDelaySeconds, not once per delay."""
     s = spec(max_replicas=20, scale_down_delay_seconds=60)
     seq = [
-        obs(now=NOW + 5 * i, current_replicas=12, ready=max(0, 12_000 - 600 * i), in_flight=32, busy_workers=1)
+        obs(now=NOW + 5 * i, current_replicas=12, ready=max(50, 12_000 - 600 * i), in_flight=32, busy_workers=1)
         for i in range(40)
     ]
     counts = _run(seq, s)
@@ -325,6 +328,61 @@ def test_scale_down_follows_the_window_poll_by_poll() -> None:
     steps = sum(1 for a, b in itertools.pairwise(tail) if b < a)
     assert steps >= 3, counts  # then several steps, one poll apart, not one per 60 s
     assert tail == sorted(tail, reverse=True) and counts[-1] == 1, counts
+
+
+def test_a_drained_backlog_releases_the_workers_sized_for_it() -> None:
+    """A burst drained well within the window: the answers it asked for were for the backlog, which is
+    gone, so the pool goes to what the arrivals ask for at the first poll without a backlog (not a full
+    window later); answers given without a backlog still hold the pool for the whole window."""
+    s = spec(max_replicas=20, scale_down_delay_seconds=60)
+    seq = [obs(now=NOW + 5 * i, current_replicas=1, ready=6000 if i < 3 else 0, in_flight=32 if i < 4 else 3)
+           for i in range(12)]  # fmt: skip
+    counts = _run(seq, s)
+    assert counts[0] > 5, counts
+    assert counts[4:] == [1] * 8, counts  # down at the second poll in a row without a backlog (i = 4)
+
+    # The same pool sized by arrivals alone (no backlog at any poll): a full window first.
+    seq = [obs(now=NOW + 5 * i, current_replicas=1, arrival_rate=200.0 if i < 3 else 1.0,
+               recent_arrival_rate=200.0 if i < 3 else 1.0, in_flight=32 if i < 4 else 3)
+           for i in range(20)]  # fmt: skip
+    counts = _run(seq, s)
+    first_down = next(i for i, (a, b) in enumerate(itertools.pairwise(counts), 1) if b < a)
+    assert counts[0] > 5 and first_down * 5 >= 60, counts
+
+
+def test_queue_wait_p95_erlang_c() -> None:
+    """M/M/c: no wait far below capacity, a wait growing toward capacity, infinite beyond it."""
+    assert queue_wait_p95(32, 10.0, 1 / 1.5) == 0.0  # 15 of 32 slots busy
+    edge = queue_wait_p95(32, 20.0, 1 / 1.5)  # 30 of 32: most tasks wait a little
+    assert 1.0 < edge < 3.0
+    assert queue_wait_p95(32, 21.0, 1 / 1.5) > edge
+    assert queue_wait_p95(32, 22.0, 1 / 1.5) == math.inf
+
+
+def test_arrivals_are_sized_for_a_queueing_wait_within_one_poll() -> None:
+    """20/s of 1.5 s tasks on 32-slot workers (21.3/s each): one worker keeps the p95 queueing wait
+    under a 5 s poll (no 80 % utilisation margin doubling the pool); a 1 s poll asks for two."""
+    o = obs(current_replicas=1, in_flight=30, arrival_rate=20.0, per_worker_throughput=32 / 1.5)
+    assert decide(spec(poll_seconds=5, target_drain_seconds=30), o).need == 1
+    assert decide(spec(poll_seconds=1, target_drain_seconds=30), o).need == 2
+
+
+def test_the_arrival_rate_is_the_last_polls_when_it_is_the_better_guess() -> None:
+    """While a worker's slots of new tasks wait a burst is starting: the last poll's rate when it is above
+    the average. With none waiting the burst is absorbed: the last poll's rate when it is below it."""
+    s = spec(max_replicas=50)
+    burst = obs(current_replicas=1, ready=300, arrival_rate=20.0, recent_arrival_rate=60.0)
+    avg = replace(burst, recent_arrival_rate=None)
+    assert decide(s, burst).desired > decide(s, avg).desired
+    # A few ready tasks (fewer than one worker's slots) are queueing noise at high utilisation: the average.
+    noise = obs(current_replicas=1, ready=3, in_flight=32, arrival_rate=20.0, recent_arrival_rate=24.0,
+                per_worker_throughput=32 / 1.5)  # fmt: skip
+    assert decide(s, noise).need == 1 < decide(s, replace(noise, ready=40)).need
+    # Retries waiting for their backoff are a failing target's arrivals, not a burst: the average.
+    retries = obs(current_replicas=2, delayed_due_soon=50, in_flight=10, arrival_rate=20.0, recent_arrival_rate=40.0)
+    assert decide(s, retries).need == decide(s, replace(retries, recent_arrival_rate=None)).need
+    calm = obs(current_replicas=1, in_flight=3, arrival_rate=200.0, recent_arrival_rate=1.0)
+    assert decide(s, replace(calm, recent_arrival_rate=None)).need > decide(s, calm).need == 1
 
 
 def test_busy_workers_are_a_floor_outside_the_window() -> None:
@@ -398,12 +456,13 @@ def test_slow_flapping_hysteresis() -> None:
         for i in range(96)
     ]
     counts = _run(seq, spec())
-    # Up once at the first poll; at most one correction down (new pods counted as serving late),
-    # and never back up: no cycle.
+    # Up at the first poll; the first drained backlog releases the pool, and the backlog's return within
+    # a window suspends that: one bounce, then at most one correction down (new pods counted as
+    # serving late) and never back up: no cycle.
     changes = [(a, b) for a, b in itertools.pairwise(counts) if a != b]
     assert counts[0] > 1
-    assert len(changes) <= 1
-    assert all(b < a for a, b in changes)
+    assert len(changes) <= 3, changes
+    assert [b > a for a, b in changes][:2] == [False, True] and all(b < a for a, b in changes[2:]), changes
 
 
 def test_scale_to_zero_then_activation() -> None:

@@ -40,7 +40,7 @@ def test_first_snapshot_has_no_rates() -> None:
 
 
 def test_rates_converge_to_the_true_values() -> None:
-    # 2 saturated workers finish 40 attempts/s, 10 % failing, 1.5 s each; 45/s arrive.
+    # 2 saturated workers finish 40 attempts/s, 10 % failing, 1.5 s each (60 in flight); 45/s arrive.
     tr = None
     for i in range(60):
         t = 5.0 * i
@@ -50,7 +50,7 @@ def test_rates_converge_to_the_true_values() -> None:
             snap(
                 t,
                 ready=100 + 25 * i,
-                in_flight=64,
+                in_flight=60,
                 completed_total=int(done * 0.9),
                 failed_total=done - int(done * 0.9),
                 service_seconds_total=1.5 * done,
@@ -65,6 +65,21 @@ def test_rates_converge_to_the_true_values() -> None:
     assert r.mean_service_seconds == pytest.approx(1.5, rel=0.01)
     assert r.per_worker_throughput == pytest.approx(20, rel=0.02)
     assert r.arrival_rate == pytest.approx(45, rel=0.02)
+
+
+def test_a_queue_running_dry_between_polls_does_not_lower_the_capacity() -> None:
+    # One worker at the edge of keeping up: its 32 slots are full at every poll (a few tasks ready), but
+    # the queue ran dry for moments in between, so it finished only 95 tasks of 1.5 s in 5 s (19/s).
+    # Its capacity is what its slots do (32 / 1.5 s ~ 21.3/s), not what the arrivals let it do.
+    tr = None
+    for i in range(20):
+        tr = track(
+            tr,
+            snap(5.0 * i, ready=2, in_flight=32, completed_total=95 * i, service_seconds_total=1.5 * 95 * i,
+                 n_workers=1, per_worker_in_flight=32),
+            concurrency=32,
+        )  # fmt: skip
+    assert tr is not None and tr.rates.per_worker_throughput == pytest.approx(32 / 1.5, rel=0.02)
 
 
 def test_unsaturated_workers_do_not_define_capacity() -> None:
@@ -86,8 +101,8 @@ def _fast_crawl_then(tail: list[dict[str, Any]]) -> list[float | None]:
         done = 200 * i
         tr = track(
             tr,
-            snap(5.0 * i, ready=500, in_flight=64, completed_total=done, service_seconds_total=1.5 * done,
-                 per_worker_in_flight=32),
+            snap(5.0 * i, ready=500, in_flight=60, completed_total=done, service_seconds_total=1.5 * done,
+                 per_worker_in_flight=30),
             concurrency=32,
         )  # fmt: skip
     assert tr is not None and tr.rates.per_worker_throughput == pytest.approx(20, rel=0.05)

@@ -398,12 +398,18 @@ class AutoscalingSpec(TrawlModel):
         ge=0,
         le=3600,
         description="Scale-down window: replicas go down only to the highest answer of this many seconds, "
-        "and not within this long of a scale-up.",
+        "and not within this long of a scale-up (unless the backlog that asked for them has drained).",
     )
     idle_seconds_before_zero: int = Field(
         default=120, ge=0, le=86400, description="Idle time before scaling to zero (when minReplicas is 0)."
     )
-    poll_seconds: float = Field(default=5, ge=1, le=60, description="How often the queue is read.")
+    poll_seconds: float = Field(
+        default=5,
+        ge=1,
+        le=60,
+        description="How often the queue is read; arrivals are given workers enough to wait at most this long "
+        "(p95) for a slot.",
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> Self:

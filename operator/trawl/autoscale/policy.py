@@ -5,15 +5,20 @@ Pure and deterministic: no clock, no I/O. Everything that must survive between c
 
 Rules, in the order they apply (each is covered by tests/unit/test_autoscale_policy.py):
 
-1. **Need (Little's law).** Outstanding work ``W = ready + delayed due soon + in flight`` plus ``T``
-   seconds of arrivals (λ, sized for 80 % utilisation) must be done within ``targetDrainSeconds`` (T)
-   at μ tasks/s per worker: ``need = ceil((W + λ·T/0.8) / (μ·T))`` when the serving workers suffice;
-   otherwise workers not serving yet count only for ``T - startup``. μ is the measured per-worker
-   throughput under saturation, else ``concurrency / mean service time`` (Little's law per worker);
-   with no measurement at all the answer is a bounded guess: at most max(2 x current, current + 4),
-   and no growth while pods asked for earlier are still starting (they will bring the measurement).
-   λ is a 15 s moving average, so a sudden burst counts briefly both as backlog and as arrivals:
-   deliberately generous upward, corrected by the (delayed) scale-down.
+1. **Need.** Two answers, the larger counts. *Drain*: outstanding work ``W = ready + delayed due
+   soon + in flight`` plus ``T`` seconds of arrivals (λ) must be done within ``targetDrainSeconds``
+   (T) at μ tasks/s per worker: ``ceil((W + λ·T) / (μ·T))`` when the serving workers suffice;
+   otherwise workers not serving yet count only for ``T - startup``. *Arrivals*: the fewest workers
+   whose slots (``concurrency`` each, a slot finishing μ/concurrency tasks/s) keep the p95 queueing
+   wait of λ within one ``pollSeconds`` (M/M/c, Erlang C): a longer wait would be a backlog at the next
+   poll, which the drain answer sizes. μ is the per-worker throughput measured under saturation
+   (:mod:`trawl.autoscale.rates`: it ages toward the current work's ``concurrency / mean service
+   time`` between measurements), else that Little's-law value; with no measurement at all the answer
+   is a bounded guess: at most max(2 x current, current + 4), and no growth while pods asked for
+   earlier are still starting (they will bring the measurement). λ is a 15 s moving average, or the
+   last poll's rate where that is the better guess: the higher of the two while new tasks wait (a
+   burst is starting), the lower when nothing waits (the burst is absorbed; retries waiting for
+   their backoff keep the average).
 2. **Useful parallelism.** Never more workers than the work can keep busy: ``ceil(W / concurrency)``
    (plus the arrivals of one poll), and never above the rate-limit ceiling the caller computes from
    per-domain limits (the ceiling caps growth; it never removes workers that hold tasks).
@@ -34,7 +39,11 @@ Rules, in the order they apply (each is covered by tests/unit/test_autoscale_pol
    its Event (and its pod churn): it removes at least a fifth of the pool (``MIN_DOWN_SHARE``) or
    takes it to its floor (minReplicas, or the one worker kept before zero), and comes at least a
    quarter of the window (``DOWN_SPACING_SHARE``) after the previous change; until then the steps
-   add up into one.
+   add up into one. **A drained backlog releases the pool**: answers given while a backlog waited
+   were sized to drain it; at the second poll in a row without one, only the answers given without a
+   backlog (what the arrivals ask for) hold the pool, with no full window owed. If the pool has to
+   grow again within a window of such a release, the bursts recur: releases stop until a whole window
+   passes without a backlog, and the full window holds as before.
 6. **Bounds.** ``minReplicas`` and ``maxReplicas`` are hard: below min goes up at once (also during the
    failure guard), above max (after max was lowered) goes down at once.
 7. **Zero.** With ``minReplicas = 0`` the pool keeps one worker until it has seen no work for
@@ -55,8 +64,6 @@ from trawl.api.scrapepool import AutoscalingSpec
 GUARD_RELEASE_SHARE = 0.8
 # Cold start (nothing measured): grow at most to max(2 * current, current + COLD_START_STEP) per poll.
 COLD_START_STEP = 4
-# Steady state: size arrivals for this utilisation, so a Poisson stream does not queue behind full slots.
-TARGET_UTILIZATION = 0.8
 # Tasks longer than this share of the worker's drain period may not finish when their pod is removed.
 DRAIN_SAFE_SHARE = 1 / 3
 # A scale-down step removes at least this share of the pool (or reaches its floor): fewer, larger
@@ -100,6 +107,12 @@ class Observation:
     startup_seconds: float = 15.0  # how long a new pod takes to serve (measured by the controller)
     recent_attempts: int | None = None  # attempts finished since the previous poll (None: unknown)
     recent_failed: int | None = None  # of those, failed attempts
+    recent_arrival_rate: float | None = None  # attempts/s that arrived since the previous poll (None: unknown)
+
+    @property
+    def backlog(self) -> int:
+        """Tasks waiting for a slot (ready, or delayed and due soon)."""
+        return self.ready + self.delayed_due_soon
 
     @property
     def work(self) -> int:
@@ -113,6 +126,9 @@ class ScalerState:
     last_change_at: float | None = None  # when the desired count last changed
     answers: tuple[tuple[float, int], ...] = ()  # (time, answer) of the last scaleDownDelaySeconds
     answers_since: float | None = None  # answers recorded since then (reset by a scale-up)
+    backlog_polls: tuple[float, ...] = ()  # times (within the window) of answers given while a backlog waited
+    released_at: float | None = None  # when a drained backlog last released the pool
+    release_suspended: bool = False  # the pool grew again within a window of a release (recurring bursts)
     idle_since: float | None = None  # since when no work was seen
     guard_active: bool = False  # failure guard engaged (with hysteresis)
 
@@ -151,15 +167,61 @@ def _capacity(obs: Observation) -> tuple[float | None, str]:
     return None, "no throughput measured yet"
 
 
+def _arrival_rate(obs: Observation) -> float:
+    """The arrival rate to size for: the moving average, or the last poll's rate where it is the better
+    guess. While at least a worker's slots of new tasks wait (ready), the higher of the two (a burst is
+    starting: the average trails it; fewer waiting is queueing noise); with nothing waiting, the lower
+    (the burst is absorbed: the average still carries it for a while, and it must not hold workers the
+    arrivals no longer need). Retries waiting for their backoff (delayed) are no burst: arrivals made of
+    retries are a failing target's, so the average stays."""
+    raw = obs.recent_arrival_rate
+    if raw is None:
+        return obs.arrival_rate
+    if obs.ready >= obs.concurrency:
+        return max(obs.arrival_rate, raw)
+    if obs.backlog == 0:
+        return min(obs.arrival_rate, raw)
+    return obs.arrival_rate
+
+
+def queue_wait_p95(servers: int, arrival_rate: float, service_rate: float) -> float:
+    """p95 of the wait before service in an M/M/c queue (Erlang C): ``servers`` slots, each finishing
+    ``service_rate`` tasks/s, ``arrival_rate`` tasks/s arriving. Infinite when the slots cannot keep up."""
+    if arrival_rate <= 0:
+        return 0.0
+    load = arrival_rate / service_rate  # offered load in slots (erlangs)
+    if load >= servers:
+        return math.inf
+    blocked = 1.0  # Erlang B, by its recurrence over the number of servers
+    for k in range(1, servers + 1):
+        blocked = load * blocked / (k + load * blocked)
+    waits = blocked / (1.0 - load / servers * (1.0 - blocked))  # Erlang C: P(a task waits)
+    if waits <= 0.05:
+        return 0.0
+    return math.log(waits / 0.05) / (servers * service_rate - arrival_rate)
+
+
+def _arrival_workers(obs: Observation, lam: float, mu: float, budget: float) -> int:
+    """Fewest workers whose slots keep the arrivals' queueing wait within ``budget`` seconds at p95."""
+    if lam <= 0:
+        return 0
+    slot_rate = mu / obs.concurrency
+    n = max(1, math.floor(lam / mu))
+    while queue_wait_p95(n * obs.concurrency, lam, slot_rate) > budget:
+        n += 1
+    return n
+
+
 def _need(spec: AutoscalingSpec, obs: Observation) -> tuple[int, str]:
     """Workers the work asks for, bounded by useful parallelism but not yet by min/max."""
     work = obs.work
     if work == 0 and obs.arrival_rate <= 0:
         return 0, "no work"
     mu, how = _capacity(obs)
+    lam = _arrival_rate(obs)
     # Workers beyond ceil(work / slots) would sit idle: the most this backlog can use right now,
     # plus the tasks one poll of arrivals brings.
-    useful = math.ceil((work + obs.arrival_rate * 5.0) / obs.concurrency - 1e-9)
+    useful = math.ceil((work + lam * 5.0) / obs.concurrency - 1e-9)
     if mu is None:
         starting = obs.serving_workers is not None and obs.serving_workers < obs.current_replicas
         bound = (
@@ -169,8 +231,8 @@ def _need(spec: AutoscalingSpec, obs: Observation) -> tuple[int, str]:
         need = min(useful, bound)
         return need, f"{how}: bounded guess {need} for {work} tasks ({obs.concurrency} slots each)"
     t = float(spec.target_drain_seconds)
-    # Work to finish within T: the backlog plus T seconds of arrivals at the target utilisation.
-    demand = work + obs.arrival_rate * t / TARGET_UTILIZATION
+    # Work to finish within T: the backlog plus T seconds of arrivals.
+    demand = work + lam * t
     serving = obs.current_replicas if obs.serving_workers is None else min(obs.serving_workers, obs.current_replicas)
     if demand <= serving * mu * t:
         need = math.ceil(demand / (mu * t) - 1e-9)
@@ -178,10 +240,13 @@ def _need(spec: AutoscalingSpec, obs: Observation) -> tuple[int, str]:
         # Pods not serving yet lose their start-up time from the drain window (at most 3/4 of it).
         late = t - min(obs.startup_seconds, 0.75 * t)
         need = serving + math.ceil((demand - serving * mu * t) / (mu * late) - 1e-9)
-    need = min(useful, need)
+    # The arrivals alone: as many workers as keep their queueing wait within one poll at p95 (a longer
+    # wait is a backlog at the next poll, which the drain sizing above answers).
+    steady = _arrival_workers(obs, lam, mu, float(spec.poll_seconds))
+    need = min(useful, max(need, steady))
     return need, (
         f"{work} tasks (ready {obs.ready}, due {obs.delayed_due_soon}, in flight {obs.in_flight}), "
-        f"{obs.arrival_rate:.3g}/s arriving, {how}: {need} workers drain it within {t:g}s"
+        f"{lam:.3g}/s arriving, {how}: {need} workers drain it within {t:g}s"
     )
 
 
@@ -246,20 +311,33 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
     if at_max:
         notes.append(f"at maxReplicas {spec.max_replicas}")
 
-    def done(desired: int, action: Action, reason: str) -> Decision:
+    def done(desired: int, action: Action, reason: str, release: bool = False) -> Decision:
         changed = desired != current
+        here = (now,) if obs.backlog > 0 else ()
+        window = float(spec.scale_down_delay_seconds)
+        released_at, suspended = st.released_at, st.release_suspended
+        if release:
+            released_at = now
+        elif desired > current and released_at is not None and now - released_at < window:
+            suspended = True  # back up within a window of a release: bursts recur, hold full windows
+        elif not here and not any(t > now - window for t in st.backlog_polls):
+            suspended = False  # a whole window without a backlog: the bursts no longer recur
         if desired > current:  # a scale-up starts a new window
             answers: tuple[tuple[float, int], ...] = ((now, demand),)
+            backlog_polls: tuple[float, ...] = here
             since = now
         else:
-            window = float(spec.scale_down_delay_seconds)
             answers = (*((t, a) for t, a in st.answers if t > now - window), (now, demand))
+            backlog_polls = (*(t for t in st.backlog_polls if t > now - window), *here)
             since = st.answers_since if st.answers_since is not None else now
         new_state = replace(
             st,
             last_change_at=now if changed else st.last_change_at,
             answers=answers,
             answers_since=since,
+            backlog_polls=backlog_polls,
+            released_at=released_at,
+            release_suspended=suspended,
             idle_since=idle_since,
             guard_active=guard,
         )
@@ -339,6 +417,21 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
     recent = [(t, a) for t, a in st.answers if t > now - delay]
     since = st.answers_since if st.answers_since is not None else now
     wait = delay - (now - since)  # a full window of answers first (after a scale-up or a restart)
+    # Drained: a backlog waited within the window but not at this poll nor the previous one (one empty
+    # poll between two backlogs is not the end of a burst).
+    drained = (
+        not st.release_suspended
+        and obs.backlog == 0
+        and bool(st.backlog_polls)
+        and bool(st.answers)
+        and st.answers[-1][0] != st.backlog_polls[-1]
+    )
+    if drained:
+        # The backlog those answers were sized to drain is gone: only the answers given without one
+        # (what the arrivals ask for) hold the pool, and no full window is owed to the drained ones.
+        drained_at = set(st.backlog_polls)
+        recent = [(t, a) for t, a in recent if t not in drained_at]
+        wait = 0.0
     high = [t for t, a in recent if a >= current]
     if high:
         wait = max(wait, max(high) + delay - now)
@@ -349,8 +442,9 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
         step = current - peak
         spaced = st.last_change_at is None or now - st.last_change_at >= DOWN_SPACING_SHARE * delay
         if spaced and (peak <= lo or step >= max(1, math.ceil(MIN_DOWN_SHARE * current - 1e-9))):
-            reason = f"scaling down {current}→{peak}: highest answer of the last {delay:g}s; {why}"
-            return done(peak, Action.SCALE_DOWN, reason)
+            basis = "backlog drained, the arrivals' answers" if drained else "highest answer"
+            reason = f"scaling down {current}→{peak}: {basis} of the last {delay:g}s; {why}"
+            return done(peak, Action.SCALE_DOWN, reason, release=drained)
         return done(
             current,
             Action.SCALE_DOWN_PENDING,

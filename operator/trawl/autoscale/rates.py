@@ -125,11 +125,15 @@ def track(
     mean_service = old.mean_service_seconds
     if finished > 0:
         sample = d_service / finished
-        # Weight by how many attempts the sample covers so one slow straggler does not swing it.
-        w = 1.0 - math.exp(-finished / 20.0)
+        # Weight by how many attempts the sample covers so one slow straggler does not swing it, and by
+        # the time it covers like the other rates: one poll's finishes lean toward the tasks that
+        # happened to be short, and the capacity bound below divides by this.
+        w = min(alpha, 1.0 - math.exp(-finished / 20.0))
         mean_service = sample if mean_service is None else mean_service + w * (sample - mean_service)
 
-    per_worker = _per_worker(old.per_worker_throughput, prev, signals, finished, dt, alpha, concurrency, mean_service)
+    per_worker = _per_worker(
+        old.per_worker_throughput, prev, signals, finished, d_service, dt, alpha, concurrency, mean_service
+    )
     recent = d_failed / finished if finished >= MIN_RECENT_ATTEMPTS else None
     rates = Rates(
         recent_attempts=finished,
@@ -153,6 +157,7 @@ def _per_worker(
     prev: PoolSignals,
     signals: PoolSignals,
     finished: int,
+    d_service: float,
     dt: float,
     alpha: float,
     concurrency: int,
@@ -171,6 +176,12 @@ def _per_worker(
     prev_active, _ = worker_counts(prev)
     workers = min(active, prev_active) if prev_active else active
     observed = finished / dt / workers if workers > 0 else 0.0
+    if workers > 0 and finished > 0 and d_service > 0:
+        # Little's law on the interval: the slots the workers kept busy (at the two snapshots) over the
+        # interval's own service time. Unlike finished/dt it is not lowered by moments in between when
+        # the queue ran dry, which make a pool at the edge of keeping up look slower than it is.
+        slots = min(float(concurrency), (prev.in_flight + signals.in_flight) / 2 / workers)
+        observed = max(observed, slots * finished / d_service)
     saturated = workers > 0 and (
         (prev.ready > 0 and signals.ready > 0)
         or (

@@ -78,6 +78,7 @@ def observation(
         startup_seconds=startup_seconds,
         recent_attempts=rates.recent_attempts,
         recent_failed=rates.recent_failed,
+        recent_arrival_rate=rates.recent_arrival_rate,
     )
 
 
