@@ -1,7 +1,8 @@
 """A pool's Redis password rotated in its Secret reaches the operator through its Secret watch: the
 operator's clients reconnect with the new password and the old connections are closed, without a
-restart. The operator runs with its real RBAC, which has list/watch on Secrets and no get: a Secret
-read per reconcile (the TTL cache this replaced) would be refused."""
+restart, and the worker pod template changes so that the workers roll onto it. The operator runs
+with its real RBAC, which has list/watch on Secrets and no get: a Secret read per reconcile (the
+TTL cache this replaced) would be refused."""
 
 from __future__ import annotations
 
@@ -58,6 +59,12 @@ def _secret(password: str) -> dict[str, Any]:
     }
 
 
+def _template_version(cp: ControlPlane, namespace: str) -> str | None:
+    template = get(cp, "deployment", "p-workers", namespace)["spec"]["template"]
+    annotations: dict[str, str] = template["metadata"].get("annotations") or {}
+    return annotations.get("trawl.dev/redis-secrets-version")
+
+
 def _succeeded(cp: ControlPlane, name: str, namespace: str) -> bool:
     return (get(cp, "scrapejob", name, namespace).get("status") or {}).get("phase") == "Succeeded"
 
@@ -81,8 +88,11 @@ def test_a_rotated_redis_password_reaches_the_operator_and_its_old_connections_c
     assert operator.proc is not None
     pid = operator.proc.pid
     before = wait_for("operator connected", lambda: connections_to(pid, password_redis.port), timeout=30)
-    # New workers must start with the new password: let the pool's idle workers go first.
+    # New workers must start with the new password: let the pool's idle workers go first (on a real
+    # cluster the changed pod template below rolls them; the local supervisor does not roll).
     wait_for("workers gone", lambda: supervisor.live(namespace, "p-workers") == 0, timeout=60, diag=operator.log_tail)
+    version_before = _template_version(cp, namespace)
+    assert version_before
 
     # Zero-downtime rotation: the server accepts both passwords, the Secret changes, then the old
     # password is removed. Connections authenticated with it stay open until their client closes them.
@@ -105,6 +115,13 @@ def test_a_rotated_redis_password_reaches_the_operator_and_its_old_connections_c
     finally:
         admin.close()
     print(f"rotation: old connections closed {took:.2f}s after the Secret changed (grace 5 s)")
+    # The workers read the password at start: the Deployment's pod template changed with the Secret.
+    wait_for(
+        "worker template follows the Secret",
+        lambda: _template_version(cp, namespace) not in (None, version_before),
+        timeout=60,
+        diag=operator.log_tail,
+    )
 
     # Everything works on the new password alone: a new job is enqueued by the operator and fetched by
     # workers started with the rotated Secret.

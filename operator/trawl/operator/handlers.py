@@ -149,7 +149,8 @@ def jobs_by_pool(namespace: str, name: str, spec: Mapping[str, Any], status: Map
 def secret_index(namespace: str, name: str, body: kopf.Body, **_: Any) -> Any:
     # The pools' Redis Secrets, kept current by the watch: no API read per reconcile, and a rotation
     # reaches the clients on the next pass (redisconn replaces and closes the old client).
-    return {(namespace, name): secret_index_entry(body.get("type"), body.get("data"))}
+    version = body.metadata.get("resourceVersion")
+    return {(namespace, name): secret_index_entry(body.get("type"), body.get("data"), version)}
 
 
 @kopf.index(GROUP, VERSION, JOBS, labels={LABEL_CRON: kopf.PRESENT})

@@ -32,11 +32,13 @@ from .fieldowners import take_over
 from .jobs import open_queue, validation_message
 from .jobstatus import Transition
 from .naming import FIELD_MANAGER, POD_DELETION_COST, deployment_name, pool_selector
-from .redisconn import RedisConfigError, RedisConnections, RedisUnreachable, secret_data
+from .redisconn import RedisConfigError, RedisConnections, RedisUnreachable, redis_secrets_version, secret_data
 
 log = logging.getLogger(__name__)
 
 TEMPLATE_HASH = "trawl.dev/template-hash"
+# On the pod template: the versions of the Secrets the workers' Redis settings come from (a rotation rolls them).
+REDIS_SECRETS_VERSION = "trawl.dev/redis-secrets-version"
 SCALER_MANAGER = "trawl-autoscaler"
 
 
@@ -107,7 +109,13 @@ async def _take_over_fields(namespace: str, name: str, current: Mapping[str, Any
 
 
 async def ensure_deployment(
-    namespace: str, pool: str, uid: str, spec: ScrapePoolSpec, initial_replicas: int, now: datetime
+    namespace: str,
+    pool: str,
+    uid: str,
+    spec: ScrapePoolSpec,
+    initial_replicas: int,
+    now: datetime,
+    redis_secrets_version: str | None = None,
 ) -> dict[str, Any]:
     """Apply the worker Deployment when its rendered template changed (or fields must be taken over).
 
@@ -117,6 +125,8 @@ async def ensure_deployment(
     current = await _read_deployment(namespace, name)
     fixed = None if spec.autoscaling.enabled else (spec.replicas if spec.replicas is not None else 1)
     wanted = render_worker_deployment(namespace=namespace, pool=pool, pool_uid=uid, spec=spec, replicas=fixed)
+    if redis_secrets_version is not None:
+        wanted["spec"]["template"]["metadata"]["annotations"][REDIS_SECRETS_VERSION] = redis_secrets_version
     digest = template_hash(wanted)
     wanted["metadata"].setdefault("annotations", {})[TEMPLATE_HASH] = digest
     took_over = current is not None and await _take_over_fields(namespace, name, current, now)
@@ -240,7 +250,13 @@ async def reconcile_pool(
 
     try:
         deployment = await ensure_deployment(
-            namespace, name, uid, spec, initial_replicas=spec.autoscaling.min_replicas, now=now
+            namespace,
+            name,
+            uid,
+            spec,
+            initial_replicas=spec.autoscaling.min_replicas,
+            now=now,
+            redis_secrets_version=redis_secrets_version(secrets, namespace, spec),
         )
     except DeploymentRejected as exc:
         msg = f"the API server rejected the worker Deployment: {exc}"

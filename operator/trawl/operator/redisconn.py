@@ -68,14 +68,19 @@ DATALESS_SECRET_TYPES = frozenset(
 )
 
 
-def secret_index_entry(secret_type: str | None, data: Mapping[str, Any] | None) -> dict[str, Any]:
+def secret_index_entry(
+    secret_type: str | None, data: Mapping[str, Any] | None, resource_version: str | None = None
+) -> dict[str, Any]:
     """What the operator keeps of a Secret in its index (fed by a watch): its base64 data.
 
     The index replaces a GET per reconcile (once a second per active job) and a TTL cache: a rotated
     Secret reaches the clients with the watch event, and the operator needs list/watch on Secrets
     but no get. Kept only in memory, never logged or written to a status."""
     keep = secret_type not in DATALESS_SECRET_TYPES
-    return {"data": {str(k): str(v) for k, v in (data or {}).items()} if keep else {}}
+    return {
+        "data": {str(k): str(v) for k, v in (data or {}).items()} if keep else {},
+        "version": resource_version or "",
+    }
 
 
 def secret_data(secrets: Mapping[Any, Any], namespace: str, name: str) -> dict[str, str] | None:
@@ -84,6 +89,23 @@ def secret_data(secrets: Mapping[Any, Any], namespace: str, name: str) -> dict[s
         data: dict[str, str] = entry["data"]
         return data
     return None
+
+
+def redis_secrets_version(secrets: Mapping[Any, Any], namespace: str, spec: ScrapePoolSpec) -> str | None:
+    """A digest of the versions of the Secrets the pool's Redis settings come from (None: it uses none).
+
+    Workers read those settings once, at start (secretKeyRef environment variables): the worker pod
+    template carries this digest so that a rotated Secret rolls the workers onto the new settings."""
+    redis = spec.redis
+    refs = [redis.url_secret_ref, redis.password_secret_ref, redis.tls.ca_secret_ref if redis.tls else None]
+    names = sorted({ref.name for ref in refs if ref is not None})
+    if not names:
+        return None
+    versions = []
+    for name in names:
+        entries = list(secrets.get((namespace, name)) or ())
+        versions.append(f"{name}={entries[0].get('version', '') if entries else '-'}")
+    return hashlib.sha256("\0".join(versions).encode()).hexdigest()[:16]
 
 
 def secret_value(secrets: Mapping[Any, Any], namespace: str, ref: SecretKeyRef) -> str:

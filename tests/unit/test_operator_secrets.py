@@ -1,0 +1,63 @@
+"""The operator's Secret index: what it keeps, how pools resolve Redis settings from it, and the
+version digest that rolls the workers when a Secret they read at start changes."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import pytest
+
+from trawl.api.scrapepool import ScrapePoolSpec
+from trawl.operator.redisconn import (
+    RedisConfigError,
+    redis_secrets_version,
+    resolve,
+    secret_data,
+    secret_index_entry,
+)
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def _index(**secrets: tuple[dict[str, str], str]) -> dict[Any, list[dict[str, Any]]]:
+    """A kopf-index-shaped mapping: (namespace, name) -> a store of values."""
+    return {
+        ("ns", name): [secret_index_entry("Opaque", {k: _b64(v) for k, v in data.items()}, rv)]
+        for name, (data, rv) in secrets.items()
+    }
+
+
+def _pool(**redis: Any) -> ScrapePoolSpec:
+    return ScrapePoolSpec.model_validate({"redis": {"url": "redis://r:6379/0", **redis}})
+
+
+def test_large_secret_types_are_kept_without_data_but_still_exist() -> None:
+    helm = secret_index_entry("helm.sh/release.v1", {"release": "x" * 1000}, "7")
+    assert helm == {"data": {}, "version": "7"}
+    assert secret_data({("ns", "h"): [helm]}, "ns", "h") == {}
+    assert secret_data({}, "ns", "h") is None
+
+
+def test_redis_settings_resolve_from_the_index() -> None:
+    spec = _pool(passwordSecretRef={"name": "auth", "key": "password"})
+    cfg = resolve("ns", spec, _index(auth=({"password": "s3cret"}, "1")))
+    assert cfg.password == "s3cret"
+    with pytest.raises(RedisConfigError, match="Secret ns/auth not found"):
+        resolve("ns", spec, {})
+    with pytest.raises(RedisConfigError, match="has no key 'password'"):
+        resolve("ns", spec, _index(auth=({"other": "x"}, "1")))
+    rotated = resolve("ns", spec, _index(auth=({"password": "n3w"}, "2")))
+    assert rotated.fingerprint != cfg.fingerprint  # a new client, the old one closed
+
+
+def test_the_version_digest_follows_the_referenced_secrets_only() -> None:
+    assert redis_secrets_version(_index(), "ns", _pool()) is None  # no Secrets: the template never changes
+    spec = _pool(passwordSecretRef={"name": "auth", "key": "password"})
+    v1 = redis_secrets_version(_index(auth=({"password": "a"}, "1"), other=({}, "5")), "ns", spec)
+    same = redis_secrets_version(_index(auth=({"password": "a"}, "1"), other=({}, "6")), "ns", spec)
+    v2 = redis_secrets_version(_index(auth=({"password": "b"}, "2")), "ns", spec)
+    assert v1 == same and v1 != v2
+    assert redis_secrets_version({}, "ns", spec) not in (None, v1)  # missing: its own value
