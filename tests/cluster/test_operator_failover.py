@@ -147,7 +147,8 @@ def test_a_renewal_read_late_still_expires_lease_duration_after_it(control_plane
     before the renewal): it still takes the Lease leaseDurationSeconds after the renewal, not after its
     read — by the old rule (expiry from the reader's own sight) the take came >= 1.5 s later."""
     api: Any = kubernetes.client.CoordinationV1Api(control_plane.api_client())
-    lease_seconds, late = 4, 1.5
+    # renewTime is trusted up to lease - renew_deadline = 4 s back: room for a slow first read.
+    lease_seconds, late = 6, 1.5
     renewed = datetime.now(UTC) - timedelta(seconds=late)
     body = {
         "apiVersion": "coordination.k8s.io/v1",
