@@ -88,3 +88,20 @@ def test_other_commands_are_still_registered() -> None:
         [sys.executable, "-m", "trawl.cli", "worker", "--help"], capture_output=True, text=True, timeout=120
     )
     assert help_out.returncode == 0 and "--concurrency" in help_out.stdout
+
+
+def test_worker_collects_garbage_again_once_started() -> None:
+    # trawl.cli turns the cyclic collector off while a worker imports; the worker's main turns it back on
+    # (after freezing the start-up objects), before anything runs: a worker never runs without it.
+    code = (
+        "import gc, sys\n"
+        "sys.argv = ['trawl', 'worker']\n"
+        "import trawl.cli, trawl.worker.cli as wc\n"
+        "assert not gc.isenabled()\n"
+        "wc.eventloop.run = lambda coro: (coro.close(), 0)[1]\n"
+        "assert wc.main(redis_url='redis://127.0.0.1:1/0', prefix='trawl:{a/b}') == 0\n"
+        "assert gc.isenabled() and gc.get_freeze_count() > 10_000\n"
+        "print('ok')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 from typing import Any
 
@@ -75,6 +76,11 @@ def main(
     breaker_failures: int = 5,
     breaker_open_seconds: float = 30.0,
 ) -> int:
+    # What start-up made (modules, classes, the API's models) lives as long as the process: frozen out of
+    # the collector's generations, so full collections during the crawl no longer walk it. Collection is
+    # back on (trawl.cli turns it off while a worker imports).
+    gc.freeze()
+    gc.enable()
     pod = worker_id or default_worker_id()
     wid = incarnation_id(pod)  # one id per process start: a restart in the same pod is a new worker
     logs.setup(log_level, worker=wid)
