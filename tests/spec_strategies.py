@@ -296,6 +296,7 @@ scrape_job_spec = st.one_of(
 _redis_url = st.builds("{}://{}:{}/{}".format, st.sampled_from(["redis", "rediss"]), host, ints(1, 65535), ints(0, 15))
 _redis_common = {
     "mode": enum(scrapepool.RedisMode),
+    "shards": st.integers(1, 16),
     "passwordSecretRef": secret_ref,
     "tls": obj(
         scrapepool.RedisTLS,

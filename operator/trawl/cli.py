@@ -132,6 +132,9 @@ def worker_cmd(
     redis_cluster: bool = typer.Option(
         False, "--redis-cluster", envvar="TRAWL_REDIS_CLUSTER", help="The Redis URL names a node of a Redis Cluster."
     ),
+    redis_shards: int = typer.Option(
+        1, "--redis-shards", envvar="TRAWL_REDIS_SHARDS", help="Hash tags the pool's tasks are spread over."
+    ),
     prefix: str = typer.Option(
         "trawl:{default/default}", envvar="TRAWL_QUEUE_PREFIX", help="The pool's key prefix (with its hash tag)."
     ),
@@ -189,6 +192,7 @@ def worker_cmd(
         worker_main(
             redis_url=redis_url,
             redis_cluster=redis_cluster,
+            redis_shards=redis_shards,
             prefix=prefix,
             concurrency=concurrency,
             claim_batch=claim_batch,

@@ -1,7 +1,7 @@
-"""The operator, its workers and the CLI on a cluster-mode ScrapePool (`redis.mode: Cluster`), with the
-pool's master SIGKILLed mid-job: the replica takes over, the operator and workers reconnect, the job
-completes with exact counts, `trawl results` lists every URL once, and no data loss is claimed (the
-pool's data epoch was replicated)."""
+"""The operator, its workers and the CLI on a cluster-mode ScrapePool (`redis.mode: Cluster`) spread over
+the three masters (`redis.shards: 3`), with the pool's home master SIGKILLed mid-job: the replica takes
+over, the operator and workers reconnect, the job completes with exact counts, `trawl results` lists
+every URL once, and no data loss is claimed (the pool's data epoch was replicated)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from trawl.dev.bookstore import PRODUCT_FIELDS, Bookstore
 from trawl.dev.procs import free_port
 from trawl.dev.redis_cluster import LocalRedisCluster
 from trawl.operator.naming import queue_prefix
+from trawl.queue.sharded import ShardedQueue
 
 
 def cli(cp: Any, namespace: str, *args: str) -> Any:
@@ -50,7 +51,7 @@ async def test_cluster_pool_job_completes_over_a_master_failover(
     prefix = queue_prefix(namespace, name)
     slot = key_slot(prefix.encode())
     spec = pool(name, redis_cluster.url)
-    spec["spec"]["redis"]["mode"] = "Cluster"
+    spec["spec"]["redis"].update({"mode": "Cluster", "shards": 3})  # the pool's tasks on all three masters
     spec["spec"]["worker"]["metricsPort"] = free_port()
     spec["spec"]["autoscaling"].update({"minReplicas": 2, "maxReplicas": 2})
     spec["spec"]["queue"] = {"leaseSeconds": 6}
@@ -99,4 +100,7 @@ async def test_cluster_pool_job_completes_over_a_master_failover(
     duplicates = sum(fetched.values()) - len(urls)
     print(f"operator failover: {duplicates} duplicate fetches over {len(urls)} URLs")
     assert len(fetched) == 80 and duplicates >= 0
+    shards = ShardedQueue(cluster_client, prefix, shards=3)
+    per_shard = [(await s.job_stats(obj["metadata"]["uid"])).succeeded for s in shards.shards]
+    assert sum(per_shard) == 80 and min(per_shard) > 0, per_shard
     await asyncio.to_thread(redis_cluster.wait_healthy, 60)

@@ -49,3 +49,12 @@ def test_cluster_mode_reaches_the_worker_environment() -> None:
     plain = ScrapePoolSpec.model_validate({"redis": {"url": "redis://r:6379/0"}})
     assert plain.redis.mode == RedisMode.STANDALONE
     assert all(e["name"] != "TRAWL_REDIS_CLUSTER" for e in redis_env(plain))
+
+
+def test_shards_reach_the_worker_environment() -> None:
+    spec = ScrapePoolSpec.model_validate({"redis": {"url": "redis://r:6379/0", "mode": "Cluster", "shards": 3}})
+    assert {"name": "TRAWL_REDIS_SHARDS", "value": "3"} in redis_env(spec)
+    one = ScrapePoolSpec.model_validate({"redis": {"url": "redis://r:6379/0"}})
+    assert one.redis.shards == 1 and all(e["name"] != "TRAWL_REDIS_SHARDS" for e in redis_env(one))
+    with pytest.raises(ValueError):
+        ScrapePoolSpec.model_validate({"redis": {"url": "redis://r:6379/0", "shards": 17}})

@@ -55,6 +55,15 @@ class RedisSpec(TrawlModel):
     url_secret_ref: SecretKeyRef | None = Field(
         default=None, description="Secret key holding the whole Redis URL (which may include a password)."
     )
+    shards: int = Field(
+        default=1,
+        ge=1,
+        le=16,
+        description="Hash tags the pool's tasks are spread over (by URL), so that this many Redis Cluster "
+        "masters share one pool. Jobs with crawl.maxPages stay on one shard each (the cap is exact). "
+        "Results, politeness state and the data epoch stay on the first. Changing it applies to jobs "
+        "created afterwards.",
+    )
     password_secret_ref: SecretKeyRef | None = Field(default=None, description="Secret key holding the password.")
     tls: RedisTLS | None = Field(default=None, description="TLS settings.")
     key_prefix: str | None = Field(

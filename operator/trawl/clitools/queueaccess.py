@@ -22,6 +22,7 @@ from trawl.operator.naming import queue_prefix
 from trawl.operator.redisconn import ResolvedRedis, make_client
 from trawl.queue import Queue, QueueUnavailable
 from trawl.queue.model import DeadLetterRecord
+from trawl.queue.sharded import make_queue
 
 from .cluster import Cluster
 from .errors import EXIT_REDIS, CliError
@@ -38,6 +39,7 @@ class JobRef:
     pool: str
     uid: str
     prefix: str
+    shards: int = 1
 
 
 def resolve_redis(cluster: Cluster, pool: dict[str, Any], redis_url: str | None) -> ResolvedRedis:
@@ -75,11 +77,12 @@ def job_ref(job: dict[str, Any], pool: dict[str, Any]) -> JobRef:
         pool=pool["metadata"]["name"],
         uid=meta["uid"],
         prefix=queue_prefix(meta["namespace"], pool["metadata"]["name"], key_prefix),
+        shards=int(((pool.get("spec") or {}).get("redis") or {}).get("shards") or 1),
     )
 
 
 @asynccontextmanager
-async def open_queue(cfg: ResolvedRedis, prefix: str, pool_name: str) -> AsyncIterator[Queue]:
+async def open_queue(cfg: ResolvedRedis, prefix: str, pool_name: str, shards: int = 1) -> AsyncIterator[Queue]:
     client = make_client(cfg, socket_connect_timeout=3, socket_timeout=10)
     try:
         try:
@@ -90,7 +93,7 @@ async def open_queue(cfg: ResolvedRedis, prefix: str, pool_name: str) -> AsyncIt
                 EXIT_REDIS,
                 hint="from outside the cluster, port-forward it and pass --redis-url redis://127.0.0.1:PORT/0",
             ) from None
-        yield Queue(client, prefix, retries=1)
+        yield make_queue(client, prefix, shards, retries=1)
     except (QueueUnavailable, RedisError, OSError) as exc:
         raise CliError(f"Redis error while reading ScrapePool {pool_name}'s queue: {exc}", EXIT_REDIS) from None
     finally:
@@ -99,14 +102,14 @@ async def open_queue(cfg: ResolvedRedis, prefix: str, pool_name: str) -> AsyncIt
 
 async def dead_letters(cfg: ResolvedRedis, ref: JobRef) -> list[DeadLetterRecord]:
     """Every dead letter of the job, latest first."""
-    async with open_queue(cfg, ref.prefix, ref.pool) as queue:
+    async with open_queue(cfg, ref.prefix, ref.pool, ref.shards) as queue:
         stats = await queue.job_stats(ref.uid)
         return await queue.dead_letters(ref.uid, limit=max(stats.dead, 0) + 1000)
 
 
 async def result_records(cfg: ResolvedRedis, ref: JobRef) -> AsyncGenerator[dict[str, Any], None]:
     """The job's result records in the order written, read in pages of the stream."""
-    async with open_queue(cfg, ref.prefix, ref.pool) as queue:
+    async with open_queue(cfg, ref.prefix, ref.pool, ref.shards) as queue:
         key = queue.keys.results(ref.uid)
         start = "-"
         while True:
@@ -125,5 +128,5 @@ async def result_records(cfg: ResolvedRedis, ref: JobRef) -> AsyncGenerator[dict
 
 
 async def results_exist(cfg: ResolvedRedis, ref: JobRef) -> bool:
-    async with open_queue(cfg, ref.prefix, ref.pool) as queue:
+    async with open_queue(cfg, ref.prefix, ref.pool, ref.shards) as queue:
         return bool(await queue.redis.exists(queue.keys.results(ref.uid)))

@@ -70,6 +70,8 @@ def redis_env(spec: ScrapePoolSpec) -> list[dict[str, Any]]:
         )
     if redis.mode == RedisMode.CLUSTER:
         env.append({"name": "TRAWL_REDIS_CLUSTER", "value": "true"})
+    if redis.shards > 1:
+        env.append({"name": "TRAWL_REDIS_SHARDS", "value": str(redis.shards)})
     tls = redis.tls
     if tls is not None and tls.enabled:
         env.append({"name": "TRAWL_REDIS_TLS", "value": "true"})

@@ -22,6 +22,7 @@ from trawl.api.scrapejob import ScrapeJobSpec, SinkKind
 from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.queue import Queue, QueueUnavailable
 from trawl.queue.model import DeadLetterRecord, JobConfig, JobStats
+from trawl.queue.sharded import make_queue
 from trawl.worker.jobspec import browser_missing, spec_problem, unmounted_directory, unmounted_secrets
 from trawl.worker.notes import JobNotes, skipped_key, throttled_key
 from trawl.worker.s3sink import pending_key as s3_pending_key
@@ -36,8 +37,6 @@ from .redisconn import RedisConfigError, RedisConnections, RedisUnreachable, sec
 from .sinkcheck import SecretReader, finish_sink, sink_problem
 
 log = logging.getLogger(__name__)
-
-ENQUEUE_BATCH = 5000
 
 
 def validation_message(exc: ValidationError, root: str = "spec") -> str:
@@ -92,16 +91,22 @@ def job_config(uid: str, spec: ScrapeJobSpec, pool: ScrapePoolSpec) -> JobConfig
     return config
 
 
-_queues: dict[tuple[int, str, float, int], Queue] = {}
+_queues: dict[tuple[int, str, float, int, int], Queue] = {}
 
 
 def open_queue(redis: Any, namespace: str, pool_name: str, pool: ScrapePoolSpec) -> Queue:
     """The pool's queue client, reused across passes (it caches its scripts and job policies)."""
     prefix = queue_prefix(namespace, pool_name, pool.redis.key_prefix)
-    key = (id(redis), prefix, pool.queue.lease_seconds, pool.queue.max_stalls)
+    key = (id(redis), prefix, pool.queue.lease_seconds, pool.queue.max_stalls, pool.redis.shards)
     queue = _queues.get(key)
     if queue is None or queue.redis is not redis:
-        queue = Queue(redis, prefix, lease_seconds=pool.queue.lease_seconds, max_stalls=pool.queue.max_stalls)
+        queue = make_queue(
+            redis,
+            prefix,
+            pool.redis.shards,
+            lease_seconds=pool.queue.lease_seconds,
+            max_stalls=pool.queue.max_stalls,
+        )
         _queues[key] = queue
     return queue
 
@@ -170,9 +175,9 @@ async def _enqueue_seeds(queue: Queue, uid: str, spec: ScrapeJobSpec) -> int:
     seeds = spec.seed_urls()
     if spec.crawl is not None:
         seeds = seeds[: spec.crawl.max_pages]
-    added = 0
-    for start in range(0, len(seeds), ENQUEUE_BATCH):
-        added += await queue.enqueue(uid, seeds[start : start + ENQUEUE_BATCH], start_index=start)
+    # One call from index 0 (the queue batches it): idempotent per seed index, and a sharded queue places
+    # the whole list so that each shard's part is the same at every pass.
+    await queue.enqueue(uid, seeds, start_index=0)
     await queue.mark_enqueue_done(uid)
     return len(seeds)
 

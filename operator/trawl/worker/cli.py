@@ -36,12 +36,12 @@ def redis_from_env(url: str, *, cluster: bool | None = None) -> Redis:
 
 
 async def _run(config: WorkerConfig, lease_seconds: float) -> int:
-    from trawl.queue import Queue
     from trawl.queue.keys import Keys
+    from trawl.queue.sharded import make_queue
 
     redis = redis_from_env(config.redis_url, cluster=config.redis_cluster or None)
     try:
-        queue = Queue(redis, config.prefix, lease_seconds=lease_seconds)
+        queue = make_queue(redis, config.prefix, config.redis_shards, lease_seconds=lease_seconds)
         worker = Worker(config, queue, redis, Keys(config.prefix))
         worker.install_signal_handlers()
         await worker.run()
@@ -59,6 +59,7 @@ def main(
     redis_url: str,
     prefix: str,
     redis_cluster: bool = False,
+    redis_shards: int = 1,
     concurrency: int = 32,
     claim_batch: str = "auto",
     drain_seconds: float = 30.0,
@@ -87,6 +88,7 @@ def main(
     config = WorkerConfig(
         redis_url=redis_url,
         redis_cluster=redis_cluster,
+        redis_shards=redis_shards,
         prefix=prefix,
         pod=pod,
         worker_id=wid,

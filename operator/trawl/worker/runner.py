@@ -73,6 +73,7 @@ def default_worker_id() -> str:
 class WorkerConfig:
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_cluster: bool = False  # the URL names a node of a Redis Cluster
+    redis_shards: int = 1  # hash tags the pool's tasks are spread over (trawl.queue.sharded)
     prefix: str = "trawl:{default/default}"
     pod: str = ""  # the pod (stable name) this process runs in; its earlier incarnations are evicted at start
     worker_id: str = ""  # this process's incarnation, "<pod>@<random>" (default: a fresh one)

@@ -1,0 +1,384 @@
+"""One pool's queue spread over N hash tags (``spec.redis.shards``), so N Redis Cluster masters share it.
+
+Each shard is a whole queue of its own (:class:`Queue`, the same Lua scripts) under its own hash tag;
+shard 0 is the pool's usual prefix (its *home*: results, notes, politeness state, the data epoch stay
+there, and a pool going from 1 to N shards keeps its data). A job is registered on every shard; its
+tasks are placed by URL (a hash of the URL modulo N), so within-job and cross-job dedupe stay exact — a
+URL always lands on the same shard — and the operator's seeds and the workers' discovered links agree
+on the placement without talking.
+
+A crawl's ``maxPages`` is split into per-shard quotas (each enforced exactly by its shard's script, so the
+sum never exceeds the cap). A shard whose quota is used up while links for it keep coming takes unused
+quota from the other shards (``take`` there, then ``give`` here: a crash in between loses that quota, so
+a crawl may end below its cap, never above it). Seeds get their quota before they are enqueued.
+
+Claims go round-robin over the shards (each call starts one shard further; an empty shard passes to the
+next within the same call), so every master serves its share and the priorities and round-robin
+fairness of each shard hold for the whole pool as far as the jobs' URLs spread evenly. Counters are the
+sum over the shards (each exact); a job is finished when every shard says so, read twice with the same
+totals (a link added to one shard by a task of another between the reads changes a total).
+
+Task ids carry their shard (``<task>.<shard>``) so a worker's (job, task) pairs stay unique.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.crc import key_slot
+
+from .client import Queue
+from .keys import hash_tag
+from .model import DeadLetterRecord, FailOutcome, JobConfig, JobStats, PoolSignals, Task, WorkerActivity
+
+SLOTS = 16384
+MAX_SHARDS = 16
+
+# Move unused page quota of a capped job: take up to ARGV[1] from this shard (what its cap leaves beyond
+# the tasks it holds), or give ARGV[1] to it. Returns the amount moved.
+TAKE_QUOTA = """
+local m = redis.call('HMGET', KEYS[1], 'maxp', 'tot')
+if not m[1] then return 0 end
+local k = math.min(tonumber(m[1]) - tonumber(m[2]), tonumber(ARGV[1]))
+if k <= 0 then return 0 end
+redis.call('HINCRBY', KEYS[1], 'maxp', -k)
+return k
+"""
+GIVE_QUOTA = """
+if not redis.call('HGET', KEYS[1], 'maxp') then return 0 end
+redis.call('HINCRBY', KEYS[1], 'maxp', ARGV[1])
+return tonumber(ARGV[1])
+"""
+
+
+def shard_prefixes(prefix: str, shards: int) -> list[str]:
+    """The prefixes of a pool's shards: the home prefix, then one per further shard whose hash tag's slot
+    lies in the middle of the next N-th of the slot ring (the home's N-th first), so that with a cluster's
+    usual contiguous, even slot ranges (``redis-cli --cluster create``) N shards land on N masters.
+    Deterministic: it depends on names only, never on the cluster's current layout."""
+    if not 1 <= shards <= MAX_SHARDS:
+        raise ValueError(f"shards must be 1..{MAX_SHARDS}")
+    tag = hash_tag(prefix)
+    start, end = prefix.index("{"), prefix.index("}")
+    segment = key_slot(prefix.encode()) * shards // SLOTS
+    out = [prefix]
+    for i in range(1, shards):
+        middle = ((segment + i) % shards * 2 + 1) * SLOTS // (2 * shards)
+        for k in range(100_000):
+            candidate = f"{prefix[:start]}{{{tag}~{i}.{k}}}{prefix[end + 1 :]}"
+            if abs(key_slot(candidate.encode()) - middle) <= SLOTS // (4 * shards):
+                out.append(candidate)
+                break
+        else:  # pragma: no cover - CRC16 reaches a window of 1/(2N) of the ring within a few dozen tries
+            raise RuntimeError("no hash tag found for a shard")
+    return out
+
+
+def shard_of(url: str, shards: int) -> int:
+    return int.from_bytes(hashlib.blake2b(url.encode(), digest_size=8).digest(), "big") % shards
+
+
+def _split_task_id(task_id: str) -> tuple[str, int]:
+    tid, _, shard = task_id.rpartition(".")
+    if not tid or not shard.isdigit():
+        raise ValueError(f"task id {task_id!r} has no shard")
+    return tid, int(shard)
+
+
+class ShardedQueue(Queue):
+    """The pool's queue over ``shards`` hash tags; the same calls as :class:`Queue` (which it is for the
+    home shard's keys: ``redis``, ``keys``, ``prefix``)."""
+
+    def __init__(self, redis: aioredis.Redis, prefix: str, *, shards: int, **kwargs: Any) -> None:
+        super().__init__(redis, prefix, **kwargs)
+        self.shards = [Queue(redis, p, **kwargs) for p in shard_prefixes(prefix, shards)]
+        self._next = 0
+        self._take = redis.register_script(TAKE_QUOTA)
+        self._give = redis.register_script(GIVE_QUOTA)
+        self._registered: dict[str, list[bool]] = {}
+
+    # ------------------------------------------------------------------ placement
+
+    def _tag(self, task: Task, shard: int) -> Task:
+        return replace(task, task_id=f"{task.task_id}.{shard}")
+
+    def _untag(self, task: Task) -> tuple[Task, int]:
+        tid, shard = _split_task_id(task.task_id)
+        return replace(task, task_id=tid), shard
+
+    async def _present(self, job_id: str) -> list[bool]:
+        """The shards the job is registered on: all of them, except for a job that began before the pool's
+        shard count grew (it lives on the shards it had; URLs of the others go to the home shard)."""
+        known = self._registered.get(job_id)
+        if known is None or not all(known):
+            known = [
+                bool(n)
+                for n in await self._each(
+                    self._retrying(lambda k=s.keys.job(job_id): self.redis.exists(k))  # type: ignore[misc]
+                    for s in self.shards
+                )
+            ]
+            self._registered[job_id] = known
+        return known
+
+    async def _place(self, job_id: str, urls: Sequence[str]) -> dict[int, list[str]]:
+        n = len(self.shards)
+        present = await self._present(job_id)
+        out: dict[int, list[str]] = {}
+        for url in urls:
+            i = shard_of(url, n)
+            out.setdefault(i if present[i] else 0, []).append(url)
+        return out
+
+    async def _cap(self, shard: int, job_id: str) -> tuple[int | None, int]:
+        """The job's quota on a shard (None: uncapped or gone) and the tasks it holds there."""
+        q = self.shards[shard]
+        raw = await self._retrying(lambda: self.redis.hmget(q.keys.job(job_id), ["maxp", "tot"]))  # type: ignore[arg-type,return-value]
+        return (None if raw[0] is None else int(raw[0])), int(raw[1] or 0)
+
+    async def _borrow(self, shard: int, job_id: str, wanted: int) -> int:
+        """Move up to ``wanted`` unused quota of the job from the other shards to ``shard``."""
+        got = 0
+        for other in range(len(self.shards)):
+            if other == shard or got >= wanted:
+                continue
+            key = self.shards[other].keys.job(job_id)
+            taken = int(await self._retrying(lambda k=key, w=wanted - got: self._take(keys=[k], args=[w])))  # type: ignore[misc]
+            if taken:
+                home = self.shards[shard].keys.job(job_id)
+                await self._retrying(lambda k=home, t=taken: self._give(keys=[k], args=[t]))  # type: ignore[misc]
+                got += taken
+        return got
+
+    async def _each(self, calls: Iterable[Any]) -> list[Any]:
+        return list(await asyncio.gather(*calls))
+
+    # ------------------------------------------------------------------ jobs
+
+    async def register_job(self, job: JobConfig) -> None:
+        """Register on every shard, the home last; a capped job gets its quota split. A job whose home
+        has it already is left as it is: fully registered before (its shards may hold moved quota), or
+        begun before the pool's shard count grew (it stays on the shards it had)."""
+        n = len(self.shards)
+        present = await self._each(s.job_stats(job.job_id) for s in self.shards)
+        if not present[0].exists:
+
+            def share(i: int) -> int | None:
+                cap = job.max_pages
+                return None if cap is None else cap // n + (1 if i < cap % n else 0)
+
+            await self._each(
+                self.shards[i].register_job(replace(job, max_pages=share(i)))
+                for i in range(1, n)
+                if not present[i].exists
+            )
+            await self.shards[0].register_job(replace(job, max_pages=share(0)))
+        self._policies[job.job_id] = job.retry
+        self._registered.pop(job.job_id, None)
+
+    async def enqueue(self, job_id: str, urls: Sequence[str], *, start_index: int | None = None) -> int:
+        """Seeds, placed by URL. ``start_index`` must be 0 (the whole seed list, so each shard's part is
+        the same at every call and its own seed indexes make the call idempotent) or None (append)."""
+        if start_index not in (None, 0):
+            raise ValueError("a sharded queue enqueues the whole seed list at once (start_index 0) or appends")
+        placed = await self._place(job_id, urls)
+        for i, part in placed.items():
+            cap, _ = await self._cap(i, job_id)
+            if cap is not None and start_index == 0 and cap < len(part):
+                # seeds are idempotent by index: a seed refused for want of quota is never offered again
+                await self._borrow(i, job_id, len(part) - cap)
+        added = await self._each(
+            self.shards[i].enqueue(job_id, part, start_index=start_index) for i, part in placed.items()
+        )
+        return sum(added)
+
+    async def mark_enqueue_done(self, job_id: str) -> None:
+        await self._each(s.mark_enqueue_done(job_id) for s in self.shards)
+
+    async def enqueue_discovered(self, parent: Task, urls: Sequence[str]) -> int:
+        if not urls:
+            return 0
+        placed = await self._place(parent.job_id, urls)
+        added = await self._each(self._discover_on(i, parent, part) for i, part in placed.items())
+        return sum(added)
+
+    async def _discover_on(self, shard: int, parent: Task, urls: list[str]) -> int:
+        q = self.shards[shard]
+        added = await q.enqueue_discovered(parent, urls)
+        if added == len(urls):
+            return added
+        cap, held = await self._cap(shard, parent.job_id)
+        if cap is None or held < cap:
+            return added  # the rest were duplicates or beyond max depth, not over the quota
+        # The shard's quota is used up: links refused for it were not marked seen, so once quota moves
+        # here they can be offered again (duplicates among them are refused again, exactly).
+        if await self._borrow(shard, parent.job_id, len(urls) - added):
+            added += await q.enqueue_discovered(parent, urls)
+        return added
+
+    # ------------------------------------------------------------------ workers
+
+    async def claim(self, worker_id: str, count: int) -> list[Task]:
+        n = len(self.shards)
+        first = self._next
+        self._next = (self._next + 1) % n
+        got: list[Task] = []
+        for step in range(n):
+            if len(got) >= count:
+                break
+            i = (first + step) % n
+            got.extend(self._tag(t, i) for t in await self.shards[i].claim(worker_id, count - len(got)))
+        return got
+
+    async def heartbeat(
+        self,
+        worker_id: str,
+        *,
+        in_flight: int,
+        draining: bool = False,
+        held: Iterable[tuple[str, str]] | None = None,
+    ) -> int:
+        per: list[list[tuple[str, str]] | None] = [None if held is None else [] for _ in self.shards]
+        for job_id, task_id in held or ():
+            tid, shard = _split_task_id(task_id)
+            bucket = per[shard]
+            assert bucket is not None
+            bucket.append((job_id, tid))
+        counts = await self._each(
+            s.heartbeat(worker_id, in_flight=in_flight, draining=draining, held=per[i])
+            for i, s in enumerate(self.shards)
+        )
+        return sum(counts)
+
+    async def evict_previous(self, pod: str, worker_id: str) -> tuple[int, int]:
+        res = await self._each(s.evict_previous(pod, worker_id) for s in self.shards)
+        return max(r[0] for r in res), sum(r[1] for r in res)
+
+    async def ack_many(self, tasks: Sequence[Task], worker_id: str) -> list[bool]:
+        groups: dict[int, list[tuple[int, Task]]] = {}
+        for pos, task in enumerate(tasks):
+            raw, shard = self._untag(task)
+            groups.setdefault(shard, []).append((pos, raw))
+        out = [False] * len(tasks)
+        results = await self._each(self.shards[i].ack_many([t for _, t in g], worker_id) for i, g in groups.items())
+        for g, oks in zip(groups.values(), results, strict=True):
+            for (pos, _), ok in zip(g, oks, strict=True):
+                out[pos] = ok
+        return out
+
+    async def fail(
+        self, task: Task, worker_id: str, error_class: str, message: str, *, retry_after: float | None = None
+    ) -> FailOutcome:
+        raw, shard = self._untag(task)
+        return await self.shards[shard].fail(raw, worker_id, error_class, message, retry_after=retry_after)
+
+    async def release(self, task: Task, worker_id: str, *, delay: float = 0.0) -> bool:
+        raw, shard = self._untag(task)
+        return await self.shards[shard].release(raw, worker_id, delay=delay)
+
+    async def reap(self) -> int:
+        return sum(await self._each(s.reap() for s in self.shards))
+
+    async def retire_worker(self, worker_id: str) -> bool:
+        return all(await self._each(s.retire_worker(worker_id) for s in self.shards))
+
+    # ------------------------------------------------------------------ status
+
+    async def _stats_once(self, job_id: str) -> list[JobStats]:
+        return await self._each(s.job_stats(job_id) for s in self.shards)
+
+    async def job_stats(self, job_id: str) -> JobStats:
+        parts = await self._stats_once(job_id)
+        for _ in range(5):
+            if not _merge_stats(parts).finished:
+                break
+            # Every shard said finished: read again and trust it only with the same totals, or a task of
+            # one shard may have added a link to another that was read before it.
+            again = await self._stats_once(job_id)
+            if [p.total for p in again] == [p.total for p in parts]:
+                break
+            parts = again
+        return _merge_stats(parts)
+
+    async def dead_letters(self, job_id: str, limit: int = 100) -> list[DeadLetterRecord]:
+        parts = await self._each(s.dead_letters(job_id, limit) for s in self.shards)
+        tagged = [replace(d, task_id=f"{d.task_id}.{i}") for i, part in enumerate(parts) for d in part]
+        return sorted(tagged, key=lambda d: d.time, reverse=True)[:limit]
+
+    async def requeue_dead(self, job_id: str, task_ids: Sequence[str] | None = None) -> int:
+        if task_ids is None:
+            return sum(await self._each(s.requeue_dead(job_id) for s in self.shards))
+        groups: dict[int, list[str]] = {}
+        for task_id in task_ids:
+            tid, shard = _split_task_id(task_id)
+            groups.setdefault(shard, []).append(tid)
+        return sum(await self._each(self.shards[i].requeue_dead(job_id, ids) for i, ids in groups.items()))
+
+    async def suspend(self, job_id: str) -> None:
+        await self._each(s.suspend(job_id) for s in self.shards)
+
+    async def resume(self, job_id: str) -> None:
+        await self._each(s.resume(job_id) for s in self.shards)
+
+    async def cancel(self, job_id: str) -> None:
+        await self._each(s.cancel(job_id) for s in self.shards)
+        self._policies.pop(job_id, None)
+        self._registered.pop(job_id, None)
+
+    async def expire_job(self, job_id: str, ttl_seconds: int) -> None:
+        await self._each(s.expire_job(job_id, ttl_seconds) for s in self.shards)
+
+    async def pool_signals(self, *, due_soon_seconds: float = 5.0, reap: bool = True) -> PoolSignals:
+        parts = await self._each(s.pool_signals(due_soon_seconds=due_soon_seconds, reap=reap) for s in self.shards)
+        workers: dict[str, WorkerActivity] = {}
+        for part in parts:
+            for pod, activity in part.workers.items():
+                if pod not in workers or workers[pod].last_seen < activity.last_seen:
+                    workers[pod] = activity
+        return PoolSignals(
+            ready=sum(p.ready for p in parts),
+            delayed=sum(p.delayed for p in parts),
+            delayed_due_soon=sum(p.delayed_due_soon for p in parts),
+            in_flight=sum(p.in_flight for p in parts),
+            dead=sum(p.dead for p in parts),
+            completed_total=sum(p.completed_total for p in parts),
+            failed_total=sum(p.failed_total for p in parts),
+            service_seconds_total=sum(p.service_seconds_total for p in parts),
+            workers=workers,
+            time=parts[0].time,
+        )
+
+
+def _merge_stats(all_parts: Sequence[JobStats]) -> JobStats:
+    home = all_parts[0]
+    # a job that began before the pool's shard count grew is on the shards it had
+    parts = [p for p in all_parts if p.exists] or [home]
+    firsts = [p.first_claim_at for p in parts if p.first_claim_at is not None]
+    lasts = [p.last_finish_at for p in parts if p.last_finish_at is not None]
+    fins = [p.finished_at for p in parts]
+    return JobStats(
+        total=sum(p.total for p in parts),
+        pending=sum(p.pending for p in parts),
+        in_flight=sum(p.in_flight for p in parts),
+        retrying=sum(p.retrying for p in parts),
+        succeeded=sum(p.succeeded for p in parts),
+        dead=sum(p.dead for p in parts),
+        enqueue_done=all(p.enqueue_done for p in parts),
+        suspended=home.suspended,
+        first_claim_at=min(firsts) if firsts else None,
+        last_finish_at=max(lasts) if lasts else None,
+        exists=home.exists,
+        finished_at=max(f for f in fins if f is not None) if all(f is not None for f in fins) else None,
+    )
+
+
+def make_queue(redis: aioredis.Redis, prefix: str, shards: int = 1, **kwargs: Any) -> Queue:
+    """The pool's queue client: one hash tag, or ``shards`` of them."""
+    if shards <= 1:
+        return Queue(redis, prefix, **kwargs)
+    return ShardedQueue(redis, prefix, shards=shards, **kwargs)
