@@ -289,7 +289,8 @@ def test_helm_uninstall_refuses_while_a_job_names_the_pool_then_leaves_only_the_
     # The scenarios' own pool and jobs are the user's objects, not the release's: removed the usual way.
     node.kubectl("-n", NAMESPACE, "delete", "scrapejobs", "--all", "--wait=true", "--timeout=120s")
     node.kubectl("-n", NAMESPACE, "delete", "scrapepool", POOL, "--wait=true", "--timeout=120s")
-    node.apply([job("pinned", CHART_POOL, [f"{SITE}/product/1.html"], politeness=FAST)])
+    # Suspended: it names the pool (which is all that blocks a deletion) without starting any work.
+    node.apply([job("pinned", CHART_POOL, [f"{SITE}/product/1.html"], suspend=True)])
     try:
         started = time.monotonic()
         with pytest.raises(CommandFailed, match=r"1 ScrapeJobs still name it \(pinned\)"):
