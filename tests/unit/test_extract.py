@@ -128,3 +128,11 @@ def test_extraction_from_bytes_equals_extraction_from_text() -> None:
             from_bytes = extractor.extract(body, "http://shop.test/a/", content_type=content_type)
             from_text = extractor.extract(decode_html(body, content_type), "http://shop.test/a/")
             assert (from_bytes.data, from_bytes.links) == (from_text.data, from_text.links)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list(" \t\n\r\x0b\x0c\x1c\x85\xa0\u2003\u3000ab\u00e9"))))
+def test_clean_collapses_whitespace_as_the_regex_did(text: str) -> None:
+    from trawl.worker.extract import _WS, _clean
+
+    assert _clean(text) == _WS.sub(" ", text).strip()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import functools
 import socket
 import time
 import zlib
@@ -501,6 +502,7 @@ class Fetcher:
         )
 
 
+@functools.lru_cache(maxsize=4096)  # a pure function of the host; a crawl asks it once per page
 def _is_ip(host: str) -> bool:
     import ipaddress
 

@@ -18,7 +18,7 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -182,6 +182,28 @@ class RateWaitTooLong(Exception):
         self.wait = wait
 
 
+class _Slot:
+    """The context manager of :meth:`DomainLimiter.slot`: a plain class, as it is entered once per request
+    (a generator-based one costs a generator and its frames each time)."""
+
+    __slots__ = ("deadline", "domain", "limit", "limiter", "member")
+
+    def __init__(self, limiter: DomainLimiter, domain: str, limit: int, deadline: float | None) -> None:
+        self.limiter = limiter
+        self.domain = domain
+        self.limit = limit
+        self.deadline = deadline
+        self.member: str | None = None
+
+    async def __aenter__(self) -> None:
+        self.member = await self.limiter._take_slot(self.domain, self.limit, self.deadline)
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.member is not None:
+            member, self.member = self.member, None
+            await self.limiter._give_slot(self.domain, member)
+
+
 class DomainLimiter:
     """Pool-wide per-domain rate and concurrency, plus this worker's adaptive delay."""
 
@@ -264,14 +286,10 @@ class DomainLimiter:
                 await asyncio.sleep(wait)
             state.tokens -= 1
 
-    @contextlib.asynccontextmanager
-    async def slot(self, domain: str, limit: int, *, deadline: float | None = None) -> AsyncIterator[None]:
-        """Hold one of the domain's pool-wide concurrency slots for the duration of the block."""
-        member = await self._take_slot(domain, limit, deadline)
-        try:
-            yield
-        finally:
-            await self._give_slot(domain, member)
+    def slot(self, domain: str, limit: int, *, deadline: float | None = None) -> _Slot:
+        """Hold one of the domain's pool-wide concurrency slots for the duration of the block
+        (``async with limiter.slot(...)``; given back however the block ends)."""
+        return _Slot(self, domain, limit, deadline)
 
     async def _take_slot(self, domain: str, limit: int, deadline: float | None) -> str:
         state = self._domain(domain)
