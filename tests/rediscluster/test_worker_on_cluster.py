@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -41,12 +42,18 @@ def workers() -> Iterator[list[subprocess.Popen[bytes]]]:
 
 
 def start_worker(
-    started: list[subprocess.Popen[bytes]], cluster: LocalRedisCluster, prefix: str, name: str, log_dir: Path
+    started: list[subprocess.Popen[bytes]],
+    cluster: LocalRedisCluster,
+    prefix: str,
+    name: str,
+    log_dir: Path,
+    metrics_port: int = 0,
 ) -> subprocess.Popen[bytes]:
     argv = [
         sys.executable, "-m", "trawl.cli", "worker", "--redis-url", cluster.url, "--redis-cluster",
         "--prefix", prefix, "--allowed-cidrs", f"{HOST}/32", "--worker-id", name, "--lease-seconds", "6",
         "--concurrency", "8", "--drain-seconds", "5", "--parse-processes", "0",
+        "--metrics-port", str(metrics_port), "--metrics-address", "127.0.0.1",
     ]  # fmt: skip
     proc = procs.start(argv, log_path=log_dir / f"{name}.log")
     started.append(proc)
@@ -80,6 +87,14 @@ async def wait_finished(queue: Queue, job_id: str, limit: float) -> None:
             pass
         assert time.monotonic() < deadline, await queue.job_stats(job_id)
         await asyncio.sleep(0.2)
+
+
+def duplicate_records(port: int) -> int:
+    """The worker's own count of records it did not write because an earlier fetch had stored them."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    name = "trawl_worker_duplicate_records_total "
+    return sum(int(float(line.split()[-1])) for line in text.splitlines() if line.startswith(name))
 
 
 async def records(redis: aioredis.Redis, prefix: str, job_id: str) -> list[dict[str, Any]]:
@@ -129,8 +144,9 @@ async def test_master_killed_mid_job_replica_takes_over_and_no_record_is_lost(
     with Bookstore(host=HOST, latency=0.05) as site:
         urls = [site.product_url(i) for i in range(1, 101)]
         job_id, queue = await submit(cluster_client, prefix, urls)
+        ports = procs.free_ports(2)
         for n in range(2):
-            start_worker(workers, redis_cluster, prefix, f"failover-{n}", tmp_path)
+            start_worker(workers, redis_cluster, prefix, f"failover-{n}", tmp_path, metrics_port=ports[n])
         deadline = time.monotonic() + 60
         while (await queue.job_stats(job_id)).succeeded < 25:
             assert time.monotonic() < deadline
@@ -144,6 +160,7 @@ async def test_master_killed_mid_job_replica_takes_over_and_no_record_is_lost(
             await wait_finished(queue, job_id, 120)
             finished_after = time.monotonic() - killed_at
             fetched = Counter(e.path for e in site.entries() if e.path != "/robots.txt")
+            reported = sum(duplicate_records(p) for p in ports)
         finally:
             redis_cluster.restart(master.port)  # it rejoins as a replica of the promoted node
     assert promoted.port != master.port
@@ -156,9 +173,13 @@ async def test_master_killed_mid_job_replica_takes_over_and_no_record_is_lost(
     record_property("failover_seconds", round(took_over, 2))
     record_property("finished_after_kill_seconds", round(finished_after, 2))
     record_property("duplicate_fetches", duplicates)
-    print(f"failover {took_over:.2f}s, finished {finished_after:.2f}s after the kill, {duplicates} duplicate fetches")
+    record_property("duplicate_records_reported", reported)
+    print(
+        f"failover {took_over:.2f}s, finished {finished_after:.2f}s after the kill, {duplicates} duplicate "
+        f"fetches, {reported} reported by the workers (trawl_worker_duplicate_records_total)"
+    )
     assert not lost, f"lost result records: {sorted(lost)[:5]}"
     assert set(got.values()) == {1}  # every URL exactly once in the results
     assert stats.succeeded + stats.dead == 100 and stats.dead == 0
-    assert len(fetched) == 100 and duplicates >= 0
+    assert len(fetched) == 100 and 0 <= reported <= duplicates  # each reported one is a second fetch
     await asyncio.to_thread(redis_cluster.wait_healthy, 60)

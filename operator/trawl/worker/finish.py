@@ -243,6 +243,9 @@ class Finisher:
                 await self._note_sink(job_id, reason)
             else:
                 self.metrics.results.inc(int(res))
+                # the sink writes each (job, URL) once: what it left out was stored by an earlier fetch
+                keys = {r.key for r in _records(batch, idxs)}
+                self.metrics.duplicates.inc(max(0, len(keys) - int(res)))
                 await self._note_sink(job_id, None)
 
         # 3. acks for the stored, releases for the rest

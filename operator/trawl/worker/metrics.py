@@ -62,6 +62,12 @@ class WorkerMetrics:
             "trawl_worker_rate_limit_wait_seconds_total", "Seconds spent waiting for a domain's rate.", registry=r
         )
         self.results = Counter("trawl_worker_results_written_total", "Result records written.", registry=r)
+        self.duplicates = Counter(
+            "trawl_worker_duplicate_records_total",
+            "Records not written because their (job, URL) was stored already: a redelivered task's second "
+            "fetch (after a lost ack, an expired lease, a Redis failover), or its job was cancelled meanwhile.",
+            registry=r,
+        )
         self.discovered = Counter("trawl_worker_links_enqueued_total", "Crawl links enqueued.", registry=r)
         self.skipped = Counter(
             "trawl_worker_skipped_total", "Discovered URLs skipped without a fetch, by reason.", ["reason"], registry=r
