@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from trawl.queue.claimsize import (
@@ -95,6 +95,7 @@ def test_task_timer_follows_the_mean() -> None:
     lease=st.floats(0.1, 3600.0),
     setting=st.integers(0, MAX_CLAIM),
 )
+@example(conc=1, running=0, buffered=0, t=2.2e-313, lease=1.0, setting=2)  # once divided into infinity
 def test_never_overfills_and_never_starves(
     conc: int, running: int, buffered: int, t: float | None, lease: float, setting: int
 ) -> None:

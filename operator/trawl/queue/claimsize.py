@@ -30,7 +30,8 @@ AUTO = 0  # claimBatch "auto"
 MAX_CLAIM = 1000  # the claim script's own bound
 AHEAD_SECONDS = 0.1  # buffered tasks must start within this
 LEASE_SHARE = 0.05  # ... and within this share of the lease
-EWMA_WEIGHT = 0.05  # weight of one observation in the running mean of task time
+EWMA_WEIGHT = 0.05
+MIN_TASK_SECONDS = 1e-6  # weight of one observation in the running mean of task time
 
 
 def parse_setting(text: str | int | None) -> int:
@@ -64,7 +65,8 @@ class ClaimState:
 def ahead_limit(state: ClaimState, setting: int = AUTO) -> int:
     """How many claimed tasks may wait here for a slot (the buffer's target size)."""
     conc = max(1, state.concurrency)
-    t = state.task_seconds
+    # No task takes less than a microsecond: a vanishing mean must not divide into infinity.
+    t = None if state.task_seconds is None else max(state.task_seconds, MIN_TASK_SECONDS)
     # Tasks that all start within ``horizon``; unbounded (only the setting bounds it) before t is known.
     horizon = min(AHEAD_SECONDS, LEASE_SHARE * state.lease_seconds)
     if setting != AUTO:
