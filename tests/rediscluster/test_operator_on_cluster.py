@@ -104,3 +104,53 @@ async def test_cluster_pool_job_completes_over_a_master_failover(
     per_shard = [(await s.job_stats(obj["metadata"]["uid"])).succeeded for s in shards.shards]
     assert sum(per_shard) == 80 and min(per_shard) > 0, per_shard
     await asyncio.to_thread(redis_cluster.wait_healthy, 60)
+
+
+async def test_a_cluster_pool_whose_master_and_replica_lost_the_data_says_data_lost(
+    redis_cluster: LocalRedisCluster,
+    cluster_client: aioredis.Redis,
+    control_plane: Any,
+    namespace: str,
+    operator: Any,
+    supervisor: Any,
+) -> None:
+    """What a failover cannot save (the master's data gone from its replica too: here a FLUSHALL on the
+    pool's master, which the replica copies): the data epoch read through the cluster client changes, the
+    job and the pool say DataLost, the job's URLs are enqueued again and it ends with one record each."""
+    cp = control_plane
+    master = next(n for n in redis_cluster.nodes() if n.master and n.slots)
+    name = pool_on_master(redis_cluster, master.port, namespace, base="lossy")
+    spec = pool(name, redis_cluster.url)
+    spec["spec"]["redis"]["mode"] = "Cluster"
+    spec["spec"]["worker"]["metricsPort"] = free_port()
+    spec["spec"]["autoscaling"].update({"minReplicas": 1, "maxReplicas": 1})
+    with Bookstore(host="127.0.0.2", latency=0.2) as site:
+        urls = [site.product_url(i) for i in range(1, 41)]
+        apply(
+            cp,
+            spec,
+            job("books", name, urls, extract={"fields": PRODUCT_FIELDS}, politeness={"maxConcurrencyPerDomain": 4}),
+            namespace=namespace,
+        )
+
+        def succeeded() -> int:
+            status = get(cp, "scrapejob", "books", namespace).get("status") or {}
+            return int((status.get("counts") or {}).get("succeeded") or 0)
+
+        wait_for("some progress", lambda: succeeded() >= 5, 120, lambda: diag(operator, supervisor))
+        redis_cluster.command(master.port, "FLUSHALL")
+
+        def lost(kind: str, obj_name: str) -> bool:
+            return (condition(get(cp, kind, obj_name, namespace), "DataLost") or {}).get("status") == "True"
+
+        wait_for(
+            "DataLost on the job and the pool",
+            lambda: lost("scrapejob", "books") and lost("scrapepool", name),
+            60,
+            lambda: diag(operator, supervisor),
+        )
+        wait_complete(cp, "books", namespace, 180, lambda: diag(operator, supervisor))
+    res = await asyncio.to_thread(cli, cp, namespace, "results", "books")
+    assert res.exit_code == 0, res.output
+    got = Counter(json.loads(line)["url"] for line in res.stdout.splitlines() if line.startswith("{"))
+    assert set(got) == set(urls) and set(got.values()) == {1}
