@@ -130,8 +130,6 @@ def data_memory(r: redis.Redis) -> int:
 
 
 def trawl_enqueue(url: str) -> Callable[[int], None]:
-    offset = [0]  # seed indexes continue across calls (enqueue is idempotent per index)
-
     def run(n: int) -> None:
         import redis.asyncio as aioredis
 
@@ -141,11 +139,11 @@ def trawl_enqueue(url: str) -> Callable[[int], None]:
             r = aioredis.Redis.from_url(url)
             try:
                 q = Queue(r, TRAWL_PREFIX, enqueue_batch=5000)
+                # Seed indexes continue after what the job holds (enqueue is idempotent per index); 0 after a flush.
+                first = (await q.job_stats("bench-job")).total
                 await q.register_job(JobConfig("bench-job"))
-                first = offset[0]
                 urls = [f"https://bench.example/item/{i}" for i in range(first, first + n)]
                 await q.enqueue("bench-job", urls, start_index=first)
-                offset[0] += n
             finally:
                 await r.aclose()
 
