@@ -373,8 +373,10 @@ def main() -> int:
         if not args.no_pipelined:
             plan += [(0, s) for s in systems(server.url, 0, only)]
         for rnd in range(repeat):
-            # Interleaved: every system once per round, so a burst of load from elsewhere hits them all alike.
-            for conc, system in plan:
+            # Interleaved: every system once per round, so a burst of load from elsewhere hits them all alike;
+            # each round starts one system later, so none always runs first (or right after the same one).
+            shift = rnd % len(plan)
+            for conc, system in plan[shift:] + plan[:shift]:
                 res = run_system(system, server, tasks, args.workers, timeout, log_dir)
                 res.concurrency = system.concurrency
                 runs.setdefault((conc, system.name), []).append(res)
