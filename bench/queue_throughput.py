@@ -12,6 +12,8 @@ Systems run in interleaved rounds (``--repeat``, 3 by default) and the medians a
 * tasks/s      -- completions per second between 2% and 100% of the tasks (worker start-up excluded);
 * redis_us     -- Redis's own CPU time (INFO cpu: used_cpu_user + used_cpu_sys, all server threads)
                   over the same window, per task, in microseconds;
+* worker_us    -- the worker processes' own CPU time (user + system, all threads and child processes,
+                  from /proc) over the same window, per task: what a loaded machine makes scarce;
 * bytes_pending -- Redis ``used_memory`` growth per task while enqueueing the second half of the tasks,
                   before any worker runs (less the script cache and client buffers, and without the
                   fixed cost of the queue's first use, which the first half pays).
@@ -63,6 +65,7 @@ class Result:
     completed: int = 0
     tasks_per_s: float = 0.0
     redis_us_per_task: float = 0.0
+    worker_us_per_task: float = 0.0
     bytes_per_pending: float = 0.0
     enqueue_s: float = 0.0
     semantics: str = ""
@@ -254,6 +257,32 @@ def systems(url: str, conc: int, only: set[str] | None, claim_batch: str = "auto
     return [s for s in out if only is None or s.name in only]
 
 
+def tree_cpu(pids: list[int]) -> float:
+    """CPU seconds (user + system, all threads) of these processes and their live descendants (/proc)."""
+    stats: dict[int, tuple[int, int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            text = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        rest = text[text.rindex(")") + 2 :].split()  # after "pid (comm) ": state ppid ... utime stime
+        stats[int(entry)] = (int(rest[1]), int(rest[11]) + int(rest[12]))
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _ticks) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    total, stack, seen = 0, list(pids), set()
+    while stack:
+        pid = stack.pop()
+        if pid in seen or pid not in stats:
+            continue
+        seen.add(pid)
+        total += stats[pid][1]
+        stack += children.get(pid, [])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def redis_cpu(r: redis.Redis) -> float:
     info = r.info("cpu")
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
@@ -289,12 +318,14 @@ def run_system(system: System, server: RedisServer, tasks: int, workers: int, ti
         start_at = max(1, tasks // 50)
         deadline = time.monotonic() + timeout
         t_start = cpu_start = None
+        wcpu_start = 0.0
         n_start = 0
         done = 0
         while time.monotonic() < deadline:
             done = int(r.get(DONE_KEY) or 0)
             if t_start is None and done >= start_at:
                 t_start, cpu_start, n_start = time.perf_counter(), redis_cpu(r), done
+                wcpu_start = tree_cpu([p.pid for p in started])
             if done >= tasks:
                 break
             for p in started:
@@ -302,6 +333,7 @@ def run_system(system: System, server: RedisServer, tasks: int, workers: int, ti
                     raise RuntimeError(f"worker exited with {p.returncode}; see {log_dir}/{system.name}-*.log")
             time.sleep(0.005)
         t_end, cpu_end = time.perf_counter(), redis_cpu(r)
+        wcpu_end = tree_cpu([p.pid for p in started])
         res.completed = done
         if t_start is None or cpu_start is None:
             raise RuntimeError(f"only {done} of {tasks} tasks completed within {timeout:.0f}s")
@@ -311,6 +343,7 @@ def run_system(system: System, server: RedisServer, tasks: int, workers: int, ti
         elapsed = t_end - t_start
         res.tasks_per_s = n / elapsed if elapsed > 0 else 0.0
         res.redis_us_per_task = (cpu_end - cpu_start) * 1e6 / n if n > 0 else 0.0
+        res.worker_us_per_task = (wcpu_end - wcpu_start) * 1e6 / n if n > 0 else 0.0
         stats = r.info("commandstats")
         top = sorted(stats.items(), key=lambda kv: -float(kv[1]["usec"]))[:4]
         res.top_commands = [f"{k.removeprefix('cmdstat_')}:{v['calls']}" for k, v in top]
@@ -332,6 +365,7 @@ def median_result(runs: list[Result]) -> Result:
     mid = replace(ok[len(ok) // 2])
     mid.redis_us_per_task = statistics.median(r.redis_us_per_task for r in ok)
     mid.bytes_per_pending = statistics.median(r.bytes_per_pending for r in ok)
+    mid.worker_us_per_task = statistics.median(r.worker_us_per_task for r in ok)
     mid.note = " ".join(
         x for x in (mid.note, f"median of {len(ok)}: " + "/".join(f"{r.tasks_per_s:.0f}" for r in ok)) if x
     )
@@ -382,7 +416,8 @@ def main() -> int:
                 runs.setdefault((conc, system.name), []).append(res)
                 print(
                     f"# round {rnd + 1} c={conc or 'pipelined'} {res.system:15s} {res.tasks_per_s:9.0f} tasks/s "
-                    f"{res.redis_us_per_task:7.1f} us/task {res.bytes_per_pending:7.0f} B/pending "
+                    f"{res.redis_us_per_task:7.1f} us/task (redis) {res.worker_us_per_task:7.1f} us/task (workers) "
+                    f"{res.bytes_per_pending:7.0f} B/pending "
                     f"load {load_average()} {res.error or res.note}",
                     file=sys.stderr,
                     flush=True,
@@ -404,14 +439,18 @@ def main() -> int:
             else "pipelined (not a peer's way: a batch's INCRs in one pipeline, its acks in one call)"
         )
         print(f"\n## {title}")
-        print(f"{'system':16s} {'tasks/s':>9s} {'redis_us/task':>14s} {'bytes/pending':>14s}  concurrency; semantics")
+        print(
+            f"{'system':16s} {'tasks/s':>9s} {'redis_us/task':>14s} {'worker_us/task':>15s} {'bytes/pending':>14s}"
+            "  concurrency; semantics"
+        )
         for name, res in rows:
             if res.error and not res.tasks_per_s:
-                print(f"{name:16s} {'-':>9s} {'-':>14s} {'-':>14s}  FAILED: {res.error}")
+                print(f"{name:16s} {'-':>9s} {'-':>14s} {'-':>15s} {'-':>14s}  FAILED: {res.error}")
                 continue
             note = f"  [{res.error or res.note}]" if (res.error or res.note) else ""
             print(
-                f"{name:16s} {res.tasks_per_s:9.0f} {res.redis_us_per_task:14.1f} {res.bytes_per_pending:14.0f}"
+                f"{name:16s} {res.tasks_per_s:9.0f} {res.redis_us_per_task:14.1f} {res.worker_us_per_task:15.1f}"
+                f" {res.bytes_per_pending:14.0f}"
                 f"  {res.concurrency}; {res.semantics}{note}"
             )
         if not conc:
