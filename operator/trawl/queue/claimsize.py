@@ -30,8 +30,8 @@ AUTO = 0  # claimBatch "auto"
 MAX_CLAIM = 1000  # the claim script's own bound
 AHEAD_SECONDS = 0.1  # buffered tasks must start within this
 LEASE_SHARE = 0.05  # ... and within this share of the lease
-EWMA_WEIGHT = 0.05
-MIN_TASK_SECONDS = 1e-6  # weight of one observation in the running mean of task time
+EWMA_WEIGHT = 0.05  # weight of one observation in the running mean of task time
+MIN_TASK_SECONDS = 1e-6  # no task is shorter: a vanishing mean must not divide into infinity
 
 
 def parse_setting(text: str | int | None) -> int:
