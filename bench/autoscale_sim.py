@@ -56,6 +56,7 @@ class Run:
     fail_ups: int
     fail_requests: int
     dead: int
+    completed: int
     samples: tuple[tuple[float, int, int], ...] = ()  # (t, pods, queued) for the plots
 
     @classmethod
@@ -63,7 +64,7 @@ class Run:
         samples = tuple((s.t, s.replicas, s.ready + s.delayed) for s in r.samples) if keep_samples else ()
         return cls(
             r.p95_wait, r.mean_wait, r.p95_raw_wait, r.replica_seconds, r.scale_changes, r.interrupted,
-            r.scale_ups_while_failing, r.attempts_while_failing, r.dead, samples,
+            r.scale_ups_while_failing, r.attempts_while_failing, r.dead, r.completed, samples,
         )  # fmt: skip
 
 
@@ -111,7 +112,8 @@ class TraceStats:
 
 HEAD = (
     "| trace | policy | p95 wait s | mean wait s | p95 wait incl. politeness s | replica-s | scale changes "
-    "| interrupted (all seeds) | scale-ups while failing (all seeds) | requests while failing | dead-lettered |"
+    "| interrupted (all seeds) | scale-ups while failing (all seeds) | requests while failing | dead-lettered "
+    "| completed by the end |"
 )
 RATIO_HEAD = (
     "| trace | vs | p95 wait ratio | replica-s ratio | scale-change ratio | "
@@ -119,7 +121,7 @@ RATIO_HEAD = (
 )
 
 
-def rows(stats: list[TraceStats], static: dict[str, Run]) -> list[str]:
+def rows(stats: list[TraceStats], static: dict[str, Run], seed: int) -> list[str]:
     out = [HEAD, "|" + "---|" * (HEAD.count("|") - 1)]
     for st in stats:
         for p in POLICIES:
@@ -131,13 +133,14 @@ def rows(stats: list[TraceStats], static: dict[str, Run]) -> list[str]:
             out.append(
                 f"| {st.trace.name} | {LABELS[p]} | {mw('p95')} | {mw('mean')} | {mw('p95_raw')} | {mw('cost', '.0f')} "
                 f"| {mw('changes', '.0f')} | {sum(st.col(p, 'interrupted')):.0f} | {sum(st.col(p, 'fail_ups')):.0f} "
-                f"| {mw('fail_requests', '.0f', False)} | {mw('dead', '.0f', False)} |"
+                f"| {mw('fail_requests', '.0f', False)} | {mw('dead', '.0f', False)} "
+                f"| {mw('completed', '.0f', False)} |"
             )
         s = static.get(st.trace.name)
         if s is not None:
             out.append(
-                f"| {st.trace.name} | static max (seed 1) | {s.p95:.1f} | {s.mean:.1f} | {s.p95_raw:.1f} "
-                f"| {s.cost:.0f} | 0 | {s.interrupted} | 0 | {s.fail_requests} | {s.dead} |"
+                f"| {st.trace.name} | static max (seed {seed}) | {s.p95:.1f} | {s.mean:.1f} | {s.p95_raw:.1f} "
+                f"| {s.cost:.0f} | 0 | {s.interrupted} | 0 | {s.fail_requests} | {s.dead} | {s.completed} |"
             )
     return out
 
@@ -180,7 +183,7 @@ def headline(stats: list[TraceStats]) -> tuple[str, str]:
     )
 
 
-def plot(trace: Trace, runs: dict[str, Run], out: Path) -> None:
+def plot(trace: Trace, runs: dict[str, Run], out: Path, seed: int) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -200,7 +203,7 @@ def plot(trace: Trace, runs: dict[str, Run], out: Path) -> None:
     ax2.set_ylabel("tasks waiting (ready + delayed)")
     ax2.set_xlabel("seconds")
     ax2.legend(loc="upper right", fontsize=8)
-    fig.suptitle(f"{trace.name} (seed 1): {trace.description}", fontsize=10)
+    fig.suptitle(f"{trace.name} (seed {seed}): {trace.description}", fontsize=10)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=80)
@@ -222,10 +225,10 @@ def run_config(cfg: Config, seeds: list[int], pool_exec: ProcessPoolExecutor, pl
         for s in seeds:
             st.runs[s] = futures[(st.trace.name, s)].result()
         if plots is not None:
-            plot(st.trace, st.runs[seeds[0]], plots / f"{st.trace.name}.png")
+            plot(st.trace, st.runs[seeds[0]], plots / f"{st.trace.name}.png", seeds[0])
     static = {n: f.result()["static_max"] for n, f in ref.items()}
     lines = [f"## {cfg.label}: {len(seeds)} seeds ({seeds[0]}..{seeds[-1]}); median (worst) over seeds"]
-    lines += [describe(cfg), "", *rows(stats, static), "", *ratio_rows(stats), ""]
+    lines += [describe(cfg), "", *rows(stats, static, seeds[0]), "", *ratio_rows(stats), ""]
     worst, median = headline(stats)
     return [*lines, f"# {cfg.label}: {worst}", f"# {cfg.label}: {median}"]
 
