@@ -232,3 +232,31 @@ def test_step_keeps_everything_the_controller_needs() -> None:
     assert r2.state.rates.last.time == 5.0
     # Replaying the same inputs gives the same answer: the state is all there is.
     assert step(spec, snap(5.0, ready=500, n_workers=0), 0, r1.state) == r2
+
+
+def test_a_slow_backlog_after_a_fast_crawl_grows_the_pool_within_a_few_polls() -> None:
+    """Seen on a real cluster: one worker (4 slots) crawled 50 ms pages (80/s measured), then a backlog
+    of 3 s pages stayed at one pod while the old throughput slowly decayed. The capacity now follows the
+    slow pages' service time at once, so the pool grows within a few polls."""
+    spec = AutoscalingSpec(min_replicas=0, max_replicas=10, target_drain_seconds=10)
+    state: PoolScalerState | None = None
+    done, service = 0, 0.0
+    for i in range(12):  # the fast crawl: saturated, 400 pages per 5 s poll
+        state = step(
+            spec,
+            snap(5.0 * i, ready=50, in_flight=4, completed_total=done, service_seconds_total=service,
+                 n_workers=1, per_worker_in_flight=4),
+            1, state, concurrency=4,
+        ).state  # fmt: skip
+        done, service = done + 400, service + 400 * 0.05
+    desired = []
+    for k in range(1, 4):  # the slow backlog: 4 slots full, 3 s pages, about 7 finish per poll
+        result = step(
+            spec,
+            snap(55.0 + 5.0 * k, ready=100 - 7 * k, in_flight=4, completed_total=done + 7 * k,
+                 service_seconds_total=service + 3.0 * 7 * k, n_workers=1, per_worker_in_flight=4),
+            1, state, concurrency=4,
+        )  # fmt: skip
+        state = result.state
+        desired.append(result.decision.desired)
+    assert desired[-1] > 1, desired
