@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from pathlib import Path
 
 import redis
 import redis.asyncio as aioredis
@@ -15,6 +16,7 @@ from redis.crc import key_slot
 from trawl.dev.redis_cluster import LocalRedisCluster
 from trawl.queue import JobConfig, Queue, RetryPolicy
 from trawl.queue.keys import Keys, pool_prefix
+from trawl.worker.sinks import JsonLinesSink, Record, dedupe_key
 
 NS = "rc"
 
@@ -169,3 +171,16 @@ def _migrate_slot(slot: int, src: int, src_id: str, dst: int, dst_id: str, clust
     finally:
         s.close()
         d.close()
+
+
+async def test_the_sinks_pipelines_run_on_a_cluster(cluster_client: aioredis.Redis, tmp_path: Path) -> None:
+    """The JSON Lines sink's dedupe set and its EXPIRE (a MULTI pipeline on one server) go out as one
+    plain single-slot pipeline on a cluster; a record is written once however often it comes."""
+    prefix = pool_prefix(NS, "sinks")
+    sink = JsonLinesSink(cluster_client, lambda job: dedupe_key(Keys(prefix).results(job)), str(tmp_path))
+    recs = [Record("j", f"https://a/{i}", {"key": f"k{i}", "url": f"https://a/{i}"}) for i in range(3)]
+    assert await sink.write("j", recs) == 3
+    assert await sink.write("j", recs) == 0
+    assert len(sink.path("j").read_text().splitlines()) == 3
+    key = dedupe_key(Keys(prefix).results("j"))
+    assert await cluster_client.scard(key) == 3 and await cluster_client.ttl(key) > 0
