@@ -29,13 +29,15 @@ RedisMode = Literal["Standalone", "Cluster"]
 
 # Errors that say Redis (or the cluster's node for a slot) is briefly unable to answer, not that a
 # command is wrong: an outage, a restart, a failover (CLUSTERDOWN, TRYAGAIN, READONLY from a demoted
-# master, the client's redirection budget spent). Worth a bounded retry; never a task's fault.
+# master, the client's redirection budget spent, no node reachable for the slot map). Worth a bounded
+# retry; never a task's fault.
 TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
     rexc.ConnectionError,
     rexc.TimeoutError,
     rexc.ClusterError,
     rexc.TryAgainError,
     rexc.ReadOnlyError,
+    rexc.RedisClusterException,  # e.g. no node of the cluster reachable to read the slot map from
     ConnectionError,
     TimeoutError,
 )

@@ -8,12 +8,16 @@ import asyncio
 import contextlib
 from pathlib import Path
 
+import pytest
 import redis
 import redis.asyncio as aioredis
 from rcluster_helpers import pool_on_master
 from redis.crc import key_slot
 
+from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.dev.redis_cluster import LocalRedisCluster
+from trawl.dev.redis_server import RedisServer
+from trawl.operator.redisconn import RedisConfigError, RedisConnections
 from trawl.queue import JobConfig, Queue, RetryPolicy
 from trawl.queue.keys import Keys, pool_prefix
 from trawl.worker.sinks import JsonLinesSink, Record, dedupe_key
@@ -184,3 +188,22 @@ async def test_the_sinks_pipelines_run_on_a_cluster(cluster_client: aioredis.Red
     assert len(sink.path("j").read_text().splitlines()) == 3
     key = dedupe_key(Keys(prefix).results("j"))
     assert await cluster_client.scard(key) == 3 and await cluster_client.ttl(key) > 0
+
+
+async def test_a_mode_that_does_not_match_the_server_is_a_config_error(
+    redis_cluster: LocalRedisCluster, redis_server: RedisServer
+) -> None:
+    """mode Standalone on a cluster node (whose MOVED replies a single-server client would not follow)
+    and mode Cluster on a single server are both told as configuration errors, naming what to set."""
+    connections = RedisConnections()
+    try:
+        on_cluster = ScrapePoolSpec.model_validate({"redis": {"url": redis_cluster.url}})
+        with pytest.raises(RedisConfigError, match=r"is a Redis Cluster node: set spec\.redis\.mode: Cluster"):
+            await connections.for_pool("ns", "a", on_cluster, {})
+        on_server = ScrapePoolSpec.model_validate({"redis": {"url": redis_server.url, "mode": "Cluster"}})
+        with pytest.raises(RedisConfigError, match=r"is not a Redis Cluster but spec\.redis\.mode is Cluster"):
+            await connections.for_pool("ns", "b", on_server, {})
+        right = ScrapePoolSpec.model_validate({"redis": {"url": redis_cluster.url, "mode": "Cluster"}})
+        assert await (await connections.for_pool("ns", "c", right, {})).ping()
+    finally:
+        await connections.close()

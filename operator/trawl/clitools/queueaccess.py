@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from trawl.api.scrapepool import RedisMode, ScrapePoolSpec
 from trawl.operator.naming import queue_prefix
@@ -87,14 +87,14 @@ async def open_queue(cfg: ResolvedRedis, prefix: str, pool_name: str, shards: in
     try:
         try:
             await asyncio.wait_for(client.ping(), timeout=5)
-        except (RedisError, OSError, TimeoutError) as exc:
+        except (RedisError, RedisClusterException, OSError, TimeoutError) as exc:
             raise CliError(
                 f"cannot reach the Redis of ScrapePool {pool_name} at {cfg.safe_target} ({type(exc).__name__})",
                 EXIT_REDIS,
                 hint="from outside the cluster, port-forward it and pass --redis-url redis://127.0.0.1:PORT/0",
             ) from None
         yield make_queue(client, prefix, shards, retries=1)
-    except (QueueUnavailable, RedisError, OSError) as exc:
+    except (QueueUnavailable, RedisError, RedisClusterException, OSError) as exc:
         raise CliError(f"Redis error while reading ScrapePool {pool_name}'s queue: {exc}", EXIT_REDIS) from None
     finally:
         await client.aclose()

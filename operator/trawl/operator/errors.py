@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kubernetes.client import ApiException
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from trawl.queue import QueueUnavailable
 
@@ -19,7 +19,7 @@ def classify_error(exc: BaseException) -> tuple[str, str]:
         return reason, f"Kubernetes API: {kube.api_message(exc)}"
     if isinstance(exc, RedisConfigError):
         return "RedisConfigInvalid", str(exc)
-    if isinstance(exc, (RedisUnreachable, QueueUnavailable, RedisError)):
+    if isinstance(exc, (RedisUnreachable, QueueUnavailable, RedisError, RedisClusterException)):
         return "RedisUnavailable", f"Redis: {type(exc).__name__}: {exc}"
     if isinstance(exc, (OSError, TimeoutError)):
         return "Unreachable", f"{type(exc).__name__}: {exc}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -16,7 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
 from trawl.api.common import SecretKeyRef
 from trawl.api.scrapepool import RedisMode, ScrapePoolSpec, redis_url_problem
@@ -222,10 +223,22 @@ class RedisConnections:
             self._retire(stale)
         if cfg.fingerprint in self._verified:
             return client
+        cluster_enabled = None
         try:
             await asyncio.wait_for(client.ping(), timeout=5)
+            if not cfg.cluster:
+                with contextlib.suppress(ResponseError):  # INFO may be denied by an ACL: no check then
+                    info = await asyncio.wait_for(client.info("cluster"), timeout=5)
+                    cluster_enabled = str(info.get("cluster_enabled", "0"))
+        except RedisClusterException as exc:  # the cluster client met a server that is not a cluster node
+            raise RedisConfigError(
+                f"Redis at {cfg.safe_target} is not a Redis Cluster but spec.redis.mode is Cluster: {exc}"
+            ) from None
         except (RedisError, OSError, TimeoutError) as exc:
             raise RedisUnreachable(f"Redis at {cfg.safe_target} is unreachable: {type(exc).__name__}") from None
+        if cluster_enabled == "1":
+            # A single-server client would follow none of the cluster's MOVED replies: say what to set.
+            raise RedisConfigError(f"Redis at {cfg.safe_target} is a Redis Cluster node: set spec.redis.mode: Cluster")
         self._verified.add(cfg.fingerprint)
         return client
 
