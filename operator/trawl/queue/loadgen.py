@@ -21,6 +21,7 @@ from collections import deque
 import redis.asyncio as aioredis
 
 from trawl import eventloop
+from trawl.redisclient import connect
 
 from .claimsize import ClaimState, TaskTimer, claim_size, parse_setting
 from .client import Queue
@@ -28,13 +29,13 @@ from .model import Task
 
 
 async def run(args: argparse.Namespace) -> None:
-    redis = aioredis.Redis.from_url(args.url)
+    redis = connect(args.url)  # the client the worker builds
     q = Queue(redis, args.prefix, lease_seconds=args.lease, max_stalls=args.max_stalls)
     stop = asyncio.Event()
 
     async def heartbeats() -> None:
         while not stop.is_set():
-            await q.heartbeat(args.worker_id, in_flight=await redis.hlen(q.keys.worker(args.worker_id)))
+            await q.heartbeat(args.worker_id, in_flight=await redis.hlen(q.keys.worker(args.worker_id)))  # type: ignore[misc]
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), args.lease / 4)
 
