@@ -221,12 +221,24 @@ async def read_back(sink: str, server: Any, output: Any, redis: Any, prefix: str
 
 
 async def run_trawl(
-    base: str, tmp: Path, expected_pages: int, mode: str = "trawl", sink: str = "stream", *, cold: bool = False
+    base: str,
+    tmp: Path,
+    expected_pages: int,
+    mode: str = "trawl",
+    sink: str = "stream",
+    *,
+    cold: bool = False,
+    pythonpath: str | None = None,
 ) -> dict[str, Any]:
     """``mode``: trawl (as shipped: small pages inline, big ones in a parser process), trawl-inline (no
     parser processes), trawl-child (every page through a parser process: the cost of full isolation).
     ``sink``: where the worker writes (stream, jsonl, postgres, s3), each against a real server.
-    ``cold``: the clock (and CPU) starts before the worker process is started, not once it polls."""
+    ``cold``: the clock (and CPU) starts before the worker process is started, not once it polls.
+    ``pythonpath``: the worker runs the code found there (another commit's ``operator/``)."""
+    if pythonpath:
+        secrets = {"PYTHONPATH": pythonpath}
+        with sink_server(sink, tmp) as (server, output, more):
+            return await _run_trawl(base, tmp, mode, sink, server, output, secrets | more, cold)
     with sink_server(sink, tmp) as (server, output, secrets):
         if sink == "postgres":  # what the operator does when it accepts the job: create the table
             from trawl.api.scrapejob import PostgresSink
@@ -515,6 +527,7 @@ KINDS = (  # the order of one round; rounds are interleaved
     "scrapy",
     "trawl",
     "trawl-warm",
+    "trawl-compare",  # as "trawl", with the worker running the code of --compare DIR
     "trawl-inline",
     "trawl-child",
     "trawl-jsonl",
@@ -556,6 +569,12 @@ def main() -> None:
     parser.add_argument(
         "--repeat", type=int, default=3, help="Run each crawler N times, interleaved; report each one's median run."
     )
+    parser.add_argument(
+        "--compare",
+        metavar="DIR",
+        help="Also run 'trawl-compare': the worker process on the code under DIR (PYTHONPATH; e.g. an older "
+        "commit's operator/ from git archive), interleaved with the others under the same load.",
+    )
     parser.add_argument("--_scrapy", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--_bare", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -567,7 +586,7 @@ def main() -> None:
         return
 
     products = args.products or (400 if args.quick else 2000)
-    only = args.only or ["bare", "scrapy", "trawl", "trawl-warm"]
+    only = (args.only or ["bare", "scrapy", "trawl", "trawl-warm"]) + (["trawl-compare"] if args.compare else [])
     tmp = Path(tempfile.mkdtemp(prefix="trawl-crawlbench-"))
     loads = [os.getloadavg()]
     runs: dict[str, list[dict[str, Any]]] = {}
@@ -589,7 +608,10 @@ def main() -> None:
                     if kind.startswith("trawl"):
                         sink = kind.removeprefix("trawl-") if kind.removeprefix("trawl-") in SINKS else "stream"
                         mode = "trawl" if sink != "stream" or kind == "trawl-warm" else kind
-                        r = asyncio.run(run_trawl(base, tmp, pages, mode, sink, cold=kind == "trawl"))
+                        cold = kind in ("trawl", "trawl-compare")
+                        pythonpath = args.compare if kind == "trawl-compare" else None
+                        mode = "trawl" if kind == "trawl-compare" else mode
+                        r = asyncio.run(run_trawl(base, tmp, pages, mode, sink, cold=cold, pythonpath=pythonpath))
                         r["name"] = kind
                     else:
                         r = run_child(kind, base, tmp)
@@ -647,6 +669,13 @@ def main() -> None:
         )
     if trawl and scrapy_r:
         print(f"ratio_vs_scrapy={trawl['pps'] / scrapy_r['pps']:.2f}")
+    compare = results.get("trawl-compare")
+    if compare and bare:  # the same headline for the code under --compare
+        print(
+            f"compare ({args.compare}): ratio_vs_ceiling={compare['pps'] / bare['pps']:.2f} "
+            f"cpu_per_page_vs_ceiling={compare['total_ms'] / bare['total_ms']:.2f}"
+            + (f" ratio_vs_scrapy={compare['pps'] / scrapy_r['pps']:.2f}" if scrapy_r else "")
+        )
     if warm and bare and "pps_inside" in bare:  # timed inside: the crawl alone, without start-up
         print(
             f"inside: ratio_vs_ceiling={warm['pps'] / bare['pps_inside']:.2f} "

@@ -146,7 +146,14 @@ def main() -> None:
     from trawl.dev.redis_server import RedisServer
     from trawl.queue.client import load_script_source
 
-    sha = hashlib.sha1(load_script_source("claim").encode()).hexdigest()
+    def claim_sha(root: str | None) -> str:
+        """The SHA1 the worker under ``root`` (None: this tree) calls its claim script by."""
+        if root is None:
+            return hashlib.sha1(load_script_source("claim").encode()).hexdigest()
+        lua = Path(root) / "trawl" / "queue" / "lua"
+        source = "#!lua\n" + (lua / "lib.lua").read_text() + "\n" + (lua / "claim.lua").read_text()
+        return hashlib.sha1(source.encode()).hexdigest()
+
     tmp = Path(tempfile.mkdtemp(prefix="trawl-startup-"))
     variants = {"current": None} | ({"compare": args.compare} if args.compare else {})
     results: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
@@ -158,6 +165,7 @@ def main() -> None:
                 for i in range(args.runs):
                     for name, pythonpath in variants.items():
                         base = f"http://127.0.0.1:{nginx.port}"
+                        sha = claim_sha(pythonpath)
                         r = asyncio.run(one_run(redis_server.url, base, nginx.access_log, tmp, sha, pythonpath))
                         results[name].append(r)
                         claim_ms, page_ms = r["claim"] * 1000, r["page"] * 1000
