@@ -56,7 +56,9 @@ async def test_cluster_pool_job_completes_over_a_master_failover(
     spec["spec"]["autoscaling"].update({"minReplicas": 2, "maxReplicas": 2})
     spec["spec"]["queue"] = {"leaseSeconds": 6}
     with Bookstore(host="127.0.0.2", latency=0.1) as site:
-        urls = [site.product_url(i) for i in range(1, 81)]
+        # The second half answers 5 s late, so the job is still running when the master dies (a fast
+        # job under load could finish between two status reads).
+        urls = [site.product_url(i) + ("?delay=5" if i > 40 else "") for i in range(1, 81)]
         apply(
             cp,
             spec,
