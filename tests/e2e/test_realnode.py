@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -140,6 +141,74 @@ def test_worker_container_killed_in_place_recovers_within_a_lease(release: RealN
     _log(f"restart -> job finished: {time.monotonic() - back:.1f}s (lease 20s)")
     assert_succeeded(node, "killed", status, len(urls))
     assert_records(results(node, "killed"), expected_products(SLOW_SITE, ids))
+
+
+def _micro_time(stamp: str) -> float:
+    """A Lease's MicroTime (RFC 3339, microseconds) as epoch seconds."""
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def _operator_lease(node: RealNode, operators: list[str]) -> dict[str, Any]:
+    """The Lease the operator replicas elect a leader on (its holder is "<pod>_<random>")."""
+    for lease in node.items("leases", NAMESPACE):
+        holder = lease["spec"].get("holderIdentity") or ""
+        if holder.rpartition("_")[0] in operators:
+            return lease
+    raise AssertionError(f"no Lease held by one of {operators}")
+
+
+def test_operator_leader_killed_mid_job_the_standby_takes_over_within_the_lease(release: RealNode) -> None:
+    """SIGKILL of the leading operator replica's process mid-job (the chart runs two): the standby takes
+    the Lease within the lease duration of the leader's last renewal, the job completes, every page is
+    fetched once (nothing enqueued twice), and the killed container comes back as a standby."""
+    node = release
+    ids = range(40, 61)
+    urls = [f"{SLOW_SITE}/product/{i}.html" for i in ids]
+    pods = wait_for(
+        "two operator replicas Ready",
+        lambda: (
+            [p for p in node.items("pods", NAMESPACE, "app.kubernetes.io/component=operator") if pod_ready(p)]
+            if len(node.items("pods", NAMESPACE, "app.kubernetes.io/component=operator")) == 2
+            else None
+        ),
+        300,
+        1,
+    )
+    started = time.time()
+    node.apply([job("failover", POOL, urls, politeness=FAST)])
+    wait_for("tasks in flight", lambda: _in_flight(node, "failover") > 0, 300, 0.5)
+    lease = _operator_lease(node, [p["metadata"]["name"] for p in pods])
+    duration = float(lease["spec"]["leaseDurationSeconds"])
+    old_holder = lease["spec"]["holderIdentity"]
+    leader = next(p for p in pods if p["metadata"]["name"] == old_holder.rpartition("_")[0])
+    container = leader["status"]["containerStatuses"][0]
+    node.ctr("tasks", "kill", "-s", "SIGKILL", container["containerID"].removeprefix("containerd://"))
+    # The dead leader's last renewal: its renewTime no longer moves once the process is gone.
+    last_renewal = _micro_time(node.get("lease", lease["metadata"]["name"], NAMESPACE)["spec"]["renewTime"])
+
+    def taken() -> dict[str, Any] | None:
+        now = node.get("lease", lease["metadata"]["name"], NAMESPACE) or {}
+        return now if (now.get("spec") or {}).get("holderIdentity") not in (None, "", old_holder) else None
+
+    new = wait_for("the standby holds the Lease", taken, 120, 0.25)
+    takeover = _micro_time(new["spec"]["acquireTime"]) - last_renewal
+    _log(f"leader killed -> standby took the Lease {takeover:.2f}s after the last renewal (lease {duration:.0f}s)")
+    # Not before the lease ran out, and within it (1.5 s for the API write on a loaded node).
+    assert duration - 0.5 <= takeover <= duration + 1.5, (takeover, duration)
+    assert new["spec"]["holderIdentity"].rpartition("_")[0] != leader["metadata"]["name"]
+
+    status = wait_finished(node, "failover", 600)
+    assert_succeeded(node, "failover", status, len(urls))
+    assert_records(results(node, "failover"), expected_products(SLOW_SITE, ids))
+    fetched = site_fetches(node, "bookstore-slow", started)
+    assert fetched == {f"/product/{i}.html": 1 for i in ids}, fetched
+
+    def restarted() -> dict[str, Any] | None:
+        p = node.get("pod", leader["metadata"]["name"], NAMESPACE) or {}
+        cs = (p.get("status", {}).get("containerStatuses") or [{}])[0]
+        return p if cs.get("restartCount", 0) > container.get("restartCount", 0) and pod_ready(p) else None
+
+    wait_for("the killed replica running again as a standby", restarted, 300, 1)
 
 
 def test_operator_pod_deleted_mid_job_a_new_one_finishes_it(release: RealNode) -> None:
