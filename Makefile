@@ -88,7 +88,7 @@ test-rediscluster: setup
 
 lint: setup
 	$(VENV)/bin/ruff check operator tests bench hack
-	$(VENV)/bin/ruff format --check operator tests bench hack || true
+	$(VENV)/bin/ruff format --check operator tests bench hack
 
 typecheck: setup
 	$(VENV)/bin/mypy

@@ -78,16 +78,29 @@ def test_invalid_spec_stalls_and_operator_keeps_working(
 
     cond = wait_for("InvalidSpec", stalled, diag=operator.log_tail)
     assert "crawl.include" in cond["message"]
-    wait_for("InvalidSpec event",
-             lambda: any(e["reason"] == "InvalidSpec" for e in events_for(control_plane, namespace, "bad-regex")))
-    wait_for("the valid job is queued",
-             lambda: (get(control_plane, "scrapejob", "good", namespace).get("status") or {}).get("phase") == "Queued")
+    wait_for(
+        "InvalidSpec event",
+        lambda: any(e["reason"] == "InvalidSpec" for e in events_for(control_plane, namespace, "bad-regex")),
+    )
+    wait_for(
+        "the valid job is queued",
+        lambda: (get(control_plane, "scrapejob", "good", namespace).get("status") or {}).get("phase") == "Queued",
+    )
     # Fixing the spec un-stalls the job.
-    control_plane.kubectl("patch", "scrapejob/bad-regex", "-n", namespace, "--type=merge", "-p",
-                          '{"spec":{"crawl":{"include":["/product/"]}}}')
-    wait_for("fixed job queued",
-             lambda: (get(control_plane, "scrapejob", "bad-regex", namespace).get("status") or {}).get("phase")
-             == "Queued", diag=operator.log_tail)
+    control_plane.kubectl(
+        "patch",
+        "scrapejob/bad-regex",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        '{"spec":{"crawl":{"include":["/product/"]}}}',
+    )
+    wait_for(
+        "fixed job queued",
+        lambda: (get(control_plane, "scrapejob", "bad-regex", namespace).get("status") or {}).get("phase") == "Queued",
+        diag=operator.log_tail,
+    )
     assert operator.running
 
 
@@ -123,12 +136,16 @@ def test_cron_creates_jobs_honours_forbid_and_history(
         apply(control_plane, cron, namespace=namespace)
 
         def jobs() -> list[str]:
-            out = control_plane.kubectl("get", "sj", "-n", namespace, "-l", "trawl.dev/cronscrapejob=hourly",
-                                        "-o", "name").stdout.split()
+            out = control_plane.kubectl(
+                "get", "sj", "-n", namespace, "-l", "trawl.dev/cronscrapejob=hourly", "-o", "name"
+            ).stdout.split()
             return sorted(out)
 
-        wait_for("status", lambda: (get(control_plane, "csj", "hourly", namespace).get("status") or {}).get(
-            "nextScheduleTime"), diag=op.log_tail)
+        wait_for(
+            "status",
+            lambda: (get(control_plane, "csj", "hourly", namespace).get("status") or {}).get("nextScheduleTime"),
+            diag=op.log_tail,
+        )
         assert jobs() == []
         # Jump to just after the next full hour: one job.
         now = time.time()
@@ -139,13 +156,20 @@ def test_cron_creates_jobs_honours_forbid_and_history(
         assert status["lastScheduleTime"]
         # Another hour later the first job is still active (no workers): Forbid skips the run.
         clock.write_text(str(2 * 3600 - now % 3600 + 5))
-        wait_for("skip", lambda: (get(control_plane, "csj", "hourly", namespace)["status"].get("skippedReason")
-                                  == "ConcurrencyForbidden"), timeout=90, diag=op.log_tail)
+        wait_for(
+            "skip",
+            lambda: (
+                get(control_plane, "csj", "hourly", namespace)["status"].get("skippedReason") == "ConcurrencyForbidden"
+            ),
+            timeout=90,
+            diag=op.log_tail,
+        )
         assert jobs() == first
         assert any(e["reason"] == "ConcurrencyForbidden" for e in events_for(control_plane, namespace, "hourly"))
         # Switch to Allow: the next hour starts a second job; history keeps one succeeded job at most.
-        control_plane.kubectl("patch", "csj/hourly", "-n", namespace, "--type=merge", "-p",
-                              '{"spec":{"concurrencyPolicy":"Allow"}}')
+        control_plane.kubectl(
+            "patch", "csj/hourly", "-n", namespace, "--type=merge", "-p", '{"spec":{"concurrencyPolicy":"Allow"}}'
+        )
 
         def allow_seen() -> bool:
             obj = get(control_plane, "csj", "hourly", namespace)
@@ -161,14 +185,22 @@ def test_cron_creates_jobs_honours_forbid_and_history(
 
 @pytest.mark.parametrize("kind", ["deadline", "ttl"])
 def test_deadline_fails_and_ttl_deletes(
-    control_plane: ControlPlane, namespace: str, operator: OperatorProcess, supervisor: Any, bookstore: Any,
-    redis_server: RedisServer, kind: str,
+    control_plane: ControlPlane,
+    namespace: str,
+    operator: OperatorProcess,
+    supervisor: Any,
+    bookstore: Any,
+    redis_server: RedisServer,
+    kind: str,
 ) -> None:
     apply(control_plane, pool("p", redis_server.url), namespace=namespace)
     if kind == "deadline":
         slow = {"politeness": {"requestsPerSecond": 1, "maxConcurrencyPerDomain": 1}, "activeDeadlineSeconds": 3}
-        apply(control_plane, job("slow", "p", [bookstore.product_url(i) for i in range(1, 60)], **slow),
-              namespace=namespace)
+        apply(
+            control_plane,
+            job("slow", "p", [bookstore.product_url(i) for i in range(1, 60)], **slow),
+            namespace=namespace,
+        )
 
         def failed() -> Any:
             obj = get(control_plane, "scrapejob", "slow", namespace)
@@ -181,11 +213,18 @@ def test_deadline_fails_and_ttl_deletes(
         assert obj["status"]["phase"] == "Failed"
         assert obj["status"]["counts"]["succeeded"] < 59
     else:
-        apply(control_plane, job("short-lived", "p", [bookstore.product_url(1)], ttlSecondsAfterFinished=2),
-              namespace=namespace)
+        apply(
+            control_plane,
+            job("short-lived", "p", [bookstore.product_url(1)], ttlSecondsAfterFinished=2),
+            namespace=namespace,
+        )
         uid = wait_for("uid", lambda: get(control_plane, "scrapejob", "short-lived", namespace)["metadata"]["uid"])
-        wait_for("deleted after its TTL", lambda: not exists(control_plane, "scrapejob", "short-lived", namespace),
-                 timeout=90, diag=operator.log_tail)
+        wait_for(
+            "deleted after its TTL",
+            lambda: not exists(control_plane, "scrapejob", "short-lived", namespace),
+            timeout=90,
+            diag=operator.log_tail,
+        )
         client = redis.Redis.from_url(redis_server.url)
         try:
             keys = Keys(f"trawl:{{{namespace}/p}}").job_keys(uid)

@@ -362,9 +362,7 @@ async def test_retention_expires_every_key_of_a_finished_job(q: Queue, redis_cli
     assert await q.job_spec("old") is None
 
 
-async def test_dead_letters_requeued_after_retention_started_are_kept(
-    q: Queue, redis_client: aioredis.Redis
-) -> None:
+async def test_dead_letters_requeued_after_retention_started_are_kept(q: Queue, redis_client: aioredis.Redis) -> None:
     """Retrying a finished job's dead letters revives it: no key keeps the retention TTL (the tasks
     would vanish mid-run) and the pool's dead-letter count stays exact through both finishes."""
     await q.register_job(JobConfig("again", spec={"x": 1}))
