@@ -11,7 +11,7 @@ import pytest
 
 from trawl.api.scrapepool import AutoscalingSpec
 from trawl.autoscale import Action, Observation, ScalerState, decide
-from trawl.autoscale.policy import MIN_DOWN_SHARE, queue_wait_p95
+from trawl.autoscale.policy import MIN_DOWN_SHARE, choose_cordoned, queue_wait_p95
 
 NOW = 10_000.0
 
@@ -506,3 +506,49 @@ def test_idle_pool_does_not_grow_on_a_stale_arrival_rate() -> None:
         spec(), obs(current_replicas=1, ready=0, in_flight=0, arrival_rate=50.0, per_worker_throughput=10.0), OLD
     )
     assert d.desired == 1, d.reason
+
+
+# Rule 8: workers kept only because they hold tasks stop claiming.
+LONG = {"mean_service_seconds": 120.0, "per_worker_throughput": None}
+
+
+def test_workers_kept_only_by_their_tasks_are_cordoned() -> None:
+    """Eight workers hold 40 two-minute tasks; the work asks for 2 (ceil(40 / 32)) and the window's
+    answers were lower: the pool holds (rule 3), and the 6 workers beyond the answer stop claiming."""
+    o = obs(current_replicas=8, in_flight=40, busy_workers=8, **LONG)
+    d = decide(spec(), o, PENDING)
+    assert (d.desired, d.action, d.cordon) == (8, Action.HOLD, 6)
+    # The same when the step down is pending or taken: the cordon counts from the current replicas.
+    d = decide(spec(), replace(o, busy_workers=5), PENDING)
+    assert (d.desired, d.action, d.cordon) == (5, Action.SCALE_DOWN, 6)
+
+
+@pytest.mark.parametrize(
+    ("name", "o", "state"),
+    [
+        # A backlog waits: every slot is wanted.
+        ("backlog", {"ready": 5}, PENDING),
+        # Within the window after a scale-up: its answers may still be needed.
+        ("fresh_window", {}, ScalerState(last_change_at=NOW - 20, answers=((NOW - 20, 8),), answers_since=NOW - 20)),
+        # An answer of the window as high as the pool.
+        ("high_answer", {}, replace(PENDING, answers=((NOW - 30, 8),))),
+    ],
+)
+def test_no_cordon_while_the_workers_may_be_needed(name: str, o: dict[str, Any], state: ScalerState) -> None:
+    d = decide(spec(), obs(current_replicas=8, in_flight=40, busy_workers=8, **LONG, **o), state)
+    assert d.cordon == 0, (name, d)
+
+
+def test_no_cordon_when_growing_or_when_the_answer_covers_the_pool() -> None:
+    assert decide(spec(), obs(current_replicas=2, ready=2000, **LONG), OLD).cordon == 0
+    assert decide(spec(), obs(current_replicas=2, in_flight=60, busy_workers=2, **LONG), PENDING).cordon == 0
+
+
+def test_cordoned_workers_are_idle_ones_then_those_cordoned_before_then_the_least_busy() -> None:
+    workers = {"a": 30, "b": 3, "c": 0, "d": 12, "e": 5}
+    assert choose_cordoned(workers, 0) == frozenset()
+    assert choose_cordoned(workers, 1) == {"c"}
+    assert choose_cordoned(workers, 3) == {"c", "b", "e"}
+    # Cordoned at the previous poll: d stays cordoned (its tasks only run out) rather than b taking its place.
+    assert choose_cordoned(workers, 2, previous={"d"}) == {"c", "d"}
+    assert choose_cordoned(workers, 9) == set(workers)

@@ -50,11 +50,20 @@ Rules, in the order they apply (each is covered by tests/unit/test_autoscale_pol
    ``idleSecondsBeforeZero``, then goes to zero; at zero, the first task activates one worker at once
    (``minReplicas`` if higher), and later polls size the pool once that worker serves and measures
    (a failing target is caught by the failure guard before the pool grows).
+8. **Cordon.** Where rule 3 keeps workers only because they hold tasks that may outlive the drain,
+   and a full window has passed with no backlog waiting, the workers beyond the window's highest answer
+   are cordoned (:attr:`Decision.cordon` says how many, :func:`choose_cordoned` which): they claim
+   nothing new and finish what they hold, so new tasks go to the others and a cordoned worker empties
+   and goes at the next step down (its pod-deletion-cost, its in-flight count, is then 0). Otherwise
+   every worker would keep receiving new long tasks, none would ever be idle, and the pool would hold
+   its size long after the work shrank. The cordon lifts as soon as the answers need those workers
+   again (or a backlog waits).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
@@ -147,6 +156,7 @@ class Decision:
     rate_limited: bool = False  # the need exceeds what per-domain rate limits let workers use
     failure_guard: bool = False  # the failure guard is engaged
     notes: tuple[str, ...] = field(default_factory=tuple)
+    cordon: int = 0  # workers kept only because they hold tasks: to stop claiming (rule 8)
 
     @property
     def changed(self) -> bool:
@@ -250,6 +260,16 @@ def _need(spec: AutoscalingSpec, obs: Observation) -> tuple[int, str]:
     )
 
 
+def choose_cordoned(workers: Mapping[str, int], count: int, previous: Collection[str] = ()) -> frozenset[str]:
+    """Which ``count`` workers (id -> in-flight tasks, draining ones left out) stop claiming: idle ones
+    first (the next step down removes them), then those cordoned before (their tasks only run out),
+    then the least busy. Pure; ``count`` is :attr:`Decision.cordon`."""
+    if count <= 0:
+        return frozenset()
+    ranked = sorted(workers, key=lambda w: (workers[w] > 0, w not in previous, workers[w], w))
+    return frozenset(ranked[:count])
+
+
 def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = None) -> Decision:
     """The desired replicas for one poll; pass ``Decision.state`` back on the next call."""
     st = state or ScalerState()
@@ -311,7 +331,7 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
     if at_max:
         notes.append(f"at maxReplicas {spec.max_replicas}")
 
-    def done(desired: int, action: Action, reason: str, release: bool = False) -> Decision:
+    def done(desired: int, action: Action, reason: str, release: bool = False, cordon: int = 0) -> Decision:
         changed = desired != current
         here = (now,) if obs.backlog > 0 else ()
         window = float(spec.scale_down_delay_seconds)
@@ -354,6 +374,7 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
             rate_limited=rate_limited,
             failure_guard=guard,
             notes=tuple(notes),
+            cordon=cordon,
         )
 
     fr_txt = f"{fr:.0%}" if fr is not None else "unknown"
@@ -409,10 +430,7 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
             )
         return done(target, Action.SCALE_UP, f"scaling up {current}→{target}: {why}")
 
-    if target == current:
-        return done(current, Action.HOLD, f"steady at {current}: {why}")
-
-    # target < current: follow the highest answer of a full window after the last scale-up.
+    # target <= current: follow the highest answer of a full window after the last scale-up.
     delay = float(spec.scale_down_delay_seconds)
     recent = [(t, a) for t, a in st.answers if t > now - delay]
     since = st.answers_since if st.answers_since is not None else now
@@ -435,6 +453,13 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
     high = [t for t, a in recent if a >= current]
     if high:
         wait = max(wait, max(high) + delay - now)
+    # Rule 8: with tasks that may outlive the drain, workers the window's answers no longer need (kept
+    # by rule 3 because they hold tasks) stop claiming, so new tasks go to the others and they empty;
+    # an empty one goes at the next step down.
+    keep = max(lo, max([a for _, a in recent] + [demand]))
+    cordon = max(0, current - keep) if long_tasks and wait <= 0 and backlog == 0 else 0
+    if target == current:
+        return done(current, Action.HOLD, f"steady at {current}: {why}", cordon=cordon)
     if wait <= 0:
         # Busy workers are a floor, not an answer: one whose last long task ends goes at once when
         # the demand of the whole window did not need it. (target = this poll's demand or that floor.)
@@ -444,12 +469,13 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
         if spaced and (peak <= lo or step >= max(1, math.ceil(MIN_DOWN_SHARE * current - 1e-9))):
             basis = "backlog drained, the arrivals' answers" if drained else "highest answer"
             reason = f"scaling down {current}→{peak}: {basis} of the last {delay:g}s; {why}"
-            return done(peak, Action.SCALE_DOWN, reason, release=drained)
+            return done(peak, Action.SCALE_DOWN, reason, release=drained, cordon=cordon)
         return done(
             current,
             Action.SCALE_DOWN_PENDING,
             f"holding at {current}, {peak} would do: a step of {step} waits until it removes a fifth of the pool "
             f"and {DOWN_SPACING_SHARE * delay:g}s have passed since the last change; {why}",
+            cordon=cordon,
         )
     return done(
         current,

@@ -16,7 +16,9 @@ Every policy sees the same pool, the same trace and the same per-task random num
   entries (waiting tasks, the job's hosts when it has few, its politeness) for the rate-limit
   ceiling, and each pod's creation → ready time for the measured start-up (15 s assumed before the
   first). Before removing pods the controller sets ``pod-deletion-cost`` = in-flight tasks, so the
-  ReplicaSet removes idle pods first.
+  ReplicaSet removes idle pods first. The pods the step cordons (policy rule 8) take no new tasks
+  until a later poll lifts the cordon (the real worker learns it from its next heartbeat, within
+  about a poll; here at once).
 - ``keda_stock``: :class:`trawl.autoscale.kedahpa.KedaHpaModel` on the ready-list length with KEDA's
   and the HPA's defaults; ``keda_tuned``: the same with pollingInterval, scale-down stabilization and
   cooldown equal to Trawl's pollSeconds, scaleDownDelaySeconds and idleSecondsBeforeZero, and
@@ -232,6 +234,7 @@ class Simulation:
         self.samples: list[Sample] = []
         self.reasons: list[tuple[float, int, str]] = []
         self.state: PoolScalerState | None = None
+        self.cordoned: frozenset[str] = frozenset()  # Trawl's workers that claim no new tasks
         self.startups: list[tuple[str, float]] = []  # pods that became ready since the last Trawl poll
         self.keda = KedaHpaModel(pool.keda_tuned if policy == "keda_tuned" else pool.keda)
 
@@ -256,7 +259,11 @@ class Simulation:
     # -- pool mechanics -------------------------------------------------------------------------
     def _free_pods(self) -> list[_Pod]:
         c = self.pool.concurrency
-        return [p for p in self.pods.values() if p.serving and not p.draining and len(p.tasks) < c]
+        return [
+            p
+            for p in self.pods.values()
+            if p.serving and not p.draining and len(p.tasks) < c and str(p.id) not in self.cordoned
+        ]
 
     def _dispatch(self) -> None:
         if not self.ready:
@@ -429,7 +436,9 @@ class Simulation:
         )
         self.startups = []
         self.state = result.state
+        self.cordoned = result.cordoned
         self._set_replicas(result.decision.desired, result.decision.reason)
+        self._dispatch()  # to workers no longer cordoned
         self._push(self.now + self.pool.autoscaling.poll_seconds, _TRAWL)
 
     def _keda_poll(self) -> None:

@@ -6,6 +6,7 @@
         result = plan(pool.spec, signals, deployment_replicas, state,
                       jobs=jobs_by_pool_index_entries, pod_startups=measured_pods)
         state = result.state
+        write result.cordoned to the queue (workers of those pods claim nothing new)
         if result.decision.changed: mark idle pods cheapest to delete, then patch the scale subresource
 
 :func:`plan` is the only place an :class:`Observation` is built: from the queue snapshot, the smoothed
@@ -13,7 +14,8 @@ rates, the rate-limit ceiling of the jobs' backlog and the measured pod start-up
 (``trawl.operator.autoscaling``) and the simulator (``trawl.autoscale.sim``) both call it, so the
 simulated policy knows exactly what the real one knows. Pure: it composes
 :func:`trawl.autoscale.rates.track`, :func:`trawl.autoscale.startup.record` and
-:func:`trawl.autoscale.policy.decide`.
+:func:`trawl.autoscale.policy.decide`, and picks the workers to cordon (policy rule 8) from the
+snapshot's per-worker in-flight counts with :func:`trawl.autoscale.policy.choose_cordoned`.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from trawl.api.scrapepool import AutoscalingSpec, ScrapePoolSpec
 from trawl.queue.model import PoolSignals
 
 from .backlog import domain_backlog
-from .policy import Decision, Observation, ScalerState, decide
+from .policy import Decision, Observation, ScalerState, choose_cordoned, decide
 from .rates import DEFAULT_TAU_SECONDS, Rates, RateTracker, rate_limit_ceiling, track
 from .startup import DEFAULT_STARTUP_SECONDS, StartupEstimate, record
 
@@ -39,6 +41,7 @@ class PoolScalerState:
     rates: RateTracker | None = None
     policy: ScalerState = field(default_factory=ScalerState)
     startup: StartupEstimate = field(default_factory=StartupEstimate)
+    cordoned: frozenset[str] = frozenset()  # workers told to stop claiming at the last poll
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +50,7 @@ class StepResult:
     rates: Rates
     state: PoolScalerState
     observation: Observation | None = None
+    cordoned: frozenset[str] = frozenset()  # workers that must not claim new tasks (policy rule 8)
 
 
 def observation(
@@ -109,7 +113,10 @@ def step(
         startup_seconds=st.startup.seconds if startup_seconds is None else startup_seconds,
     )
     decision = decide(spec, obs, st.policy)
-    return StepResult(decision, tracker.rates, PoolScalerState(tracker, decision.state, st.startup), obs)
+    serving = {w: a.in_flight for w, a in signals.workers.items() if not a.draining}
+    cordoned = choose_cordoned(serving, decision.cordon, st.cordoned)
+    state = PoolScalerState(tracker, decision.state, st.startup, cordoned)
+    return StepResult(decision, tracker.rates, state, obs, cordoned)
 
 
 def plan(
@@ -124,7 +131,7 @@ def plan(
     """The controller's (and the simulator's) poll: record newly measured pod start-ups, compute the
     rate-limit ceiling from the jobs' backlog (jobs-by-pool index entries), then :func:`step`."""
     st = state or PoolScalerState()
-    st = PoolScalerState(st.rates, st.policy, record(st.startup, pod_startups))
+    st = PoolScalerState(st.rates, st.policy, record(st.startup, pod_startups), st.cordoned)
     backlog = domain_backlog(jobs, pool)
     mean_service = st.rates.rates.mean_service_seconds if st.rates else None
     ceiling = (
