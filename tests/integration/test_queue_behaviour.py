@@ -226,7 +226,7 @@ async def test_lease_expiry_returns_tasks_and_stalls_dead_letter(q: Queue, clock
     for stall in (1, 2):
         (t,) = await q.claim("w1", 1)
         clock.advance(5)
-        assert await q.heartbeat("w1", in_flight=1) == 1  # extends the lease by 10 s from now
+        assert (await q.heartbeat("w1", in_flight=1)).held == 1  # extends the lease by 10 s from now
         clock.advance(9)
         assert await q.claim("w2", 1) == []  # still leased by w1
         clock.advance(2)
@@ -259,7 +259,7 @@ async def test_restarted_pod_returns_the_dead_incarnations_leases_at_once(q: Que
     assert [e["worker"] for _, e in await q.events() if e["type"] == "workerlost"] == [old]
     await q.heartbeat("pod-b@0001", in_flight=1)
     assert set((await q.pool_signals(reap=False)).workers) == {"pod-b"}  # activity keyed by pod
-    assert await q.heartbeat(old, in_flight=0, held=[]) == 0  # a zombie of the old process renews nothing
+    assert (await q.heartbeat(old, in_flight=0, held=[])).held == 0  # a zombie of the old process renews nothing
 
 
 async def test_heartbeat_returns_leases_the_process_does_not_hold(q: Queue, clock: Clock) -> None:
@@ -268,15 +268,15 @@ async def test_heartbeat_returns_leases_the_process_does_not_hold(q: Queue, cloc
     await q.register_job(JobConfig("hb"))
     await q.enqueue("hb", urls("hb", 3))
     t1, t2, t3 = await q.claim("w@1", 3)
-    assert await q.heartbeat("w@1", in_flight=1, held=[(t1.job_id, t1.task_id)]) == 1
+    assert (await q.heartbeat("w@1", in_flight=1, held=[(t1.job_id, t1.task_id)])).held == 1
     stats = await q.job_stats("hb")
     assert (stats.pending, stats.in_flight) == (2, 1)
     again = await q.claim("w@2", 5)
     assert sorted(t.task_id for t in again) == sorted([t2.task_id, t3.task_id])
     assert all(t.attempt == 1 for t in again)  # no attempt or stall spent
     clock.advance(9)
-    assert await q.heartbeat("w@1", in_flight=1, held=[(t1.job_id, t1.task_id)]) == 1
-    assert await q.heartbeat("w@2", in_flight=2, held=[(t.job_id, t.task_id) for t in again]) == 2
+    assert (await q.heartbeat("w@1", in_flight=1, held=[(t1.job_id, t1.task_id)])).held == 1
+    assert (await q.heartbeat("w@2", in_flight=2, held=[(t.job_id, t.task_id) for t in again])).held == 2
     clock.advance(9)
     assert await q.reap() == 0  # the held leases were renewed
     assert await q.ack(t1, "w@1")

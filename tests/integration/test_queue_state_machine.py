@@ -174,7 +174,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     @rule(worker=st.sampled_from(WORKERS))
     def heartbeat(self, worker: str) -> None:
-        n = self.run(self.q.heartbeat(worker, in_flight=len(self.held[worker])))
+        n = self.run(self.q.heartbeat(worker, in_flight=len(self.held[worker]))).held
         assert n == len(self.held[worker])
         if n:
             self.deadline[worker] = self.now + LEASE

@@ -20,6 +20,7 @@ from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.dev.bookstore import CHARSET_PAGES, CHARSET_TITLE, Bookstore
 from trawl.queue import Queue
 from trawl.queue.keys import Keys
+from trawl.queue.model import Heartbeat
 from trawl.worker.jobspec import build_job_config
 from trawl.worker.runner import Worker, WorkerConfig
 
@@ -53,7 +54,7 @@ async def _run(
     beats: list[float] = []
     real_heartbeat = queue.heartbeat
 
-    async def heartbeat(worker_id: str, **kw: Any) -> int:
+    async def heartbeat(worker_id: str, **kw: Any) -> Heartbeat:
         beats.append(time.monotonic())
         return await real_heartbeat(worker_id, **kw)
 

@@ -52,7 +52,12 @@ async def test_a_pool_over_three_masters_with_exact_counts(
     assert sorted(t[0].task_id.rsplit(".", 1)[1] for t in firsts) == ["0", "1", "2"]
     tasks = [t[0] for t in firsts] + await q.claim("w@1", 1000)
     assert len(tasks) == 300 and len({(t.job_id, t.task_id) for t in tasks}) == 300
-    assert await q.heartbeat("w@1", in_flight=300, held=[(t.job_id, t.task_id) for t in tasks]) == 300
+    assert (await q.heartbeat("w@1", in_flight=300, held=[(t.job_id, t.task_id) for t in tasks])).held == 300
+    # The autoscaler's cordon goes to every shard (one key per hash tag); any shard's reply says so.
+    await q.set_cordoned({"w"}, 30)
+    assert (await q.heartbeat("w@3", in_flight=0)).cordoned
+    await q.set_cordoned(set(), 30)
+    assert not (await q.heartbeat("w@3", in_flight=0)).cordoned
     failed = tasks[:10]
     for t in failed:
         assert (await q.fail(t, "w@1", "HTTP4xx", "gone")).dead_lettered

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from trawl.api.scrapepool import ScrapePoolSpec
+from trawl.autoscale.policy import ScalerState
+from trawl.autoscale.step import PoolScalerState
 from trawl.operator.autoscaling import Autoscalers, domain_backlog, job_hosts
 from trawl.operator.handlers import POOL_SYNC_SECONDS, POOL_TICK_SECONDS, pool_poll_seconds
+from trawl.queue.model import PoolSignals, WorkerActivity
 
 POOL = ScrapePoolSpec.model_validate(
     {"redis": {"url": "redis://r:6379"}, "defaults": {"politeness": {"requestsPerSecond": 3}}}
@@ -52,3 +57,39 @@ def test_pods_are_listed_for_startup_only_when_the_ready_count_changes() -> None
     assert a.wants_startups(key, 3)
     a.forget(key)
     assert a.wants_startups(key, 3)  # after a restart (or a re-created pool): measure again
+
+
+def _signals(t: float, workers: dict[str, tuple[int, bool]], ready: int = 0) -> PoolSignals:
+    return PoolSignals(
+        ready=ready,
+        delayed=0,
+        delayed_due_soon=0,
+        in_flight=sum(n for n, _ in workers.values()),
+        dead=0,
+        completed_total=0,
+        failed_total=0,
+        service_seconds_total=0.0,
+        workers={w: WorkerActivity(w, n, t, draining) for w, (n, draining) in workers.items()},
+        time=t,
+    )
+
+
+def test_advice_names_the_cordoned_pods_and_says_when_to_write_them() -> None:
+    """Eight pods hold 40 tasks of unknown length (kept by rule 3) after a window of low answers: the
+    work asks for 2, so the 6 least busy serving pods are cordoned (a draining one is never chosen);
+    the set is written while it is or was non-empty."""
+    a, key, t = Autoscalers(), ("ns", "p"), 10_000.0
+    a.states[key] = PoolScalerState(
+        policy=ScalerState(last_change_at=t - 1000, answers=((t - 30, 1),), answers_since=t - 61)
+    )
+    pods = {f"p{i}": (n, False) for i, n in enumerate([9, 1, 2, 3, 4, 5, 6, 7])} | {"gone": (3, True)}
+    now = datetime.fromtimestamp(t, UTC)
+    advice = a.advise(key, POOL, _signals(t, pods), 8, now)
+    assert advice.desired == 8
+    assert advice.cordoned == {"p1", "p2", "p3", "p4", "p5", "p6"}
+    assert advice.write_cordon
+    advice = a.advise(key, POOL, _signals(t + 5, pods, ready=100), 8, now)  # a backlog: every slot counts
+    assert advice.cordoned == frozenset()
+    assert advice.write_cordon  # lifted: written once more
+    advice = a.advise(key, POOL, _signals(t + 10, pods, ready=100), 8, now)
+    assert not advice.write_cordon

@@ -33,6 +33,8 @@ class ScaleAdvice:
     limited: bool = False
     limited_reason: str | None = None
     startup_seconds: float | None = None  # measured pod start-up (median of recent pods), None before any
+    cordoned: frozenset[str] = frozenset()  # pods whose workers must claim nothing new (policy rule 8)
+    write_cordon: bool = False  # the cordon set is or was non-empty: write it to the queue
 
 
 @dataclass
@@ -63,8 +65,10 @@ class Autoscalers:
         jobs: Iterable[Mapping[str, Any]] = (),
         pod_startups: Iterable[tuple[str, float]] = (),
     ) -> ScaleAdvice:
-        result = plan(pool, signals, current, self.states.get(key), jobs=jobs, pod_startups=pod_startups)
+        previous = self.states.get(key)
+        result = plan(pool, signals, current, previous, jobs=jobs, pod_startups=pod_startups)
         self.states[key] = result.state
+        was_cordoned = previous is not None and bool(previous.cordoned)
         decision, rates = result.decision, result.rates
         limited_reason = "MaxReplicas" if decision.at_max else ("RateLimited" if decision.rate_limited else None)
         return ScaleAdvice(
@@ -78,4 +82,6 @@ class Autoscalers:
             limited=decision.limited,
             limited_reason=limited_reason,
             startup_seconds=result.state.startup.measured,
+            cordoned=result.cordoned,
+            write_cordon=bool(result.cordoned) or was_cordoned,
         )

@@ -40,6 +40,10 @@ TEMPLATE_HASH = "trawl.dev/template-hash"
 # On the pod template: the versions of the Secrets the workers' Redis settings come from (a rotation rolls them).
 REDIS_SECRETS_VERSION = "trawl.dev/redis-secrets-version"
 SCALER_MANAGER = "trawl-autoscaler"
+# The cordon set in Redis lives this many polls (at least CORDON_MIN_TTL_SECONDS) unless written again:
+# workers cordoned by an operator that stopped resume claiming on their own.
+CORDON_TTL_POLLS = 3
+CORDON_MIN_TTL_SECONDS = 15.0
 
 
 @dataclass
@@ -289,6 +293,12 @@ async def reconcile_pool(
             except Exception as exc:  # the estimate keeps its last value (or the default)
                 log.warning("pool %s/%s: cannot list worker pods for start-up times: %s", namespace, name, exc)
         advice = autoscalers.advise((namespace, name), spec, signals, current, now, jobs or [], startups)
+        if advice.write_cordon:
+            try:
+                ttl = max(CORDON_MIN_TTL_SECONDS, CORDON_TTL_POLLS * spec.autoscaling.poll_seconds)
+                await queue.set_cordoned(advice.cordoned, ttl)
+            except Exception as exc:  # best effort: uncordoned workers only keep claiming, as before
+                log.warning("pool %s/%s: could not write the cordoned workers: %s", namespace, name, exc)
         if advice.startup_seconds is not None:
             new["podStartupSeconds"] = round(advice.startup_seconds, 2)
         desired = advice.desired

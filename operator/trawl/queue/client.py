@@ -20,7 +20,7 @@ import json
 import os
 import random
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import asdict
 from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -35,6 +35,7 @@ from .keys import PRIORITIES, Keys, pod_of
 from .model import (
     DeadLetterRecord,
     FailOutcome,
+    Heartbeat,
     JobConfig,
     JobStats,
     PoolSignals,
@@ -65,6 +66,7 @@ SCRIPT_NAMES = (
     "evict",
     "retire_worker",
     "signals",
+    "cordon",
 )
 
 _FORBIDDEN_ID_CHARS = frozenset("|{}")
@@ -296,8 +298,9 @@ class Queue:
         in_flight: int,
         draining: bool = False,
         held: Iterable[tuple[str, str]] | None = None,
-    ) -> int:
-        """Extend the worker's leases; returns how many it holds afterwards.
+    ) -> Heartbeat:
+        """Extend the worker's leases; returns how many it holds afterwards and whether its pod is cordoned
+        (:meth:`set_cordoned`).
 
         ``held``: the (job id, task id) of every task the process really holds. Any other lease of the worker
         is an orphan (a claim reply or a release lost in an outage) and goes back to its job at once."""
@@ -305,7 +308,7 @@ class Queue:
         fields = [] if held is None else [f"{job}|{task}" for job, task in held]
         res = await self._run(
             "heartbeat",
-            [k.worker(worker_id), k.worker_deadlines, k.worker_info],
+            [k.worker(worker_id), k.worker_deadlines, k.worker_info, k.cordoned],
             [
                 self._now(),
                 worker_id,
@@ -317,7 +320,13 @@ class Queue:
                 *fields,
             ],
         )
-        return int(res[0])
+        return Heartbeat(int(res[0]), int(res[2]) == 1)
+
+    async def set_cordoned(self, pods: Collection[str], ttl_seconds: float) -> None:
+        """Replace the set of cordoned pods (the autoscaler's choice at this poll): their workers claim
+        nothing new and learn it from their next heartbeat. The set expires after ``ttl_seconds`` unless
+        written again, so workers are never left cordoned by an operator that stopped."""
+        await self._run("cordon", [self.keys.cordoned], [max(1, int(ttl_seconds * 1000)), *sorted(pods)])
 
     async def epoch(self) -> str:
         """The pool's data epoch: a random token set the first time it is asked for, then never changed

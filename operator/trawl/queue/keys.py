@@ -9,6 +9,8 @@ Pool-wide keys (``P`` is the prefix)::
     P:dj             zset    job -> earliest due time of its delayed tasks (promotion index)
     P:wd             zset    worker -> lease deadline (a worker's leases all share its deadline)
     P:wi             hash    worker -> "in_flight|last_seen|draining" (heartbeat reports)
+    P:cd             set     pods cordoned by the autoscaler: their workers claim nothing new (rewritten by
+                             the operator every poll, with an expiry, so a dead operator cordons nobody)
     P:w:<worker>     hash    "<job>|<task>" -> "<claimed_at>|<task payload>": the worker's leased tasks
     P:wc:<worker>    hash    the worker's last claim (nonce, time stamp, deadline), so a claim retried after
                              a lost reply returns the same tasks instead of leaking leases
@@ -99,6 +101,10 @@ class Keys:
     @property
     def worker_info(self) -> str:
         return f"{self.prefix}:wi"
+
+    @property
+    def cordoned(self) -> str:
+        return f"{self.prefix}:cd"
 
     def worker(self, worker_id: str) -> str:
         return f"{self.prefix}:w:{worker_id}"

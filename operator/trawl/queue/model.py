@@ -6,7 +6,7 @@ boundary so the worker, the operator and the autoscaler can rely on it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -115,6 +115,14 @@ class WorkerActivity:
     draining: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """A heartbeat's reply."""
+
+    held: int  # leases the worker holds afterwards
+    cordoned: bool = False  # the autoscaler cordoned the worker's pod: claim nothing new until it lifts
+
+
 class QueueClient(Protocol):
     """The operations every part of Trawl uses. All are atomic (one Lua script each)."""
 
@@ -142,9 +150,9 @@ class QueueClient(Protocol):
         in_flight: int,
         draining: bool = False,
         held: Iterable[tuple[str, str]] | None = None,
-    ) -> int:
+    ) -> Heartbeat:
         """Extend the worker's leases; with ``held`` (job id, task id), leases not listed are returned to
-        their jobs (orphans). Returns how many leases the worker holds."""
+        their jobs (orphans). Returns how many leases the worker holds and whether its pod is cordoned."""
         ...
 
     async def ack(self, task: Task, worker_id: str) -> bool:
@@ -180,3 +188,8 @@ class QueueClient(Protocol):
         ...
 
     async def pool_signals(self) -> PoolSignals: ...
+
+    async def set_cordoned(self, pods: Collection[str], ttl_seconds: float) -> None:
+        """The autoscaler's cordon: workers of these pods claim nothing new (they learn it from their
+        heartbeat); replaces the previous set, which expires after ``ttl_seconds`` unless written again."""
+        ...

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -34,7 +34,7 @@ from redis.crc import key_slot
 
 from .client import Queue
 from .keys import hash_tag
-from .model import DeadLetterRecord, FailOutcome, JobConfig, JobStats, PoolSignals, Task, WorkerActivity
+from .model import DeadLetterRecord, FailOutcome, Heartbeat, JobConfig, JobStats, PoolSignals, Task, WorkerActivity
 
 SLOTS = 16384
 MAX_SHARDS = 16
@@ -242,18 +242,21 @@ class ShardedQueue(Queue):
         in_flight: int,
         draining: bool = False,
         held: Iterable[tuple[str, str]] | None = None,
-    ) -> int:
+    ) -> Heartbeat:
         per: list[list[tuple[str, str]] | None] = [None if held is None else [] for _ in self.shards]
         for job_id, task_id in held or ():
             tid, shard = _split_task_id(task_id)
             bucket = per[shard]
             assert bucket is not None
             bucket.append((job_id, tid))
-        counts = await self._each(
+        beats = await self._each(
             s.heartbeat(worker_id, in_flight=in_flight, draining=draining, held=per[i])
             for i, s in enumerate(self.shards)
         )
-        return sum(counts)
+        return Heartbeat(sum(b.held for b in beats), any(b.cordoned for b in beats))
+
+    async def set_cordoned(self, pods: Collection[str], ttl_seconds: float) -> None:
+        await self._each(s.set_cordoned(pods, ttl_seconds) for s in self.shards)
 
     async def evict_previous(self, pod: str, worker_id: str) -> tuple[int, int]:
         res = await self._each(s.evict_previous(pod, worker_id) for s in self.shards)

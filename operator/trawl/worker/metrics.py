@@ -88,6 +88,11 @@ class WorkerMetrics:
             registry=r,
         )
         self.draining = Gauge("trawl_worker_draining", "1 while the worker drains after SIGTERM.", registry=r)
+        self.cordoned = Gauge(
+            "trawl_worker_cordoned",
+            "1 while the autoscaler has cordoned the worker: it claims nothing new.",
+            registry=r,
+        )
 
     def set_open_circuits(self, domains: Iterable[str]) -> None:
         self.circuit_open.clear()

@@ -175,6 +175,7 @@ class Worker:
         self._evicted = False
         self._wake = asyncio.Event()  # new local work (links enqueued) or stop: poll the queue now
         self.stopping = False
+        self.cordoned = False  # the autoscaler wants this pod to empty: claim nothing new (from the heartbeat)
         self.processed = 0
         self._started = time.monotonic()
         self._tick = self._heartbeat_ok = self._started  # the loop last ran / a heartbeat was last sent
@@ -295,7 +296,20 @@ class Worker:
 
     async def _heartbeat(self, *, draining: bool) -> None:
         async with self._lease_lock:
-            await self.queue.heartbeat(self.worker_id, in_flight=self.in_flight, draining=draining, held=self.held())
+            beat = await self.queue.heartbeat(
+                self.worker_id, in_flight=self.in_flight, draining=draining, held=self.held()
+            )
+        if beat.cordoned != self.cordoned:
+            log.info(
+                "cordoned by the autoscaler: claiming nothing new" if beat.cordoned else "uncordoned: claiming again",
+                extra={"worker": self.worker_id, "in_flight": len(self._inflight)},
+            )
+            self.cordoned = beat.cordoned
+            self.metrics.cordoned.set(1 if beat.cordoned else 0)
+            if beat.cordoned:
+                await self._release_buffered()  # other workers start them now, not when a slot frees here
+            self._wake.set()
+            self._slot_free.set()
 
     async def _heartbeat_loop(self) -> None:
         while True:
@@ -389,7 +403,7 @@ class Worker:
                 ),
                 self.config.claim_batch,
             )
-            if size <= 0 or self.finisher.count >= self.finish_capacity:
+            if size <= 0 or self.cordoned or self.finisher.count >= self.finish_capacity:
                 self._slot_free.clear()
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(0.5):

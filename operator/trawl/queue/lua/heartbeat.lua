@@ -3,10 +3,12 @@
 -- release to be retried): a leased task it does not list is an orphan (a claim whose reply never arrived,
 -- a release lost in a Redis outage) and goes back to its job's ready list at once, without a stall, so
 -- the deadline is only ever extended for tasks a live process will finish.
--- KEYS: 1 worker hash, 2 worker deadlines, 3 worker info
+-- The reply also says whether the worker's pod is cordoned (the autoscaler wants it to empty: it claims
+-- nothing new until uncordoned or the operator's cordon set expires).
+-- KEYS: 1 worker hash, 2 worker deadlines, 3 worker info, 4 cordoned pods (set)
 -- ARGV: 1 now, 2 worker id, 3 lease seconds, 4 reported in flight, 5 draining (0/1), 6 prefix, 7 reconcile (0/1),
 --       8.. held fields "<job>|<task>"
--- Returns {leases extended, orphans returned}
+-- Returns {leases extended, orphans returned, cordoned (0/1)}
 local wk = KEYS[1]
 local orphans = 0
 if ARGV[7] == '1' then
@@ -30,4 +32,5 @@ if n > 0 then
   redis.call('ZADD', KEYS[2], tonumber(ARGV[1]) + tonumber(ARGV[3]), ARGV[2])
 end
 redis.call('HSET', KEYS[3], ARGV[2], ARGV[4] .. '|' .. ARGV[1] .. '|' .. ARGV[5])
-return { n, orphans }
+local pod = string.match(ARGV[2], '^[^@]*')
+return { n, orphans, redis.call('SISMEMBER', KEYS[4], pod) }

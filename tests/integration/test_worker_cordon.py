@@ -1,0 +1,118 @@
+"""The autoscaler's cordon against a real redis-server: a cordoned worker claims nothing (it learns it
+from its heartbeat) while another claims everything, and claims again once uncordoned or once the
+operator's cordon set expires."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from trawl.api.scrapejob import ScrapeJobSpec
+from trawl.dev.bookstore import Bookstore
+from trawl.queue import Queue
+from trawl.queue.keys import Keys
+from trawl.worker.jobspec import build_job_config
+from trawl.worker.runner import Worker, WorkerConfig
+
+PREFIX = "trawl:{test/cordon}"
+ALLOWED = ["127.0.0.2/32"]
+PAGES = 24
+
+
+@pytest.fixture(scope="module")
+def site() -> Iterator[Bookstore]:
+    with Bookstore(host="127.0.0.2", categories=1, books_per_category=PAGES, latency=0.05) as store:
+        yield store
+
+
+async def _until(check: Callable[[], bool], within: float = 30.0) -> None:
+    deadline = time.monotonic() + within
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached"
+        await asyncio.sleep(0.02)
+
+
+async def test_heartbeat_reply_says_whether_the_pod_is_cordoned(redis_client: aioredis.Redis) -> None:
+    q = Queue(redis_client, PREFIX, lease_seconds=10)
+    key = Keys(PREFIX).cordoned
+    assert not (await q.heartbeat("pod-a@1", in_flight=0)).cordoned
+    await q.set_cordoned({"pod-a"}, 30)
+    assert (await q.heartbeat("pod-a@1", in_flight=0)).cordoned
+    assert (await q.heartbeat("pod-a@2", in_flight=0)).cordoned  # every incarnation of the pod
+    assert not (await q.heartbeat("pod-b@1", in_flight=0)).cordoned
+    assert 0 < await redis_client.pttl(key) <= 30_000
+    await q.set_cordoned({"pod-b"}, 30)  # replaces the set
+    assert not (await q.heartbeat("pod-a@1", in_flight=0)).cordoned
+    assert (await q.heartbeat("pod-b@1", in_flight=0)).cordoned
+    await q.set_cordoned(set(), 30)
+    assert not await redis_client.exists(key)
+
+
+@pytest.fixture
+async def workers(redis_client: aioredis.Redis) -> AsyncIterator[tuple[Queue, Worker, Worker]]:
+    queue = Queue(redis_client, PREFIX, lease_seconds=10)
+
+    def worker(pod: str) -> Worker:
+        config = WorkerConfig(
+            prefix=PREFIX, worker_id=f"{pod}@{uuid.uuid4().hex[:4]}", pod=pod, concurrency=2,
+            allowed_cidrs=ALLOWED, heartbeat_seconds=0.2, drain_seconds=5, parse_processes=1,
+        )  # fmt: skip
+        return Worker(config, queue, redis_client, Keys(PREFIX))
+
+    a, b = worker("pod-a"), worker("pod-b")
+    runners = [asyncio.create_task(w.run()) for w in (a, b)]
+    try:
+        yield queue, a, b
+    finally:
+        for w in (a, b):
+            w.request_stop()
+        await asyncio.wait_for(asyncio.gather(*runners), 60)
+        await redis_client.delete(Keys(PREFIX).cordoned)
+
+
+async def _job(queue: Queue, site: Bookstore) -> str:
+    job = ScrapeJobSpec.model_validate({"pool": "p", "urls": [site.product_url(i) for i in range(1, PAGES + 1)]})
+    job_id = uuid.uuid4().hex[:12]
+    await queue.register_job(build_job_config(job_id, job, None))
+    await queue.enqueue(job_id, job.seed_urls())
+    await queue.mark_enqueue_done(job_id)
+    return job_id
+
+
+async def _finished(queue: Queue, job_id: str) -> None:
+    deadline = time.monotonic() + 60
+    while not (stats := await queue.job_stats(job_id)).finished:
+        assert time.monotonic() < deadline, stats
+        await asyncio.sleep(0.05)
+    assert stats.succeeded == PAGES
+
+
+async def test_a_cordoned_worker_claims_nothing_and_resumes_when_uncordoned(
+    site: Bookstore, workers: tuple[Queue, Worker, Worker]
+) -> None:
+    queue, a, b = workers
+    await queue.set_cordoned({"pod-a"}, 60)
+    await _until(lambda: a.cordoned)
+    assert not b.cordoned
+    await _finished(queue, await _job(queue, site))
+    assert (a.processed, b.processed) == (0, PAGES)  # b claimed everything
+    await queue.set_cordoned(set(), 60)  # the autoscaler lifts the cordon
+    await _until(lambda: not a.cordoned)
+    await _finished(queue, await _job(queue, site))
+    assert a.processed > 0 and a.processed + b.processed == 2 * PAGES
+
+
+async def test_a_cordon_the_operator_stops_writing_expires(
+    site: Bookstore, workers: tuple[Queue, Worker, Worker]
+) -> None:
+    queue, a, _b = workers
+    await queue.set_cordoned({"pod-a"}, 1.0)
+    await _until(lambda: a.cordoned)
+    await _until(lambda: not a.cordoned, within=10)  # nobody wrote it again: the set expired
+    await _finished(queue, await _job(queue, site))
+    assert a.processed > 0
