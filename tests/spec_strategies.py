@@ -294,8 +294,8 @@ scrape_job_spec = st.one_of(
 # ------------------------------------------------------------------ ScrapePool
 
 _redis_url = st.builds("{}://{}:{}/{}".format, st.sampled_from(["redis", "rediss"]), host, ints(1, 65535), ints(0, 15))
+_url_modes = st.sampled_from([scrapepool.RedisMode.STANDALONE.value, scrapepool.RedisMode.CLUSTER.value])
 _redis_common = {
-    "mode": enum(scrapepool.RedisMode),
     "shards": st.integers(1, 16),
     "passwordSecretRef": secret_ref,
     "tls": obj(
@@ -305,9 +305,33 @@ _redis_common = {
     ),
     "keyPrefix": st.from_regex(r"[A-Za-z0-9:_.-]{1,20}", fullmatch=True),
 }
+_not_sentinel = {"sentinels": st.nothing(), "masterName": st.nothing(), "sentinelPasswordSecretRef": st.nothing()}
+_sentinel_address = st.builds("{}:{}".format, st.one_of(host, st.just("[fd00::1]")), ints(1, 65535))
 redis = st.one_of(
-    obj(scrapepool.RedisSpec, {"url": _redis_url}, {"urlSecretRef": st.nothing(), **_redis_common}),
-    obj(scrapepool.RedisSpec, {"urlSecretRef": secret_ref}, {"url": st.nothing(), **_redis_common}),
+    obj(
+        scrapepool.RedisSpec,
+        {"url": _redis_url},
+        {"mode": _url_modes, "urlSecretRef": st.nothing(), **_not_sentinel, **_redis_common},
+    ),
+    obj(
+        scrapepool.RedisSpec,
+        {"urlSecretRef": secret_ref},
+        {"mode": _url_modes, "url": st.nothing(), **_not_sentinel, **_redis_common},
+    ),
+    obj(
+        scrapepool.RedisSpec,
+        {
+            "mode": st.just(scrapepool.RedisMode.SENTINEL.value),
+            "sentinels": st.lists(_sentinel_address, min_size=1, max_size=5),
+            "masterName": st.from_regex(r"[A-Za-z0-9._-]{1,20}", fullmatch=True),
+        },
+        {
+            "url": st.nothing(),
+            "urlSecretRef": st.nothing(),
+            "sentinelPasswordSecretRef": secret_ref,
+            **_redis_common,
+        },
+    ),
 )
 _quantity = st.sampled_from(["100m", "1", "2500m", "128Mi", "1Gi", "500M"])
 _volume_name = st.sampled_from(["results", "scratch", "data"])

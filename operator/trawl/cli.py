@@ -132,6 +132,18 @@ def worker_cmd(
     redis_cluster: bool = typer.Option(
         False, "--redis-cluster", envvar="TRAWL_REDIS_CLUSTER", help="The Redis URL names a node of a Redis Cluster."
     ),
+    redis_sentinels: str = typer.Option(
+        "",
+        "--redis-sentinels",
+        envvar="TRAWL_REDIS_SENTINELS",
+        help="host:port,... of Redis Sentinels: the master is found through them (the URL is then unused).",
+    ),
+    redis_sentinel_master: str = typer.Option(
+        "",
+        "--redis-sentinel-master",
+        envvar="TRAWL_REDIS_SENTINEL_MASTER",
+        help="The name the Sentinels monitor the master under (with --redis-sentinels).",
+    ),
     redis_shards: int = typer.Option(
         1, "--redis-shards", envvar="TRAWL_REDIS_SHARDS", help="Hash tags the pool's tasks are spread over."
     ),
@@ -187,11 +199,20 @@ def worker_cmd(
         parse_setting(claim_batch)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--claim-batch / TRAWL_CLAIM_BATCH") from None
+    if redis_sentinels or redis_sentinel_master:
+        from trawl.sentinelclient import SentinelTarget
+
+        try:
+            SentinelTarget.parse(redis_sentinels, redis_sentinel_master)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--redis-sentinels / --redis-sentinel-master") from None
 
     raise typer.Exit(
         worker_main(
             redis_url=redis_url,
             redis_cluster=redis_cluster,
+            redis_sentinels=redis_sentinels,
+            redis_sentinel_master=redis_sentinel_master,
             redis_shards=redis_shards,
             prefix=prefix,
             concurrency=concurrency,

@@ -1,4 +1,5 @@
-"""The one factory of Trawl's asyncio Redis clients: a single server or a Redis Cluster.
+"""The one factory of Trawl's asyncio Redis clients: a single server, a Redis Cluster, or the master a
+set of Redis Sentinels names (:mod:`trawl.sentinelclient`).
 
 The operator, the workers and the CLI all build their client here, so a pool whose Redis is a cluster
 (``spec.redis.mode: Cluster``) gets ``redis.asyncio.RedisCluster`` everywhere, with the same password
@@ -11,6 +12,10 @@ one slot on one node.
 The cluster client is returned typed as ``redis.asyncio.Redis``: it implements the same command methods
 Trawl calls (and none it does not), and one declared type keeps every module that takes a client simple.
 The one difference that matters, ``MULTI`` pipelines, is handled by :func:`atomic_pipeline`.
+
+A Sentinel client is a plain ``redis.asyncio.Redis`` whose connection pool asks the Sentinels for the
+master's address at each new connection, and drops its connections when a command fails to connect or a
+demoted master answers ``READONLY``: the next command goes to the promoted replica.
 """
 
 from __future__ import annotations
@@ -26,7 +31,9 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
-RedisMode = Literal["Standalone", "Cluster"]
+from trawl.sentinelclient import SentinelTarget, master_client
+
+RedisMode = Literal["Standalone", "Cluster", "Sentinel"]
 
 # Errors that say Redis (or the cluster's node for a slot) is briefly unable to answer, not that a
 # command is wrong: an outage, a restart, a failover (CLUSTERDOWN, TRYAGAIN, READONLY from a demoted
@@ -78,12 +85,18 @@ def connect(
     tls: bool = False,
     insecure: bool = False,
     ca_pem: str | None = None,
+    sentinel: SentinelTarget | None = None,
     **extra: Any,
 ) -> aioredis.Redis:
-    """A client for ``url`` (any node of the cluster when ``cluster``), with the password and TLS given.
+    """A client for ``url`` (any node of the cluster when ``cluster``), with the password and TLS given;
+    with ``sentinel``, for the master the Sentinels name (``url`` is then unused).
 
     ``tls`` upgrades ``redis://`` to ``rediss://``; ``insecure`` skips certificate verification;
     ``ca_pem`` is the PEM bundle that signs the server certificate. ``extra`` goes to the client."""
+    if sentinel is not None:
+        if extra.get("protocol", 2) in (2, "2"):
+            extra.setdefault("parser_class", Resp2Parser)
+        return master_client(sentinel, password=password, tls=tls, insecure=insecure, ca_pem=ca_pem, **extra)
     kwargs: dict[str, Any] = {}
     if password:
         kwargs["password"] = password

@@ -59,9 +59,22 @@ _RULES: dict[str, list[dict[str, str]]] = {
     ],
     "RedisSpec": [
         {
-            "rule": "has(self.url) != has(self.urlSecretRef)",
+            "rule": "(has(self.mode) && self.mode == 'Sentinel') || has(self.url) != has(self.urlSecretRef)",
             "message": "exactly one of url or urlSecretRef must be set",
-        }
+        },
+        {
+            "rule": "!has(self.mode) || self.mode != 'Sentinel' || (has(self.sentinels) && has(self.masterName))",
+            "message": "mode Sentinel needs both sentinels and masterName",
+        },
+        {
+            "rule": "!has(self.mode) || self.mode != 'Sentinel' || (!has(self.url) && !has(self.urlSecretRef))",
+            "message": "mode Sentinel takes sentinels and masterName, not url or urlSecretRef",
+        },
+        {
+            "rule": "(has(self.mode) && self.mode == 'Sentinel') "
+            "|| (!has(self.sentinels) && !has(self.masterName) && !has(self.sentinelPasswordSecretRef))",
+            "message": "sentinels, masterName and sentinelPasswordSecretRef apply to mode Sentinel only",
+        },
     ],
     "AutoscalingSpec": [
         {

@@ -31,10 +31,16 @@ class RedisTLS(TrawlModel):
 
 
 class RedisMode(StrEnum):
-    """What the pool's Redis is: one server (with or without replicas) or a Redis Cluster."""
+    """What the pool's Redis is: one server, a Redis Cluster, or a master found through Redis Sentinel."""
 
     STANDALONE = "Standalone"
     CLUSTER = "Cluster"
+    SENTINEL = "Sentinel"
+
+
+# host:port of a Sentinel: a DNS name or IPv4 address, or an IPv6 address in brackets.
+SENTINEL_ADDRESS_PATTERN = r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?):[0-9]{1,5}$"
+SentinelAddress = Annotated[str, Field(max_length=261, pattern=SENTINEL_ADDRESS_PATTERN)]
 
 
 class RedisSpec(TrawlModel):
@@ -43,7 +49,9 @@ class RedisSpec(TrawlModel):
     mode: RedisMode = Field(
         default=RedisMode.STANDALONE,
         description="Standalone: one server. Cluster: a Redis Cluster; url names any of its nodes (the others "
-        "are discovered), and every key of the pool shares one hash tag, so the pool lives on one master.",
+        "are discovered), and every key of the pool shares one hash tag, so the pool lives on one master. "
+        "Sentinel: the master named masterName, as the Sentinels in sentinels report it (followed across "
+        "failovers); no url then.",
     )
 
     url: str | None = Field(
@@ -65,7 +73,27 @@ class RedisSpec(TrawlModel):
         "created afterwards.",
     )
     password_secret_ref: SecretKeyRef | None = Field(default=None, description="Secret key holding the password.")
-    tls: RedisTLS | None = Field(default=None, description="TLS settings.")
+    sentinels: list[SentinelAddress] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=16,
+        description="mode Sentinel: host:port of the Sentinels (asked in turn for the master's address).",
+    )
+    master_name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        pattern=r"^[^\s]+$",
+        description="mode Sentinel: the name the Sentinels monitor the master under (sentinel monitor <name> ...).",
+    )
+    sentinel_password_secret_ref: SecretKeyRef | None = Field(
+        default=None,
+        description="mode Sentinel: Secret key holding the Sentinels' own password (their requirepass), if they "
+        "have one; passwordSecretRef is the master's.",
+    )
+    tls: RedisTLS | None = Field(
+        default=None, description="TLS settings (with mode Sentinel: to the Sentinels and the master alike)."
+    )
     key_prefix: str | None = Field(
         default=None,
         max_length=128,
@@ -75,6 +103,27 @@ class RedisSpec(TrawlModel):
 
     @model_validator(mode="after")
     def _one_source(self) -> Self:
+        sentinel_fields = [
+            name
+            for name, value in (
+                ("sentinels", self.sentinels),
+                ("masterName", self.master_name),
+                ("sentinelPasswordSecretRef", self.sentinel_password_secret_ref),
+            )
+            if value is not None
+        ]
+        if self.mode == RedisMode.SENTINEL:
+            if self.sentinels is None or self.master_name is None:
+                raise ValueError("redis.mode Sentinel needs both sentinels and masterName")
+            if self.url is not None or self.url_secret_ref is not None:
+                raise ValueError("redis.mode Sentinel takes sentinels and masterName, not url or urlSecretRef")
+            for address in self.sentinels:
+                port = int(address.rpartition(":")[2])
+                if not 1 <= port <= 65535:
+                    raise ValueError(f"redis.sentinels: {address!r} has no valid port (1-65535)")
+            return self
+        if sentinel_fields:
+            raise ValueError(f"redis.{', '.join(sentinel_fields)} apply to mode Sentinel only (mode is {self.mode})")
         if (self.url is None) == (self.url_secret_ref is None):
             raise ValueError("redis needs exactly one of url or urlSecretRef")
         if self.url is not None and "@" in self.url.split("//", 1)[-1].split("/", 1)[0]:

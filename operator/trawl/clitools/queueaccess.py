@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
+from redis.asyncio.sentinel import MasterNotFoundError
 from redis.exceptions import RedisClusterException, RedisError
 
 from trawl.api.scrapepool import RedisMode, ScrapePoolSpec
 from trawl.operator.naming import queue_prefix
-from trawl.operator.redisconn import ResolvedRedis, make_client
+from trawl.operator.redisconn import ResolvedRedis, make_client, sentinel_target
 from trawl.queue import Queue, QueueUnavailable
 from trawl.queue.model import DeadLetterRecord
 from trawl.queue.sharded import make_queue
@@ -53,6 +54,7 @@ def resolve_redis(cluster: Cluster, pool: dict[str, Any], redis_url: str | None)
     if redis_url:
         # A port-forward reaches one node only: a cluster client would then follow the nodes' own
         # addresses (in-cluster), so a cluster pool read through --redis-url needs those reachable too.
+        # A Sentinel pool's master read through --redis-url is read as a single server (no Sentinel).
         return ResolvedRedis(redis_url, None, redis_url.startswith("rediss://"), False, None, cluster=redis_cluster)
 
     def secret(ref: Any) -> str:
@@ -61,11 +63,16 @@ def resolve_redis(cluster: Cluster, pool: dict[str, Any], redis_url: str | None)
         except CliError as exc:
             raise CliError(f"the Redis settings of ScrapePool {name}: {exc.message}", EXIT_REDIS) from None
 
-    url = r.url or secret(r.url_secret_ref)
     password = secret(r.password_secret_ref) if r.password_secret_ref else None
-    tls = bool(r.tls and r.tls.enabled) or url.startswith("rediss://")
     ca = secret(r.tls.ca_secret_ref) if r.tls and r.tls.ca_secret_ref else None
-    return ResolvedRedis(url, password, tls, bool(r.tls and r.tls.insecure_skip_verify), ca, cluster=redis_cluster)
+    insecure = bool(r.tls and r.tls.insecure_skip_verify)
+    if r.mode == RedisMode.SENTINEL:
+        ref = r.sentinel_password_secret_ref
+        target = sentinel_target(spec, secret(ref) if ref is not None else None)
+        return ResolvedRedis("", password, bool(r.tls and r.tls.enabled), insecure, ca, sentinel=target)
+    url = r.url or secret(r.url_secret_ref)
+    tls = bool(r.tls and r.tls.enabled) or url.startswith("rediss://")
+    return ResolvedRedis(url, password, tls, insecure, ca, cluster=redis_cluster)
 
 
 def job_ref(job: dict[str, Any], pool: dict[str, Any]) -> JobRef:
@@ -88,8 +95,10 @@ async def open_queue(cfg: ResolvedRedis, prefix: str, pool_name: str, shards: in
         try:
             await asyncio.wait_for(client.ping(), timeout=5)
         except (RedisError, RedisClusterException, OSError, TimeoutError) as exc:
+            # a Sentinel's "no master" says what each Sentinel answered (addresses only, no secret)
+            why = f"{type(exc).__name__}: {exc}" if isinstance(exc, MasterNotFoundError) else type(exc).__name__
             raise CliError(
-                f"cannot reach the Redis of ScrapePool {pool_name} at {cfg.safe_target} ({type(exc).__name__})",
+                f"cannot reach the Redis of ScrapePool {pool_name} at {cfg.safe_target} ({why})",
                 EXIT_REDIS,
                 hint="from outside the cluster, port-forward it and pass --redis-url redis://127.0.0.1:PORT/0",
             ) from None

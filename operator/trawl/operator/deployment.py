@@ -50,7 +50,19 @@ def redis_env(spec: ScrapePoolSpec) -> list[dict[str, Any]]:
     """Environment variables that tell a worker how to reach Redis, secrets by reference only."""
     redis = spec.redis
     env: list[dict[str, Any]] = []
-    if redis.url_secret_ref is not None:
+    if redis.mode == RedisMode.SENTINEL:
+        # no URL: the worker asks these Sentinels for the master (and again after a failover)
+        env.append({"name": "TRAWL_REDIS_SENTINELS", "value": ",".join(redis.sentinels or [])})
+        env.append({"name": "TRAWL_REDIS_SENTINEL_MASTER", "value": redis.master_name or ""})
+        if redis.sentinel_password_secret_ref is not None:
+            ref = redis.sentinel_password_secret_ref
+            env.append(
+                {
+                    "name": "TRAWL_REDIS_SENTINEL_PASSWORD",
+                    "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}},
+                }
+            )
+    elif redis.url_secret_ref is not None:
         env.append(
             {
                 "name": "TRAWL_REDIS_URL",

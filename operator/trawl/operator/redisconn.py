@@ -17,11 +17,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
+from redis.asyncio.sentinel import MasterNotFoundError
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
 from trawl.api.common import SecretKeyRef
 from trawl.api.scrapepool import RedisMode, ScrapePoolSpec, redis_url_problem
 from trawl.redisclient import connect
+from trawl.sentinelclient import SentinelTarget
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +44,12 @@ class ResolvedRedis:
     insecure: bool
     ca_pem: str | None
     cluster: bool = False
+    sentinel: SentinelTarget | None = None  # mode Sentinel: the master is found through these (url unused)
 
     @property
     def safe_target(self) -> str:
+        if self.sentinel is not None:
+            return self.sentinel.display
         parts = urlsplit(self.url)
         return f"{parts.hostname}:{parts.port or 6379}"
 
@@ -52,6 +57,7 @@ class ResolvedRedis:
     def fingerprint(self) -> str:
         raw = "\0".join(
             [self.url, self.password or "", str(self.tls), str(self.insecure), self.ca_pem or "", str(self.cluster)]
+            + ([repr(self.sentinel)] if self.sentinel is not None else [])
         )
         return hashlib.sha256(raw.encode()).hexdigest()
 
@@ -98,7 +104,12 @@ def redis_secrets_version(secrets: Mapping[Any, Any], namespace: str, spec: Scra
     Workers read those settings once, at start (secretKeyRef environment variables): the worker pod
     template carries this digest so that a rotated Secret rolls the workers onto the new settings."""
     redis = spec.redis
-    refs = [redis.url_secret_ref, redis.password_secret_ref, redis.tls.ca_secret_ref if redis.tls else None]
+    refs = [
+        redis.url_secret_ref,
+        redis.password_secret_ref,
+        redis.sentinel_password_secret_ref,
+        redis.tls.ca_secret_ref if redis.tls else None,
+    ]
     names = sorted({ref.name for ref in refs if ref is not None})
     if not names:
         return None
@@ -134,8 +145,20 @@ no_secrets = secret_reader({})  # what code running without an index (tests, too
 def resolve(namespace: str, spec: ScrapePoolSpec, secrets: Mapping[Any, Any]) -> ResolvedRedis:
     """The pool's connection settings, its Secrets read from the index ``secrets``."""
     redis = spec.redis
-    url = redis.url or secret_value(secrets, namespace, redis.url_secret_ref)  # type: ignore[arg-type]
     password = secret_value(secrets, namespace, redis.password_secret_ref) if redis.password_secret_ref else None
+    ca = secret_value(secrets, namespace, redis.tls.ca_secret_ref) if redis.tls and redis.tls.ca_secret_ref else None
+    if redis.mode == RedisMode.SENTINEL:
+        ref = redis.sentinel_password_secret_ref
+        sentinel_password = secret_value(secrets, namespace, ref) if ref is not None else None
+        return ResolvedRedis(
+            "",
+            password,
+            bool(redis.tls and redis.tls.enabled),
+            bool(redis.tls and redis.tls.insecure_skip_verify),
+            ca,
+            sentinel=sentinel_target(spec, sentinel_password),
+        )
+    url = redis.url or secret_value(secrets, namespace, redis.url_secret_ref)  # type: ignore[arg-type]
     if redis.url_secret_ref is not None:
         problem = redis_url_problem(url)
         if problem is not None:  # the URL itself may carry a password: name the Secret, not its value
@@ -144,7 +167,6 @@ def resolve(namespace: str, spec: ScrapePoolSpec, secrets: Mapping[Any, Any]) ->
                 f"a valid Redis URL: {problem}"
             )
     tls = bool(redis.tls and redis.tls.enabled) or url.startswith("rediss://")
-    ca = secret_value(secrets, namespace, redis.tls.ca_secret_ref) if redis.tls and redis.tls.ca_secret_ref else None
     return ResolvedRedis(
         url,
         password,
@@ -155,8 +177,16 @@ def resolve(namespace: str, spec: ScrapePoolSpec, secrets: Mapping[Any, Any]) ->
     )
 
 
+def sentinel_target(spec: ScrapePoolSpec, password: str | None) -> SentinelTarget:
+    """Where a mode Sentinel pool's master is found (``password``: the Sentinels' own)."""
+    redis = spec.redis
+    assert redis.sentinels is not None and redis.master_name is not None  # the model's validator
+    return SentinelTarget.parse(redis.sentinels, redis.master_name, password)
+
+
 def make_client(cfg: ResolvedRedis, **extra: Any) -> aioredis.Redis:
-    """A single-server or cluster client (``cfg.cluster``) with the pool's password and TLS."""
+    """A single-server, cluster (``cfg.cluster``) or Sentinel-managed (``cfg.sentinel``) client with the
+    pool's password and TLS."""
     kwargs: dict[str, Any] = {"socket_connect_timeout": 5, "socket_timeout": 10, "health_check_interval": 30}
     kwargs.update(extra)
     return connect(
@@ -166,6 +196,7 @@ def make_client(cfg: ResolvedRedis, **extra: Any) -> aioredis.Redis:
         tls=cfg.tls,
         insecure=cfg.insecure,
         ca_pem=cfg.ca_pem,
+        sentinel=cfg.sentinel,
         **kwargs,
     )
 
@@ -234,6 +265,8 @@ class RedisConnections:
             raise RedisConfigError(
                 f"Redis at {cfg.safe_target} is not a Redis Cluster but spec.redis.mode is Cluster: {exc}"
             ) from None
+        except MasterNotFoundError as exc:  # each Sentinel's answer, addresses only: no secret in it
+            raise RedisUnreachable(f"Redis at {cfg.safe_target} is unreachable: {exc}") from None
         except (RedisError, OSError, TimeoutError) as exc:
             raise RedisUnreachable(f"Redis at {cfg.safe_target} is unreachable: {type(exc).__name__}") from None
         if cluster_enabled == "1":

@@ -13,16 +13,31 @@ from trawl import eventloop
 from trawl.queue.claimsize import parse_setting
 from trawl.queue.keys import incarnation_id
 from trawl.redisclient import connect
+from trawl.sentinelclient import SentinelTarget
 
 from . import logs
 from .runner import Worker, WorkerConfig, default_worker_id
 
 
-def redis_from_env(url: str, *, cluster: bool | None = None) -> Redis:
-    """A client for ``url`` plus TRAWL_REDIS_PASSWORD / TRAWL_REDIS_TLS* / TRAWL_REDIS_CLUSTER as the
-    operator sets them (``cluster`` given explicitly wins over the environment)."""
+def sentinel_from_env(sentinels: str | None = None, master: str | None = None) -> SentinelTarget | None:
+    """The Sentinels (``h1:p1,h2:p2``) and master name given, else TRAWL_REDIS_SENTINELS /
+    TRAWL_REDIS_SENTINEL_MASTER; TRAWL_REDIS_SENTINEL_PASSWORD is the Sentinels' password. None: no
+    Sentinel (the URL names the server)."""
+    sentinels = sentinels or os.environ.get("TRAWL_REDIS_SENTINELS") or ""
+    master = master or os.environ.get("TRAWL_REDIS_SENTINEL_MASTER") or ""
+    if not sentinels and not master:
+        return None
+    return SentinelTarget.parse(sentinels, master, os.environ.get("TRAWL_REDIS_SENTINEL_PASSWORD") or None)
+
+
+def redis_from_env(url: str, *, cluster: bool | None = None, sentinel: SentinelTarget | None = None) -> Redis:
+    """A client for ``url`` plus TRAWL_REDIS_PASSWORD / TRAWL_REDIS_TLS* / TRAWL_REDIS_CLUSTER /
+    TRAWL_REDIS_SENTINEL* as the operator sets them (``cluster`` or ``sentinel`` given explicitly win
+    over the environment; with a Sentinel the URL is unused)."""
     if cluster is None:
         cluster = os.environ.get("TRAWL_REDIS_CLUSTER") == "true"
+    if sentinel is None and not cluster:
+        sentinel = sentinel_from_env()
     kwargs: dict[str, Any] = {"health_check_interval": 30, "socket_keepalive": True}
     return connect(
         url,
@@ -31,6 +46,7 @@ def redis_from_env(url: str, *, cluster: bool | None = None) -> Redis:
         tls=os.environ.get("TRAWL_REDIS_TLS") == "true",
         insecure=os.environ.get("TRAWL_REDIS_TLS_INSECURE") == "true",
         ca_pem=os.environ.get("TRAWL_REDIS_CA_PEM") or None,
+        sentinel=sentinel,
         **kwargs,
     )
 
@@ -39,7 +55,8 @@ async def _run(config: WorkerConfig, lease_seconds: float) -> int:
     from trawl.queue.keys import Keys
     from trawl.queue.sharded import make_queue
 
-    redis = redis_from_env(config.redis_url, cluster=config.redis_cluster or None)
+    sentinel = sentinel_from_env(config.redis_sentinels, config.redis_sentinel_master)
+    redis = redis_from_env(config.redis_url, cluster=config.redis_cluster or None, sentinel=sentinel)
     try:
         queue = make_queue(redis, config.prefix, config.redis_shards, lease_seconds=lease_seconds)
         worker = Worker(config, queue, redis, Keys(config.prefix))
@@ -59,6 +76,8 @@ def main(
     redis_url: str,
     prefix: str,
     redis_cluster: bool = False,
+    redis_sentinels: str = "",
+    redis_sentinel_master: str = "",
     redis_shards: int = 1,
     concurrency: int = 32,
     claim_batch: str = "auto",
@@ -88,6 +107,8 @@ def main(
     config = WorkerConfig(
         redis_url=redis_url,
         redis_cluster=redis_cluster,
+        redis_sentinels=redis_sentinels,
+        redis_sentinel_master=redis_sentinel_master,
         redis_shards=redis_shards,
         prefix=prefix,
         pod=pod,

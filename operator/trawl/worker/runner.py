@@ -73,6 +73,8 @@ def default_worker_id() -> str:
 class WorkerConfig:
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_cluster: bool = False  # the URL names a node of a Redis Cluster
+    redis_sentinels: str = ""  # h1:p1,h2:p2 of Redis Sentinels: the master is found through them (URL unused)
+    redis_sentinel_master: str = ""  # the name the Sentinels monitor the master under
     redis_shards: int = 1  # hash tags the pool's tasks are spread over (trawl.queue.sharded)
     prefix: str = "trawl:{default/default}"
     pod: str = ""  # the pod (stable name) this process runs in; its earlier incarnations are evicted at start
