@@ -14,7 +14,7 @@ $(error $(or $(BOOTSTRAP_ERROR),hack/bootstrap.sh failed))
 endif
 endif
 
-.PHONY: setup bench-setup lock k8s-binaries test test-layers test-layers-main test-layers-sinks test-e2e test-unit test-redis test-browser test-sinks test-cluster test-faults test-rediscluster lint typecheck crd demo bench e2e e2e-build e2e-kind images clean
+.PHONY: setup bench-setup lock k8s-binaries test test-layers test-layers-main test-layers-sinks test-e2e test-unit test-redis test-browser test-sinks test-cluster test-faults test-rediscluster test-redissentinel lint typecheck crd demo bench e2e e2e-build e2e-kind images clean
 
 # Dependencies come from the lock (requirements/*.txt, every file's sha256 checked), the package itself
 # on top without resolving anything again: the same versions on every machine, in CI and in the image.
@@ -45,7 +45,7 @@ ASSETS = KUBEBUILDER_ASSETS="$${KUBEBUILDER_ASSETS:-$$(hack/build-k8s-binaries.s
 # MinIO for the S3 sink tests: TRAWL_MINIO if set, else built once and cached by hack/build-minio.sh.
 MINIO = TRAWL_MINIO="$${TRAWL_MINIO:-$$(hack/build-minio.sh)}"
 
-# Every layer (unit, setup, redis, browser, cluster, faults, rediscluster; e2e_kind where Docker answers), then sinks
+# Every layer (unit, setup, redis, browser, cluster, faults, rediscluster, redissentinel; e2e_kind where Docker answers), then sinks
 # (the one layer that needs MinIO: CI builds it in the background meanwhile, see .ci/run), then e2e on
 # a real node last.
 test: test-layers test-e2e
@@ -85,6 +85,11 @@ test-faults: setup
 # operator and CLI on it, a master killed mid-job. Part of test-layers like every marker but e2e.
 test-rediscluster: setup
 	$(ASSETS) $(PY) -m pytest -m rediscluster
+
+# A real Redis Sentinel deployment (a master, a replica, 3 Sentinels): queue, workers, operator and CLI
+# through the Sentinels, the master SIGKILLed mid-job. Part of test-layers like every marker but e2e.
+test-redissentinel: setup
+	$(ASSETS) $(PY) -m pytest -m redissentinel
 
 lint: setup
 	$(VENV)/bin/ruff check operator tests bench hack

@@ -59,6 +59,7 @@ _LAYERS = {
     "sinks": "sinks",
     "cluster": "cluster",
     "rediscluster": "rediscluster",
+    "redissentinel": "redissentinel",
     "faults": "faults",
     "e2e": "e2e",
     "e2e_kind": "e2e_kind",
