@@ -340,6 +340,8 @@ def run_system(system: System, server: RedisServer, tasks: int, workers: int, ti
         if done < tasks:
             res.note = f"rate over a partial run: {done}/{tasks} done in the {timeout:.0f}s limit"
         n = done - n_start
+        if n <= 0:  # every task was done by the first poll that saw any: no window to measure over
+            raise RuntimeError(f"all {done} tasks were done before the measurement window opened: use more tasks")
         elapsed = t_end - t_start
         res.tasks_per_s = n / elapsed if elapsed > 0 else 0.0
         res.redis_us_per_task = (cpu_end - cpu_start) * 1e6 / n if n > 0 else 0.0

@@ -171,7 +171,11 @@ def test_dlq_list_retry_and_failed_submit(
     redis_server: RedisServer,
 ) -> None:
     cp = control_plane
-    apply(cp, pool("flaky", redis_server.url, **quiet_worker()), namespace=namespace)
+    spec = quiet_worker()
+    # The breaker off: the three URLs share one host, and six 503s in a row would open its breaker, which
+    # then lets one probe through per 30, 60, 120 s: the third attempts would outlast the wait below.
+    spec["worker"]["circuitBreaker"] = {"failureThreshold": 0}
+    apply(cp, pool("flaky", redis_server.url, **spec), namespace=namespace)
     # Each URL answers 503 three times, then recovers: the default three attempts are not enough.
     urls = [f"{bookstore.url}/hostile/503?id={namespace}-{i}&fail=3" for i in range(3)]
     res = cli(cp, namespace, "submit", *urls, bookstore.product_url(3), "--pool", "flaky", "--name", "flaky",

@@ -255,9 +255,10 @@ def test_worker_deployment_follows_the_pool(control_plane: ControlPlane, namespa
     uid = get(cp, "scrapepool", "p", namespace)["metadata"]["uid"]
     wait_for("Deployment", lambda: exists(cp, "deployment", "p-workers", namespace), diag=operator.log_tail)
 
-    # What the previous operator version left behind: a Deployment created with a plain create.
-    cp.kubectl("delete", "deployment", "p-workers", "-n", namespace)
+    # What the previous operator version left behind: a Deployment created with a plain create. The
+    # operator stops first: a running one recreates the Deployment as soon as it is deleted.
     operator.stop()
+    cp.kubectl("delete", "deployment", "p-workers", "-n", namespace, "--wait=true")
     old = render_worker_deployment(
         namespace=namespace, pool="p", pool_uid=uid, spec=ScrapePoolSpec.model_validate(body["spec"]), replicas=0
     )
