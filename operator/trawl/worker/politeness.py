@@ -166,6 +166,9 @@ class _Domain:
     token_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     slots: list[str] = field(default_factory=list)  # leased members not in use
     slots_all: dict[str, float] = field(default_factory=dict)  # member -> monotonic time leased
+    # Given back while Redis did not answer: returned by the next refresh, or their leases would hold the
+    # domain's slots for up to SLOT_LEASE_MS after Redis (or a promoted replica) is back.
+    unreturned: set[str] = field(default_factory=set)
     waiters: int = 0
     slot_event: asyncio.Event = field(default_factory=asyncio.Event)
     slot_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -350,8 +353,9 @@ class DomainLimiter:
         state.slots_all.pop(member, None)
         try:
             await self.redis.zrem(self.key(domain, "conc"), member)
-        except Exception as exc:  # the lease expires by itself
-            log.warning("could not return slot %s of %s: %s", member, domain, exc)
+        except Exception as exc:
+            state.unreturned.add(member)
+            log.warning("could not return slot %s of %s (retried at the next heartbeat): %s", member, domain, exc)
 
     async def refresh(self) -> None:
         """Return idle slots that are old, extend the other leases (called from the heartbeat loop)."""
@@ -362,7 +366,12 @@ class DomainLimiter:
                 state.slots = [m for m in state.slots if m not in stale]
                 for m in stale:
                     state.slots_all.pop(m, None)
-                await self.redis.zrem(self.key(domain, "conc"), *stale)
+                state.unreturned.update(stale)
+            if state.unreturned:
+                # Members are this worker's own (unique per lease), so removing one already expired or
+                # never replicated to a promoted replica is a no-op, never someone else's slot.
+                await self.redis.zrem(self.key(domain, "conc"), *state.unreturned)
+                state.unreturned.clear()
             if state.slots_all:
                 await self._refresh(keys=[self.key(domain, "conc")], args=[SLOT_LEASE_MS, *state.slots_all])
             elif state.waiters == 0 and state.tokens <= 0 and state.adaptive.delay == 0:
@@ -370,11 +379,13 @@ class DomainLimiter:
 
     async def release_all(self) -> None:
         for domain, state in list(self._domains.items()):
-            if state.slots_all:
+            members = [*state.slots_all, *state.unreturned]
+            if members:
                 with contextlib.suppress(Exception):
-                    await self.redis.zrem(self.key(domain, "conc"), *state.slots_all)
+                    await self.redis.zrem(self.key(domain, "conc"), *members)
                 state.slots_all.clear()
                 state.slots.clear()
+                state.unreturned.clear()
 
 
 # --- robots.txt ----------------------------------------------------------------------------------
