@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
@@ -215,3 +216,100 @@ def test_measured_pod_startup_on_the_pool_status(
         return (get(control_plane, "scrapepool", "startup", namespace).get("status") or {}).get("podStartupSeconds")
 
     assert wait_for("measured start-up", measured, timeout=60, diag=operator.log_tail) == 7.0
+
+
+def test_busy_pods_the_work_no_longer_needs_are_cordoned_then_removed_without_interrupting(
+    control_plane: ControlPlane,
+    namespace: str,
+    operator: Any,
+    supervisor: Any,
+    slow_site: Bookstore,
+    redis_server: RedisServer,
+) -> None:
+    """Two or three pods each hold a task of 12-28 s (the fetch timeout is 30 s) and a trickle of short tasks keeps
+    arriving. The work asks for fewer pods, so the operator cordons the least busy (the Redis set its
+    workers read from their heartbeats): a cordoned pod takes no trickle task, empties and is removed
+    while the burst still runs, and no task is interrupted (every page fetched once). The supervisor
+    stops the least busy workers, as the ReplicaSet does by the operator's pod-deletion-cost."""
+    import redis
+
+    fast = {"politeness": {"requestsPerSecond": 10000, "maxConcurrencyPerDomain": 1000, "respectRobotsTxt": False}}
+    apply(
+        control_plane,
+        pool(
+            "cordon",
+            redis_server.url,
+            autoscaling={
+                "minReplicas": 1,
+                "maxReplicas": 3,
+                "pollSeconds": 1,
+                "scaleDownDelaySeconds": 4,
+                "idleSecondsBeforeZero": 60,
+                "targetDrainSeconds": 5,
+            },
+            worker={"concurrency": 4, "drainSeconds": 3, "allowedCidrs": ["127.0.0.0/8"]},
+        ),
+        namespace=namespace,
+    )
+    wait_for("one worker serving", lambda: supervisor.live(namespace, "cordon-workers") == 1, timeout=60)
+    # Claimed in order, four at a time: the first worker takes L S S S, each later one L S S S.
+    long_ids, urls = [], []
+    for k, seconds in enumerate((28, 12, 20)):  # one pod's long task ends long before the last one
+        long_ids.append((1 + 4 * k, seconds))
+        urls += [f"{slow_site.url}/product/{1 + 4 * k}.html?delay={seconds}"]
+        urls += [f"{slow_site.url}/product/{2 + 4 * k + i}.html?delay=4" for i in range(3)]
+    key = f"trawl:{{{namespace}/cordon}}:cd"
+    client = redis.Redis.from_url(redis_server.url)
+    cordoned: list[tuple[float, set[str]]] = []
+    halt = threading.Event()
+
+    def trickle() -> None:  # a 2 s task every 2 s, and the cordon set sampled meanwhile
+        n = 0
+        while not halt.is_set():
+            n += 1
+            page = f"{slow_site.url}/product/{20 + n}.html?delay=2"
+            apply(control_plane, job(f"t{n}", "cordon", [page], **fast), namespace=namespace)
+            members = {m.decode() for m in client.smembers(key)}
+            if members:
+                cordoned.append((time.monotonic(), members))
+            halt.wait(2.0)
+
+    with ReplicaRecorder(control_plane, namespace, "cordon-workers") as rec:
+        t_burst = time.monotonic()
+        apply(control_plane, job("burst", "cordon", urls, **fast), namespace=namespace)
+        # Three, or two when the operator's job index already counted the first claim (ceiling 8 / 4).
+        wait_for("scale-up", lambda: rec.latest() >= 2, timeout=60, diag=operator.log_tail)
+        t0 = time.monotonic()
+        feeder = threading.Thread(target=trickle, daemon=True)
+        feeder.start()
+        try:
+            wait_for(
+                "a cordon, then a scale-down while the long tasks run",
+                lambda: cordoned and rec.latest() < rec.max_since(t_burst),
+                timeout=120,
+                diag=lambda: f"samples={rec.samples[-20:]}\n{operator.log_tail(30)}",
+            )
+            # ... while the burst's long tasks still run (the scale-down removed the emptied cordoned pod).
+            running = (get(control_plane, "scrapejob", "burst", namespace).get("status") or {}).get("counts") or {}
+        finally:
+            halt.set()
+            feeder.join(timeout=30)
+        wait_for(
+            "burst done",
+            lambda: (
+                (get(control_plane, "scrapejob", "burst", namespace).get("status") or {}).get("phase") == "Succeeded"
+            ),
+            timeout=120,
+            diag=lambda: (
+                f"burst={get(control_plane, 'scrapejob', 'burst', namespace).get('status')}\n"
+                f"pool={get(control_plane, 'scrapepool', 'cordon', namespace).get('status')}\n"
+                f"cordoned={cordoned[:5]}\nsamples={rec.samples[-20:]}\n{operator.log_tail(30)}"
+            ),
+        )
+    assert cordoned[0][0] > t0
+    assert running.get("succeeded", 0) < len(urls), running
+    fetched = Counter(e.path for e in slow_site.entries() if e.path.startswith("/product/"))
+    assert all(n == 1 for n in fetched.values()), fetched  # nothing interrupted and run again
+    assert all(fetched[f"/product/{i}.html?delay={d}"] == 1 for i, d in long_ids), fetched
+    scaled = [e["message"] for e in events_for(control_plane, namespace, "cordon") if e["reason"] == "Scaled"]
+    print(f"cordoned: {cordoned[:3]}; scaled: {scaled}")

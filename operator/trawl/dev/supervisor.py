@@ -5,7 +5,10 @@ becomes pods. The supervisor closes that gap for development and tests: it watch
 Deployments the operator owns, runs as many ``trawl worker`` processes as each one's
 ``spec.replicas`` asks for, with the environment of its pod template (Secret references resolved,
 ``metadata.name`` given a pod-like name), stops surplus workers with SIGTERM so they drain as in
-a cluster, and reports the live count back on the Deployment's status. Autoscaling is then
+a cluster, and reports the live count back on the Deployment's status. Which workers are surplus
+follows the ReplicaSet's ranking by ``pod-deletion-cost``, which the operator sets from each pod's
+in-flight tasks: the supervisor reads each worker's ``trawl_worker_in_flight`` and stops the least
+busy (the newest among equals). Autoscaling is then
 visible on one machine: the operator changes replicas, the number of worker processes follows.
 """
 
@@ -20,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -157,6 +161,10 @@ class WorkerSupervisor:
             self._workers[key] = workers
         while len(workers) < desired and dep is not None:
             workers.append(self._spawn(key, dep))
+        if len(workers) > desired > 0:
+            # The ReplicaSet removes the pods of lowest pod-deletion-cost (the operator's in-flight count).
+            busy = {id(w): _in_flight(w) for w in workers}
+            workers.sort(key=lambda w: -busy[id(w)])  # stable: the newest go first among equals
         surplus = workers[desired:] if len(workers) > desired else []
         for worker in surplus:
             # SIGTERM, as the kubelet sends: the worker stops claiming and drains its in-flight tasks.
@@ -286,6 +294,20 @@ class WorkerSupervisor:
             secret = core.read_namespaced_secret(ref["name"], namespace)
             return base64.b64decode((secret.data or {})[ref["key"]]).decode()
         return ""
+
+
+def _in_flight(worker: _Worker) -> float:
+    """The worker's ``trawl_worker_in_flight`` gauge (0 without a metrics port or an answer)."""
+    if not worker.metrics_port:
+        return 0.0
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{worker.metrics_port}/metrics", timeout=2) as reply:
+            for line in reply.read().decode().splitlines():
+                if line.startswith("trawl_worker_in_flight "):
+                    return float(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0.0
 
 
 def _remove_root(worker: _Worker) -> None:
