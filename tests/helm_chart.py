@@ -33,6 +33,8 @@ VALUE_SETS: dict[str, list[str]] = {
     "default": [],
     "external-redis": ["external-redis-values.yaml"],
     "external-redis-secret": ["external-redis-secret-values.yaml"],
+    "external-redis-sentinel": ["external-redis-sentinel-values.yaml"],
+    "external-redis-cluster": ["external-redis-cluster-values.yaml"],
     "namespaced": ["namespaced-values.yaml"],
     "no-redis": ["no-redis-values.yaml"],
     "metrics": ["metrics-values.yaml"],

@@ -280,10 +280,78 @@ def test_external_redis_pool() -> None:
     assert pool["spec"]["redis"] == {"urlSecretRef": {"name": "trawl-redis-url", "key": "url"}}
 
 
+def _redis_egress(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The worker NetworkPolicy's rule to the external Redis CIDRs."""
+    policy = one(docs, "NetworkPolicy", "trawl-workers")
+    (rule,) = [
+        r
+        for r in policy["spec"]["egress"]
+        if all("ipBlock" in peer for peer in r["to"]) and all(p["ipBlock"]["cidr"] != "0.0.0.0/0" for p in r["to"])
+    ]
+    return rule
+
+
+def test_external_redis_sentinel_pool() -> None:
+    docs = render("external-redis-sentinel")
+    assert one(docs, "ScrapePool")["spec"]["redis"] == {
+        "mode": "Sentinel",
+        "sentinels": [
+            "sentinel-0.redis.example.internal:26379",
+            "sentinel-1.redis.example.internal:26379",
+            "10.20.0.12:26379",
+        ],
+        "masterName": "trawl",
+        "passwordSecretRef": {"name": "trawl-redis-password", "key": "password"},
+        "sentinelPasswordSecretRef": {"name": "trawl-redis-sentinel-password", "key": "password"},
+    }
+    # The master's port and the Sentinels' to the external CIDRs, nothing else.
+    rule = _redis_egress(docs)
+    assert rule["to"] == [{"ipBlock": {"cidr": "10.20.0.0/24"}}]
+    assert rule["ports"] == [{"port": 6379, "protocol": "TCP"}, {"port": 26379, "protocol": "TCP"}]
+    # TLS reaches the Sentinels and the master alike (one flag in the API); no password: no refs.
+    plain = one(
+        render(
+            "external-redis-sentinel",
+            set_values={"redis.external.tls": "true", "redis.external.passwordSecret.name": ""},
+        ),
+        "ScrapePool",
+    )["spec"]["redis"]
+    assert plain["tls"] == {"enabled": True} and "passwordSecretRef" not in plain and "url" not in plain
+
+
+def test_external_redis_cluster_pool() -> None:
+    docs = render("external-redis-cluster")
+    assert one(docs, "ScrapePool")["spec"]["redis"] == {
+        "mode": "Cluster",
+        "url": "redis://redis-cluster.example.internal:7000/0",
+        "passwordSecretRef": {"name": "trawl-redis-password", "key": "password"},
+    }
+    rule = _redis_egress(docs)
+    assert rule["to"] == [{"ipBlock": {"cidr": "10.30.0.0/24"}}]
+    assert [p["port"] for p in rule["ports"]] == [7000, 7001, 7002]
+    # The whole URL from a Secret works in Cluster mode too.
+    secret = one(
+        render(
+            "external-redis-cluster",
+            set_values={"redis.external.url": "", "redis.external.urlSecret.name": "trawl-redis-url"},
+        ),
+        "ScrapePool",
+    )["spec"]["redis"]
+    assert secret["mode"] == "Cluster" and secret["urlSecretRef"] == {"name": "trawl-redis-url", "key": "url"}
+
+
+def test_external_redis_port_listed_once() -> None:
+    """extraPorts may repeat port; the policy lists each port once. Standalone renders no mode."""
+    docs = render("external-redis", set_values={"redis.external.extraPorts": "{6380,6381}"})
+    assert [p["port"] for p in _redis_egress(docs)["ports"]] == [6380, 6381]
+    assert "mode" not in one(docs, "ScrapePool")["spec"]["redis"]
+
+
 def test_default_pool_validates_against_the_model() -> None:
     from trawl.api.scrapepool import ScrapePoolSpec
 
-    for value_set in ("default", "external-redis", "external-redis-secret", "metrics"):
+    external = ("external-redis", "external-redis-secret", "external-redis-sentinel", "external-redis-cluster")
+    for value_set in ("default", *external, "metrics"):
         pool = one(render(value_set), "ScrapePool")
         ScrapePoolSpec.model_validate(pool["spec"])
 
@@ -349,11 +417,30 @@ def test_service_monitor() -> None:
         ({"nosuchvalue": "1"}, "nosuchvalue"),
         ({"redis.external.url": "redis://user:pw@r:6379", "redis.bundled.enabled": "false"}, "url"),
         ({"serviceAccount.create": "false"}, "serviceAccount.name is required"),
+        ({"redis.external.mode": "Replicated"}, "mode"),
+        ({"redis.external.sentinels[0]": "no-port"}, "sentinels"),
+        ({"redis.external.mode": "Cluster"}, "disable redis.bundled.enabled"),
     ],
 )
 def test_refuses_values_that_cannot_work(set_values: dict[str, str], message: str) -> None:
     with pytest.raises(HelmError, match=message):
         render(set_values=set_values)
+
+
+@pytest.mark.parametrize(
+    ("set_values", "message"),
+    [
+        ({"redis.external.sentinels": "null"}, "Sentinel needs both redis.external.sentinels"),
+        ({"redis.external.masterName": ""}, "Sentinel needs both redis.external.sentinels"),
+        ({"redis.external.url": "redis://r:6379"}, "Sentinel takes sentinels and masterName, not url"),
+        ({"redis.external.urlSecret.name": "url"}, "Sentinel takes sentinels and masterName, not url"),
+        ({"redis.external.mode": "Standalone"}, "apply to mode Sentinel only"),
+        ({"redis.external.mode": "Cluster", "redis.external.url": "redis://r:7000"}, "mode Sentinel only"),
+    ],
+)
+def test_refuses_sentinel_values_that_cannot_work(set_values: dict[str, str], message: str) -> None:
+    with pytest.raises(HelmError, match=message):
+        render("external-redis-sentinel", set_values=set_values)
 
 
 def test_values_schema_covers_every_value() -> None:

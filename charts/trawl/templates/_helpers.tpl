@@ -122,14 +122,24 @@ seccompProfile:
 {{/* Fail early on value combinations that cannot work. */}}
 {{- define "trawl.validate" -}}
 {{- $ext := .Values.redis.external }}
+{{- $sentinel := eq $ext.mode "Sentinel" }}
 {{- if and $ext.url $ext.urlSecret.name }}
 {{- fail "redis.external: set url or urlSecret.name, not both" }}
 {{- end }}
-{{- if and .Values.redis.bundled.enabled (or $ext.url $ext.urlSecret.name) }}
+{{- if and $sentinel (or $ext.url $ext.urlSecret.name) }}
+{{- fail "redis.external.mode Sentinel takes sentinels and masterName, not url or urlSecret.name" }}
+{{- end }}
+{{- if and $sentinel (or (not $ext.sentinels) (not $ext.masterName)) }}
+{{- fail "redis.external.mode Sentinel needs both redis.external.sentinels (host:port list) and redis.external.masterName" }}
+{{- end }}
+{{- if and (not $sentinel) (or $ext.sentinels $ext.masterName $ext.sentinelPasswordSecret.name) }}
+{{- fail (printf "redis.external.sentinels, masterName and sentinelPasswordSecret apply to mode Sentinel only (mode is %s)" $ext.mode) }}
+{{- end }}
+{{- if and .Values.redis.bundled.enabled (or $ext.url $ext.urlSecret.name $sentinel (eq $ext.mode "Cluster")) }}
 {{- fail "redis: disable redis.bundled.enabled to use redis.external" }}
 {{- end }}
-{{- if and .Values.defaultPool.enabled (not .Values.redis.bundled.enabled) (not (or $ext.url $ext.urlSecret.name)) }}
-{{- fail "defaultPool needs a Redis: enable redis.bundled, set redis.external.url or redis.external.urlSecret.name, or disable defaultPool" }}
+{{- if and .Values.defaultPool.enabled (not .Values.redis.bundled.enabled) (not (or $ext.url $ext.urlSecret.name $sentinel)) }}
+{{- fail "defaultPool needs a Redis: enable redis.bundled, set redis.external.url or redis.external.urlSecret.name (or mode Sentinel with sentinels and masterName), or disable defaultPool" }}
 {{- end }}
 {{- if and .Values.redis.bundled.existingSecret .Values.redis.bundled.password }}
 {{- fail "redis.bundled: set password or existingSecret, not both" }}
