@@ -340,6 +340,20 @@ def test_external_redis_cluster_pool() -> None:
     assert secret["mode"] == "Cluster" and secret["urlSecretRef"] == {"name": "trawl-redis-url", "key": "url"}
 
 
+def test_external_redis_without_cidrs_is_reachable_outside_the_denied_ranges() -> None:
+    """Without cidrs the external Redis's ports are open to any address the web rule allows, not only 80/443."""
+    docs = render("external-redis-secret")  # no cidrs
+    policy = one(docs, "NetworkPolicy", "trawl-workers")
+    rules = [r for r in policy["spec"]["egress"] if any("ipBlock" in peer for peer in r["to"])]
+    assert sorted(sorted(p["port"] for p in r["ports"]) for r in rules) == [[80, 443], [6379]]
+    redis_rule = next(r for r in rules if [p["port"] for p in r["ports"]] == [6379])
+    v4 = next(p["ipBlock"] for p in redis_rule["to"] if p["ipBlock"]["cidr"] == "0.0.0.0/0")
+    assert "10.0.0.0/8" in v4["except"] and "169.254.0.0/16" in v4["except"]
+    # no Redis at all: no rule for one
+    none = one(render("no-redis"), "NetworkPolicy", "trawl-workers")
+    assert not [r for r in none["spec"]["egress"] if any(p.get("port") == 6379 for p in r.get("ports", []))]
+
+
 def test_external_redis_port_listed_once() -> None:
     """extraPorts may repeat port; the policy lists each port once. Standalone renders no mode."""
     docs = render("external-redis", set_values={"redis.external.extraPorts": "{6380,6381}"})
