@@ -16,7 +16,9 @@ from trawl.redisclient import connect
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "cluster"))
 from kube_fixtures import control_plane, namespace, operator, supervisor
 
-__all__ = ["control_plane", "namespace", "operator", "supervisor"]
+from failover_workers import workers
+
+__all__ = ["control_plane", "namespace", "operator", "supervisor", "workers"]
 
 
 @pytest.fixture(scope="session")

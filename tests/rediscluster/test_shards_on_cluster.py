@@ -11,13 +11,12 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import redis.asyncio as aioredis
 from redis.crc import key_slot
 
+from failover_workers import HOST
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.dev import procs
 from trawl.dev.bookstore import PRODUCT_FIELDS, Bookstore
@@ -26,8 +25,6 @@ from trawl.queue import JobConfig, RetryPolicy
 from trawl.queue.keys import pool_prefix
 from trawl.queue.sharded import ShardedQueue, shard_of
 from trawl.worker.jobspec import build_job_config
-
-HOST = "127.0.0.2"
 
 
 def masters_of(cluster: LocalRedisCluster, q: ShardedQueue) -> list[int]:
@@ -94,14 +91,6 @@ async def test_a_max_pages_cap_is_exact_over_shards_and_quota_moves_where_the_li
     totals = [(await s.job_stats("c")).total for s in q.shards]
     assert totals == [30, 20, 0], totals
     assert (await q.job_stats("c")).total == 50
-
-
-@pytest.fixture
-def workers() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for proc in started:
-        procs.stop(proc, timeout=10)
 
 
 async def test_workers_crawl_a_site_over_three_shards_every_page_once(

@@ -5,40 +5,24 @@ the job completes with every record exactly once, and the duplicate fetches are 
 from __future__ import annotations
 
 import asyncio
-import json
 import subprocess
-import sys
 import time
-import urllib.request
-import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import redis.asyncio as aioredis
 from rcluster_helpers import pool_on_master
 from redis.crc import key_slot
 
-from trawl.api.scrapejob import ScrapeJobSpec
+import failover_workers
+from failover_workers import HOST, duplicate_records, records, submit, wait_finished
 from trawl.dev import procs
-from trawl.dev.bookstore import PRODUCT_FIELDS, Bookstore
+from trawl.dev.bookstore import Bookstore
 from trawl.dev.redis_cluster import LocalRedisCluster
-from trawl.queue import Queue
-from trawl.queue.keys import Keys, pool_prefix
-from trawl.worker.jobspec import build_job_config
+from trawl.queue.keys import pool_prefix
 
 NS = "rcw"
-HOST = "127.0.0.2"
-
-
-@pytest.fixture
-def workers() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for proc in started:
-        procs.stop(proc, timeout=10)
 
 
 def start_worker(
@@ -49,56 +33,9 @@ def start_worker(
     log_dir: Path,
     metrics_port: int = 0,
 ) -> subprocess.Popen[bytes]:
-    argv = [
-        sys.executable, "-m", "trawl.cli", "worker", "--redis-url", cluster.url, "--redis-cluster",
-        "--prefix", prefix, "--allowed-cidrs", f"{HOST}/32", "--worker-id", name, "--lease-seconds", "6",
-        "--concurrency", "8", "--drain-seconds", "5", "--parse-processes", "0",
-        "--metrics-port", str(metrics_port), "--metrics-address", "127.0.0.1",
-    ]  # fmt: skip
-    proc = procs.start(argv, log_path=log_dir / f"{name}.log")
-    started.append(proc)
-    return proc
-
-
-async def submit(redis: aioredis.Redis, prefix: str, urls: list[str]) -> tuple[str, Queue]:
-    job = ScrapeJobSpec.model_validate(
-        {
-            "pool": "p",
-            "urls": urls,
-            "extract": {"fields": PRODUCT_FIELDS},
-            "politeness": {"requestsPerSecond": 1000, "maxConcurrencyPerDomain": 16},
-        }
+    return failover_workers.start_worker(
+        started, ["--redis-url", cluster.url, "--redis-cluster"], prefix, name, log_dir, metrics_port
     )
-    job_id = uuid.uuid4().hex[:12]
-    queue = Queue(redis, prefix, lease_seconds=6)
-    await queue.register_job(build_job_config(job_id, job, None))
-    await queue.enqueue(job_id, job.seed_urls(), start_index=0)
-    await queue.mark_enqueue_done(job_id)
-    return job_id, queue
-
-
-async def wait_finished(queue: Queue, job_id: str, limit: float) -> None:
-    deadline = time.monotonic() + limit
-    while True:
-        try:
-            if (await queue.job_stats(job_id)).finished:
-                return
-        except Exception:  # the test's own client during a failover: ask again
-            pass
-        assert time.monotonic() < deadline, await queue.job_stats(job_id)
-        await asyncio.sleep(0.2)
-
-
-def duplicate_records(port: int) -> int:
-    """The worker's own count of records it did not write because an earlier fetch had stored them."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
-        text = resp.read().decode()
-    name = "trawl_worker_duplicate_records_total "
-    return sum(int(float(line.split()[-1])) for line in text.splitlines() if line.startswith(name))
-
-
-async def records(redis: aioredis.Redis, prefix: str, job_id: str) -> list[dict[str, Any]]:
-    return [json.loads(f[b"data"]) for _id, f in await redis.xrange(Keys(prefix).results(job_id))]
 
 
 async def test_two_pools_on_two_masters_drain_with_exact_counts(
