@@ -60,8 +60,9 @@ test-layers-sinks: setup
 
 # The real one-node Kubernetes layer (tests/e2e): root, and the binaries/images of `make e2e-build`;
 # it skips with the reason where a node cannot start.
+# -s: the log shows what each scenario measured (pod start-up, scale-up, takeover times).
 test-e2e: setup
-	$(ASSETS) $(PY) -m pytest -p no:cacheprovider -m e2e tests/e2e
+	$(ASSETS) $(PY) -m pytest -p no:cacheprovider -s -m e2e tests/e2e
 
 test-unit: setup
 	$(PY) -m pytest -m unit
