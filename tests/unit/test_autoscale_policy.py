@@ -485,26 +485,11 @@ def test_untried_work_waits_one_poll_then_scales_or_is_guarded() -> None:
     base = {"current_replicas": 1, "ready": 3000, "in_flight": 0, "per_worker_throughput": 10.0}
     untried = decide(spec(), obs(**base, recent_attempts=0), OLD)
     assert (untried.desired, untried.action) == (1, Action.HOLD), untried.reason
-    assert "without results yet" in untried.reason
+    assert "not tried yet" in untried.reason
     tried = decide(spec(), obs(**base, recent_attempts=40, failure_rate=0.0), untried.state)
     assert tried.action == Action.SCALE_UP and tried.desired > 1, tried.reason
     failing = decide(spec(), obs(**base, recent_attempts=40, failure_rate=1.0), untried.state)
     assert (failing.desired, failing.action) == (1, Action.FAILURE_GUARD), failing.reason
-
-
-def test_new_work_just_claimed_waits_for_its_first_results() -> None:
-    """The running worker has claimed new short tasks and none finished since the last poll: that is no
-    result yet (a failing target would not show), so hold; long tasks (none finish within a poll anyway)
-    do not hold, nor does a poll with results."""
-    base = {"current_replicas": 1, "ready": 3000, "in_flight": 8, "per_worker_throughput": 10.0, "recent_attempts": 0}
-    claimed = decide(spec(poll_seconds=1), obs(**base, mean_service_seconds=0.05), OLD)
-    assert (claimed.desired, claimed.action) == (1, Action.HOLD), claimed.reason
-    long = decide(spec(poll_seconds=1), obs(**base, mean_service_seconds=120.0), OLD)
-    assert long.action == Action.SCALE_UP and long.desired > 1, long.reason
-    unknown = decide(spec(poll_seconds=1), obs(**base, mean_service_seconds=None), OLD)
-    assert unknown.action == Action.SCALE_UP, unknown.reason
-    results = decide(spec(poll_seconds=1), obs(**{**base, "recent_attempts": 40}, mean_service_seconds=0.05), OLD)
-    assert results.action == Action.SCALE_UP and results.desired > 1, results.reason
 
 
 def test_no_growth_on_a_poll_whose_attempts_mostly_failed() -> None:

@@ -80,9 +80,6 @@ DRAIN_SAFE_SHARE = 1 / 3
 MIN_DOWN_SHARE = 0.2
 # ... and comes at least this share of scaleDownDelaySeconds after the previous change.
 DOWN_SPACING_SHARE = 0.25
-# Tasks of at most this share of pollSeconds (mean attempt) finish within a poll: a poll that sees them
-# in flight and none finished has no results for new work yet (a failing target would not show).
-SHORT_SHARE = 0.5
 
 
 class Action(StrEnum):
@@ -399,18 +396,15 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
         return done(0, Action.SCALE_TO_ZERO, f"no work for {now - (idle_since or now):.0f}s: scaling to zero")
 
     if target > current:
-        # No results yet for work that waits: nothing runs, or what runs is short enough to have
-        # finished within a poll (the tasks of a new job, just claimed) and nothing did.
-        short = obs.mean_service_seconds is not None and obs.mean_service_seconds <= SHORT_SHARE * spec.poll_seconds
-        untried = obs.recent_attempts == 0 and obs.ready > 0 and (obs.in_flight == 0 or short)
+        untried = obs.recent_attempts == 0 and obs.in_flight == 0 and obs.ready > 0
         if untried and not guard and current >= max(1, spec.min_replicas):
-            # Work the running workers have no results for yet: a poll of their results first, so a
+            # Work the running workers have not touched yet: one poll of their results first, so a
             # target that fails fast engages the failure guard before the pool grows into it.
             notes.insert(0, f"need {target}")
             return done(
                 current,
                 Action.HOLD,
-                f"holding at {current} for one poll: {obs.ready} new tasks without results yet, sizing once they have",
+                f"holding at {current} for one poll: {obs.ready} new tasks not tried yet, sizing once they are",
             )
         recent_bad = (
             obs.recent_attempts is not None
