@@ -226,8 +226,8 @@ def test_busy_pods_the_work_no_longer_needs_are_cordoned_then_removed_without_in
     slow_site: Bookstore,
     redis_server: RedisServer,
 ) -> None:
-    """Two or three pods each hold a task of 12-28 s (the fetch timeout is 30 s) and a trickle of short tasks keeps
-    arriving. The work asks for fewer pods, so the operator cordons the least busy (the Redis set its
+    """Two or three pods each hold a task of 12-60 s (the burst's fetch timeout is 90 s) and a trickle of
+    short tasks keeps arriving. The work asks for fewer pods, so the operator cordons the least busy (the Redis set its
     workers read from their heartbeats): a cordoned pod takes no trickle task, empties and is removed
     while the burst still runs, and no task is interrupted (every page fetched once). The supervisor
     stops the least busy workers, as the ReplicaSet does by the operator's pod-deletion-cost."""
@@ -254,7 +254,8 @@ def test_busy_pods_the_work_no_longer_needs_are_cordoned_then_removed_without_in
     wait_for("one worker serving", lambda: supervisor.live(namespace, "cordon-workers") == 1, timeout=60)
     # Claimed in order, four at a time: the first worker takes L S S S, each later one L S S S.
     long_ids, urls = [], []
-    for k, seconds in enumerate((28, 12, 20)):  # one pod's long task ends long before the last one
+    # One pod's long task ends long before the others, which outlast a slow operator's cordon and scale-down.
+    for k, seconds in enumerate((60, 12, 40)):
         long_ids.append((1 + 4 * k, seconds))
         urls += [f"{slow_site.url}/product/{1 + 4 * k}.html?delay={seconds}"]
         urls += [f"{slow_site.url}/product/{2 + 4 * k + i}.html?delay=4" for i in range(3)]
@@ -276,7 +277,7 @@ def test_busy_pods_the_work_no_longer_needs_are_cordoned_then_removed_without_in
 
     with ReplicaRecorder(control_plane, namespace, "cordon-workers") as rec:
         t_burst = time.monotonic()
-        apply(control_plane, job("burst", "cordon", urls, **fast), namespace=namespace)
+        apply(control_plane, job("burst", "cordon", urls, request={"timeoutSeconds": 90}, **fast), namespace=namespace)
         # Three, or two when the operator's job index already counted the first claim (ceiling 8 / 4).
         wait_for("scale-up", lambda: rec.latest() >= 2, timeout=60, diag=operator.log_tail)
         t0 = time.monotonic()

@@ -485,11 +485,26 @@ def test_untried_work_waits_one_poll_then_scales_or_is_guarded() -> None:
     base = {"current_replicas": 1, "ready": 3000, "in_flight": 0, "per_worker_throughput": 10.0}
     untried = decide(spec(), obs(**base, recent_attempts=0), OLD)
     assert (untried.desired, untried.action) == (1, Action.HOLD), untried.reason
-    assert "not tried yet" in untried.reason
+    assert "without results yet" in untried.reason
     tried = decide(spec(), obs(**base, recent_attempts=40, failure_rate=0.0), untried.state)
     assert tried.action == Action.SCALE_UP and tried.desired > 1, tried.reason
     failing = decide(spec(), obs(**base, recent_attempts=40, failure_rate=1.0), untried.state)
     assert (failing.desired, failing.action) == (1, Action.FAILURE_GUARD), failing.reason
+
+
+def test_work_claimed_since_an_idle_poll_waits_one_poll_for_its_results() -> None:
+    """An idle pool's worker claimed a new job's first tasks just before the poll: in flight, no result yet.
+
+    Hold one poll (a failing target shows on the next); work that was already running before does not hold."""
+    base = {"current_replicas": 1, "ready": 3000, "in_flight": 8, "per_worker_throughput": 10.0}
+    idle = decide(spec(), obs(current_replicas=1, ready=0, in_flight=0), OLD)
+    assert idle.state.idle_since is not None
+    first = decide(spec(), obs(**base, now=NOW + 1, recent_attempts=0), idle.state)
+    assert (first.desired, first.action) == (1, Action.HOLD), first.reason
+    failing = decide(spec(), obs(**base, now=NOW + 2, recent_attempts=40, failure_rate=1.0), first.state)
+    assert (failing.desired, failing.action) == (1, Action.FAILURE_GUARD), failing.reason
+    busy = decide(spec(), obs(**base, recent_attempts=0), OLD)  # running before this poll: sized now
+    assert busy.action == Action.SCALE_UP and busy.desired > 1, busy.reason
 
 
 def test_no_growth_on_a_poll_whose_attempts_mostly_failed() -> None:

@@ -396,15 +396,18 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
         return done(0, Action.SCALE_TO_ZERO, f"no work for {now - (idle_since or now):.0f}s: scaling to zero")
 
     if target > current:
-        untried = obs.recent_attempts == 0 and obs.in_flight == 0 and obs.ready > 0
+        # Work without results yet: nothing runs, or the pool was idle on the last poll, so what runs
+        # was claimed since (a worker's first claim of a new job can land just before this poll).
+        was_idle = st.idle_since is not None
+        untried = obs.recent_attempts == 0 and obs.ready > 0 and (obs.in_flight == 0 or was_idle)
         if untried and not guard and current >= max(1, spec.min_replicas):
-            # Work the running workers have not touched yet: one poll of their results first, so a
-            # target that fails fast engages the failure guard before the pool grows into it.
+            # One poll of the running workers' results first, so a target that fails fast engages
+            # the failure guard before the pool grows into it.
             notes.insert(0, f"need {target}")
             return done(
                 current,
                 Action.HOLD,
-                f"holding at {current} for one poll: {obs.ready} new tasks not tried yet, sizing once they are",
+                f"holding at {current} for one poll: {obs.ready} new tasks without results yet, sizing once they have",
             )
         recent_bad = (
             obs.recent_attempts is not None
