@@ -9,6 +9,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from trawl.dev.redis_server import RedisServer
+from trawl.redisclient import connect
 
 # Prometheus's default port and the worker template's default metrics port.
 HELD_PORT = 9090
@@ -42,8 +43,10 @@ def redis_server() -> Iterator[RedisServer]:
 
 @pytest.fixture
 async def redis_client(redis_server: RedisServer) -> AsyncIterator[aioredis.Redis]:
-    """An asyncio client on a flushed database."""
-    client = aioredis.Redis.from_url(redis_server.url)
+    """An asyncio client on a flushed database, built as a worker builds it: its commands share one
+    connection (trawl.redismux). tests/integration/test_queue_behaviour.py runs the queue on redis-py's
+    pooled client too, as the operator and the CLI use it."""
+    client = connect(redis_server.url, multiplex=True)
     await client.flushall()
     try:
         yield client

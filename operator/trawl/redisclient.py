@@ -86,14 +86,17 @@ def connect(
     insecure: bool = False,
     ca_pem: str | None = None,
     sentinel: SentinelTarget | None = None,
+    multiplex: bool = False,
     **extra: Any,
 ) -> aioredis.Redis:
     """A client for ``url`` (any node of the cluster when ``cluster``), with the password and TLS given;
     with ``sentinel``, for the master the Sentinels name (``url`` is then unused).
 
     ``tls`` upgrades ``redis://`` to ``rediss://``; ``insecure`` skips certificate verification;
-    ``ca_pem`` is the PEM bundle that signs the server certificate. ``extra`` goes to the client."""
-    if sentinel is not None:
+    ``ca_pem`` is the PEM bundle that signs the server certificate. ``multiplex``: a single server's plain
+    commands share one connection (:mod:`trawl.redismux`; the workers' hot path). ``extra`` goes to the
+    client."""
+    if sentinel is not None:  # multiplex does not apply: the Sentinel client re-resolves per connection
         if extra.get("protocol", 2) in (2, "2"):
             extra.setdefault("parser_class", Resp2Parser)
         return master_client(sentinel, password=password, tls=tls, insecure=insecure, ca_pem=ca_pem, **extra)
@@ -110,6 +113,11 @@ def connect(
     if not cluster:
         if kwargs.get("protocol", 2) in (2, "2"):
             kwargs.setdefault("parser_class", Resp2Parser)
+        if multiplex:
+            from trawl.redismux import MultiplexedRedis
+
+            mux: aioredis.Redis = MultiplexedRedis.from_url(url, **kwargs)
+            return mux
         client: aioredis.Redis = aioredis.Redis.from_url(url, **kwargs)
         return client
     kwargs.setdefault("cluster_error_retry_attempts", CLUSTER_ERROR_RETRIES)

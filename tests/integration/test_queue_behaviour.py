@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
 
 from trawl.dev.redis_server import RedisServer
 from trawl.queue import JobConfig, Queue, QueueUnavailable, RetryPolicy, Task, UnknownJob
+from trawl.redisclient import connect
 
 PREFIX = "trawl:{ns/pool}"
 
@@ -34,6 +36,22 @@ def urls(host: str, n: int) -> list[str]:
 @pytest.fixture
 def clock() -> Clock:
     return Clock()
+
+
+@pytest.fixture(params=["multiplexed", "pooled"])
+def client_kind(request: pytest.FixtureRequest) -> str:
+    """Each behaviour on the workers' client (one shared connection) and on the operator's (a pool)."""
+    return str(request.param)
+
+
+@pytest.fixture
+async def redis_client(redis_server: RedisServer, client_kind: str) -> AsyncIterator[aioredis.Redis]:
+    client = connect(redis_server.url, multiplex=client_kind == "multiplexed")
+    await client.flushall()
+    try:
+        yield client
+    finally:
+        await client.aclose()
 
 
 @pytest.fixture

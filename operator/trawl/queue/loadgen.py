@@ -29,7 +29,7 @@ from .model import Task
 
 
 async def run(args: argparse.Namespace) -> None:
-    redis = connect(args.url)  # the client the worker builds
+    redis = connect(args.url, multiplex=True)  # the client the worker builds
     q = Queue(redis, args.prefix, lease_seconds=args.lease, max_stalls=args.max_stalls)
     stop = asyncio.Event()
 

@@ -47,6 +47,7 @@ def redis_from_env(url: str, *, cluster: bool | None = None, sentinel: SentinelT
         insecure=os.environ.get("TRAWL_REDIS_TLS_INSECURE") == "true",
         ca_pem=os.environ.get("TRAWL_REDIS_CA_PEM") or None,
         sentinel=sentinel,
+        multiplex=True,  # a single server: every slot's commands share one connection (trawl.redismux)
         **kwargs,
     )
 

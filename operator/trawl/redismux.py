@@ -1,0 +1,187 @@
+"""One Redis connection shared by every coroutine of a process: commands written together, replies in order.
+
+redis-py's asyncio client checks a connection out of its pool for each command, sends it, waits for
+its reply and checks the connection back in: a worker with 32 task slots keeps up to 32 connections,
+and every command costs its own system calls, pool bookkeeping and connection health check. Redis
+answers the commands of one connection in the order it received them, so one connection can carry
+them all (ioredis, BullMQ's client, works this way): the commands issued during one turn of the event
+loop go out in one write, and one reader hands each reply to the command that is next in line. At
+concurrency 8 this took a round trip's client CPU from about 27 to 6 µs (``bench/queue_throughput.py``
+and ``docs/benchmarks.md`` have the measured effect on the queue and the crawl).
+
+:class:`MultiplexedRedis` is a ``redis.asyncio.Redis`` whose ``execute_command`` does that; everything
+else stays redis-py's. The shared connection comes from the client's own pool, so the password, TLS,
+database and time-outs are the same as for any other command. Pipelines and transactions (their own
+connection per call, as before), blocking commands (they would hold every other command back),
+connection-state commands and ``NEVER_DECODE`` reads take redis-py's usual path.
+
+Failure semantics are redis-py's: an error reply is raised to its own caller only; a lost connection
+fails every command waiting on it with ``ConnectionError`` (each may or may not have run, exactly as a
+command whose connection drops after sending), and the next command opens a new one. With
+``socket_timeout`` set, a reply that does not come within it fails the waiting commands with
+``TimeoutError`` and drops the connection (the replies that were due could no longer be matched).
+A caller cancelled while it waits does not disturb the others: its reply is read and discarded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+from collections import deque
+from typing import Any
+
+import redis.asyncio as aioredis
+import redis.exceptions as rexc
+from redis.asyncio.connection import AbstractConnection
+from redis.client import EMPTY_RESPONSE, NEVER_DECODE
+
+# Commands that must not share the connection: they block it (every command behind them would wait), or
+# change its state for whoever comes next.
+OWN_CONNECTION = frozenset(
+    {
+        "BLPOP", "BRPOP", "BRPOPLPUSH", "BLMOVE", "BLMPOP", "BZPOPMIN", "BZPOPMAX", "BZMPOP",
+        "XREAD", "XREADGROUP", "WAIT", "WAITAOF", "SUBSCRIBE", "PSUBSCRIBE", "SSUBSCRIBE", "MONITOR",
+        "SELECT", "AUTH", "HELLO", "RESET", "QUIT", "CLIENT", "MULTI", "EXEC", "DISCARD", "WATCH", "UNWATCH",
+    }
+)  # fmt: skip
+
+
+class _Line:
+    """The shared connection: commands in flight, in the order they were written."""
+
+    def __init__(self, conn: AbstractConnection) -> None:
+        self.conn = conn
+        self.waiting: deque[asyncio.Future[Any]] = deque()
+        self.outgoing: list[bytes] = []
+        self.flush_scheduled = False
+        self.reader: asyncio.Task[None] | None = None
+        self.broken: BaseException | None = None
+
+    def send(self, args: tuple[Any, ...]) -> asyncio.Future[Any]:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        # Appended together, with no await in between: the n-th command written is the n-th reply read.
+        self.outgoing.extend(self.conn.pack_command(*args))
+        self.waiting.append(fut)
+        if not self.flush_scheduled:
+            self.flush_scheduled = True
+            loop.call_soon(self._flush)
+        if self.reader is None:
+            self.reader = loop.create_task(self._read())
+        return fut
+
+    def _flush(self) -> None:
+        self.flush_scheduled = False
+        if self.broken is not None or not self.outgoing:
+            return
+        writer = self.conn._writer
+        if writer is None:
+            self.fail(rexc.ConnectionError("Redis connection closed"))
+            return
+        try:
+            writer.writelines(self.outgoing)
+        except Exception as exc:  # the transport is closing: every waiting command fails
+            self.fail(rexc.ConnectionError(f"Error writing to Redis: {exc}"))
+        self.outgoing = []
+
+    async def _read(self) -> None:
+        """Read replies while commands wait for them; then end (the next command starts a new reader)."""
+        try:
+            while self.waiting and self.broken is None:
+                try:
+                    reply: Any = await self.conn.read_response(disconnect_on_error=False)
+                except rexc.ResponseError as exc:  # an error reply: its command's, the connection is fine
+                    reply = exc
+                fut = self.waiting.popleft()
+                if fut.done():  # its caller was cancelled: the reply is read and dropped
+                    continue
+                if isinstance(reply, rexc.ResponseError):
+                    fut.set_exception(reply)
+                else:
+                    fut.set_result(reply)
+        except asyncio.CancelledError:
+            self.fail(rexc.ConnectionError("Redis connection closed"))
+            raise
+        except (rexc.TimeoutError, TimeoutError) as exc:
+            self.fail(rexc.TimeoutError(str(exc) or "Timeout reading from Redis"))
+        except Exception as exc:
+            self.fail(exc if isinstance(exc, rexc.ConnectionError) else rexc.ConnectionError(str(exc)))
+        finally:
+            self.reader = None
+
+    def fail(self, exc: BaseException) -> None:
+        if self.broken is None:
+            self.broken = exc
+        while self.waiting:
+            fut = self.waiting.popleft()
+            if not fut.done():
+                fut.set_exception(exc)
+
+
+class MultiplexedRedis(aioredis.Redis):
+    """A ``redis.asyncio.Redis`` whose plain commands share one connection (see the module's doc)."""
+
+    _line: _Line | None = None
+    _line_lock: asyncio.Lock | None = None
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        name = args[0]
+        key = name.upper() if isinstance(name, str) else name.decode().upper()
+        if key in OWN_CONNECTION or NEVER_DECODE in options or self.single_connection_client:
+            return await super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+        line = self._line
+        if line is None or line.broken is not None:
+            line = await self._open_line()
+        try:
+            response = await line.send(args)
+        except rexc.ResponseError:
+            if EMPTY_RESPONSE in options:
+                return options[EMPTY_RESPONSE]
+            raise
+        except (rexc.ConnectionError, rexc.TimeoutError):
+            await self._drop_line(line)
+            raise
+        options.pop(EMPTY_RESPONSE, None)
+        options.pop("keys", None)
+        callback = self.response_callbacks.get(name)
+        if callback is None:
+            return response
+        value = callback(response, **options)
+        return await value if inspect.isawaitable(value) else value
+
+    async def _open_line(self) -> _Line:
+        if self._line_lock is None:
+            self._line_lock = asyncio.Lock()
+        async with self._line_lock:
+            line = self._line
+            if line is not None and line.broken is None:
+                return line
+            if line is not None:
+                await self._drop_line(line)
+            await self.initialize()
+            conn = await self.connection_pool.get_connection()
+            self._line = _Line(conn)
+            return self._line
+
+    async def _drop_line(self, line: _Line) -> None:
+        if self._line is line:
+            self._line = None
+        if line.conn is None:
+            return
+        conn, line.conn = line.conn, None  # type: ignore[assignment]  # released once
+        line.fail(rexc.ConnectionError("Redis connection closed"))
+        await conn.disconnect(nowait=True)
+        with contextlib.suppress(Exception):
+            await self.connection_pool.release(conn)
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        line = self._line
+        if line is not None:
+            reader = line.reader
+            if reader is not None:
+                reader.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await reader
+            await self._drop_line(line)
+        await super().aclose(close_connection_pool)

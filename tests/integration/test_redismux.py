@@ -1,0 +1,136 @@
+"""The multiplexed client (trawl.redismux) against a real redis-server: every command gets its own reply,
+whatever fails, stops or is cancelled on the shared connection."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+import redis.exceptions as rexc
+
+from trawl.dev.redis_server import RedisServer
+from trawl.redisclient import connect
+from trawl.redismux import MultiplexedRedis
+
+
+@pytest.fixture(scope="module")
+def debug_server() -> Iterator[RedisServer]:
+    """A server of its own that takes DEBUG SLEEP (to hold a reply back)."""
+    with RedisServer(extra_args=["--enable-debug-command", "local"]) as server:
+        yield server
+
+
+@pytest.fixture
+async def mux(debug_server: RedisServer) -> AsyncIterator[MultiplexedRedis]:
+    client = connect(debug_server.url, multiplex=True)
+    assert isinstance(client, MultiplexedRedis)
+    await client.flushall()
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+async def _clients(r: MultiplexedRedis) -> int:
+    info = await r.info("clients")
+    return int(info["connected_clients"])
+
+
+async def test_concurrent_commands_each_get_their_own_reply_on_one_connection(mux: MultiplexedRedis) -> None:
+    before = await _clients(mux)
+
+    async def slot(i: int) -> list[object]:
+        got: list[object] = []
+        for n in range(50):
+            await mux.set(f"k{i}", f"{i}:{n}")
+            got.append(await mux.get(f"k{i}"))
+            got.append(await mux.incr(f"c{i}"))
+        return got
+
+    results = await asyncio.gather(*(slot(i) for i in range(32)))
+    for i, got in enumerate(results):
+        assert got[0::2] == [f"{i}:{n}".encode() for n in range(50)]
+        assert got[1::2] == list(range(1, 51))
+    assert await _clients(mux) == before  # 32 coroutines, still the one connection
+
+
+async def test_an_error_reply_fails_only_its_own_command(mux: MultiplexedRedis) -> None:
+    await mux.set("s", "text")
+
+    async def bad() -> object:
+        return await mux.incr("s")  # WRONGTYPE-like: not an integer
+
+    results = await asyncio.gather(mux.incr("n"), bad(), mux.get("s"), mux.incr("n"), return_exceptions=True)
+    assert results[0] == 1 and results[2] == b"text" and results[3] == 2
+    assert isinstance(results[1], rexc.ResponseError)
+    assert await mux.hset("h", mapping={"a": "1"}) == 1 and await mux.hgetall("h") == {b"a": b"1"}  # callbacks
+
+
+async def test_scripts_reload_after_the_server_forgets_them(mux: MultiplexedRedis) -> None:
+    script = mux.register_script("return redis.call('INCRBY', KEYS[1], ARGV[1])")
+    assert await script(keys=["x"], args=[2]) == 2
+    await mux.script_flush()
+    assert await script(keys=["x"], args=[3]) == 5  # NOSCRIPT raised on the shared line, then loaded
+
+
+async def test_a_cancelled_caller_does_not_shift_the_replies_of_the_others(mux: MultiplexedRedis) -> None:
+    slow = asyncio.create_task(mux.execute_command("DEBUG", "SLEEP", "0.3"))
+    await asyncio.sleep(0.05)
+    behind = asyncio.create_task(mux.incr("after"))
+    await asyncio.sleep(0.05)
+    slow.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await slow
+    assert await behind == 1
+    assert await mux.get("after") == b"1"
+
+
+async def test_a_blocking_command_takes_its_own_connection(mux: MultiplexedRedis) -> None:
+    waiting = asyncio.create_task(mux.blpop(["q"], timeout=5))
+    await asyncio.sleep(0.1)
+    assert await mux.incr("meanwhile") == 1  # not stuck behind the BLPOP
+    await mux.rpush("q", "v")
+    assert await asyncio.wait_for(waiting, 10) == (b"q", b"v")
+
+
+async def test_a_reply_that_does_not_come_in_time_fails_and_the_next_command_reconnects(
+    debug_server: RedisServer,
+) -> None:
+    client = connect(debug_server.url, multiplex=True, socket_timeout=0.2)
+    try:
+        with pytest.raises(rexc.TimeoutError):
+            await client.execute_command("DEBUG", "SLEEP", "0.6")
+        for _ in range(100):  # the server answers again once its sleep is over
+            with contextlib.suppress(rexc.TimeoutError):
+                assert await client.ping() is True
+                break
+            await asyncio.sleep(0.1)
+        assert await client.incr("later") == 1 and await client.incr("later") == 2
+    finally:
+        await client.aclose()
+
+
+async def test_a_server_killed_mid_flight_fails_the_waiting_commands_then_serves_after_restart() -> None:
+    server = RedisServer(extra_args=["--enable-debug-command", "local"]).start()
+    try:
+        client = connect(server.url, multiplex=True)
+        try:
+            assert await client.incr("n") == 1
+            waiting = [asyncio.create_task(client.execute_command("DEBUG", "SLEEP", "2")) for _ in range(3)]
+            await asyncio.sleep(0.2)
+            assert server.proc is not None
+            server.proc.kill()
+            server.proc.wait(timeout=10)
+            results = await asyncio.wait_for(asyncio.gather(*waiting, return_exceptions=True), 20)
+            assert all(isinstance(r, rexc.ConnectionError) for r in results), results
+            with pytest.raises(rexc.ConnectionError):
+                await client.incr("n")
+            server.proc = None
+            server.start()  # same port, empty data
+            assert await client.incr("n") == 1  # a new connection
+        finally:
+            await client.aclose()
+    finally:
+        server.stop()
