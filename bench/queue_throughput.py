@@ -170,16 +170,18 @@ def celery_argv(i: int, conc: str) -> list[str]:
     ]  # fmt: skip
 
 
-def baseline_system(url: str, conc: int, tree: Path) -> System:
-    """Trawl from another source tree (e.g. ``git archive <commit>``), claims of a quarter of the concurrency
-    as the worker made them before claim sizing: the "before" row, run interleaved with the others."""
-    quarter = str(max(1, conc // 4))
+def baseline_system(url: str, conc: int, tree: Path, claim_batch: str = "quarter") -> System:
+    """Trawl from another source tree (e.g. ``git archive <commit>``), by default with claims of a quarter of
+    the concurrency as the worker made them before claim sizing (``claim_batch``: ``auto`` or a number for
+    a tree that has claim sizing): the "before" row, run interleaved with the others."""
+    size = str(max(1, conc // 4)) if claim_batch == "quarter" else claim_batch
+    claims = f"claims of {size} (concurrency / 4)" if claim_batch == "quarter" else f"claim size {size}"
     return System(
         "trawl-baseline",
         f"Trawl from {tree} (not a peer; not in the ratio)",
-        f"{conc} slots per process, claims of {quarter} (concurrency / 4)",
+        f"{conc} slots per process, {claims}",
         trawl_enqueue(url),
-        lambda i: [trawl_loadgen_argv(url, i, "--concurrency", str(conc), "--claim-batch", quarter)],
+        lambda i: [trawl_loadgen_argv(url, i, "--concurrency", str(conc), "--claim-batch", size)],
         env={"PYTHONPATH": os.pathsep.join([str(PEERS_DIR), str(tree / "operator")])},
     )
 
@@ -388,6 +390,11 @@ def main() -> int:
     ap.add_argument("--claim-batch", default="auto", help="Trawl's claim size: auto or a number")
     ap.add_argument("--no-pipelined", action="store_true", help="leave out the pipelined Trawl row")
     ap.add_argument("--baseline", default="", help="also run Trawl from this source tree (a 'before' row)")
+    ap.add_argument(
+        "--baseline-claim-batch",
+        default="quarter",
+        help="the baseline's claim size: quarter (concurrency / 4, before claim sizing), auto or a number",
+    )
     ap.add_argument("--only", default="", help="comma-separated systems to run (default: all)")
     ap.add_argument("--json", default="", help="also write the results to this JSON file")
     args = ap.parse_args()
@@ -405,7 +412,8 @@ def main() -> int:
     with RedisServer() as server:
         plan = [(c, s) for c in concs for s in systems(server.url, c, only, args.claim_batch)]
         if args.baseline:
-            plan += [(c, baseline_system(server.url, c, Path(args.baseline).resolve())) for c in concs]
+            tree = Path(args.baseline).resolve()
+            plan += [(c, baseline_system(server.url, c, tree, args.baseline_claim_batch)) for c in concs]
         if not args.no_pipelined:
             plan += [(0, s) for s in systems(server.url, 0, only)]
         for rnd in range(repeat):
