@@ -49,6 +49,11 @@ def _modules(code: str) -> set[str]:
     return set(json.loads(out.stdout.splitlines()[-1]))
 
 
+def _prints_ok(code: str) -> None:
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
 def _heavy(modules: set[str]) -> list[str]:
     return sorted(m for m in modules if any(m == h or m.startswith(h if h.endswith(".") else h + ".") for h in HEAVY))
 
@@ -92,8 +97,7 @@ def test_a_deferred_module_loads_on_first_use() -> None:
         "assert token.get_expires_at_ms() == 4102444800000 and 'jwt.api_jwt' in sys.modules\n"
         "print('ok')"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+    _prints_ok(code)
 
 
 def test_other_commands_are_still_registered() -> None:
@@ -122,5 +126,4 @@ def test_worker_collects_garbage_again_once_started() -> None:
         "assert gc.isenabled() and gc.get_freeze_count() > 10_000\n"
         "print('ok')"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+    _prints_ok(code)
