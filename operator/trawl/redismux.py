@@ -80,6 +80,11 @@ class _Line:
         self.flush_scheduled = False
         self.reader: asyncio.Task[None] | None = None
         self.broken: BaseException | None = None
+        self.last_reply = asyncio.get_running_loop().time()
+
+    def idle_longer_than(self, seconds: float) -> bool:
+        """No command in flight and no reply for ``seconds`` (0: never)."""
+        return bool(seconds) and not self.waiting and asyncio.get_running_loop().time() - self.last_reply > seconds
 
     def send(self, args: tuple[Any, ...]) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
@@ -144,6 +149,7 @@ class _Line:
             self.fail(exc if isinstance(exc, rexc.ConnectionError) else rexc.ConnectionError(f"Redis: {exc!r}"))
         finally:
             self.reader = None
+            self.last_reply = asyncio.get_running_loop().time()
 
     def fail(self, exc: BaseException) -> None:
         if self.broken is None:
@@ -166,7 +172,7 @@ class MultiplexedRedis(aioredis.Redis):
         if key in OWN_CONNECTION or NEVER_DECODE in options or self.single_connection_client:
             return await super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
         line = self._line
-        if line is None or line.broken is not None:
+        if line is None or line.broken is not None or line.idle_longer_than(self._health_check_interval):
             line = await self._open_line()
         try:
             response = await line.send(args)
@@ -185,13 +191,24 @@ class MultiplexedRedis(aioredis.Redis):
         value = callback(response, **options)
         return await value if inspect.isawaitable(value) else value
 
+    @property
+    def _health_check_interval(self) -> float:
+        return float(self.connection_pool.connection_kwargs.get("health_check_interval") or 0)
+
     async def _open_line(self) -> _Line:
+        """The shared line, opened or re-opened; one idle past ``health_check_interval`` is checked with a
+        PING first, as redis-py checks a pooled connection (a peer gone quiet is found before a command
+        that matters is written to it)."""
         if self._line_lock is None:
             self._line_lock = asyncio.Lock()
         async with self._line_lock:
             line = self._line
             if line is not None and line.broken is None:
-                return line
+                if not line.idle_longer_than(self._health_check_interval):
+                    return line
+                with contextlib.suppress(rexc.ConnectionError, rexc.TimeoutError):
+                    await line.send(("PING",))
+                    return line
             if line is not None:
                 await self._drop_line(line)
             await self.initialize()

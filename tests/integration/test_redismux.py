@@ -134,3 +134,19 @@ async def test_a_server_killed_mid_flight_fails_the_waiting_commands_then_serves
             await client.aclose()
     finally:
         server.stop()
+
+
+async def test_a_line_idle_past_the_health_check_interval_is_checked_before_the_next_command(
+    debug_server: RedisServer,
+) -> None:
+    """The server closed the idle shared connection: the next command still succeeds, on a new one."""
+    client = connect(debug_server.url, multiplex=True, health_check_interval=1)
+    killer = connect(debug_server.url)
+    try:
+        assert await client.incr("hc") == 1
+        assert await killer.client_kill_filter(_type="normal", skipme=True) >= 1
+        await asyncio.sleep(1.5)
+        assert await client.incr("hc") == 2  # PING failed on the dead line; the INCR went on a new one
+    finally:
+        await killer.aclose()
+        await client.aclose()
