@@ -48,6 +48,13 @@ OWN_CONNECTION = frozenset(
 )  # fmt: skip
 
 
+# Packed bulk strings of recent str and int arguments: a worker sends the same keys, script SHA and small
+# numbers in every command, and packing them again was most of the packer's time. Bounded: cleared when full.
+_BULK: dict[str | int, bytes] = {}
+_BULK_MAX = 4096
+_BULK_MAX_LEN = 256
+
+
 def pack(args: tuple[Any, ...], encoder: Encoder) -> bytes | None:
     """``args`` as one RESP command, for the types Trawl sends (bytes, str, int, float); None for anything
     else (and for a command name with a space, ``SCRIPT LOAD``), which redis-py's packer handles. Same
@@ -56,17 +63,26 @@ def pack(args: tuple[Any, ...], encoder: Encoder) -> bytes | None:
     if type(name) is str and " " in name:
         return None
     out = [b"*%d\r\n" % len(args)]
+    cache = _BULK
     for arg in args:
         kind = type(arg)
-        if kind is bytes:
-            data = arg
-        elif kind is str:
-            data = arg.encode(encoder.encoding, encoder.encoding_errors)
-        elif kind is int or kind is float:
+        if kind is str or kind is int:
+            bulk = cache.get(arg)
+            if bulk is None:
+                data = arg.encode(encoder.encoding, encoder.encoding_errors) if kind is str else repr(arg).encode()
+                bulk = b"$%d\r\n%b\r\n" % (len(data), data)
+                if len(data) <= _BULK_MAX_LEN and (kind is int or arg.isascii()):  # the same bytes in any encoding
+                    if len(cache) >= _BULK_MAX:
+                        cache.clear()
+                    cache[arg] = bulk
+            out.append(bulk)
+        elif kind is bytes:
+            out.append(b"$%d\r\n%b\r\n" % (len(arg), arg))
+        elif kind is float:
             data = repr(arg).encode()
+            out.append(b"$%d\r\n%b\r\n" % (len(data), data))
         else:
             return None
-        out.append(b"$%d\r\n%b\r\n" % (len(data), data))
     return b"".join(out)
 
 

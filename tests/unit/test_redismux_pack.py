@@ -25,3 +25,10 @@ def test_other_types_and_spaced_names_are_left_to_redis_py() -> None:
     assert pack(("SCRIPT LOAD", "return 1"), conn.encoder) is None
     assert pack(("SET", "k", memoryview(b"v")), conn.encoder) is None
     assert pack(("SET", "k", True), conn.encoder) is None  # redis-py refuses bools
+
+
+def test_cached_arguments_follow_each_clients_encoding() -> None:
+    utf8, latin1 = Connection(), Connection(encoding="latin-1")
+    for conn in (utf8, latin1, utf8):
+        args = ("SET", "clé", "é", 7, "k")
+        assert pack(args, conn.encoder) == b"".join(conn.pack_command(*args))
