@@ -69,6 +69,9 @@ def test_allow_list_opens_exactly_the_listed_networks() -> None:
     ("raw", "canonical"),
     [
         ("HTTP://Example.COM:80/a/./b/../c?x=1#frag", "http://example.com/a/c?x=1"),
+        ("http://example.com/.?a=1&b=2", "http://example.com/?a=1&b=2"),  # a dot segment just before the query
+        ("http://example.com/a/b/..?q=//", "http://example.com/a/?q=//"),
+        ("http://example.com/a?u=http://x/./y", "http://example.com/a?u=http://x/./y"),  # the query keeps its dots
         ("https://example.com:443", "https://example.com/"),
         ("https://example.com:8443/x/", "https://example.com:8443/x/"),
         ("http://example.com/a%7Eb", "http://example.com/a~b"),

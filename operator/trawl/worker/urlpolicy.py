@@ -134,11 +134,16 @@ def _simple_port_ok(scheme: str, port: str | None) -> bool:
     return port != ("80" if scheme == "http" else "443") and port[0] != "0" and int(port) < 65536
 
 
-def _simple_path_ok(path: str | None) -> bool:
-    if path is None:
+def _simple_path_ok(path_and_query: str | None) -> bool:
+    if path_and_query is None:
         return True
+    path = path_and_query.split("?", 1)[0]  # a dot segment right before the query counts too: /.?a=1
     return not (
-        "//" in path or "/./" in path or "/../" in path or path.endswith(("/.", "/..")) or path.startswith("/?")
+        "//" in path
+        or "/./" in path
+        or "/../" in path
+        or path.endswith(("/.", "/.."))
+        or path_and_query.startswith("/?")
     )
 
 
