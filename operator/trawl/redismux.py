@@ -5,9 +5,10 @@ its reply and checks the connection back in: a worker with 32 task slots keeps u
 and every command costs its own system calls, pool bookkeeping and connection health check. Redis
 answers the commands of one connection in the order it received them, so one connection can carry
 them all (ioredis, BullMQ's client, works this way): the commands issued during one turn of the event
-loop go out in one write, and one reader hands each reply to the command that is next in line. At
-concurrency 8 this took a round trip's client CPU from about 27 to 6 µs (``bench/queue_throughput.py``
-and ``docs/benchmarks.md`` have the measured effect on the queue and the crawl).
+loop go out in one write, and one reader hands each reply to the command that is next in line; hiredis
+parses whatever arrived in one call, in C. At concurrency 8 this took a round trip's client CPU from
+about 30 to 7-10 µs (``bench/queue_throughput.py`` and ``docs/benchmarks.md`` have the measured effect
+on the queue).
 
 :class:`MultiplexedRedis` is a ``redis.asyncio.Redis`` whose ``execute_command`` does that; everything
 else stays redis-py's. The shared connection comes from the client's own pool, so the password, TLS,
@@ -31,6 +32,7 @@ import inspect
 from collections import deque
 from typing import Any
 
+import hiredis
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
 from redis._parsers.encoders import Encoder
@@ -53,6 +55,7 @@ OWN_CONNECTION = frozenset(
 _BULK: dict[str | int, bytes] = {}
 _BULK_MAX = 4096
 _BULK_MAX_LEN = 256
+READ_SIZE = 65536
 
 
 def pack(args: tuple[Any, ...], encoder: Encoder) -> bytes | None:
@@ -97,6 +100,14 @@ class _Line:
         self.reader: asyncio.Task[None] | None = None
         self.broken: BaseException | None = None
         self.last_reply = asyncio.get_running_loop().time()
+        encoder = conn.encoder
+        parser: Any = conn._parser
+        self.replies = hiredis.Reader(
+            protocolError=rexc.InvalidResponse,
+            replyError=parser.parse_error,
+            encoding=encoder.encoding if encoder.decode_responses else None,
+            errors=encoder.encoding_errors if encoder.decode_responses else None,
+        )
 
     def idle_longer_than(self, seconds: float) -> bool:
         """No command in flight and no reply for ``seconds`` (0: never)."""
@@ -136,19 +147,25 @@ class _Line:
     async def _read(self) -> None:
         """Read replies while commands wait for them; then end (the next command starts a new reader).
 
-        The connection's parser is read directly: the connection's own ``read_response`` formats its
-        address for a possible error message and stamps its health-check clock on every reply, a third
-        of a reply's cost here. A reply past ``socket_timeout`` fails the line (replies could no longer
-        be matched)."""
-        parser: Any = self.conn._parser
+        hiredis parses whatever arrived in one call, in C (redis-py reads a reply line by line, an await
+        each); error replies become redis-py's own exception classes (its parser's ``parse_error``). A
+        reply past ``socket_timeout`` fails the line (replies could no longer be matched)."""
+        stream: Any = self.conn._reader
+        replies = self.replies
         timeout = self.conn.socket_timeout
         try:
             while self.waiting and self.broken is None:
-                if timeout is None:
-                    reply = await parser.read_response()
-                else:
-                    async with asyncio.timeout(timeout):
-                        reply = await parser.read_response()
+                reply = replies.gets()
+                if reply is False:
+                    if timeout is None:
+                        data = await stream.read(READ_SIZE)
+                    else:
+                        async with asyncio.timeout(timeout):
+                            data = await stream.read(READ_SIZE)
+                    if not data:
+                        raise rexc.ConnectionError("Connection closed by server.")
+                    replies.feed(data)
+                    continue
                 fut = self.waiting.popleft()
                 if fut.done():  # its caller was cancelled: the reply is read and dropped
                     continue
