@@ -169,7 +169,7 @@ class _Line:
                 fut = self.waiting.popleft()
                 if fut.done():  # its caller was cancelled: the reply is read and dropped
                     continue
-                if isinstance(reply, rexc.ResponseError):  # an error reply: its command's alone
+                if isinstance(reply, rexc.RedisError):  # an error reply, as redis-py's parse_error made it
                     fut.set_exception(reply)
                 else:
                     fut.set_result(reply)

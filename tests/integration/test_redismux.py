@@ -150,3 +150,45 @@ async def test_a_line_idle_past_the_health_check_interval_is_checked_before_the_
     finally:
         await killer.aclose()
         await client.aclose()
+
+
+async def test_an_error_reply_that_means_the_connection_is_raised_and_the_line_replaced() -> None:
+    """A server still loading its data answers -LOADING (redis-py: BusyLoadingError, a ConnectionError):
+    the command raises it, as on redis-py's pool, and the next command opens a new connection. A
+    loopback server stands in for a Redis loading a large data set (hard to hold in that state)."""
+    connections = 0
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        loading = connections == 1
+        try:
+            while line := await reader.readline():
+                if not line.startswith(b"*"):
+                    continue
+                args = []
+                for _ in range(int(line[1:])):
+                    await reader.readline()  # $<len>
+                    args.append((await reader.readline()).strip())
+                if args[0].upper() == b"CLIENT":
+                    writer.write(b"+OK\r\n")
+                elif loading:
+                    writer.write(b"-LOADING Redis is loading the dataset in memory\r\n")
+                else:
+                    writer.write(b":42\r\n")
+                await writer.drain()
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = connect(f"redis://127.0.0.1:{port}/0", multiplex=True)
+    try:
+        with pytest.raises(rexc.BusyLoadingError):
+            await client.incr("n")
+        assert await client.incr("n") == 42
+        assert connections == 2
+    finally:
+        await client.aclose()
+        server.close()
+        await server.wait_closed()
