@@ -111,9 +111,10 @@ def connect(
             kwargs["ssl_ca_data"] = ca_pem
     kwargs.update(extra)
     if not cluster:
-        if kwargs.get("protocol", 2) in (2, "2"):
+        resp2 = kwargs.get("protocol", 2) in (2, "2")
+        if resp2:
             kwargs.setdefault("parser_class", Resp2Parser)
-        if multiplex:
+        if multiplex and resp2:  # the shared line reads RESP2 replies
             from trawl.redismux import MultiplexedRedis
 
             mux: aioredis.Redis = MultiplexedRedis.from_url(url, **kwargs)
