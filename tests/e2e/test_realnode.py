@@ -76,6 +76,28 @@ def test_backlog_scales_up_real_pods_then_drains_to_zero_with_nothing_lost(relea
     busy_url = f"{SLOW_SITE}/product/7.html?delay=45"
     since = time.time()
     started = time.monotonic()
+    try:
+        _scale_up_then_drain(node, urls, ids, busy_url, since, started)
+    finally:  # the other scenarios share the release: never leave this pool's workers behind
+        node.kubectl(
+            "-n",
+            NAMESPACE,
+            "delete",
+            "scrapejob",
+            "backlog",
+            "busy",
+            "--ignore-not-found",
+            "--wait=true",
+            "--timeout=120s",
+        )
+        node.kubectl(
+            "-n", NAMESPACE, "delete", "scrapepool", "scale", "--ignore-not-found", "--wait=true", "--timeout=120s"
+        )
+
+
+def _scale_up_then_drain(
+    node: RealNode, urls: list[str], ids: range, busy_url: str, since: float, started: float
+) -> None:
     with PodDeletions(node, "scale") as watched:
         node.apply([job("backlog", "scale", urls, politeness=FAST)])
         wait_for("a worker pod Ready", lambda: ready_workers(node, "scale"), 300, 0.5)
@@ -110,8 +132,6 @@ def test_backlog_scales_up_real_pods_then_drains_to_zero_with_nothing_lost(relea
     fetched = site_fetches(node, "bookstore-slow", since)
     expected = {f"/product/{i}.html": 1 for i in ids} | {"/product/7.html?delay=45": 1}
     assert fetched == expected, {k: v for k, v in fetched.items() if expected.get(k) != v}
-    node.kubectl("-n", NAMESPACE, "delete", "scrapejob", "backlog", "busy", "--wait=true", "--timeout=120s")
-    node.kubectl("-n", NAMESPACE, "delete", "scrapepool", "scale", "--wait=true", "--timeout=120s")
 
 
 def test_worker_container_killed_in_place_recovers_within_a_lease(release: RealNode) -> None:

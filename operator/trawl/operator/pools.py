@@ -7,6 +7,7 @@ under another, so re-applying a changed template never resets the autoscaler's a
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -44,6 +45,10 @@ SCALER_MANAGER = "trawl-autoscaler"
 # workers cordoned by an operator that stopped resume claiming on their own.
 CORDON_TTL_POLLS = 3
 CORDON_MIN_TTL_SECONDS = 15.0
+# The ReplicaSet controller ranks pods by the deletion costs in its own informer cache, not by what the
+# API server holds: a scale-down written right after new costs could be decided on the old ones (the
+# real-node test saw a busy pod deleted before an idle one). Costs just written get this long to reach it.
+COST_PROPAGATION_SECONDS = 1.0
 
 
 @dataclass
@@ -312,7 +317,8 @@ async def reconcile_pool(
     if desired != current:
         if desired < current:
             try:
-                await mark_idle_pods(namespace, name, signals)
+                if await mark_idle_pods(namespace, name, signals):
+                    await asyncio.sleep(COST_PROPAGATION_SECONDS)
             except Exception as exc:  # best effort: the drain still protects in-flight work
                 log.warning("pool %s/%s: could not set pod deletion costs: %s", namespace, name, exc)
         await scale_deployment(namespace, name, desired)
