@@ -215,7 +215,9 @@ def test_operator_leader_killed_mid_job_the_standby_takes_over_within_the_lease(
     _log(f"leader killed -> standby took the Lease {takeover:.2f}s after the last renewal (lease {duration:.0f}s)")
     # Not before the lease ran out, and within it (1.5 s for the API write on a loaded node).
     assert duration - 0.5 <= takeover <= duration + 1.5, (takeover, duration)
-    assert new["spec"]["holderIdentity"].rpartition("_")[0] != leader["metadata"]["name"]
+    # A new incarnation leads: the standby pod, or the killed pod's container restarted by the kubelet,
+    # which stands by like any replica and can win the expired Lease (CI saw both); never the dead process.
+    assert new["spec"]["holderIdentity"] != old_holder
 
     status = wait_finished(node, "failover", 600)
     assert_succeeded(node, "failover", status, len(urls))
