@@ -25,6 +25,10 @@ if _worker_invocation(sys.argv):
 
     defer("jwt")  # imported by redis-py, used only with token credentials: ~60 ms of every worker start
 
+    from trawl import castore
+
+    castore.import_aiohttp()  # its CA-store loads (~90 ms) run on a thread while the rest imports
+
 import typer  # noqa: E402
 
 app = typer.Typer(

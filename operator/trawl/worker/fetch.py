@@ -25,6 +25,7 @@ import aiohttp
 import brotli
 from aiohttp.abc import AbstractResolver, ResolveResult
 
+from trawl import castore
 from trawl.api.policies import DEFAULT_USER_AGENT, FailureClass
 
 from .urlpolicy import BlockedAddressError, IPNetwork, address_block_reason
@@ -291,6 +292,7 @@ class Fetcher:
     async def start(self) -> None:
         if self._session is not None:
             return
+        await castore.ready()  # aiohttp's default TLS context must hold the CA store before any handshake
         connector = aiohttp.TCPConnector(
             resolver=SafeResolver(self.allowed),
             limit=self.max_connections,
@@ -435,7 +437,9 @@ class Fetcher:
                     raise FetchError(
                         FailureClass.BLOCKED_ADDRESS, f"refused {current}: {blocked}", url=current
                     ) from exc
-                if isinstance(exc, aiohttp.InvalidURL | ValueError):
+                # A certificate the CA store does not trust is a ValueError too (ssl.CertificateError):
+                # a connection failure with its own message, never an "invalid URL".
+                if isinstance(exc, aiohttp.InvalidURL | ValueError) and not isinstance(exc, aiohttp.ClientSSLError):
                     raise FetchError(FailureClass.INVALID_URL, f"invalid URL {current!r}", url=current) from exc
                 raise FetchError(
                     FailureClass.CONNECTION, f"{type(exc).__name__} fetching {current}: {exc}", url=current

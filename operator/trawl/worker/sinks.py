@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 import aiohttp
 from redis.asyncio import Redis
 
+from trawl import castore
 from trawl.redisclient import atomic_pipeline
 
 from .fetch import SafeResolver, _find_blocked
@@ -228,6 +229,7 @@ class WebhookSink:
 
     async def _sess(self) -> aiohttp.ClientSession:
         if self._session is None:
+            await castore.ready()  # aiohttp's default TLS context must hold the CA store before any handshake
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(resolver=SafeResolver(self.allowed), limit=8),
                 trust_env=False,
