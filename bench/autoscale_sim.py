@@ -233,13 +233,20 @@ def run_config(cfg: Config, seeds: list[int], pool_exec: ProcessPoolExecutor, pl
     return [*lines, f"# {cfg.label}: {worst}", f"# {cfg.label}: {median}"]
 
 
+def _trace_drains(cfg: Config) -> str:
+    """The traces whose workload sets its own drain (grace period), e.g. " (long_tasks 1200s)"."""
+    own = [f"{t.name} {t.drain_seconds:g}s" for t in _traces(1, cfg.quick, cfg.fail_factor).values() if t.drain_seconds]
+    return f" ({', '.join(own)})" if own else ""
+
+
 def describe(cfg: Config) -> str:
     pool = cfg.pool
     spec, keda, tuned = pool.autoscaling, pool.keda, pool.keda_tuned
     return "\n".join(
         [
             f"# pool: {pool.concurrency} slots/pod, start-up {pool.startup_seconds:g}s (Trawl measures it; 15 s "
-            f"assumed before the first pod is ready), drain {pool.drain_seconds:g}s, retries {pool.max_attempts} "
+            f"assumed before the first pod is ready), drain {pool.drain_seconds:g}s{_trace_drains(cfg)}, "
+            f"retries {pool.max_attempts} "
             f"attempts from {pool.retry_initial:g}s, failed attempts {cfg.fail_factor:g}x a success's time; "
             f"replicas {spec.min_replicas}..{spec.max_replicas}",
             f"# trawl: targetDrainSeconds={spec.target_drain_seconds} "

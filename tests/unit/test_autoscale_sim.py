@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from trawl.api.scrapepool import AutoscalingSpec
 from trawl.autoscale.kedahpa import KedaHpaConfig
@@ -47,6 +48,18 @@ def test_long_tasks_trawl_interrupts_nothing() -> None:
     )
     assert simulate(trace, POOL, "trawl").interrupted == 0
     assert simulate(trace, POOL, "keda_stock").interrupted > 0
+    # A workload whose grace period covers its tasks (the trace's drain, given to every policy's pods):
+    # KEDA's scale-downs of busy pods no longer interrupt them; every task runs once, to its end.
+    graceful = replace(trace, drain_seconds=1200.0)
+    for policy in ("trawl", "keda_stock", "keda_tuned"):
+        r = simulate(graceful, POOL, policy)
+        assert r.interrupted == 0 and r.completed == r.tasks, policy
+
+
+def test_the_long_tasks_trace_sets_a_grace_period_that_covers_its_tasks() -> None:
+    trace = next(t for t in build_traces(1, quick=True) if t.name == "long_tasks")
+    assert trace.drain_seconds is not None and trace.drain_seconds >= 5 * trace.service_mean
+    assert all(t.drain_seconds is None for t in build_traces(1, quick=True) if t.name != "long_tasks")
 
 
 def test_failure_window_no_trawl_scale_up() -> None:

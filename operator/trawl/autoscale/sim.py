@@ -6,8 +6,8 @@ attempts retry with the queue's exponential backoff (3 attempts, 1 s initial, ji
 dead-lettered after the last; a rate-limited domain hands out start times (tokens), and a worker that
 claims a task whose token lies in the future releases it to the delayed set until then (rate-limit
 deferral, no attempt spent). New pods serve after ``startup_seconds``. A removed pod stops claiming
-and has ``drain_seconds`` to finish its tasks; what is still running then is released to the queue
-and counted as interrupted.
+and has ``drain_seconds`` (the pool's, or the trace's where its workload sets its own grace period)
+to finish its tasks; what is still running then is released to the queue and counted as interrupted.
 
 Every policy sees the same pool, the same trace and the same per-task random numbers:
 
@@ -584,4 +584,6 @@ def polite_waits(tasks: list[_Task], domain_rps: dict[int, float], end: float) -
 
 
 def simulate(trace: Trace, pool: PoolConfig, policy: str, seed: int = 1) -> Result:
+    if trace.drain_seconds is not None:  # the workload's grace period, for every policy's pods
+        pool = replace(pool, drain_seconds=trace.drain_seconds)
     return Simulation(trace, pool, policy, seed).run()
