@@ -36,6 +36,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -405,8 +406,8 @@ def main() -> int:
     only = set(args.only.split(",")) if args.only else None
     procs.install_signal_handlers()
     runs: dict[tuple[int, str], list[Result]] = {}
-    log_dir = Path(os.environ.get("TMPDIR", "/tmp")) / f"trawl-bench-{os.getpid()}"
-    log_dir.mkdir(parents=True, exist_ok=True)
+    # The worker processes' logs: removed at the end unless a run failed (then they say why).
+    log_dir = Path(tempfile.mkdtemp(prefix="trawl-bench-"))
     t0 = time.perf_counter()
     load_before = load_average()
     with RedisServer() as server:
@@ -479,6 +480,11 @@ def main() -> int:
             print(f"baseline_ratio_vs_best_peer_c{conc}={base.tasks_per_s / best.tasks_per_s:.2f}")
     if args.json:
         Path(args.json).write_text(json.dumps([{"conc": c, **asdict(r)} for (c, _n), r in results.items()], indent=2))
+    failed = [r.system for rs in runs.values() for r in rs if r.error and not r.tasks_per_s]
+    if failed:
+        print(f"worker logs of the failed runs ({', '.join(sorted(set(failed)))}) kept in {log_dir}", file=sys.stderr)
+    else:
+        shutil.rmtree(log_dir, ignore_errors=True)
     return status
 
 
