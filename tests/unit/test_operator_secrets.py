@@ -60,4 +60,7 @@ def test_the_version_digest_follows_the_referenced_secrets_only() -> None:
     same = redis_secrets_version(_index(auth=({"password": "a"}, "1"), other=({}, "6")), "ns", spec)
     v2 = redis_secrets_version(_index(auth=({"password": "b"}, "2")), "ns", spec)
     assert v1 == same and v1 != v2
+    # A metadata-only edit (new resourceVersion, same data) rolls nothing; a data change does.
+    relabelled = redis_secrets_version(_index(auth=({"password": "a"}, "9")), "ns", spec)
+    assert relabelled == v1
     assert redis_secrets_version({}, "ns", spec) not in (None, v1)  # missing: its own value

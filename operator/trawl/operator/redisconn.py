@@ -78,16 +78,21 @@ DATALESS_SECRET_TYPES = frozenset(
 def secret_index_entry(
     secret_type: str | None, data: Mapping[str, Any] | None, resource_version: str | None = None
 ) -> dict[str, Any]:
-    """What the operator keeps of a Secret in its index (fed by a watch): its base64 data.
+    """What the operator keeps of a Secret in its index (fed by a watch): its base64 data, and a version.
 
     The index replaces a GET per reconcile (once a second per active job) and a TTL cache: a rotated
     Secret reaches the clients with the watch event, and the operator needs list/watch on Secrets
-    but no get. Kept only in memory, never logged or written to a status."""
-    keep = secret_type not in DATALESS_SECRET_TYPES
-    return {
-        "data": {str(k): str(v) for k, v in (data or {}).items()} if keep else {},
-        "version": resource_version or "",
-    }
+    but no get. Kept only in memory, never logged or written to a status. The version is a digest of
+    the data, not the resourceVersion: a label or annotation edit (a GitOps tool's tracking label,
+    say) changes the latter, and must not roll the workers that read the Secret (the types kept
+    without data have only the resourceVersion)."""
+    if secret_type in DATALESS_SECRET_TYPES:
+        return {"data": {}, "version": resource_version or ""}
+    kept = {str(k): str(v) for k, v in (data or {}).items()}
+    digest = hashlib.sha256()
+    for key in sorted(kept):
+        digest.update(f"{key}\0{kept[key]}\0".encode())
+    return {"data": kept, "version": digest.hexdigest()[:16]}
 
 
 def secret_data(secrets: Mapping[Any, Any], namespace: str, name: str) -> dict[str, str] | None:
