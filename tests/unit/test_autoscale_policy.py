@@ -173,6 +173,16 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any], ScalerState, int, Action]
         1,
         Action.SCALE_DOWN,
     ),
+    # Retries waiting for their backoff (a failing site's) are not tasks waiting for a worker: they do not
+    # pin busy workers (the bench's failing_downstream held a second pod through the whole outage).
+    (
+        "retries_due_do_not_pin_busy_workers",
+        {},
+        {"current_replicas": 2, "delayed_due_soon": 60, "in_flight": 16, "busy_workers": 2, "failure_rate": 0.9},
+        PENDING,
+        1,
+        Action.SCALE_DOWN,
+    ),
     # Rule 4: failure guard.
     ("failure_burst_holds", {}, {"ready": 5000, "failure_rate": 0.9}, OLD, 2, Action.FAILURE_GUARD),
     (

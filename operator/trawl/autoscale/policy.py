@@ -22,9 +22,10 @@ Rules, in the order they apply (each is covered by tests/unit/test_autoscale_pol
 2. **Useful parallelism.** Never more workers than the work can keep busy: ``ceil(W / concurrency)``
    (plus the arrivals of one poll), and never above the rate-limit ceiling the caller computes from
    per-domain limits (the ceiling caps growth; it never removes workers that hold tasks).
-3. **In-flight is counted.** Workers holding tasks are never counted out while a backlog waits, or
-   while tasks may outlive the workers' SIGTERM drain (mean service time above a third of
-   ``drainSeconds``, or unknown): the answer is at least the number of busy workers.
+3. **In-flight is counted.** Workers holding tasks are never counted out while tasks wait for a worker
+   (ready), or while tasks may outlive the workers' SIGTERM drain (mean service time above a third of
+   ``drainSeconds``, or unknown): the answer is at least the number of busy workers. Retries waiting
+   for their backoff are not waiting for a worker: a failing site's retries must not pin the pool.
 4. **Failure guard.** While the failure rate exceeds ``failureRateThreshold`` (released below 80 %
    of it), the answer never rises above the current replicas (nor below minReplicas): more workers
    would only hit a failing target harder. Scaling down still works. A pool at zero may still activate
@@ -304,13 +305,14 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
         notes.append(f"capped at {target} by per-domain rate limits")
 
     demand = target  # what the work asks for; the scale-down window is kept over these answers
-    # Rule 3: workers holding tasks stay while a backlog waits or while tasks may outlive the drain.
+    # Rule 3: workers holding tasks stay while tasks wait for a worker or while tasks may outlive the drain
+    # (delayed tasks due soon wait for their time, not for a worker: they are in the drain answer's work).
     backlog = obs.ready + obs.delayed_due_soon
     long_tasks = obs.mean_service_seconds is None or obs.mean_service_seconds > DRAIN_SAFE_SHARE * obs.drain_seconds
     protect = 0
     if obs.in_flight > 0:
         protect = math.ceil(obs.in_flight / obs.concurrency)
-        if backlog > 0 or long_tasks:
+        if obs.ready > 0 or long_tasks:
             protect = max(protect, obs.busy_workers)
     if protect > target:
         target = protect
