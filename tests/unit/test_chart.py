@@ -325,6 +325,7 @@ def test_external_redis_cluster_pool() -> None:
         "mode": "Cluster",
         "url": "redis://redis-cluster.example.internal:7000/0",
         "passwordSecretRef": {"name": "trawl-redis-password", "key": "password"},
+        "shards": 3,
     }
     rule = _redis_egress(docs)
     assert rule["to"] == [{"ipBlock": {"cidr": "10.30.0.0/24"}}]
@@ -338,6 +339,21 @@ def test_external_redis_cluster_pool() -> None:
         "ScrapePool",
     )["spec"]["redis"]
     assert secret["mode"] == "Cluster" and secret["urlSecretRef"] == {"name": "trawl-redis-url", "key": "url"}
+
+
+def test_default_pool_key_prefix_and_shards_are_values() -> None:
+    from trawl.api.scrapepool import ScrapePoolSpec
+
+    default = one(render(), "ScrapePool")["spec"]["redis"]
+    assert "shards" not in default and "keyPrefix" not in default  # the model's defaults
+    spec = one(
+        render(set_values={"defaultPool.redis.keyPrefix": "trawl:team-a", "defaultPool.redis.shards": "2"}),
+        "ScrapePool",
+    )["spec"]
+    assert spec["redis"]["keyPrefix"] == "trawl:team-a" and spec["redis"]["shards"] == 2
+    assert ScrapePoolSpec.model_validate(spec).redis.key_prefix == "trawl:team-a"
+    with pytest.raises(HelmError, match="keyPrefix"):
+        render(set_values={"defaultPool.redis.keyPrefix": "has space"})
 
 
 def test_external_redis_without_cidrs_is_reachable_outside_the_denied_ranges() -> None:
