@@ -83,7 +83,7 @@ async def tls_site(tmp_path: Path) -> AsyncIterator[tuple[str, Path]]:
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ctx)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    port = runner.addresses[0][1]
     try:
         yield f"https://127.0.0.1:{port}/", ca
     finally:
