@@ -165,6 +165,11 @@ class Deletion:
     cost: int | None
     ready: bool  # the ReplicaSet deletes a pod that is not Ready first, whatever its cost
     kept: dict[str, int | None]
+    # The deleted pod's cost before the operator's last change of it. The operator writes the costs of
+    # one snapshot of the workers' in-flight counts, then scales down; a pod chosen as idle still claims
+    # work until the ReplicaSet deletes it, and the next pass may write its new cost first (CI saw a
+    # pod chosen at cost 0 deleted with 1001 written a pass later).
+    earlier_cost: int | None = None
 
 
 def _cost(pod: Any) -> int | None:
@@ -207,6 +212,7 @@ class PodDeletions:
             pods: dict[str, Any] = {p.metadata.name: p for p in listing.items}
             version = listing.metadata.resource_version
             seen: set[str] = set()
+            earlier: dict[str, int | None] = {}
             while not self._stop.is_set():
                 # Short watches from the last version seen: no event lost between them, and a prompt stop.
                 watch = kubernetes.watch.Watch()  # type: ignore[no-untyped-call]
@@ -223,13 +229,16 @@ class PodDeletions:
                     if event["type"] == "DELETED":
                         pods.pop(name, None)
                     else:
+                        before = pods.get(name)
+                        if before is not None and _cost(before) != _cost(pod):
+                            earlier[name] = _cost(before)
                         pods[name] = pod
                     if pod.metadata.deletion_timestamp is not None and name not in seen:
                         seen.add(name)
                         kept = {
                             n: _cost(p) for n, p in pods.items() if p.metadata.deletion_timestamp is None and _ready(p)
                         }
-                        self.deletions.append(Deletion(name, _cost(pod), _ready(pod), kept))
+                        self.deletions.append(Deletion(name, _cost(pod), _ready(pod), kept, earlier.get(name)))
                     if self._stop.is_set():
                         watch.stop()  # type: ignore[no-untyped-call]
         except BaseException as exc:  # reported by the test, not lost in a thread
