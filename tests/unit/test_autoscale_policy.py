@@ -11,7 +11,7 @@ import pytest
 
 from trawl.api.scrapepool import AutoscalingSpec
 from trawl.autoscale import Action, Observation, ScalerState, decide
-from trawl.autoscale.policy import MIN_DOWN_SHARE, choose_cordoned, queue_wait_p95
+from trawl.autoscale.policy import FOLLOW_UP_SECONDS, MIN_DOWN_SHARE, choose_cordoned, queue_wait_p95
 
 NOW = 10_000.0
 
@@ -396,8 +396,9 @@ def test_the_arrival_rate_is_the_last_polls_when_it_is_the_better_guess() -> Non
 
 
 def test_busy_workers_are_a_floor_outside_the_window() -> None:
-    """Long tasks ending one worker at a time: once a window has passed, a worker goes as soon as its
-    last task ends (its answer was never demand), so nothing idles for a further delay."""
+    """Long tasks ending one worker at a time: a worker goes as soon as its last task ends (its answer was
+    never demand, and an idle worker is not what the arrivals need: rule 9), so nothing idles for a
+    further delay, not even in the first window after the scale-up."""
     s = spec(max_replicas=20, scale_down_delay_seconds=60)
     busy = [max(0, 12 - i // 2) for i in range(40)]  # one worker's last task ends every 10 s
     seq = [
@@ -412,15 +413,17 @@ def test_busy_workers_are_a_floor_outside_the_window() -> None:
         for i, b in enumerate(busy)
     ]
     counts = _run(seq, s)
-    assert counts[:12] == [12] * 12  # the first window after the scale-up
-    tail = counts[12:]
-    assert all(c >= max(1, b) for c, b in zip(tail, busy[12:], strict=True)), counts  # never below busy
+    assert counts[0] == 12
+    assert all(c >= max(1, b) for c, b in zip(counts, busy, strict=True)), counts  # never below busy
     steps = [(a, b) for a, b in itertools.pairwise(counts) if b != a]
     assert all(b < a for a, b in steps), counts
-    # Each step is worth its Event: a fifth of the pool at least, or down to the floor.
+    # Each step is worth its Event: a fifth of the pool at least, or down to the floor...
     assert all(b == 1 or a - b >= math.ceil(MIN_DOWN_SHARE * a) for a, b in steps), counts
-    # ...and no worker idles longer than it takes a fifth of the pool to free up.
-    assert all(c <= max(1, b) + math.ceil(MIN_DOWN_SHARE * 12) for c, b in zip(tail, busy[12:], strict=True))
+    # ...a quarter of the window (15 s, three polls) after the previous one...
+    changes = [i for i, (a, b) in enumerate(itertools.pairwise(counts)) if b != a]
+    assert all(j - i >= 3 for i, j in itertools.pairwise(changes)), counts
+    # ...and no worker idles longer than it takes a fifth of the pool to free up (and the spacing).
+    assert all(c <= max(1, b) + math.ceil(MIN_DOWN_SHARE * 12) + 1 for c, b in zip(counts, busy, strict=True)), counts
     assert counts[-1] == 1, counts
 
 
@@ -577,3 +580,108 @@ def test_cordoned_workers_are_idle_ones_then_those_cordoned_before_then_the_leas
     # Cordoned at the previous poll: d stays cordoned (its tasks only run out) rather than b taking its place.
     assert choose_cordoned(workers, 2, previous={"d"}) == {"c", "d"}
     assert choose_cordoned(workers, 9) == set(workers)
+
+
+def test_useful_parallelism_counts_the_arrivals_until_a_new_worker_could_serve() -> None:
+    """Nothing measured yet (the bounded guess allows 6): 104 tasks and 6/s arriving. A worker asked for
+    at the next poll serves after pollSeconds + start-up (5 + 5 s), so those 60 arrivals need workers
+    asked for now: ceil((104 + 60) / 32) = 6 (one poll's arrivals alone would give 5)."""
+    o = obs(
+        current_replicas=2,
+        ready=40,
+        in_flight=64,
+        busy_workers=2,
+        arrival_rate=6.0,
+        per_worker_throughput=None,
+        mean_service_seconds=None,
+        startup_seconds=5.0,
+    )
+    d = decide(spec(poll_seconds=5), o, OLD)
+    assert (d.desired, d.action) == (6, Action.SCALE_UP), d.reason
+    # A slower start-up widens the horizon (the bounded guess, max(2 x 2, 2 + 4), caps it here).
+    assert decide(spec(poll_seconds=5), replace(o, startup_seconds=15.0), OLD).desired == 6
+    assert decide(spec(poll_seconds=5), replace(o, arrival_rate=0.0), OLD).desired == 4  # ceil(104 / 32)
+
+
+# Rule 9: tasks longer than a poll go to workers already busy; idle ones stay idle.
+# A scale-up 10 s ago: its window holds the pool, and a step down would come too soon after it.
+FRESH = ScalerState(last_change_at=NOW - 10, answers=((NOW - 10, 5),), answers_since=NOW - 10)
+PACK = {
+    "current_replicas": 5,
+    "busy_workers": 3,
+    "in_flight": 60,
+    "arrival_rate": 0.1,
+    "startup_seconds": 5.0,
+    "mean_service_seconds": 120.0,
+    "per_worker_throughput": None,
+    # A grace period that covers the tasks: rules 3 and 8 do not apply, packing does.
+    "drain_seconds": 1200.0,
+}
+
+
+def test_idle_workers_stay_idle_while_busy_workers_have_slots_for_the_arrivals() -> None:
+    """Five workers, three hold 60 two-minute tasks (36 free slots), 0.1/s arriving: the window still
+    holds the pool, and both idle workers are cordoned so the next task does not pin one of them."""
+    d = decide(spec(poll_seconds=5), obs(**PACK), FRESH)
+    assert (d.desired, d.action, d.cordon) == (5, Action.SCALE_DOWN_PENDING, 2), d.reason
+
+
+def test_idle_workers_kept_empty_go_without_waiting_for_the_window() -> None:
+    """The same pool 20 s after its scale-up (a quarter of the window since that change): the window's
+    answers still hold 5, but the two idle workers are not what the arrivals need; they go (cost 0)."""
+    later = replace(FRESH, last_change_at=NOW - 20, answers=((NOW - 20, 5),), answers_since=NOW - 20)
+    d = decide(spec(poll_seconds=5), obs(**PACK), later)
+    assert (d.desired, d.action) == (3, Action.SCALE_DOWN), d.reason
+    # One idle worker of ten is not worth an Event (a fifth of the pool): it stays, cordoned.
+    big = obs(**(PACK | {"current_replicas": 10, "busy_workers": 9, "in_flight": 200}))
+    d = decide(spec(poll_seconds=5), big, replace(later, answers=((NOW - 20, 10),)))
+    assert (d.desired, d.action, d.cordon) == (10, Action.SCALE_DOWN_PENDING, 1), d.reason
+
+
+def test_an_idle_worker_stays_open_when_the_busy_ones_are_full() -> None:
+    # 96 tasks fill the three busy workers: one idle worker keeps taking the arrivals (at least one task).
+    d = decide(spec(poll_seconds=5), obs(**(PACK | {"in_flight": 96})), FRESH)
+    assert d.cordon == 1, d.reason
+    # 40/s expected for 10 s (400 tasks) is more than 13 workers' slots: no idle worker is cordoned.
+    d = decide(spec(poll_seconds=5), obs(**(PACK | {"in_flight": 96, "arrival_rate": 40.0})), FRESH)
+    assert d.cordon == 0, d.reason
+
+
+@pytest.mark.parametrize(
+    ("name", "o"),
+    [
+        ("short_tasks", {"mean_service_seconds": 1.5}),  # a task shorter than a poll pins nothing
+        ("backlog", {"ready": 5}),  # every slot is wanted
+        ("growing", {"ready": 5000}),
+    ],
+)
+def test_no_packing(name: str, o: dict[str, Any]) -> None:
+    d = decide(spec(poll_seconds=5), obs(**(PACK | o)), FRESH)
+    assert d.cordon == 0, (name, d)
+
+
+def test_packing_with_unknown_task_length() -> None:
+    """Nothing has finished yet (the first tasks of a job): the length is unknown, and may be long."""
+    d = decide(spec(poll_seconds=5), obs(**(PACK | {"mean_service_seconds": None})), FRESH)
+    assert d.cordon == 2, d.reason
+
+
+# Rule 10: a burst's scale-up is looked at again after FOLLOW_UP_SECONDS.
+def test_a_scale_up_into_a_burst_asks_for_one_early_follow_up() -> None:
+    burst = obs(current_replicas=1, ready=2000, in_flight=32, busy_workers=1)
+    d = decide(spec(), burst, OLD)
+    assert (d.action, d.follow_up) == (Action.SCALE_UP, True), d.reason
+    # The follow-up itself scales again if the burst grew, but asks for no further follow-up.
+    nxt = decide(spec(), replace(burst, now=NOW + FOLLOW_UP_SECONDS, current_replicas=d.desired, ready=9000), d.state)
+    assert (nxt.action, nxt.follow_up) == (Action.SCALE_UP, False), nxt.reason
+    # The regular poll after it may ask again.
+    again = replace(burst, now=NOW + 6, current_replicas=nxt.desired, ready=30000)
+    assert decide(spec(max_replicas=50), again, nxt.state).follow_up
+
+
+def test_no_follow_up_for_a_small_backlog_or_a_hold() -> None:
+    # Fewer new tasks than one worker's slots: the next regular poll is soon enough.
+    small = decide(spec(), obs(current_replicas=1, ready=20, in_flight=32, busy_workers=1, arrival_rate=30.0), OLD)
+    assert (small.action, small.follow_up) == (Action.SCALE_UP, False), small.reason
+    hold = decide(spec(), obs(current_replicas=2, arrival_rate=20.0, in_flight=20, busy_workers=2), OLD)
+    assert not hold.follow_up, hold.reason

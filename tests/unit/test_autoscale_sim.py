@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import replace
+from typing import Any
+
+import pytest
 
 from trawl.api.scrapepool import AutoscalingSpec
+from trawl.autoscale import sim
 from trawl.autoscale.kedahpa import KedaHpaConfig
+from trawl.autoscale.policy import FOLLOW_UP_SECONDS
 from trawl.autoscale.sim import PoolConfig, Trace, build_traces, percentile, simulate
 
 POOL = PoolConfig(AutoscalingSpec(min_replicas=0, max_replicas=10), KedaHpaConfig(max_replica_count=10))
@@ -110,3 +116,25 @@ def test_keda_tuned_uses_trawls_settings_and_the_workers_concurrency() -> None:
 def test_the_poll_phase_varies_with_the_seed() -> None:
     a, b = simulate(burst(), POOL, "trawl", seed=1), simulate(burst(), POOL, "trawl", seed=2)
     assert a.reasons[0][0] != b.reasons[0][0]  # the first decision lands at another time
+
+
+def test_trawl_polls_early_after_a_burst_scale_up_as_the_controller_does(monkeypatch: Any) -> None:
+    """The simulator honours Decision.follow_up (policy rule 10) like the controller's timer: the poll
+    after such a decision comes FOLLOW_UP_SECONDS later, every other one pollSeconds later."""
+    calls: list[tuple[float, bool]] = []
+    real_plan = sim.plan
+
+    def recording_plan(*args: Any, **kwargs: Any) -> Any:
+        result = real_plan(*args, **kwargs)
+        calls.append((result.observation.now, result.decision.follow_up))
+        return result
+
+    monkeypatch.setattr(sim, "plan", recording_plan)
+    # A burst arriving over 10 s (as in spiky_bursts), so the first poll sees part of it.
+    rng = random.Random(7)
+    trace = Trace("spread", "test", 300.0, sorted((30 + rng.uniform(0, 10), rng.randrange(50)) for _ in range(3000)))
+    simulate(trace, POOL, "trawl")
+    gaps = [(b[0] - a[0], a[1]) for a, b in itertools.pairwise(calls)]
+    assert any(follow for _, follow in gaps), "the burst's scale-up asked for a follow-up"
+    for gap, follow in gaps:
+        assert gap == pytest.approx(FOLLOW_UP_SECONDS if follow else POOL.autoscaling.poll_seconds)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from trawl.api.scrapepool import ScrapePoolSpec
-from trawl.autoscale.policy import ScalerState
+from trawl.autoscale.policy import FOLLOW_UP_SECONDS, ScalerState
 from trawl.autoscale.step import PoolScalerState
 from trawl.operator.autoscaling import Autoscalers, domain_backlog, job_hosts
 from trawl.operator.handlers import POOL_SYNC_SECONDS, POOL_TICK_SECONDS, pool_poll_seconds
@@ -93,3 +93,21 @@ def test_advice_names_the_cordoned_pods_and_says_when_to_write_them() -> None:
     assert advice.write_cordon  # lifted: written once more
     advice = a.advise(key, POOL, _signals(t + 10, pods, ready=100), 8, now)
     assert not advice.write_cordon
+
+
+def test_a_burst_scale_up_brings_the_next_pass_forward_once() -> None:
+    """Policy rule 10 in the controller: after a scale-up into a burst the pool's next pass comes after
+    FOLLOW_UP_SECONDS, not pollSeconds; the pass itself clears it (also one that fails before deciding)."""
+    a, key, t = Autoscalers(), ("ns", "p"), 10_000.0
+    now = datetime.fromtimestamp(t, UTC)
+    assert a.poll_seconds(key, 5.0) == 5.0
+    a.states[key] = PoolScalerState(policy=ScalerState(last_change_at=t - 1000))
+    advice = a.advise(key, POOL, _signals(t, {"p0": (32, False)}, ready=3000), 1, now)
+    assert advice.action == "ScaleUp"
+    assert a.poll_seconds(key, 5.0) == FOLLOW_UP_SECONDS
+    assert a.poll_seconds(key, 0.5) == 0.5  # never later than pollSeconds
+    a.pass_started(key)
+    assert a.poll_seconds(key, 5.0) == 5.0
+    a.advise(key, POOL, _signals(t, {"p0": (32, False)}, ready=3000), 1, now)
+    a.forget(key)
+    assert a.poll_seconds(key, 5.0) == 5.0

@@ -20,7 +20,8 @@ Rules, in the order they apply (each is covered by tests/unit/test_autoscale_pol
    burst is starting), the lower when nothing waits (the burst is absorbed; retries waiting for
    their backoff keep the average).
 2. **Useful parallelism.** Never more workers than the work can keep busy: ``ceil(W / concurrency)``
-   (plus the arrivals of one poll), and never above the rate-limit ceiling the caller computes from
+   plus the arrivals until a worker asked for at the next poll could serve (``pollSeconds`` + start-up:
+   only workers asked for now can take them), and never above the rate-limit ceiling the caller computes from
    per-domain limits (the ceiling caps growth; it never removes workers that hold tasks).
 3. **In-flight is counted.** Workers holding tasks are never counted out while tasks wait for a worker
    (ready), or while tasks may outlive the workers' SIGTERM drain (mean service time above a third of
@@ -59,6 +60,18 @@ Rules, in the order they apply (each is covered by tests/unit/test_autoscale_pol
    every worker would keep receiving new long tasks, none would ever be idle, and the pool would hold
    its size long after the work shrank. The cordon lifts as soon as the answers need those workers
    again (or a backlog waits).
+9. **Packing.** Where tasks are longer than a poll (or their length is unknown), a worker lives as long
+   as the longest task it holds, so with no backlog the idle workers are cordoned as long as the free
+   slots of the busy ones hold the arrivals expected before another worker could serve (``pollSeconds``
+   + start-up; at least one task): new tasks fill workers that are busy anyway, and the idle ones stay
+   empty instead of being pinned for minutes by the one task that happened to land on each. Enough idle
+   workers stay open for the arrivals the busy ones cannot hold. The idle workers kept empty are not
+   what the arrivals need, so they go at cost 0 without waiting for the window's answers to fall (in a
+   step worth its Event, as in rule 5).
+10. **Follow-up.** A scale-up made while at least one worker's slots of new tasks wait is looked at
+   again after ``FOLLOW_UP_SECONDS`` instead of ``pollSeconds`` (:attr:`Decision.follow_up`; once, not
+   again from the follow-up): a burst that is still arriving gets its remaining workers four seconds
+   sooner. Smaller backlogs wait for the next regular poll (each follow-up that scales is one more change).
 """
 
 from __future__ import annotations
@@ -81,6 +94,8 @@ DRAIN_SAFE_SHARE = 1 / 3
 MIN_DOWN_SHARE = 0.2
 # ... and comes at least this share of scaleDownDelaySeconds after the previous change.
 DOWN_SPACING_SHARE = 0.25
+# A scale-up while new tasks wait is looked at again this soon (rule 10): a burst still arriving.
+FOLLOW_UP_SECONDS = 1.0
 
 
 class Action(StrEnum):
@@ -141,6 +156,7 @@ class ScalerState:
     release_suspended: bool = False  # the pool grew again within a window of a release (recurring bursts)
     idle_since: float | None = None  # since when no work was seen
     guard_active: bool = False  # failure guard engaged (with hysteresis)
+    follow_up: bool = False  # the next call is the early follow-up of a scale-up (rule 10)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +174,11 @@ class Decision:
     failure_guard: bool = False  # the failure guard is engaged
     notes: tuple[str, ...] = field(default_factory=tuple)
     cordon: int = 0  # workers kept only because they hold tasks: to stop claiming (rule 8)
+
+    @property
+    def follow_up(self) -> bool:
+        """Poll again after :data:`FOLLOW_UP_SECONDS`, not ``pollSeconds`` (rule 10)."""
+        return self.state.follow_up
 
     @property
     def changed(self) -> bool:
@@ -230,9 +251,10 @@ def _need(spec: AutoscalingSpec, obs: Observation) -> tuple[int, str]:
         return 0, "no work"
     mu, how = _capacity(obs)
     lam = _arrival_rate(obs)
-    # Workers beyond ceil(work / slots) would sit idle: the most this backlog can use right now,
-    # plus the tasks one poll of arrivals brings.
-    useful = math.ceil((work + lam * 5.0) / obs.concurrency - 1e-9)
+    # Workers beyond ceil(work / slots) would sit idle: the most this backlog can use right now, plus
+    # the tasks that arrive before a worker asked for at the next poll could serve (only workers asked
+    # for now can take those).
+    useful = math.ceil((work + lam * (float(spec.poll_seconds) + obs.startup_seconds)) / obs.concurrency - 1e-9)
     if mu is None:
         starting = obs.serving_workers is not None and obs.serving_workers < obs.current_replicas
         bound = (
@@ -259,6 +281,19 @@ def _need(spec: AutoscalingSpec, obs: Observation) -> tuple[int, str]:
         f"{work} tasks (ready {obs.ready}, due {obs.delayed_due_soon}, in flight {obs.in_flight}), "
         f"{lam:.3g}/s arriving, {how}: {need} workers drain it within {t:g}s"
     )
+
+
+def _idle_to_pack(obs: Observation, lookahead: float) -> int:
+    """Idle workers to keep idle (rule 9): a worker lives as long as its longest task, so new tasks go to
+    the free slots of workers already busy while those slots hold the arrivals expected before another
+    worker could serve (``lookahead`` tasks, at least one). The idle workers left over stay empty and go
+    at cost 0 when the window lets the pool shrink."""
+    serving = obs.current_replicas if obs.serving_workers is None else min(obs.serving_workers, obs.current_replicas)
+    idle = max(0, serving - obs.busy_workers)
+    spare = max(0, obs.busy_workers * obs.concurrency - obs.in_flight)
+    short = max(1.0, lookahead) - spare
+    open_idle = math.ceil(short / obs.concurrency - 1e-9) if short > 0 else 0
+    return max(0, idle - open_idle)
 
 
 def choose_cordoned(workers: Mapping[str, int], count: int, previous: Collection[str] = ()) -> frozenset[str]:
@@ -354,6 +389,7 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
             since = st.answers_since if st.answers_since is not None else now
         new_state = replace(
             st,
+            follow_up=desired > current and obs.ready >= obs.concurrency and not st.follow_up,
             last_change_at=now if changed else st.last_change_at,
             answers=answers,
             answers_since=since,
@@ -458,11 +494,20 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
     high = [t for t, a in recent if a >= current]
     if high:
         wait = max(wait, max(high) + delay - now)
+    # Rule 9: tasks longer than a poll pin the worker they land on; fill the busy workers first.
+    packed = 0
+    pinning = obs.mean_service_seconds is None or obs.mean_service_seconds > float(spec.poll_seconds)
+    if pinning and backlog == 0:
+        lookahead = _arrival_rate(obs) * (float(spec.poll_seconds) + obs.startup_seconds)
+        packed = _idle_to_pack(obs, lookahead)
+    cordon = packed
     # Rule 8: with tasks that may outlive the drain, workers the window's answers no longer need (kept
     # by rule 3 because they hold tasks) stop claiming, so new tasks go to the others and they empty;
-    # an empty one goes at the next step down.
-    keep = max(lo, max([a for _, a in recent] + [demand]))
-    cordon = max(0, current - keep) if long_tasks and wait <= 0 and backlog == 0 else 0
+    # an empty one goes at the next step down. (choose_cordoned takes idle workers first, so the two
+    # counts combine as their maximum.)
+    if long_tasks and backlog == 0 and wait <= 0:
+        keep = max(lo, max([a for _, a in recent] + [demand]))
+        cordon = max(cordon, current - keep)
     if target == current:
         return done(current, Action.HOLD, f"steady at {current}: {why}", cordon=cordon)
     if wait <= 0:
@@ -482,8 +527,17 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
             f"and {DOWN_SPACING_SHARE * delay:g}s have passed since the last change; {why}",
             cordon=cordon,
         )
+    # Rule 9: idle workers the packing keeps empty are not what the arrivals need (the busy workers'
+    # slots hold those), so they go without waiting for the window, in a step worth its Event.
+    spaced = st.last_change_at is None or now - st.last_change_at >= DOWN_SPACING_SHARE * delay
+    to = max(target, current - packed)
+    if spaced and current - to >= max(1, math.ceil(MIN_DOWN_SHARE * current - 1e-9)):
+        return done(
+            to, Action.SCALE_DOWN, f"scaling down {current}→{to}: {current - to} idle workers not needed; {why}"
+        )
     return done(
         current,
         Action.SCALE_DOWN_PENDING,
         f"holding at {current}, {target} would do: scale-down in {wait:.0f}s if it stays lower; {why}",
+        cordon=cordon,
     )

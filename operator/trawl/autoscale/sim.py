@@ -45,6 +45,7 @@ from trawl.api.scrapepool import AutoscalingSpec, ScrapePoolSpec
 from trawl.queue.model import PoolSignals, WorkerActivity
 
 from .kedahpa import KedaHpaConfig, KedaHpaModel
+from .policy import FOLLOW_UP_SECONDS
 from .step import PoolScalerState, plan
 from .traces import Trace, build_traces
 
@@ -439,7 +440,8 @@ class Simulation:
         self.cordoned = result.cordoned
         self._set_replicas(result.decision.desired, result.decision.reason)
         self._dispatch()  # to workers no longer cordoned
-        self._push(self.now + self.pool.autoscaling.poll_seconds, _TRAWL)
+        poll = FOLLOW_UP_SECONDS if result.decision.follow_up else self.pool.autoscaling.poll_seconds
+        self._push(self.now + poll, _TRAWL)
 
     def _keda_poll(self) -> None:
         n = self.keda.keda_poll(self.now, len(self.ready), self.spec_replicas)

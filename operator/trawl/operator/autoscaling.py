@@ -15,6 +15,7 @@ from typing import Any
 
 from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.autoscale.backlog import MAX_HOSTS_PER_JOB, domain_backlog, job_hosts
+from trawl.autoscale.policy import FOLLOW_UP_SECONDS
 from trawl.autoscale.step import PoolScalerState, plan
 from trawl.queue.model import PoolSignals
 
@@ -43,10 +44,12 @@ class Autoscalers:
 
     states: dict[tuple[str, str], PoolScalerState] = field(default_factory=dict)
     ready_seen: dict[tuple[str, str], int] = field(default_factory=dict)
+    follow_ups: set[tuple[str, str]] = field(default_factory=set)  # pools whose next pass comes early
 
     def forget(self, key: tuple[str, str]) -> None:
         self.states.pop(key, None)
         self.ready_seen.pop(key, None)
+        self.follow_ups.discard(key)
 
     def wants_startups(self, key: tuple[str, str], ready_replicas: int) -> bool:
         """Whether to list the pool's pods for start-up times on this pass: only when the Deployment's
@@ -54,6 +57,16 @@ class Autoscalers:
         changed = self.ready_seen.get(key) != ready_replicas
         self.ready_seen[key] = ready_replicas
         return changed and ready_replicas > 0
+
+    def poll_seconds(self, key: tuple[str, str], poll_seconds: float) -> float:
+        """Seconds from the pool's last pass to its next: ``pollSeconds``, or :data:`FOLLOW_UP_SECONDS`
+        where the last decision asked for a follow-up (policy rule 10: a burst still arriving)."""
+        return min(poll_seconds, FOLLOW_UP_SECONDS) if key in self.follow_ups else poll_seconds
+
+    def pass_started(self, key: tuple[str, str]) -> None:
+        """A pass of the pool begins: an early follow-up, if one was asked for, is this pass (and a pass
+        that fails before deciding does not leave the pool polled every second)."""
+        self.follow_ups.discard(key)
 
     def advise(
         self,
@@ -68,6 +81,8 @@ class Autoscalers:
         previous = self.states.get(key)
         result = plan(pool, signals, current, previous, jobs=jobs, pod_startups=pod_startups)
         self.states[key] = result.state
+        if result.decision.follow_up:
+            self.follow_ups.add(key)
         was_cordoned = previous is not None and bool(previous.cordoned)
         decision, rates = result.decision, result.rates
         limited_reason = "MaxReplicas" if decision.at_max else ("RateLimited" if decision.rate_limited else None)

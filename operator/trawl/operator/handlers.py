@@ -345,6 +345,7 @@ async def _pool(
     meta = body.metadata
     started = time.monotonic()
     _pool_passes[meta.uid] = started
+    autoscalers.pass_started((meta.namespace or "", meta.name))
     async with _lock(meta.uid):
         generation = int(meta.get("generation") or 0)
         previous = _previous(meta.uid, body.status)
@@ -402,8 +403,10 @@ async def pool_sync(
     **_: Any,
 ) -> None:
     last = _pool_passes.get(body.metadata.uid)
+    key = (body.metadata.namespace or "", body.metadata.name)
+    interval = autoscalers.poll_seconds(key, pool_poll_seconds(body.spec))  # sooner after a burst's scale-up
     # Half a tick of slack, so a timer firing slightly early does not skip a whole interval.
-    if last is not None and time.monotonic() - last < pool_poll_seconds(body.spec) - POOL_TICK_SECONDS / 2:
+    if last is not None and time.monotonic() - last < interval - POOL_TICK_SECONDS / 2:
         return
     await _pool(body, patch, jobs_by_pool, secret_index)
 
