@@ -31,6 +31,7 @@ from psycopg import sql
 
 from trawl.api.scrapejob import PostgresSink as PostgresSpec
 
+from .sinkaddr import resolve_sink_host
 from .sinks import Record, SinkError
 
 # column -> the type information_schema reports for it
@@ -60,9 +61,11 @@ class PgTarget:
     ssl_mode: str = "prefer"
     connect_timeout: int = 10
 
-    def conninfo(self) -> str:
+    def conninfo(self, hostaddr: Sequence[str] = ()) -> str:
+        """``hostaddr``: the addresses to connect to (checked by :func:`checked_conninfo`); libpq then does
+        no lookup of its own, and ``host`` names them (TLS verification, messages)."""
         params: dict[str, Any] = {
-            "host": self.host,
+            "host": ",".join([self.host] * len(hostaddr)) if hostaddr else self.host,
             "port": self.port,
             "dbname": self.database,
             "user": self.user,
@@ -70,6 +73,8 @@ class PgTarget:
             "connect_timeout": self.connect_timeout,
             "application_name": "trawl",
         }
+        if hostaddr:
+            params["hostaddr"] = ",".join(hostaddr)
         if self.password is not None:
             params["password"] = self.password
         return psycopg.conninfo.make_conninfo(**params)
@@ -88,8 +93,17 @@ class PgTarget:
         return f"postgresql://{self.user}@{self.host}:{self.port}/{self.database} table {self.table}"
 
 
+async def checked_conninfo(target: PgTarget) -> str:
+    """The target's connection string, pinned to its host's addresses once each is allowed for a sink
+    (:mod:`trawl.worker.sinkaddr`; ``BlockedAddressError``, an ``OSError``, when one is not). A Unix
+    socket directory or a list of hosts is passed through as written."""
+    if target.host.startswith("/") or "," in target.host:
+        return target.conninfo()
+    return target.conninfo(await resolve_sink_host(target.host, target.port))
+
+
 async def connect(target: PgTarget) -> psycopg.AsyncConnection[Any]:
-    return await psycopg.AsyncConnection.connect(target.conninfo(), autocommit=True)
+    return await psycopg.AsyncConnection.connect(await checked_conninfo(target), autocommit=True)
 
 
 async def ensure_table(target: PgTarget) -> None:
@@ -230,7 +244,7 @@ async def read_records(target: PgTarget, job_id: str, page: int = 1000) -> Async
     """A job's records in the order written (``trawl results``), streamed by a server-side cursor."""
     query = sql.SQL("SELECT data FROM {} WHERE job = %s ORDER BY written_at, key").format(target.identifier())
     async with (
-        await psycopg.AsyncConnection.connect(target.conninfo()) as conn,
+        await psycopg.AsyncConnection.connect(await checked_conninfo(target)) as conn,
         conn.cursor(name="trawl_results") as cur,
     ):
         cur.itersize = page

@@ -37,6 +37,7 @@ from redis.asyncio import Redis
 from trawl.api.scrapejob import S3Sink as S3Spec
 from trawl.redisclient import atomic_pipeline
 
+from .sinkaddr import checked_pool_manager
 from .sinks import DEDUPE_TTL_SECONDS, Record, SinkError, _Deduped, _dumps
 
 MANIFEST = "manifest.json"
@@ -79,7 +80,7 @@ def client(target: S3Target, *, timeout: float = 30.0) -> Minio:
         host, secure = url.netloc, url.scheme == "https"
     else:
         host, secure = "s3.amazonaws.com", True
-    http = urllib3.PoolManager(
+    http = checked_pool_manager(  # no connection to a link-local peer (cloud metadata), whatever the name says
         timeout=urllib3.Timeout(connect=min(10.0, timeout), read=timeout),
         retries=urllib3.Retry(total=2, backoff_factor=0.2, status_forcelist=[500, 502, 503, 504]),
         maxsize=8,

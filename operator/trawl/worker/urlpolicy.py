@@ -67,7 +67,7 @@ def parse_networks(cidrs: Iterable[str] | None) -> tuple[IPNetwork, ...]:
     return tuple(ipaddress.ip_network(c.strip(), strict=False) for c in cidrs or () if c.strip())
 
 
-def _embedded_ipv4(addr: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+def embedded_ipv4(addr: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
     """The IPv4 address an IPv6 address carries (mapped, 6to4, NAT64, IPv4-compatible), if any."""
     if addr.ipv4_mapped is not None:
         return addr.ipv4_mapped
@@ -96,7 +96,7 @@ def address_block_reason(address: str | IPAddress, allowed: Sequence[IPNetwork] 
     if any(addr.version == net.version and addr in net for net in allowed):
         return None
     if isinstance(addr, ipaddress.IPv6Address):
-        inner = _embedded_ipv4(addr)
+        inner = embedded_ipv4(addr)
         if inner is not None:
             reason = address_block_reason(inner, allowed)
             return None if reason is None else f"{addr} embeds {inner}: {reason}"
