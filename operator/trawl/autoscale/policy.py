@@ -532,9 +532,8 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
     spaced = st.last_change_at is None or now - st.last_change_at >= DOWN_SPACING_SHARE * delay
     to = max(target, current - packed)
     if spaced and current - to >= max(1, math.ceil(MIN_DOWN_SHARE * current - 1e-9)):
-        return done(
-            to, Action.SCALE_DOWN, f"scaling down {current}→{to}: {current - to} idle workers not needed; {why}"
-        )
+        reason = f"scaling down {current}→{to}: {current - to} idle workers not needed; {why}"
+        return done(to, Action.SCALE_DOWN, reason, cordon=packed - (current - to))
     return done(
         current,
         Action.SCALE_DOWN_PENDING,

@@ -49,13 +49,17 @@ def sink_block_reason(address: str) -> str | None:
     return None
 
 
+def _check(host: str, address: str) -> None:
+    """:class:`BlockedAddressError` when ``host`` (as named in the spec) at ``address`` is refused."""
+    reason = sink_block_reason(address)
+    if reason is not None:
+        raise BlockedAddressError(f"refused: {reason if address == host else f'{host} resolves to {reason}'}")
+
+
 def _checked(host: str, infos: list[tuple[Any, ...]]) -> list[str]:
     addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
     for address in addresses:
-        reason = sink_block_reason(address)
-        if reason is not None:
-            shown = reason if address == host else f"{host} resolves to {reason}"
-            raise BlockedAddressError(f"refused: {shown}")
+        _check(host, address)
     return addresses
 
 
@@ -67,12 +71,11 @@ async def resolve_sink_host(host: str, port: int) -> list[str]:
 
 
 def _check_peer(conn: HTTPConnection, sock: socket.socket) -> socket.socket:
-    peer = str(sock.getpeername()[0])
-    reason = sink_block_reason(peer)
-    if reason is not None:
+    try:
+        _check(conn.host, str(sock.getpeername()[0]))
+    except BlockedAddressError:
         sock.close()
-        host = conn.host
-        raise BlockedAddressError(f"refused: {reason if peer == host else f'{host} resolves to {reason}'}")
+        raise
     return sock
 
 
