@@ -10,7 +10,7 @@ the worker or the operator at, is the link-local range: the cloud metadata servi
 The address is checked where the connection is made, not only where the name is read, so a name that
 resolves to a harmless address when checked and to the metadata service a moment later (DNS
 rebinding) gains nothing: PostgreSQL connects to the addresses that were checked (libpq ``hostaddr``),
-S3's HTTP connections check their peer before a byte is sent (:func:`checked_pool_manager`).
+S3's HTTP connections check their peer once connected, before any request (:func:`checked_pool_manager`).
 """
 
 from __future__ import annotations
