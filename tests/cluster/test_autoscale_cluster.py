@@ -314,3 +314,44 @@ def test_busy_pods_the_work_no_longer_needs_are_cordoned_then_removed_without_in
     assert all(fetched[f"/product/{i}.html?delay={d}"] == 1 for i, d in long_ids), fetched
     scaled = [e["message"] for e in events_for(control_plane, namespace, "cordon") if e["reason"] == "Scaled"]
     print(f"cordoned: {cordoned[:3]}; scaled: {scaled}")
+
+
+def test_a_burst_of_tasks_brings_the_pass_forward(
+    control_plane: ControlPlane,
+    namespace: str,
+    operator: Any,
+    supervisor: Any,
+    slow_site: Bookstore,
+    redis_server: RedisServer,
+) -> None:
+    """Policy rule 11 in the operator: a pool polled every 60 s gets a job of 2,000 URLs; the pool timer's
+    next tick reads the queue's enqueue counter, sees the burst and passes at once, so the pool scales up
+    long before its next scheduled poll (60 s after the pass at its creation)."""
+    autoscaling = {
+        "minReplicas": 1,
+        "maxReplicas": 3,
+        "pollSeconds": 60,
+        "scaleDownDelaySeconds": 60,
+        "idleSecondsBeforeZero": 60,
+        "targetDrainSeconds": 5,
+    }
+    worker = {"concurrency": 8, "drainSeconds": 10, "allowedCidrs": ["127.0.0.0/8"]}
+    created = time.monotonic()
+    apply(control_plane, pool("burst", redis_server.url, autoscaling=autoscaling, worker=worker), namespace=namespace)
+    wait_for("one worker serving", lambda: supervisor.live(namespace, "burst-workers") == 1, timeout=40)
+    with ReplicaRecorder(control_plane, namespace, "burst-workers") as rec:
+        fast = {"politeness": {"requestsPerSecond": 10000, "maxConcurrencyPerDomain": 1000, "respectRobotsTxt": False}}
+        ranges = [{"template": slow_site.url + "/product/1.html?copy={n}", "start": 1, "end": 2000}]
+        applied = time.monotonic()
+        apply(control_plane, job("burst", "burst", [], urlRanges=ranges, **fast), namespace=namespace)
+        # The creation pass was at `created` or later: no scheduled pass comes before created + 59.5 s.
+        deadline = created + 59.0 - time.monotonic()
+        assert deadline > 10, "the pool took too long to start its worker for this test to tell"
+        wait_for(
+            "scale-up before the next scheduled poll",
+            lambda: rec.max_since(applied) >= 2,
+            timeout=deadline,
+            diag=lambda: f"samples={rec.samples[-20:]}\n{operator.log_tail(30)}",
+        )
+    assert f"pool {namespace}/burst: a burst of new tasks" in operator.log_tail(400)
+    control_plane.kubectl("delete", "scrapejob/burst", "-n", namespace, "--timeout=60s")

@@ -110,9 +110,14 @@ async def test_enqueue_is_idempotent_per_seed_index_and_batched(q: Queue, redis_
         await q.enqueue("j", ["https://x/1"], start_index=9000)
     stats = await q.job_stats("j")
     assert (stats.total, stats.pending) == (5000, 5000)
+    assert await q.enqueued_total() == 5000  # a restarted enqueuer adds nothing to the counter either
     assert await redis_client.llen(q.keys.ready("j")) == 5000
     with pytest.raises(UnknownJob):
         await q.enqueue("nope", ["https://x/1"])
+    # Retries are not new tasks: a failed attempt back in the queue leaves the counter as it was.
+    task = (await q.claim("w1", 1))[0]
+    assert not (await q.fail(task, "w1", "Timeout", "slow")).dead_lettered
+    assert await q.enqueued_total() == (await q.pool_signals()).enqueued_total == 5000
 
 
 async def test_enqueue_without_start_index_appends_each_call(q: Queue) -> None:
@@ -140,6 +145,8 @@ async def test_crawl_dedupe_depth_and_max_pages(q: Queue) -> None:
     grandchild = next(t for t in await q.claim("w1", 10) if t.depth == 2)
     assert await q.enqueue_discovered(grandchild, ["https://a/deep"]) == 0  # beyond max depth
     assert (await q.job_stats("c")).total == 6
+    # The pool's enqueue counter (the autoscaler's burst check) counts what was added, nothing refused.
+    assert await q.enqueued_total() == (await q.pool_signals()).enqueued_total == 6
 
 
 async def test_dedupe_across_jobs_within_window(q: Queue, clock: Clock) -> None:

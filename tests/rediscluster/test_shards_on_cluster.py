@@ -41,6 +41,8 @@ async def test_a_pool_over_three_masters_with_exact_counts(
     await q.register_job(JobConfig("j", retry=RetryPolicy(max_attempts=1)))
     assert await q.enqueue("j", urls, start_index=0) == 300
     assert await q.enqueue("j", urls, start_index=0) == 0  # the operator's next pass adds nothing
+    # The enqueue counter, summed over the shards (the autoscaler's burst check reads it every tick).
+    assert await q.enqueued_total() == (await q.pool_signals()).enqueued_total == 300
     await q.mark_enqueue_done("j")
     per_shard = [(await s.job_stats("j")).total for s in q.shards]
     assert sum(per_shard) == 300 and min(per_shard) > 60, per_shard

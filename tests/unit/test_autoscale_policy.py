@@ -685,3 +685,49 @@ def test_no_follow_up_for_a_small_backlog_or_a_hold() -> None:
     assert (small.action, small.follow_up) == (Action.SCALE_UP, False), small.reason
     hold = decide(spec(), obs(current_replicas=2, arrival_rate=20.0, in_flight=20, busy_workers=2), OLD)
     assert not hold.follow_up, hold.reason
+
+
+def test_packing_keeps_only_the_busiest_workers_open() -> None:
+    """With each worker's load known, new long tasks go to the busiest workers, as few as hold what may
+    arrive; the rest are cordoned, idle ones and then the least busy (which then empty sooner)."""
+    loads = {"worker_loads": (25, 20, 15, 0, 0)}
+    # 0.1/s for 10 s (poll + start-up) is one task: the busiest worker's 7 free slots hold it.
+    d = decide(spec(poll_seconds=5), obs(**(PACK | loads)), FRESH)
+    assert (d.desired, d.action, d.cordon) == (5, Action.SCALE_DOWN_PENDING, 4), d.reason
+    # 2/s is 20 tasks: the three busy workers' 7 + 12 + 17 free slots are needed; only the idle two wait.
+    d = decide(spec(poll_seconds=5), obs(**(PACK | loads | {"arrival_rate": 2.0})), FRESH)
+    assert d.cordon == 2, d.reason
+    # Once a quarter of the window has passed the idle two go (cost 0); the two least busy stay cordoned.
+    later = replace(FRESH, last_change_at=NOW - 20, answers=((NOW - 20, 5),), answers_since=NOW - 20)
+    d = decide(spec(poll_seconds=5), obs(**(PACK | loads)), later)
+    assert (d.desired, d.action, d.cordon) == (3, Action.SCALE_DOWN, 2), d.reason
+
+
+def test_a_step_down_removes_two_workers_or_reaches_the_floor() -> None:
+    """One worker less is not worth an Event and a ReplicaSet change unless it is the last step."""
+    st = replace(PENDING, answers=((NOW - 30, 3),))
+    d = decide(spec(), obs(current_replicas=4, in_flight=3), st)
+    assert (d.desired, d.action) == (4, Action.SCALE_DOWN_PENDING), d.reason
+    d = decide(spec(), obs(current_replicas=4, in_flight=3), replace(st, answers=((NOW - 30, 2),)))
+    assert (d.desired, d.action) == (2, Action.SCALE_DOWN), d.reason
+    # Down to the floor (one worker kept before zero while work remains), one is enough.
+    d = decide(spec(), obs(current_replicas=2, in_flight=3), replace(st, answers=((NOW - 30, 1),)))
+    assert (d.desired, d.action) == (1, Action.SCALE_DOWN), d.reason
+
+
+def test_the_drain_answer_rounds_down_within_a_tenth_of_a_worker() -> None:
+    """A pool at 95 % of one worker (19.8/s arriving, 20.8/s per worker) with a few tasks waiting: the
+    backlog and 30 s of arrivals are 1.01 workers' worth, which is one worker, not two; 1.2 is two."""
+    edge = obs(
+        current_replicas=1,
+        ready=4,
+        in_flight=32,
+        busy_workers=1,
+        arrival_rate=19.8,
+        per_worker_throughput=20.8,
+        mean_service_seconds=1.5,
+    )
+    d = decide(spec(target_drain_seconds=30, poll_seconds=5), edge, OLD)
+    assert (d.desired, d.action) == (1, Action.HOLD), d.reason
+    d = decide(spec(target_drain_seconds=30, poll_seconds=5), replace(edge, ready=130), OLD)
+    assert (d.desired, d.action) == (2, Action.SCALE_UP), d.reason

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import random
 from dataclasses import replace
 from typing import Any
@@ -12,7 +11,7 @@ import pytest
 from trawl.api.scrapepool import AutoscalingSpec
 from trawl.autoscale import sim
 from trawl.autoscale.kedahpa import KedaHpaConfig
-from trawl.autoscale.policy import FOLLOW_UP_SECONDS
+from trawl.autoscale.schedule import TICK_SECONDS
 from trawl.autoscale.sim import PoolConfig, Trace, build_traces, percentile, simulate
 
 POOL = PoolConfig(AutoscalingSpec(min_replicas=0, max_replicas=10), KedaHpaConfig(max_replica_count=10))
@@ -118,23 +117,35 @@ def test_the_poll_phase_varies_with_the_seed() -> None:
     assert a.reasons[0][0] != b.reasons[0][0]  # the first decision lands at another time
 
 
-def test_trawl_polls_early_after_a_burst_scale_up_as_the_controller_does(monkeypatch: Any) -> None:
-    """The simulator honours Decision.follow_up (policy rule 10) like the controller's timer: the poll
-    after such a decision comes FOLLOW_UP_SECONDS later, every other one pollSeconds later."""
-    calls: list[tuple[float, bool]] = []
-    real_plan = sim.plan
+def test_trawl_passes_on_the_controllers_timer_regular_follow_up_and_burst(monkeypatch: Any) -> None:
+    """The simulator ticks like the controller's pool timer (trawl.autoscale.schedule): scheduled passes
+    pollSeconds apart, FOLLOW_UP_SECONDS after a decision that asks for a follow-up (rule 10), and a
+    burst pass at the first tick after a worker's slots of new tasks arrived beyond the measured rate
+    (rule 11), which leaves the scheduled cadence where it was."""
+    passes: list[tuple[float, bool, bool]] = []  # (time, scheduled, follow-up asked)
+    real = sim.Simulation._trawl_poll
 
-    def recording_plan(*args: Any, **kwargs: Any) -> Any:
-        result = real_plan(*args, **kwargs)
-        calls.append((result.observation.now, result.decision.follow_up))
-        return result
+    def recording(self: sim.Simulation, *, scheduled: bool) -> None:
+        real(self, scheduled=scheduled)
+        passes.append((self.now, scheduled, self.schedule.follow_up))
 
-    monkeypatch.setattr(sim, "plan", recording_plan)
-    # A burst arriving over 10 s (as in spiky_bursts), so the first poll sees part of it.
+    monkeypatch.setattr(sim.Simulation, "_trawl_poll", recording)
+    # A burst arriving over 10 s (as in spiky_bursts), after a quiet start.
     rng = random.Random(7)
     trace = Trace("spread", "test", 300.0, sorted((30 + rng.uniform(0, 10), rng.randrange(50)) for _ in range(3000)))
     simulate(trace, POOL, "trawl")
-    gaps = [(b[0] - a[0], a[1]) for a, b in itertools.pairwise(calls)]
-    assert any(follow for _, follow in gaps), "the burst's scale-up asked for a follow-up"
-    for gap, follow in gaps:
-        assert gap == pytest.approx(FOLLOW_UP_SECONDS if follow else POOL.autoscaling.poll_seconds)
+    assert any(follow for _, _, follow in passes), "the burst's scale-up asked for a follow-up"
+    bursts = [t for t, scheduled, _ in passes if not scheduled]
+    assert bursts, "the burst brought a pass forward"
+    first_after = min(t for t, _, _ in passes if t >= 30)
+    assert first_after < 30 + TICK_SECONDS + 1e-6  # the first tick after the burst began
+    last_scheduled, follow_from = None, None
+    for t, scheduled, follow in passes:
+        if scheduled and last_scheduled is not None:
+            if follow_from is not None:  # a follow-up was asked: the next tick after the pass that asked
+                assert t - follow_from == pytest.approx(TICK_SECONDS)
+            else:
+                assert t - last_scheduled == pytest.approx(POOL.autoscaling.poll_seconds)
+        if scheduled:
+            last_scheduled = t
+        follow_from = t if follow else None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from trawl.api.scrapepool import ScrapePoolSpec
@@ -75,9 +77,10 @@ def _signals(t: float, workers: dict[str, tuple[int, bool]], ready: int = 0) -> 
 
 
 def test_advice_names_the_cordoned_pods_and_says_when_to_write_them() -> None:
-    """Eight pods hold 40 tasks of unknown length (kept by rule 3) after a window of low answers: the
-    work asks for 2, so the 6 least busy serving pods are cordoned (a draining one is never chosen);
-    the set is written while it is or was non-empty."""
+    """Eight pods hold 40 tasks of unknown length (kept by rule 3) after a window of low answers and
+    nothing arrives: the busiest pod's free slots hold what may arrive (rule 9, packing), so the seven
+    others are cordoned, least busy first (a draining one is never chosen); the set is written while
+    it is or was non-empty."""
     a, key, t = Autoscalers(), ("ns", "p"), 10_000.0
     a.states[key] = PoolScalerState(
         policy=ScalerState(last_change_at=t - 1000, answers=((t - 30, 1),), answers_since=t - 61)
@@ -86,7 +89,7 @@ def test_advice_names_the_cordoned_pods_and_says_when_to_write_them() -> None:
     now = datetime.fromtimestamp(t, UTC)
     advice = a.advise(key, POOL, _signals(t, pods), 8, now)
     assert advice.desired == 8
-    assert advice.cordoned == {"p1", "p2", "p3", "p4", "p5", "p6"}
+    assert advice.cordoned == {"p1", "p2", "p3", "p4", "p5", "p6", "p7"}
     assert advice.write_cordon
     advice = a.advise(key, POOL, _signals(t + 5, pods, ready=100), 8, now)  # a backlog: every slot counts
     assert advice.cordoned == frozenset()
@@ -95,19 +98,70 @@ def test_advice_names_the_cordoned_pods_and_says_when_to_write_them() -> None:
     assert not advice.write_cordon
 
 
+class FakeClock:
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
 def test_a_burst_scale_up_brings_the_next_pass_forward_once() -> None:
     """Policy rule 10 in the controller: after a scale-up into a burst the pool's next pass comes after
     FOLLOW_UP_SECONDS, not pollSeconds; the pass itself clears it (also one that fails before deciding)."""
-    a, key, t = Autoscalers(), ("ns", "p"), 10_000.0
+    clock = FakeClock(500.0)
+    a, key, t = Autoscalers(clock=clock), ("ns", "p"), 10_000.0
     now = datetime.fromtimestamp(t, UTC)
-    assert a.poll_seconds(key, 5.0) == 5.0
+    assert a.pass_due(key, 5.0)  # never passed: at once
+    a.pass_started(key)
     a.states[key] = PoolScalerState(policy=ScalerState(last_change_at=t - 1000))
     advice = a.advise(key, POOL, _signals(t, {"p0": (32, False)}, ready=3000), 1, now)
     assert advice.action == "ScaleUp"
-    assert a.poll_seconds(key, 5.0) == FOLLOW_UP_SECONDS
-    assert a.poll_seconds(key, 0.5) == 0.5  # never later than pollSeconds
-    a.pass_started(key)
-    assert a.poll_seconds(key, 5.0) == 5.0
-    a.advise(key, POOL, _signals(t, {"p0": (32, False)}, ready=3000), 1, now)
+    clock.t += FOLLOW_UP_SECONDS
+    assert a.pass_due(key, 5.0)
+    a.pass_started(key)  # the follow-up; it fails before deciding
+    clock.t += FOLLOW_UP_SECONDS
+    assert not a.pass_due(key, 5.0)
+    clock.t += 5.0
+    assert a.pass_due(key, 5.0)
     a.forget(key)
-    assert a.poll_seconds(key, 5.0) == 5.0
+    assert key not in a.schedules
+
+
+async def test_a_burst_in_the_enqueue_counter_brings_a_pass_forward_without_moving_the_cadence() -> None:
+    """Policy rule 11 in the controller: between passes a tick reads the counter the last pass handed
+    over; a worker's slots of new tasks beyond the measured rate make the pass due now. A counter that
+    fails or hangs is no burst, and a pass that has not decided yet has no baseline."""
+    clock = FakeClock(500.0)
+    a, key, t = Autoscalers(clock=clock), ("ns", "p"), 10_000.0
+    now = datetime.fromtimestamp(t, UTC)
+    counter = {"n": 100}
+
+    async def enqueued() -> int:
+        return counter["n"]
+
+    a.pass_started(key)
+    a.advise(key, POOL, replace(_signals(t, {"p0": (0, False)}), enqueued_total=100), 1, now, enqueue_counter=enqueued)
+    clock.t += 1
+    assert not a.pass_due(key, 5.0)
+    assert not await a.burst_due(key)
+    counter["n"] = 100 + POOL.worker.concurrency
+    assert await a.burst_due(key)
+    a.pass_started(key, scheduled=False)
+    assert not await a.burst_due(key)  # no baseline until this pass decides
+    clock.t += 1
+    assert not a.pass_due(key, 5.0)  # the burst pass left the cadence alone: due 5 s after 500
+    clock.t = 505.0
+    assert a.pass_due(key, 5.0)
+
+    async def failing() -> int:
+        raise ConnectionError("redis down")
+
+    async def hanging() -> int:
+        await asyncio.sleep(3600)
+        return 0
+
+    for broken in (failing, hanging):
+        a.pass_started(key)
+        a.advise(key, POOL, replace(_signals(t, {"p0": (0, False)}), enqueued_total=0), 1, now, enqueue_counter=broken)
+        assert not await a.burst_due(key)

@@ -7,8 +7,10 @@ Rules, in the order they apply (each is covered by tests/unit/test_autoscale_pol
 
 1. **Need.** Two answers, the larger counts. *Drain*: outstanding work ``W = ready + delayed due
    soon + in flight`` plus ``T`` seconds of arrivals (λ) must be done within ``targetDrainSeconds``
-   (T) at μ tasks/s per worker: ``ceil((W + λ·T) / (μ·T))`` when the serving workers suffice;
-   otherwise workers not serving yet count only for ``T - startup``. *Arrivals*: the fewest workers
+   (T) at μ tasks/s per worker: ``ceil((W + λ·T) / (μ·T))`` when the serving workers suffice
+   (within :data:`DRAIN_TOLERANCE` of a worker above a whole number it rounds down, as the HPA's
+   tolerance does: a pool at 95 % of one worker must not flap to two on a noisy poll); otherwise
+   workers not serving yet count only for ``T - startup``. *Arrivals*: the fewest workers
    whose slots (``concurrency`` each, a slot finishing μ/concurrency tasks/s) keep the p95 queueing
    wait of λ within one ``pollSeconds`` (M/M/c, Erlang C): a longer wait would be a backlog at the next
    poll, which the drain answer sizes. μ is the per-worker throughput measured under saturation
@@ -38,14 +40,15 @@ Rules, in the order they apply (each is covered by tests/unit/test_autoscale_pol
    so a pool whose tasks finish one by one shrinks poll by poll instead of once per delay. The
    window holds what the work asked for; workers kept only because they hold tasks (rule 3) are a
    floor outside it, so such a worker goes as soon as its last task ends. A step down must be worth
-   its Event (and its pod churn): it removes at least a fifth of the pool (``MIN_DOWN_SHARE``) or
-   takes it to its floor (minReplicas, or the one worker kept before zero), and comes at least a
-   quarter of the window (``DOWN_SPACING_SHARE``) after the previous change; until then the steps
-   add up into one. **A drained backlog releases the pool**: answers given while a backlog waited
-   were sized to drain it; at the second poll in a row without one, only the answers given without a
-   backlog (what the arrivals ask for) hold the pool, with no full window owed. If the pool has to
-   grow again within a window of such a release, the bursts recur: releases stop until a whole window
-   passes without a backlog, and the full window holds as before.
+   its Event (and its pod churn): it removes at least two workers (``MIN_DOWN_WORKERS``) and a fifth
+   of the pool (``MIN_DOWN_SHARE``), or takes it to its floor (minReplicas, or the one worker kept
+   before zero), and comes at least a quarter of the window (``DOWN_SPACING_SHARE``) after the
+   previous change; until then the steps add up into one. **A drained backlog releases the pool**:
+   answers given while a backlog waited were sized to drain it; at the second poll in a row without
+   one, only the answers given without a backlog (what the arrivals ask for) hold the pool, with no
+   full window owed. If the pool has to grow again within a window of such a release, the bursts
+   recur: releases stop until a whole window passes without a backlog, and the full window holds as
+   before.
 6. **Bounds.** ``minReplicas`` and ``maxReplicas`` are hard: below min goes up at once (also during the
    failure guard), above max (after max was lowered) goes down at once.
 7. **Zero.** With ``minReplicas = 0`` the pool keeps one worker until it has seen no work for
@@ -61,17 +64,21 @@ Rules, in the order they apply (each is covered by tests/unit/test_autoscale_pol
    its size long after the work shrank. The cordon lifts as soon as the answers need those workers
    again (or a backlog waits).
 9. **Packing.** Where tasks are longer than a poll (or their length is unknown), a worker lives as long
-   as the longest task it holds, so with no backlog the idle workers are cordoned as long as the free
-   slots of the busy ones hold the arrivals expected before another worker could serve (``pollSeconds``
-   + start-up; at least one task): new tasks fill workers that are busy anyway, and the idle ones stay
-   empty instead of being pinned for minutes by the one task that happened to land on each. Enough idle
-   workers stay open for the arrivals the busy ones cannot hold. The idle workers kept empty are not
-   what the arrivals need, so they go at cost 0 without waiting for the window's answers to fall (in a
-   step worth its Event, as in rule 5).
+   as the longest task it holds, so with no backlog new tasks go to the busiest workers, as few of them
+   as have free slots for the arrivals expected before another worker could serve (``pollSeconds`` +
+   start-up; at least one task), and the others are cordoned: idle ones stay empty instead of being
+   pinned for minutes by the one task that happened to land on each, and the least busy empty sooner.
+   (Without per-worker loads only idle workers are packed.) The idle workers kept empty are not what the
+   arrivals need, so they go at cost 0 without waiting for the window's answers to fall (in a step
+   worth its Event, as in rule 5).
 10. **Follow-up.** A scale-up made while at least one worker's slots of new tasks wait is looked at
    again after ``FOLLOW_UP_SECONDS`` instead of ``pollSeconds`` (:attr:`Decision.follow_up`; once, not
    again from the follow-up): a burst that is still arriving gets its remaining workers four seconds
    sooner. Smaller backlogs wait for the next regular poll (each follow-up that scales is one more change).
+11. **Burst.** Between polls the controller's timer reads the pool's enqueue counter every second and
+   passes at once when a worker's slots of new tasks arrived beyond the measured rate and its noise
+   (:mod:`trawl.autoscale.schedule`, which also holds rule 10's timing): a burst enqueued just after a
+   poll is sized a second later, not a poll later.
 """
 
 from __future__ import annotations
@@ -89,11 +96,14 @@ GUARD_RELEASE_SHARE = 0.8
 COLD_START_STEP = 4
 # Tasks longer than this share of the worker's drain period may not finish when their pod is removed.
 DRAIN_SAFE_SHARE = 1 / 3
-# A scale-down step removes at least this share of the pool (or reaches its floor): fewer, larger
-# steps, each one Event and one ReplicaSet change, instead of one pod per poll.
+# A scale-down step removes at least this share of the pool and MIN_DOWN_WORKERS (or reaches its floor):
+# fewer, larger steps, each one Event and one ReplicaSet change, instead of one pod per poll.
 MIN_DOWN_SHARE = 0.2
+MIN_DOWN_WORKERS = 2
 # ... and comes at least this share of scaleDownDelaySeconds after the previous change.
 DOWN_SPACING_SHARE = 0.25
+# The drain answer (rule 1) rounds down within this share of one worker of a whole number.
+DRAIN_TOLERANCE = 0.1
 # A scale-up while new tasks wait is looked at again this soon (rule 10): a burst still arriving.
 FOLLOW_UP_SECONDS = 1.0
 
@@ -133,6 +143,7 @@ class Observation:
     recent_attempts: int | None = None  # attempts finished since the previous poll (None: unknown)
     recent_failed: int | None = None  # of those, failed attempts
     recent_arrival_rate: float | None = None  # attempts/s that arrived since the previous poll (None: unknown)
+    worker_loads: tuple[int, ...] = ()  # in-flight tasks of each serving worker (empty: only the totals known)
 
     @property
     def backlog(self) -> int:
@@ -267,8 +278,11 @@ def _need(spec: AutoscalingSpec, obs: Observation) -> tuple[int, str]:
     # Work to finish within T: the backlog plus T seconds of arrivals.
     demand = work + lam * t
     serving = obs.current_replicas if obs.serving_workers is None else min(obs.serving_workers, obs.current_replicas)
-    if demand <= serving * mu * t:
-        need = math.ceil(demand / (mu * t) - 1e-9)
+    drain = demand / (mu * t)  # workers that finish it in exactly T
+    if drain <= serving + DRAIN_TOLERANCE:
+        # Within a tenth of a worker of a whole number, the lower one: T is a target, not a deadline,
+        # and a pool at 95 % of one worker must not flap to two on every noisy poll.
+        need = max(1, math.ceil(drain - DRAIN_TOLERANCE))
     else:
         # Pods not serving yet lose their start-up time from the drain window (at most 3/4 of it).
         late = t - min(obs.startup_seconds, 0.75 * t)
@@ -283,17 +297,31 @@ def _need(spec: AutoscalingSpec, obs: Observation) -> tuple[int, str]:
     )
 
 
-def _idle_to_pack(obs: Observation, lookahead: float) -> int:
-    """Idle workers to keep idle (rule 9): a worker lives as long as its longest task, so new tasks go to
-    the free slots of workers already busy while those slots hold the arrivals expected before another
-    worker could serve (``lookahead`` tasks, at least one). The idle workers left over stay empty and go
-    at cost 0 when the window lets the pool shrink."""
+def _to_pack(obs: Observation, lookahead: float) -> tuple[int, int]:
+    """Workers to cordon for packing (rule 9), and how many of them are idle. A worker lives as long as
+    its longest task, so new tasks go to the free slots of the busiest workers, as few of them as hold
+    the arrivals expected before another worker could serve (``lookahead`` tasks, at least one); the
+    rest stop claiming: idle ones stay empty and go at cost 0, the least busy empty sooner. Without
+    per-worker loads, only idle workers are packed (the busy ones' free slots from the totals)."""
+    need = max(1.0, lookahead)
+    if obs.worker_loads:
+        loads = sorted(obs.worker_loads, reverse=True)
+        spare, keep = 0, 0
+        while keep < len(loads) and spare < need:
+            spare += max(0, obs.concurrency - loads[keep])
+            keep += 1
+        return len(loads) - keep, sum(1 for load in loads[keep:] if load == 0)
     serving = obs.current_replicas if obs.serving_workers is None else min(obs.serving_workers, obs.current_replicas)
     idle = max(0, serving - obs.busy_workers)
-    spare = max(0, obs.busy_workers * obs.concurrency - obs.in_flight)
-    short = max(1.0, lookahead) - spare
+    short = need - max(0, obs.busy_workers * obs.concurrency - obs.in_flight)
     open_idle = math.ceil(short / obs.concurrency - 1e-9) if short > 0 else 0
-    return max(0, idle - open_idle)
+    packed = max(0, idle - open_idle)
+    return packed, packed
+
+
+def _worth_a_step(current: int, step: int) -> bool:
+    """A step down removes at least MIN_DOWN_WORKERS and a fifth of the pool (rule 5)."""
+    return step >= max(MIN_DOWN_WORKERS, math.ceil(MIN_DOWN_SHARE * current - 1e-9))
 
 
 def choose_cordoned(workers: Mapping[str, int], count: int, previous: Collection[str] = ()) -> frozenset[str]:
@@ -494,13 +522,15 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
     high = [t for t, a in recent if a >= current]
     if high:
         wait = max(wait, max(high) + delay - now)
-    # Rule 9: tasks longer than a poll pin the worker they land on; fill the busy workers first.
-    packed = 0
+    # Rule 9: tasks longer than a poll pin the worker they land on; fill the busiest workers first.
+    packed = packed_idle = 0
     pinning = obs.mean_service_seconds is None or obs.mean_service_seconds > float(spec.poll_seconds)
     if pinning and backlog == 0:
         lookahead = _arrival_rate(obs) * (float(spec.poll_seconds) + obs.startup_seconds)
-        packed = _idle_to_pack(obs, lookahead)
+        packed, packed_idle = _to_pack(obs, lookahead)
     cordon = packed
+    # A step down comes a quarter of the window after the previous change (rule 5).
+    spaced = st.last_change_at is None or now - st.last_change_at >= DOWN_SPACING_SHARE * delay
     # Rule 8: with tasks that may outlive the drain, workers the window's answers no longer need (kept
     # by rule 3 because they hold tasks) stop claiming, so new tasks go to the others and they empty;
     # an empty one goes at the next step down. (choose_cordoned takes idle workers first, so the two
@@ -515,23 +545,22 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
         # the demand of the whole window did not need it. (target = this poll's demand or that floor.)
         peak = max([a for _, a in recent] + [target])
         step = current - peak
-        spaced = st.last_change_at is None or now - st.last_change_at >= DOWN_SPACING_SHARE * delay
-        if spaced and (peak <= lo or step >= max(1, math.ceil(MIN_DOWN_SHARE * current - 1e-9))):
+        if spaced and (peak <= lo or _worth_a_step(current, step)):
             basis = "backlog drained, the arrivals' answers" if drained else "highest answer"
             reason = f"scaling down {current}→{peak}: {basis} of the last {delay:g}s; {why}"
             return done(peak, Action.SCALE_DOWN, reason, release=drained, cordon=cordon)
         return done(
             current,
             Action.SCALE_DOWN_PENDING,
-            f"holding at {current}, {peak} would do: a step of {step} waits until it removes a fifth of the pool "
+            f"holding at {current}, {peak} would do: a step of {step} waits until it removes "
+            f"{max(MIN_DOWN_WORKERS, math.ceil(MIN_DOWN_SHARE * current - 1e-9))} workers "
             f"and {DOWN_SPACING_SHARE * delay:g}s have passed since the last change; {why}",
             cordon=cordon,
         )
     # Rule 9: idle workers the packing keeps empty are not what the arrivals need (the busy workers'
     # slots hold those), so they go without waiting for the window, in a step worth its Event.
-    spaced = st.last_change_at is None or now - st.last_change_at >= DOWN_SPACING_SHARE * delay
-    to = max(target, current - packed)
-    if spaced and current - to >= max(1, math.ceil(MIN_DOWN_SHARE * current - 1e-9)):
+    to = max(target, current - packed_idle)
+    if spaced and _worth_a_step(current, current - to):
         reason = f"scaling down {current}→{to}: {current - to} idle workers not needed; {why}"
         return done(to, Action.SCALE_DOWN, reason, cordon=packed - (current - to))
     return done(

@@ -11,13 +11,15 @@ to finish its tasks; what is still running then is released to the queue and cou
 
 Every policy sees the same pool, the same trace and the same per-task random numbers:
 
-- ``trawl``: :func:`trawl.autoscale.step.plan` every ``pollSeconds``, the controller's own call, with
-  only what the controller has: a :class:`PoolSignals` snapshot built like the queue's, job-index
+- ``trawl``: :func:`trawl.autoscale.step.plan`, the controller's own call, on the controller's timer
+  (a tick every second through :class:`trawl.autoscale.schedule.PassSchedule`: every ``pollSeconds``,
+  a follow-up, or a burst seen in the enqueue counter), with only what the controller has: a
+  :class:`PoolSignals` snapshot built like the queue's (per-worker in-flight counts included), job-index
   entries (waiting tasks, the job's hosts when it has few, its politeness) for the rate-limit
   ceiling, and each pod's creation → ready time for the measured start-up (15 s assumed before the
   first). Before removing pods the controller sets ``pod-deletion-cost`` = in-flight tasks, so the
-  ReplicaSet removes idle pods first. The pods the step cordons (policy rule 8) take no new tasks
-  until a later poll lifts the cordon (the real worker learns it from its next heartbeat, within
+  ReplicaSet removes idle pods first. The pods the step cordons (policy rules 8 and 9) take no new
+  tasks until a later poll lifts the cordon (the real worker learns it from its next heartbeat, within
   about a poll; here at once).
 - ``keda_stock``: :class:`trawl.autoscale.kedahpa.KedaHpaModel` on the ready-list length with KEDA's
   and the HPA's defaults; ``keda_tuned``: the same with pollingInterval, scale-down stabilization and
@@ -45,7 +47,7 @@ from trawl.api.scrapepool import AutoscalingSpec, ScrapePoolSpec
 from trawl.queue.model import PoolSignals, WorkerActivity
 
 from .kedahpa import KedaHpaConfig, KedaHpaModel
-from .policy import FOLLOW_UP_SECONDS
+from .schedule import TICK_SECONDS, PassSchedule
 from .step import PoolScalerState, plan
 from .traces import Trace, build_traces
 
@@ -237,6 +239,8 @@ class Simulation:
         self.state: PoolScalerState | None = None
         self.cordoned: frozenset[str] = frozenset()  # Trawl's workers that claim no new tasks
         self.startups: list[tuple[str, float]] = []  # pods that became ready since the last Trawl poll
+        self.schedule = PassSchedule()  # Trawl's passes: regular, follow-up (rule 10) or burst (rule 11)
+        self.enqueued = 0  # new tasks so far: the queue's enqueue counter
         self.keda = KedaHpaModel(pool.keda_tuned if policy == "keda_tuned" else pool.keda)
 
     # -- event plumbing -------------------------------------------------------------------------
@@ -426,7 +430,17 @@ class Simulation:
             jobs.append({"waiting": other, "hosts": None, "politeness": {}})
         return jobs
 
-    def _trawl_poll(self) -> None:
+    def _trawl_tick(self) -> None:
+        """The controller's pool timer: a scheduled pass when one is due, else a burst pass when the
+        enqueue counter shows one (:mod:`trawl.autoscale.schedule`)."""
+        if self.schedule.regular_due(self.now, self.pool.autoscaling.poll_seconds):
+            self._trawl_poll(scheduled=True)
+        elif self.schedule.burst_due(self.now, self.enqueued):
+            self._trawl_poll(scheduled=False)
+        self._push(self.now + TICK_SECONDS, _TRAWL)
+
+    def _trawl_poll(self, *, scheduled: bool) -> None:
+        self.schedule = self.schedule.started(self.now, scheduled=scheduled)
         result = plan(
             self.pool.spec,
             self._signals(),
@@ -438,10 +452,15 @@ class Simulation:
         self.startups = []
         self.state = result.state
         self.cordoned = result.cordoned
+        self.schedule = self.schedule.decided(
+            self.now,
+            follow_up=result.decision.follow_up,
+            enqueued=self.enqueued,
+            arrival_rate=result.rates.arrival_rate,
+            concurrency=self.pool.concurrency,
+        )
         self._set_replicas(result.decision.desired, result.decision.reason)
         self._dispatch()  # to workers no longer cordoned
-        poll = FOLLOW_UP_SECONDS if result.decision.follow_up else self.pool.autoscaling.poll_seconds
-        self._push(self.now + poll, _TRAWL)
 
     def _keda_poll(self) -> None:
         n = self.keda.keda_poll(self.now, len(self.ready), self.spec_replicas)
@@ -482,7 +501,7 @@ class Simulation:
             _FINISH: self._on_finish,
             _POD_READY: self._on_pod_ready,
             _DRAIN_END: lambda p: self._drain_end(p),  # type: ignore[arg-type]
-            _TRAWL: lambda _: self._trawl_poll(),
+            _TRAWL: lambda _: self._trawl_tick(),
             _KEDA: lambda _: self._keda_poll(),
             _HPA: lambda _: self._hpa_sync(),
             _SAMPLE: lambda _: self._sample(),
@@ -516,6 +535,7 @@ class Simulation:
         task = payload
         assert isinstance(task, _Task)
         self.outstanding[task.domain] = self.outstanding.get(task.domain, 0) + 1
+        self.enqueued += 1
         self.ready.append(task)
         self._dispatch()
 

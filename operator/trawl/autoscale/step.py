@@ -83,6 +83,7 @@ def observation(
         recent_attempts=rates.recent_attempts,
         recent_failed=rates.recent_failed,
         recent_arrival_rate=rates.recent_arrival_rate,
+        worker_loads=tuple(a.in_flight for a in signals.workers.values() if not a.draining),
     )
 
 

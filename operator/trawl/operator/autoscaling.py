@@ -8,16 +8,24 @@ decision itself is :func:`trawl.autoscale.step.plan`, the same call the simulato
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.autoscale.backlog import MAX_HOSTS_PER_JOB, domain_backlog, job_hosts
-from trawl.autoscale.policy import FOLLOW_UP_SECONDS
+from trawl.autoscale.schedule import TICK_SECONDS, PassSchedule
 from trawl.autoscale.step import PoolScalerState, plan
 from trawl.queue.model import PoolSignals
+
+log = logging.getLogger(__name__)
+
+# The burst check between passes reads one counter; slower than this, the tick leaves it to the next poll.
+BURST_CHECK_TIMEOUT_SECONDS = TICK_SECONDS / 2
 
 __all__ = ["MAX_HOSTS_PER_JOB", "Autoscalers", "ScaleAdvice", "domain_backlog", "job_hosts"]
 
@@ -44,12 +52,17 @@ class Autoscalers:
 
     states: dict[tuple[str, str], PoolScalerState] = field(default_factory=dict)
     ready_seen: dict[tuple[str, str], int] = field(default_factory=dict)
-    follow_ups: set[tuple[str, str]] = field(default_factory=set)  # pools whose next pass comes early
+    # When each pool's next pass comes (regular, follow-up or burst: trawl.autoscale.schedule).
+    schedules: dict[tuple[str, str], PassSchedule] = field(default_factory=dict)
+    # The pool's enqueue counter, as its last pass found the queue: read on ticks between passes.
+    enqueue_counters: dict[tuple[str, str], Callable[[], Awaitable[int]]] = field(default_factory=dict)
+    clock: Callable[[], float] = time.monotonic
 
     def forget(self, key: tuple[str, str]) -> None:
         self.states.pop(key, None)
         self.ready_seen.pop(key, None)
-        self.follow_ups.discard(key)
+        self.schedules.pop(key, None)
+        self.enqueue_counters.pop(key, None)
 
     def wants_startups(self, key: tuple[str, str], ready_replicas: int) -> bool:
         """Whether to list the pool's pods for start-up times on this pass: only when the Deployment's
@@ -58,15 +71,28 @@ class Autoscalers:
         self.ready_seen[key] = ready_replicas
         return changed and ready_replicas > 0
 
-    def poll_seconds(self, key: tuple[str, str], poll_seconds: float) -> float:
-        """Seconds from the pool's last pass to its next: ``pollSeconds``, or :data:`FOLLOW_UP_SECONDS`
-        where the last decision asked for a follow-up (policy rule 10: a burst still arriving)."""
-        return min(poll_seconds, FOLLOW_UP_SECONDS) if key in self.follow_ups else poll_seconds
+    def pass_due(self, key: tuple[str, str], poll_seconds: float) -> bool:
+        """Whether the pool's scheduled pass is due: ``poll_seconds`` after the last one, or
+        FOLLOW_UP_SECONDS after a scale-up that asked for a follow-up (policy rule 10)."""
+        return self.schedules.get(key, PassSchedule()).regular_due(self.clock(), poll_seconds)
 
-    def pass_started(self, key: tuple[str, str]) -> None:
-        """A pass of the pool begins: an early follow-up, if one was asked for, is this pass (and a pass
-        that fails before deciding does not leave the pool polled every second)."""
-        self.follow_ups.discard(key)
+    async def burst_due(self, key: tuple[str, str]) -> bool:
+        """Whether a burst brings the pool's pass forward (rule 11): one read of its enqueue counter. A
+        failed or slow read is no burst; the next regular pass reports what is wrong with Redis."""
+        schedule, counter = self.schedules.get(key), self.enqueue_counters.get(key)
+        if schedule is None or counter is None or schedule.baseline_at is None:
+            return False
+        try:
+            enqueued = await asyncio.wait_for(counter(), timeout=BURST_CHECK_TIMEOUT_SECONDS)
+        except Exception as exc:
+            log.debug("pool %s/%s: burst check skipped: %s", *key, exc)
+            return False
+        return schedule.burst_due(self.clock(), enqueued)
+
+    def pass_started(self, key: tuple[str, str], *, scheduled: bool = True) -> None:
+        """A pass of the pool begins (:meth:`PassSchedule.started`)."""
+        self.schedules[key] = self.schedules.get(key, PassSchedule()).started(self.clock(), scheduled=scheduled)
+        self.enqueue_counters.pop(key, None)
 
     def advise(
         self,
@@ -77,12 +103,22 @@ class Autoscalers:
         now: datetime,
         jobs: Iterable[Mapping[str, Any]] = (),
         pod_startups: Iterable[tuple[str, float]] = (),
+        enqueue_counter: Callable[[], Awaitable[int]] | None = None,
     ) -> ScaleAdvice:
+        """Decide for one pass. ``enqueue_counter`` (the pool queue's ``enqueued_total``) is read on the
+        ticks until the next pass, to bring it forward for a burst."""
         previous = self.states.get(key)
         result = plan(pool, signals, current, previous, jobs=jobs, pod_startups=pod_startups)
         self.states[key] = result.state
-        if result.decision.follow_up:
-            self.follow_ups.add(key)
+        self.schedules[key] = self.schedules.get(key, PassSchedule()).decided(
+            self.clock(),
+            follow_up=result.decision.follow_up,
+            enqueued=signals.enqueued_total if enqueue_counter is not None else None,
+            arrival_rate=result.rates.arrival_rate,
+            concurrency=pool.worker.concurrency,
+        )
+        if enqueue_counter is not None:
+            self.enqueue_counters[key] = enqueue_counter
         was_cordoned = previous is not None and bool(previous.cordoned)
         decision, rates = result.decision, result.rates
         limited_reason = "MaxReplicas" if decision.at_max else ("RateLimited" if decision.rate_limited else None)

@@ -20,6 +20,8 @@ from typing import Any
 import kopf
 from redis.exceptions import RedisError
 
+from trawl.autoscale.schedule import TICK_SECONDS
+
 from . import clock, kube, metrics
 from .autoscaling import Autoscalers
 from .crons import failed_cron, reconcile_cron
@@ -43,7 +45,7 @@ CRON_SYNC_SECONDS = float(os.environ.get("TRAWL_CRON_SYNC_SECONDS", "10"))
 # Pools without autoscaling refresh their status this often; autoscaled pools every
 # spec.autoscaling.pollSeconds, checked on a timer that ticks every POOL_TICK_SECONDS.
 POOL_SYNC_SECONDS = float(os.environ.get("TRAWL_POOL_SYNC_SECONDS", "5"))
-POOL_TICK_SECONDS = min(1.0, POOL_SYNC_SECONDS)
+POOL_TICK_SECONDS = min(TICK_SECONDS, POOL_SYNC_SECONDS)
 # A timer whose pass failed (API server or Redis unreachable) runs again after this, not after kopf's
 # default 60 s: status and scaling converge within seconds of any outage's end.
 TIMER_BACKOFF_SECONDS = 2.0
@@ -53,7 +55,6 @@ autoscalers = Autoscalers()
 _locks: dict[str, asyncio.Lock] = {}
 _written: dict[str, dict[str, Any]] = {}  # ScrapeJob uid -> the status this process last applied
 _last_status: dict[str, dict[str, Any]] = {}  # ScrapePool/CronScrapeJob uid -> the status last derived
-_pool_passes: dict[str, float] = {}  # ScrapePool uid -> monotonic time of its last reconcile
 # ScrapeJob uids cancelled by this process: no pass may touch Redis again. Bounded: only a pass
 # already waiting on the job's lock can come after its deletion, so recent uids are enough.
 _deleted: dict[str, None] = {}
@@ -340,12 +341,17 @@ def pool_poll_seconds(spec: Mapping[str, Any]) -> float:
 
 
 async def _pool(
-    body: kopf.Body, patch: kopf.Patch, jobs_by_pool: kopf.Index[Any, Any], secret_index: kopf.Index[Any, Any]
+    body: kopf.Body,
+    patch: kopf.Patch,
+    jobs_by_pool: kopf.Index[Any, Any],
+    secret_index: kopf.Index[Any, Any],
+    *,
+    scheduled: bool = True,
 ) -> None:
+    """One pass of a pool. ``scheduled`` False: a burst brought it forward (the cadence stays)."""
     meta = body.metadata
     started = time.monotonic()
-    _pool_passes[meta.uid] = started
-    autoscalers.pass_started((meta.namespace or "", meta.name))
+    autoscalers.pass_started((meta.namespace or "", meta.name), scheduled=scheduled)
     async with _lock(meta.uid):
         generation = int(meta.get("generation") or 0)
         previous = _previous(meta.uid, body.status)
@@ -402,13 +408,14 @@ async def pool_sync(
     secret_index: kopf.Index[Any, Any],
     **_: Any,
 ) -> None:
-    last = _pool_passes.get(body.metadata.uid)
     key = (body.metadata.namespace or "", body.metadata.name)
-    interval = autoscalers.poll_seconds(key, pool_poll_seconds(body.spec))  # sooner after a burst's scale-up
-    # Half a tick of slack, so a timer firing slightly early does not skip a whole interval.
-    if last is not None and time.monotonic() - last < interval - POOL_TICK_SECONDS / 2:
-        return
-    await _pool(body, patch, jobs_by_pool, secret_index)
+    # Every pollSeconds (sooner after a burst's scale-up, rule 10), or at once when a burst was enqueued
+    # since the last pass (rule 11: one counter read per tick).
+    if autoscalers.pass_due(key, pool_poll_seconds(body.spec)):
+        await _pool(body, patch, jobs_by_pool, secret_index)
+    elif await autoscalers.burst_due(key):
+        log.info("pool %s/%s: a burst of new tasks since the last pass; passing before the next poll", *key)
+        await _pool(body, patch, jobs_by_pool, secret_index, scheduled=False)
 
 
 @kopf.on.delete(GROUP, VERSION, POOLS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
@@ -427,7 +434,6 @@ async def pool_deleted(body: kopf.Body, retry: int, jobs_by_pool: kopf.Index[Any
     except Exception as exc:
         raise kopf.TemporaryError(f"cannot delete the worker Deployment: {kube.api_message(exc)}", delay=10) from None
     autoscalers.forget((meta.namespace or "", meta.name))
-    _pool_passes.pop(meta.uid, None)
     metrics.forget_pool(meta.namespace or "", meta.name)
     await connections.forget_pool(meta.namespace or "", meta.name)
     _locks.pop(meta.uid, None)

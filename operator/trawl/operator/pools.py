@@ -297,7 +297,9 @@ async def reconcile_pool(
                 startups = await pod_startups(namespace, name)
             except Exception as exc:  # the estimate keeps its last value (or the default)
                 log.warning("pool %s/%s: cannot list worker pods for start-up times: %s", namespace, name, exc)
-        advice = autoscalers.advise((namespace, name), spec, signals, current, now, jobs or [], startups)
+        advice = autoscalers.advise(
+            (namespace, name), spec, signals, current, now, jobs or [], startups, enqueue_counter=queue.enqueued_total
+        )
         if advice.write_cordon:
             try:
                 ttl = max(CORDON_MIN_TTL_SECONDS, CORDON_TTL_POLLS * spec.autoscaling.poll_seconds)

@@ -223,7 +223,7 @@ class Queue:
         enqueuer restarting from index 0 after a crash adds nothing twice. Without it the URLs are appended
         after the seeds already there, so calling it once per URL adds each one."""
         k = self.keys
-        keys = [k.job(job_id), k.ready(job_id), k.seen(job_id), k.cross_dedupe, k.events, *self._rings]
+        keys = [k.job(job_id), k.ready(job_id), k.seen(job_id), k.cross_dedupe, k.events, *self._rings, k.stats]
         added = 0
         for off in range(0, len(urls), self.enqueue_batch):
             batch = urls[off : off + self.enqueue_batch]
@@ -245,7 +245,7 @@ class Queue:
             return 0
         k = self.keys
         job_id = parent.job_id
-        keys = [k.job(job_id), k.ready(job_id), k.seen(job_id), k.cross_dedupe, k.events, *self._rings]
+        keys = [k.job(job_id), k.ready(job_id), k.seen(job_id), k.cross_dedupe, k.events, *self._rings, k.stats]
         added = 0
         for off in range(0, len(urls), self.enqueue_batch):
             batch = urls[off : off + self.enqueue_batch]
@@ -593,7 +593,14 @@ class Queue:
             service_seconds_total=int(stats.get("svc", 0)) / 1e6,
             workers=workers,
             time=now,
+            enqueued_total=int(stats.get("enq", 0)),
         )
+
+    async def enqueued_total(self) -> int:
+        """New tasks enqueued into the pool so far (seeds and discovered links; retries are not new): one
+        ``HGET``, for the autoscaler's burst check between its polls. Not retried: a failed check only
+        leaves the burst to the next regular poll, which reports the failure."""
+        return int(await self.redis.hget(self.keys.stats, "enq") or 0)  # type: ignore[misc]
 
     async def events(self, last_id: str = "0-0", count: int = 1000) -> list[tuple[str, dict[str, str]]]:
         """Events after ``last_id`` from the pool's bounded stream (registered, started, enqueued, finished,

@@ -105,6 +105,7 @@ class PoolSignals:
     service_seconds_total: float  # summed claim-to-finish time of completed and failed attempts
     workers: dict[str, WorkerActivity]
     time: float
+    enqueued_total: int = 0  # new tasks enqueued so far (seeds and discovered links, not retries)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +189,10 @@ class QueueClient(Protocol):
         ...
 
     async def pool_signals(self) -> PoolSignals: ...
+
+    async def enqueued_total(self) -> int:
+        """New tasks enqueued so far (:attr:`PoolSignals.enqueued_total`), read cheaply between polls."""
+        ...
 
     async def set_cordoned(self, pods: Collection[str], ttl_seconds: float) -> None:
         """The autoscaler's cordon: workers of these pods claim nothing new (they learn it from their

@@ -354,7 +354,11 @@ class ShardedQueue(Queue):
             service_seconds_total=sum(p.service_seconds_total for p in parts),
             workers=workers,
             time=parts[0].time,
+            enqueued_total=sum(p.enqueued_total for p in parts),
         )
+
+    async def enqueued_total(self) -> int:
+        return sum(await self._each(s.enqueued_total() for s in self.shards))
 
 
 def _merge_stats(all_parts: Sequence[JobStats]) -> JobStats:

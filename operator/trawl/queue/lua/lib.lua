@@ -172,8 +172,9 @@ end
 -- within-job dedupe set (crawl jobs) and the pool's cross-job dedupe window. m is the job hash's
 -- HMGET of: seq, tot, crawl, maxp, xd, xdw, sus, (cur or maxd), prio, dg. Jobs registered since the
 -- digests came ('dg' set at creation) dedupe by url_digest; older ones by the full URL, as they began.
--- Returns the number added.
-local function add_urls(jk, job_id, rk, rings_base, uk, xk, m, prio, now, depth, first, last, force_dedupe)
+-- The pool's enqueue counter (st 'enq') counts what was added: the autoscaler tells a burst from it
+-- between its polls (trawl.autoscale.schedule). Returns the number added.
+local function add_urls(jk, job_id, rk, rings_base, uk, xk, st, m, prio, now, depth, first, last, force_dedupe)
   local nowf = tonumber(now)
   local dg = m[10] == '1'
   local seq, tot = tonumber(m[1]), tonumber(m[2])
@@ -210,6 +211,7 @@ local function add_urls(jk, job_id, rk, rings_base, uk, xk, m, prio, now, depth,
     redis.call('HINCRBY', jk, 'tot', n)
     redis.call('HINCRBY', jk, 'pen', n)
     redis.call('HDEL', jk, 'fin')
+    redis.call('HINCRBY', st, 'enq', n)
     ring_join(KEYS[rings_base + tonumber(prio)], job_id, was, m[7])
   end
   return n
