@@ -499,6 +499,9 @@ def test_untried_work_waits_one_poll_then_scales_or_is_guarded() -> None:
     untried = decide(spec(), obs(**base, recent_attempts=0), OLD)
     assert (untried.desired, untried.action) == (1, Action.HOLD), untried.reason
     assert "without results yet" in untried.reason
+    assert untried.follow_up  # looked at again after a second, not a whole pollSeconds later
+    again = decide(spec(), obs(**base, now=NOW + FOLLOW_UP_SECONDS, recent_attempts=0), untried.state)
+    assert (again.action, again.follow_up) == (Action.HOLD, False), again.reason  # once, then the regular poll
     tried = decide(spec(), obs(**base, recent_attempts=40, failure_rate=0.0), untried.state)
     assert tried.action == Action.SCALE_UP and tried.desired > 1, tried.reason
     failing = decide(spec(), obs(**base, recent_attempts=40, failure_rate=1.0), untried.state)
@@ -527,6 +530,12 @@ def test_no_growth_on_a_poll_whose_attempts_mostly_failed() -> None:
     assert (d.desired, d.action) == (1, Action.HOLD), d.reason
     ok = decide(spec(), obs(**base, recent_attempts=6, recent_failed=0), OLD)
     assert ok.action == Action.SCALE_UP, ok.reason
+    # Slow failures show late: 45 % of the poll's attempts failed, under the guard's threshold (50 %) but
+    # above its release level (40 %), and the pool does not grow into it either.
+    rising = decide(spec(), obs(**base, recent_attempts=40, recent_failed=18), OLD)
+    assert (rising.desired, rising.action) == (1, Action.HOLD), rising.reason
+    fine = decide(spec(), obs(**base, recent_attempts=40, recent_failed=15), OLD)
+    assert fine.action == Action.SCALE_UP, fine.reason
 
 
 def test_idle_pool_does_not_grow_on_a_stale_arrival_rate() -> None:

@@ -71,10 +71,12 @@ Rules, in the order they apply (each is covered by tests/unit/test_autoscale_pol
    (Without per-worker loads only idle workers are packed.) The idle workers kept empty are not what the
    arrivals need, so they go at cost 0 without waiting for the window's answers to fall (in a step
    worth its Event, as in rule 5).
-10. **Follow-up.** A scale-up made while at least one worker's slots of new tasks wait is looked at
-   again after ``FOLLOW_UP_SECONDS`` instead of ``pollSeconds`` (:attr:`Decision.follow_up`; once, not
-   again from the follow-up): a burst that is still arriving gets its remaining workers four seconds
-   sooner. Smaller backlogs wait for the next regular poll (each follow-up that scales is one more change).
+10. **Follow-up.** A scale-up made while at least one worker's slots of new tasks wait, or a hold
+   that waits for the first results of new work, is looked at again after ``FOLLOW_UP_SECONDS``
+   instead of ``pollSeconds`` (:attr:`Decision.follow_up`; once, not again from the follow-up): a
+   burst that is still arriving gets its remaining workers four seconds sooner, and new work is sized
+   as soon as its first results are in. Smaller backlogs wait for the next regular poll (each
+   follow-up that scales is one more change).
 11. **Burst.** Between polls the controller's timer reads the pool's enqueue counter every second and
    passes at once when a worker's slots of new tasks arrived beyond the measured rate and its noise
    (:mod:`trawl.autoscale.schedule`, which also holds rule 10's timing): a burst enqueued just after a
@@ -396,7 +398,9 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
     if at_max:
         notes.append(f"at maxReplicas {spec.max_replicas}")
 
-    def done(desired: int, action: Action, reason: str, release: bool = False, cordon: int = 0) -> Decision:
+    def done(
+        desired: int, action: Action, reason: str, release: bool = False, cordon: int = 0, look_again: bool = False
+    ) -> Decision:
         changed = desired != current
         here = (now,) if obs.backlog > 0 else ()
         window = float(spec.scale_down_delay_seconds)
@@ -417,7 +421,7 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
             since = st.answers_since if st.answers_since is not None else now
         new_state = replace(
             st,
-            follow_up=desired > current and obs.ready >= obs.concurrency and not st.follow_up,
+            follow_up=(look_again or (desired > current and obs.ready >= obs.concurrency)) and not st.follow_up,
             last_change_at=now if changed else st.last_change_at,
             answers=answers,
             answers_since=since,
@@ -467,22 +471,23 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
         was_idle = st.idle_since is not None
         untried = obs.recent_attempts == 0 and obs.ready > 0 and (obs.in_flight == 0 or was_idle)
         if untried and not guard and current >= max(1, spec.min_replicas):
-            # One poll of the running workers' results first, so a target that fails fast engages
-            # the failure guard before the pool grows into it.
+            # The running workers' results first (looked at again a second later), so a target that
+            # fails fast engages the failure guard before the pool grows into it.
             notes.insert(0, f"need {target}")
             return done(
                 current,
                 Action.HOLD,
-                f"holding at {current} for one poll: {obs.ready} new tasks without results yet, sizing once they have",
+                f"holding at {current}: {obs.ready} new tasks without results yet, sizing once they have",
+                look_again=True,  # results may come within a second; a long pollSeconds must not wait
             )
         recent_bad = (
             obs.recent_attempts is not None
             and obs.recent_attempts > 0
-            and (obs.recent_failed or 0) / obs.recent_attempts > spec.failure_rate_threshold
+            and (obs.recent_failed or 0) / obs.recent_attempts > spec.failure_rate_threshold * GUARD_RELEASE_SHARE
         )
         if recent_bad and not guard and current >= max(1, spec.min_replicas):
-            # Too few attempts for the guard's measurement, but those there are mostly failed: the
-            # smoothed rate may still carry earlier successes, so do not grow on this poll.
+            # The poll's own attempts failed above the guard's release level: the smoothed rate may
+            # still carry earlier successes (and slow failures show late), so do not grow on this poll.
             notes.insert(0, f"need {target}")
             return done(
                 current,
