@@ -351,7 +351,11 @@ def test_a_burst_of_tasks_brings_the_pass_forward(
             "scale-up before the next scheduled poll",
             lambda: rec.max_since(applied) >= 2,
             timeout=deadline,
-            diag=lambda: f"samples={rec.samples[-20:]}\n{operator.log_tail(30)}",
+            diag=lambda: (
+                f"samples={rec.samples[-20:]}\n"
+                f"pool={get(control_plane, 'scrapepool', 'burst', namespace).get('status')}\n"
+                f"job={get(control_plane, 'scrapejob', 'burst', namespace).get('status')}\n{operator.log_tail(60)}"
+            ),
         )
     assert f"pool {namespace}/burst: a burst of new tasks" in operator.log_tail(400)
     control_plane.kubectl("delete", "scrapejob/burst", "-n", namespace, "--timeout=60s")

@@ -501,7 +501,7 @@ def test_untried_work_waits_one_poll_then_scales_or_is_guarded() -> None:
     assert "without results yet" in untried.reason
     assert untried.follow_up  # looked at again after a second, not a whole pollSeconds later
     again = decide(spec(), obs(**base, now=NOW + FOLLOW_UP_SECONDS, recent_attempts=0), untried.state)
-    assert (again.action, again.follow_up) == (Action.HOLD, False), again.reason  # once, then the regular poll
+    assert (again.action, again.follow_up) == (Action.HOLD, True), again.reason  # every second until results
     tried = decide(spec(), obs(**base, recent_attempts=40, failure_rate=0.0), untried.state)
     assert tried.action == Action.SCALE_UP and tried.desired > 1, tried.reason
     failing = decide(spec(), obs(**base, recent_attempts=40, failure_rate=1.0), untried.state)

@@ -71,12 +71,13 @@ Rules, in the order they apply (each is covered by tests/unit/test_autoscale_pol
    (Without per-worker loads only idle workers are packed.) The idle workers kept empty are not what the
    arrivals need, so they go at cost 0 without waiting for the window's answers to fall (in a step
    worth its Event, as in rule 5).
-10. **Follow-up.** A scale-up made while at least one worker's slots of new tasks wait, or a hold
-   that waits for the first results of new work, is looked at again after ``FOLLOW_UP_SECONDS``
-   instead of ``pollSeconds`` (:attr:`Decision.follow_up`; once, not again from the follow-up): a
-   burst that is still arriving gets its remaining workers four seconds sooner, and new work is sized
-   as soon as its first results are in. Smaller backlogs wait for the next regular poll (each
-   follow-up that scales is one more change).
+10. **Follow-up.** A scale-up made while at least one worker's slots of new tasks wait is looked at
+   again after ``FOLLOW_UP_SECONDS`` instead of ``pollSeconds`` (:attr:`Decision.follow_up`; once, not
+   again from the follow-up): a burst that is still arriving gets its remaining workers four seconds
+   sooner. Smaller backlogs wait for the next regular poll (each follow-up that scales is one more
+   change). A hold that waits for the first results of new work (rule 4's companion: no growth on work
+   nobody has tried) is looked at again every ``FOLLOW_UP_SECONDS`` until they come, so new work is
+   sized as soon as its first results are in, whatever ``pollSeconds`` is.
 11. **Burst.** Between polls the controller's timer reads the pool's enqueue counter every second and
    passes at once when a worker's slots of new tasks arrived beyond the measured rate and its noise
    (:mod:`trawl.autoscale.schedule`, which also holds rule 10's timing): a burst enqueued just after a
@@ -421,7 +422,7 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
             since = st.answers_since if st.answers_since is not None else now
         new_state = replace(
             st,
-            follow_up=(look_again or (desired > current and obs.ready >= obs.concurrency)) and not st.follow_up,
+            follow_up=look_again or (desired > current and obs.ready >= obs.concurrency and not st.follow_up),
             last_change_at=now if changed else st.last_change_at,
             answers=answers,
             answers_since=since,
@@ -478,7 +479,7 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
                 current,
                 Action.HOLD,
                 f"holding at {current}: {obs.ready} new tasks without results yet, sizing once they have",
-                look_again=True,  # results may come within a second; a long pollSeconds must not wait
+                look_again=True,  # every second until results come; a long pollSeconds must not wait
             )
         recent_bad = (
             obs.recent_attempts is not None
