@@ -18,6 +18,9 @@ from trawl.dev.controlplane import ControlPlane
 from trawl.dev.redis_server import RedisServer
 from trawl.operator.naming import pool_selector
 
+# Politeness out of the way: these tests are about the autoscaler, not the rate limiter.
+FAST = {"politeness": {"requestsPerSecond": 10000, "maxConcurrencyPerDomain": 1000, "respectRobotsTxt": False}}
+
 
 class ReplicaRecorder:
     """Samples the Deployment's spec.replicas in the background: what the autoscaler asked for, when."""
@@ -107,10 +110,9 @@ def test_backlog_scales_up_fast_then_down_to_zero_and_failures_hold(
 
         # A backlog of 2,000 tasks: replicas rise while it lasts. The bound is generous (a loaded CI machine);
         # how fast the scale-up is belongs to the benchmarks (docs/benchmarks.md), not to this assertion.
-        fast = {"politeness": {"requestsPerSecond": 10000, "maxConcurrencyPerDomain": 1000, "respectRobotsTxt": False}}
         ranges = [{"template": bookstore.url + "/product/1.html?copy={n}", "start": 1, "end": 2000}]
         t0 = time.monotonic()
-        apply(control_plane, job("backlog", "auto", [], urlRanges=ranges, **fast), namespace=namespace)
+        apply(control_plane, job("backlog", "auto", [], urlRanges=ranges, **FAST), namespace=namespace)
 
         def diag() -> str:
             st = get(control_plane, "scrapepool", "auto", namespace).get("status")
@@ -161,7 +163,7 @@ def test_backlog_scales_up_fast_then_down_to_zero_and_failures_hold(
             "jitter": 0,
         }
         t1 = time.monotonic()
-        apply(control_plane, job("failing", "auto", failing, retry=retry, **fast), namespace=namespace)
+        apply(control_plane, job("failing", "auto", failing, retry=retry, **FAST), namespace=namespace)
 
         def guarded() -> Any:
             cond = condition(get(control_plane, "scrapepool", "auto", namespace), "Degraded")
@@ -233,7 +235,6 @@ def test_busy_pods_the_work_no_longer_needs_are_cordoned_then_removed_without_in
     stops the least busy workers, as the ReplicaSet does by the operator's pod-deletion-cost."""
     import redis
 
-    fast = {"politeness": {"requestsPerSecond": 10000, "maxConcurrencyPerDomain": 1000, "respectRobotsTxt": False}}
     apply(
         control_plane,
         pool(
@@ -269,7 +270,7 @@ def test_busy_pods_the_work_no_longer_needs_are_cordoned_then_removed_without_in
         while not halt.is_set():
             n += 1
             page = f"{slow_site.url}/product/{20 + n}.html?delay=2"
-            apply(control_plane, job(f"t{n}", "cordon", [page], **fast), namespace=namespace)
+            apply(control_plane, job(f"t{n}", "cordon", [page], **FAST), namespace=namespace)
             members = {m.decode() for m in client.smembers(key)}
             if members:
                 cordoned.append((time.monotonic(), members))
@@ -277,7 +278,7 @@ def test_busy_pods_the_work_no_longer_needs_are_cordoned_then_removed_without_in
 
     with ReplicaRecorder(control_plane, namespace, "cordon-workers") as rec:
         t_burst = time.monotonic()
-        apply(control_plane, job("burst", "cordon", urls, request={"timeoutSeconds": 90}, **fast), namespace=namespace)
+        apply(control_plane, job("burst", "cordon", urls, request={"timeoutSeconds": 90}, **FAST), namespace=namespace)
         # Three, or two when the operator's job index already counted the first claim (ceiling 8 / 4).
         wait_for("scale-up", lambda: rec.latest() >= 2, timeout=60, diag=operator.log_tail)
         t0 = time.monotonic()
@@ -340,10 +341,9 @@ def test_a_burst_of_tasks_brings_the_pass_forward(
     apply(control_plane, pool("burst", redis_server.url, autoscaling=autoscaling, worker=worker), namespace=namespace)
     wait_for("one worker serving", lambda: supervisor.live(namespace, "burst-workers") == 1, timeout=40)
     with ReplicaRecorder(control_plane, namespace, "burst-workers") as rec:
-        fast = {"politeness": {"requestsPerSecond": 10000, "maxConcurrencyPerDomain": 1000, "respectRobotsTxt": False}}
         ranges = [{"template": slow_site.url + "/product/1.html?copy={n}", "start": 1, "end": 2000}]
         applied = time.monotonic()
-        apply(control_plane, job("burst", "burst", [], urlRanges=ranges, **fast), namespace=namespace)
+        apply(control_plane, job("burst", "burst", [], urlRanges=ranges, **FAST), namespace=namespace)
         # The creation pass was at `created` or later: no scheduled pass comes before created + 59.5 s.
         deadline = created + 59.0 - time.monotonic()
         assert deadline > 10, "the pool took too long to start its worker for this test to tell"
