@@ -308,7 +308,9 @@ def _run(sequence: list[Observation], s: AutoscalingSpec) -> list[int]:
     current = sequence[0].current_replicas
     out = []
     for o in sequence:
-        d = decide(s, replace(o, current_replicas=current), state)
+        # The pods removed were the idle ones (pod-deletion-cost): the busiest loads remain.
+        loads = tuple(sorted(o.worker_loads, reverse=True)[:current])
+        d = decide(s, replace(o, current_replicas=current, worker_loads=loads), state)
         state, current = d.state, d.desired
         out.append(current)
     return out
@@ -407,6 +409,7 @@ def test_busy_workers_are_a_floor_outside_the_window() -> None:
             current_replicas=12,
             in_flight=b,
             busy_workers=b,
+            worker_loads=(1,) * b + (0,) * (12 - b),  # each busy worker holds its last task
             mean_service_seconds=120.0,
             per_worker_throughput=None,
         )
@@ -625,14 +628,19 @@ PACK = {
     "per_worker_throughput": None,
     # A grace period that covers the tasks: rules 3 and 8 do not apply, packing does.
     "drain_seconds": 1200.0,
+    "worker_loads": (20, 20, 20, 0, 0),
 }
 
 
 def test_idle_workers_stay_idle_while_busy_workers_have_slots_for_the_arrivals() -> None:
-    """Five workers, three hold 60 two-minute tasks (36 free slots), 0.1/s arriving: the window still
-    holds the pool, and both idle workers are cordoned so the next task does not pin one of them."""
+    """Five workers, three hold 20 two-minute tasks each (12 free slots each), 0.1/s arriving: the window
+    still holds the pool; one busy worker's free slots hold the next task, so the other four (both idle
+    ones among them) are cordoned and the next task does not pin an idle one."""
     d = decide(spec(poll_seconds=5), obs(**PACK), FRESH)
-    assert (d.desired, d.action, d.cordon) == (5, Action.SCALE_DOWN_PENDING, 2), d.reason
+    assert (d.desired, d.action, d.cordon) == (5, Action.SCALE_DOWN_PENDING, 4), d.reason
+    # Without the workers' loads nothing can be cordoned (the set names reporting workers).
+    d = decide(spec(poll_seconds=5), obs(**(PACK | {"worker_loads": ()})), FRESH)
+    assert d.cordon == 0, d.reason
 
 
 def test_idle_workers_kept_empty_go_without_waiting_for_the_window() -> None:
@@ -641,18 +649,21 @@ def test_idle_workers_kept_empty_go_without_waiting_for_the_window() -> None:
     later = replace(FRESH, last_change_at=NOW - 20, answers=((NOW - 20, 5),), answers_since=NOW - 20)
     d = decide(spec(poll_seconds=5), obs(**PACK), later)
     assert (d.desired, d.action) == (3, Action.SCALE_DOWN), d.reason
-    # One idle worker of ten is not worth an Event (a fifth of the pool): it stays, cordoned.
-    big = obs(**(PACK | {"current_replicas": 10, "busy_workers": 9, "in_flight": 200}))
+    # One idle worker of ten is not worth an Event (two workers and a fifth of the pool): it stays,
+    # cordoned with the eight least busy.
+    loads = (23, 23, 22, 22, 22, 22, 22, 22, 22, 0)
+    big = obs(**(PACK | {"current_replicas": 10, "busy_workers": 9, "in_flight": 200, "worker_loads": loads}))
     d = decide(spec(poll_seconds=5), big, replace(later, answers=((NOW - 20, 10),)))
-    assert (d.desired, d.action, d.cordon) == (10, Action.SCALE_DOWN_PENDING, 1), d.reason
+    assert (d.desired, d.action, d.cordon) == (10, Action.SCALE_DOWN_PENDING, 9), d.reason
 
 
 def test_an_idle_worker_stays_open_when_the_busy_ones_are_full() -> None:
     # 96 tasks fill the three busy workers: one idle worker keeps taking the arrivals (at least one task).
-    d = decide(spec(poll_seconds=5), obs(**(PACK | {"in_flight": 96})), FRESH)
+    full = PACK | {"in_flight": 96, "worker_loads": (32, 32, 32, 0, 0)}
+    d = decide(spec(poll_seconds=5), obs(**full), FRESH)
     assert d.cordon == 1, d.reason
     # 40/s expected for 10 s (400 tasks) is more than 13 workers' slots: no idle worker is cordoned.
-    d = decide(spec(poll_seconds=5), obs(**(PACK | {"in_flight": 96, "arrival_rate": 40.0})), FRESH)
+    d = decide(spec(poll_seconds=5), obs(**(full | {"arrival_rate": 40.0})), FRESH)
     assert d.cordon == 0, d.reason
 
 
@@ -672,7 +683,7 @@ def test_no_packing(name: str, o: dict[str, Any]) -> None:
 def test_packing_with_unknown_task_length() -> None:
     """Nothing has finished yet (the first tasks of a job): the length is unknown, and may be long."""
     d = decide(spec(poll_seconds=5), obs(**(PACK | {"mean_service_seconds": None})), FRESH)
-    assert d.cordon == 2, d.reason
+    assert d.cordon == 4, d.reason
 
 
 # Rule 10: a burst's scale-up is looked at again after FOLLOW_UP_SECONDS.

@@ -68,9 +68,8 @@ Rules, in the order they apply (each is covered by tests/unit/test_autoscale_pol
    as have free slots for the arrivals expected before another worker could serve (``pollSeconds`` +
    start-up; at least one task), and the others are cordoned: idle ones stay empty instead of being
    pinned for minutes by the one task that happened to land on each, and the least busy empty sooner.
-   (Without per-worker loads only idle workers are packed.) The idle workers kept empty are not what the
-   arrivals need, so they go at cost 0 without waiting for the window's answers to fall (in a step
-   worth its Event, as in rule 5).
+   The idle workers kept empty are not what the arrivals need, so they go at cost 0 without waiting
+   for the window's answers to fall (in a step worth its Event, as in rule 5).
 10. **Follow-up.** A scale-up made while at least one worker's slots of new tasks wait is looked at
    again after ``FOLLOW_UP_SECONDS`` instead of ``pollSeconds`` (:attr:`Decision.follow_up`; once, not
    again from the follow-up): a burst that is still arriving gets its remaining workers four seconds
@@ -304,22 +303,15 @@ def _to_pack(obs: Observation, lookahead: float) -> tuple[int, int]:
     """Workers to cordon for packing (rule 9), and how many of them are idle. A worker lives as long as
     its longest task, so new tasks go to the free slots of the busiest workers, as few of them as hold
     the arrivals expected before another worker could serve (``lookahead`` tasks, at least one); the
-    rest stop claiming: idle ones stay empty and go at cost 0, the least busy empty sooner. Without
-    per-worker loads, only idle workers are packed (the busy ones' free slots from the totals)."""
+    rest stop claiming: idle ones stay empty and go at cost 0, the least busy empty sooner. Only workers
+    that report their load can be cordoned, so without loads nothing is packed."""
+    loads = sorted(obs.worker_loads, reverse=True)
     need = max(1.0, lookahead)
-    if obs.worker_loads:
-        loads = sorted(obs.worker_loads, reverse=True)
-        spare, keep = 0, 0
-        while keep < len(loads) and spare < need:
-            spare += max(0, obs.concurrency - loads[keep])
-            keep += 1
-        return len(loads) - keep, sum(1 for load in loads[keep:] if load == 0)
-    serving = obs.current_replicas if obs.serving_workers is None else min(obs.serving_workers, obs.current_replicas)
-    idle = max(0, serving - obs.busy_workers)
-    short = need - max(0, obs.busy_workers * obs.concurrency - obs.in_flight)
-    open_idle = math.ceil(short / obs.concurrency - 1e-9) if short > 0 else 0
-    packed = max(0, idle - open_idle)
-    return packed, packed
+    spare, keep = 0, 0
+    while keep < len(loads) and spare < need:
+        spare += max(0, obs.concurrency - loads[keep])
+        keep += 1
+    return len(loads) - keep, sum(1 for load in loads[keep:] if load == 0)
 
 
 def _worth_a_step(current: int, step: int) -> bool:

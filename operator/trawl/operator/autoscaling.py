@@ -73,7 +73,7 @@ class Autoscalers:
 
     def pass_due(self, key: tuple[str, str], poll_seconds: float) -> bool:
         """Whether the pool's scheduled pass is due: ``poll_seconds`` after the last one, or
-        FOLLOW_UP_SECONDS after a scale-up that asked for a follow-up (policy rule 10)."""
+        FOLLOW_UP_SECONDS after a decision that asked for a follow-up (policy rule 10)."""
         return self.schedules.get(key, PassSchedule()).regular_due(self.clock(), poll_seconds)
 
     async def burst_due(self, key: tuple[str, str]) -> bool:
