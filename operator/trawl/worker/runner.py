@@ -455,8 +455,12 @@ class Worker:
     @property
     def in_flight(self) -> int:
         """Tasks this worker holds a lease on: claimed and waiting for a slot, being processed, or waiting for
-        their results to be stored."""
-        return len(self._buffer) + len(self._inflight) + self.finisher.count
+        their results to be stored. A processing task that has returned is counted by the finisher (or its
+        lease is settled) though its done-callback, which removes it from ``_inflight``, has not run yet:
+        counting it there too reported up to ``concurrency`` tasks twice (to the heartbeat, so to the
+        autoscaler's per-worker loads, and to the backpressure test's bound)."""
+        running = sum(1 for t in self._inflight if not t.done())
+        return len(self._buffer) + running + self.finisher.count
 
     def _finished(self, count: int) -> None:
         self.metrics.in_flight.set(self.in_flight)
