@@ -145,7 +145,7 @@ class Observation:
     recent_attempts: int | None = None  # attempts finished since the previous poll (None: unknown)
     recent_failed: int | None = None  # of those, failed attempts
     recent_arrival_rate: float | None = None  # attempts/s that arrived since the previous poll (None: unknown)
-    worker_loads: tuple[int, ...] = ()  # in-flight tasks of each serving worker (empty: only the totals known)
+    worker_loads: tuple[int, ...] = ()  # in-flight tasks of each serving worker (empty: none reported, none packed)
 
     @property
     def backlog(self) -> int:
@@ -169,7 +169,7 @@ class ScalerState:
     release_suspended: bool = False  # the pool grew again within a window of a release (recurring bursts)
     idle_since: float | None = None  # since when no work was seen
     guard_active: bool = False  # failure guard engaged (with hysteresis)
-    follow_up: bool = False  # the next call is the early follow-up of a scale-up (rule 10)
+    follow_up: bool = False  # the next call is an early follow-up (rule 10: a scale-up, or a hold for results)
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,7 +267,7 @@ def _need(spec: AutoscalingSpec, obs: Observation) -> tuple[int, str]:
     # Workers beyond ceil(work / slots) would sit idle: the most this backlog can use right now, plus
     # the tasks that arrive before a worker asked for at the next poll could serve (only workers asked
     # for now can take those).
-    useful = math.ceil((work + lam * (float(spec.poll_seconds) + obs.startup_seconds)) / obs.concurrency - 1e-9)
+    useful = math.ceil((work + lam * _arrivals_horizon(spec, obs)) / obs.concurrency - 1e-9)
     if mu is None:
         starting = obs.serving_workers is not None and obs.serving_workers < obs.current_replicas
         bound = (
@@ -314,9 +314,19 @@ def _to_pack(obs: Observation, lookahead: float) -> tuple[int, int]:
     return len(loads) - keep, sum(1 for load in loads[keep:] if load == 0)
 
 
+def _arrivals_horizon(spec: AutoscalingSpec, obs: Observation) -> float:
+    """Seconds of arrivals that only the workers asked for now can serve: until the next poll, plus the
+    start-up of a worker asked for then."""
+    return float(spec.poll_seconds) + obs.startup_seconds
+
+
+def _min_step(current: int) -> int:
+    """The smallest step down worth its Event: MIN_DOWN_WORKERS and a fifth of the pool (rule 5)."""
+    return max(MIN_DOWN_WORKERS, math.ceil(MIN_DOWN_SHARE * current - 1e-9))
+
+
 def _worth_a_step(current: int, step: int) -> bool:
-    """A step down removes at least MIN_DOWN_WORKERS and a fifth of the pool (rule 5)."""
-    return step >= max(MIN_DOWN_WORKERS, math.ceil(MIN_DOWN_SHARE * current - 1e-9))
+    return step >= _min_step(current)
 
 
 def choose_cordoned(workers: Mapping[str, int], count: int, previous: Collection[str] = ()) -> frozenset[str]:
@@ -524,7 +534,7 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
     packed = packed_idle = 0
     pinning = obs.mean_service_seconds is None or obs.mean_service_seconds > float(spec.poll_seconds)
     if pinning and backlog == 0:
-        lookahead = _arrival_rate(obs) * (float(spec.poll_seconds) + obs.startup_seconds)
+        lookahead = _arrival_rate(obs) * _arrivals_horizon(spec, obs)
         packed, packed_idle = _to_pack(obs, lookahead)
     cordon = packed
     # A step down comes a quarter of the window after the previous change (rule 5).
@@ -551,7 +561,7 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
             current,
             Action.SCALE_DOWN_PENDING,
             f"holding at {current}, {peak} would do: a step of {step} waits until it removes "
-            f"{max(MIN_DOWN_WORKERS, math.ceil(MIN_DOWN_SHARE * current - 1e-9))} workers "
+            f"{_min_step(current)} workers "
             f"and {DOWN_SPACING_SHARE * delay:g}s have passed since the last change; {why}",
             cordon=cordon,
         )

@@ -2,10 +2,11 @@
 
 The controller's pool timer ticks every :data:`TICK_SECONDS`. At each tick it asks
 :meth:`PassSchedule.regular_due` (``pollSeconds`` after the last scheduled pass, or
-:data:`~trawl.autoscale.policy.FOLLOW_UP_SECONDS` after a scale-up that asked for a follow-up, policy
-rule 10); if no pass is due it reads the pool's enqueue counter (one ``HGET`` per shard) and asks
-:meth:`PassSchedule.burst_due` (rule 11). The simulator ticks the same way and calls the same methods,
-so both bring passes forward at the same moments.
+:data:`~trawl.autoscale.policy.FOLLOW_UP_SECONDS` after a decision that asked for a follow-up: a
+scale-up while a burst still waits, or a hold for new work's first results, policy rule 10); if no
+pass is due it reads the pool's enqueue counter (one ``HGET`` per shard) and asks
+:meth:`PassSchedule.burst_due` (rule 11). The simulator ticks the same way and calls the same
+methods, so both bring passes forward at the same moments.
 
 **Rule 11, burst.** A pass comes early when, since the last pass, at least one worker's slots
 (``concurrency``) of new tasks were enqueued beyond what the measured arrival rate accounts for (and
