@@ -1,5 +1,5 @@
-"""The autoscaler's cordon against a real redis-server: a cordoned worker claims nothing (it learns it
-from its heartbeat) while another claims everything, and claims again once uncordoned or once the
+"""The autoscaler's cordon against a real redis-server: a cordoned worker claims nothing (its next claim
+or heartbeat tells it) while another claims everything, and claims again once uncordoned or once the
 operator's cordon set expires."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import redis.asyncio as aioredis
 
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.dev.bookstore import Bookstore
-from trawl.queue import Queue
+from trawl.queue import Queue, WorkerCordoned
 from trawl.queue.keys import Keys
 from trawl.worker.jobspec import build_job_config
 from trawl.worker.runner import Worker, WorkerConfig
@@ -51,6 +51,31 @@ async def test_heartbeat_reply_says_whether_the_pod_is_cordoned(redis_client: ai
     assert (await q.heartbeat("pod-b@1", in_flight=0)).cordoned
     await q.set_cordoned(set(), 30)
     assert not await redis_client.exists(key)
+
+
+async def test_a_claim_by_a_cordoned_pod_leases_nothing_and_says_so(redis_client: aioredis.Redis) -> None:
+    q = Queue(redis_client, PREFIX, lease_seconds=10)
+    job = ScrapeJobSpec.model_validate({"pool": "p", "urls": [f"http://127.0.0.2/{i}" for i in range(4)]})
+    job_id = uuid.uuid4().hex[:12]
+    await q.register_job(build_job_config(job_id, job, None))
+    await q.enqueue(job_id, job.seed_urls())
+    held = await q.claim("pod-a@1", 1)
+    assert len(held) == 1
+    try:
+        await q.set_cordoned({"pod-a"}, 30)
+        with pytest.raises(WorkerCordoned):
+            await q.claim("pod-a@1", 4)
+        with pytest.raises(WorkerCordoned):
+            await q.claim("pod-a@2", 4)  # every incarnation of the pod
+        stats = await q.job_stats(job_id)
+        assert (stats.pending, stats.in_flight) == (3, 1)  # nothing more leased; the held task stays held
+        assert len(await q.claim("pod-b@1", 4)) == 3  # another pod takes the rest
+        await q.set_cordoned(set(), 30)
+        await q.enqueue(job_id, ["http://127.0.0.2/late"])
+        assert len(await q.claim("pod-a@1", 4)) == 1  # lifted: it claims again
+    finally:
+        await q.cancel(job_id)
+        await redis_client.delete(Keys(PREFIX).cordoned)
 
 
 @pytest.fixture
@@ -125,3 +150,34 @@ async def test_a_cordon_the_operator_stops_writing_expires(
     await _until(lambda: b.cordoned)
     await _finished(queue, await _job(queue, site))
     assert a.processed >= PAGES and b.processed == 0
+
+
+async def test_a_worker_stops_claiming_at_its_next_claim_not_its_next_heartbeat(
+    site: Bookstore, redis_client: aioredis.Redis
+) -> None:
+    # Heartbeats a minute apart: only the claim can tell pod-a it is cordoned before the job ends.
+    queue = Queue(redis_client, PREFIX, lease_seconds=120)
+
+    def worker(pod: str) -> Worker:
+        config = WorkerConfig(
+            prefix=PREFIX, worker_id=f"{pod}@{uuid.uuid4().hex[:4]}", pod=pod, concurrency=2,
+            allowed_cidrs=ALLOWED, heartbeat_seconds=60, drain_seconds=5, parse_processes=1,
+        )  # fmt: skip
+        return Worker(config, queue, redis_client, Keys(PREFIX))
+
+    a, b = worker("pod-a"), worker("pod-b")
+    runners = [asyncio.create_task(w.run()) for w in (a, b)]
+    try:
+        deadline = time.monotonic() + 30
+        while not all([await redis_client.hexists(Keys(PREFIX).worker_info, w.worker_id) for w in (a, b)]):
+            assert time.monotonic() < deadline, "no first heartbeat"
+            await asyncio.sleep(0.02)  # both first heartbeats came and went: the next ones are a minute away
+        await queue.set_cordoned({"pod-a"}, 60)
+        await _finished(queue, await _job(queue, site))
+        assert a.processed == 0 and b.processed >= PAGES
+        assert a.cordoned and not b.cordoned
+    finally:
+        for w in (a, b):
+            w.request_stop()
+        await asyncio.wait_for(asyncio.gather(*runners), 60)
+        await redis_client.delete(Keys(PREFIX).cordoned)

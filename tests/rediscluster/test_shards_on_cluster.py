@@ -13,6 +13,7 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+import pytest
 import redis.asyncio as aioredis
 from redis.crc import key_slot
 
@@ -21,7 +22,7 @@ from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.dev import procs
 from trawl.dev.bookstore import PRODUCT_FIELDS, Bookstore
 from trawl.dev.redis_cluster import LocalRedisCluster
-from trawl.queue import JobConfig, RetryPolicy
+from trawl.queue import JobConfig, RetryPolicy, WorkerCordoned
 from trawl.queue.keys import pool_prefix
 from trawl.queue.sharded import ShardedQueue, shard_of
 from trawl.worker.jobspec import build_job_config
@@ -55,6 +56,8 @@ async def test_a_pool_over_three_masters_with_exact_counts(
     # The autoscaler's cordon goes to every shard (one key per hash tag); any shard's reply says so.
     await q.set_cordoned({"w"}, 30)
     assert (await q.heartbeat("w@3", in_flight=0)).cordoned
+    with pytest.raises(WorkerCordoned):  # and a claim on any shard (the cordon check shares their slot)
+        await q.claim("w@3", 10)
     await q.set_cordoned(set(), 30)
     assert not (await q.heartbeat("w@3", in_flight=0)).cordoned
     failed = tasks[:10]
@@ -73,6 +76,22 @@ async def test_a_pool_over_three_masters_with_exact_counts(
     signals = await q.pool_signals()
     assert (signals.completed_total, signals.dead, signals.ready, signals.in_flight) == (294, 6, 0, 0)
     assert (await q.job_stats("j")).succeeded == 294
+
+
+async def test_a_cordon_seen_by_one_shard_mid_claim_keeps_what_the_others_leased(
+    cluster_client: aioredis.Redis,
+) -> None:
+    q = ShardedQueue(cluster_client, pool_prefix("rcs", "cordon"), shards=3)
+    await q.register_job(JobConfig("j", retry=RetryPolicy(max_attempts=1)))
+    assert await q.enqueue("j", [f"https://site-{i % 7}.example/p/{i}" for i in range(60)], start_index=0) == 60
+    await q.shards[1].set_cordoned({"w"}, 30)  # as if the cordon landed between two shards' claims
+    first = await q.claim("w@1", 1000)  # shard 0 leases, shard 1 says cordoned: shard 0's tasks come back
+    assert first and {t.task_id.rsplit(".", 1)[1] for t in first} == {"0"}
+    assert (await q.job_stats("j")).in_flight == len(first)  # nothing leased that the worker does not hold
+    with pytest.raises(WorkerCordoned):  # the next claim starts at shard 1: cordoned, nothing leased
+        await q.claim("w@1", 1000)
+    assert (await q.job_stats("j")).in_flight == len(first)
+    await q.cancel("j")
 
 
 async def test_a_max_pages_cap_is_exact_over_shards_and_quota_moves_where_the_links_are(

@@ -19,8 +19,8 @@ Every policy sees the same pool, the same trace and the same per-task random num
   ceiling, and each pod's creation → ready time for the measured start-up (15 s assumed before the
   first). Before removing pods the controller sets ``pod-deletion-cost`` = in-flight tasks, so the
   ReplicaSet removes idle pods first. The pods the step cordons (policy rules 8 and 9) take no new
-  tasks until a later poll lifts the cordon (the real worker learns it from its next heartbeat, within
-  about a poll; here at once).
+  tasks (as the real worker's next claim) until a later poll lifts the cordon (the real worker learns
+  of a lift from its next heartbeat, within 5 s; here at once).
 - ``keda_stock``: :class:`trawl.autoscale.kedahpa.KedaHpaModel` on the ready-list length with KEDA's
   and the HPA's defaults; ``keda_tuned``: the same with pollingInterval, scale-down stabilization and
   cooldown equal to Trawl's pollSeconds, scaleDownDelaySeconds and idleSecondsBeforeZero, and

@@ -1,7 +1,7 @@
 """Trawl's Redis queue: leases, priorities with fairness among jobs, delayed retries, dead letters."""
 
 from .client import Queue
-from .errors import QueueError, QueueUnavailable, UnknownJob
+from .errors import QueueError, QueueUnavailable, UnknownJob, WorkerCordoned
 from .keys import Keys, pool_prefix
 from .model import (
     DeadLetterRecord,
@@ -30,5 +30,6 @@ __all__ = [
     "Task",
     "UnknownJob",
     "WorkerActivity",
+    "WorkerCordoned",
     "pool_prefix",
 ]

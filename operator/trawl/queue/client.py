@@ -30,7 +30,7 @@ import redis.asyncio as aioredis
 from trawl.redisclient import TRANSIENT_ERRORS
 
 from . import backoff
-from .errors import QueueUnavailable, UnknownJob
+from .errors import QueueUnavailable, UnknownJob, WorkerCordoned
 from .keys import PRIORITIES, Keys, pod_of
 from .model import (
     DeadLetterRecord,
@@ -262,7 +262,8 @@ class Queue:
     # ------------------------------------------------------------------ workers
 
     async def claim(self, worker_id: str, count: int) -> list[Task]:
-        """Lease up to ``count`` (1..1000) tasks: highest priority first, round-robin over jobs within one."""
+        """Lease up to ``count`` (1..1000) tasks: highest priority first, round-robin over jobs within one.
+        Raises :class:`WorkerCordoned`, leasing nothing, while the worker's pod is cordoned."""
         _check_id("worker id", worker_id)
         count = max(0, min(int(count), 1000))
         k = self.keys
@@ -276,6 +277,7 @@ class Queue:
             k.stats,
             k.events,
             *self._rings,
+            k.cordoned,
         ]
         args = [
             self.prefix,
@@ -288,8 +290,10 @@ class Queue:
             self.events_maxlen,
         ]
         out = await self._run("claim", keys, args)
+        if int(out[1]):
+            raise WorkerCordoned(f"the autoscaler cordoned the pod of worker {worker_id}")
         deadline = float(_s(out[0]))
-        return [_parse_task(_s(out[i]), _s(out[i + 1]), deadline) for i in range(1, len(out), 2)]
+        return [_parse_task(_s(out[i]), _s(out[i + 1]), deadline) for i in range(2, len(out), 2)]
 
     async def heartbeat(
         self,

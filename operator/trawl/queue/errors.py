@@ -1,4 +1,4 @@
-"""Errors the queue client raises."""
+"""Errors the queue client raises, and the one answer it raises as an exception (:class:`WorkerCordoned`)."""
 
 from __future__ import annotations
 
@@ -15,3 +15,9 @@ class QueueUnavailable(QueueError):
 
 class UnknownJob(QueueError, KeyError):
     """The job was never registered, or was cancelled or has expired."""
+
+
+class WorkerCordoned(Exception):
+    """A claim's answer when the autoscaler cordoned the worker's pod (``set_cordoned``): nothing was
+    leased, and nothing will be until the cordon lifts (the heartbeat's reply says when). Not a
+    :class:`QueueError`: Redis answered, and the worker only stops claiming."""

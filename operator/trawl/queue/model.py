@@ -142,7 +142,10 @@ class QueueClient(Protocol):
         never beyond max_pages in total. Returns how many were added."""
         ...
 
-    async def claim(self, worker_id: str, count: int) -> list[Task]: ...
+    async def claim(self, worker_id: str, count: int) -> list[Task]:
+        """Lease up to ``count`` tasks; raises :class:`~trawl.queue.errors.WorkerCordoned` (nothing leased)
+        when the worker's pod is cordoned."""
+        ...
 
     async def heartbeat(
         self,
@@ -195,6 +198,7 @@ class QueueClient(Protocol):
         ...
 
     async def set_cordoned(self, pods: Collection[str], ttl_seconds: float) -> None:
-        """The autoscaler's cordon: workers of these pods claim nothing new (they learn it from their
-        heartbeat); replaces the previous set, which expires after ``ttl_seconds`` unless written again."""
+        """The autoscaler's cordon: workers of these pods claim nothing new (their next claim raises
+        :class:`WorkerCordoned`; their heartbeat's reply says when it lifts); replaces the previous set,
+        which expires after ``ttl_seconds`` unless written again."""
         ...

@@ -33,6 +33,7 @@ import redis.asyncio as aioredis
 from redis.crc import key_slot
 
 from .client import Queue
+from .errors import WorkerCordoned
 from .keys import hash_tag
 from .model import DeadLetterRecord, FailOutcome, Heartbeat, JobConfig, JobStats, PoolSignals, Task, WorkerActivity
 
@@ -232,7 +233,13 @@ class ShardedQueue(Queue):
             if len(got) >= count:
                 break
             i = (first + step) % n
-            got.extend(self._tag(t, i) for t in await self.shards[i].claim(worker_id, count - len(got)))
+            try:
+                tasks = await self.shards[i].claim(worker_id, count - len(got))
+            except WorkerCordoned:
+                if got:  # cordoned between two shards' claims: keep what was leased, the next claim says so
+                    return got
+                raise
+            got.extend(self._tag(t, i) for t in tasks)
         return got
 
     async def heartbeat(

@@ -27,7 +27,7 @@ from redis.asyncio import Redis
 from trawl.api.policies import FailureClass
 from trawl.api.scrapejob import SinkKind
 from trawl.queue.claimsize import AUTO, ClaimState, TaskTimer, claim_size
-from trawl.queue.errors import QueueUnavailable
+from trawl.queue.errors import QueueUnavailable, WorkerCordoned
 from trawl.queue.keys import incarnation_id
 from trawl.queue.model import QueueClient, Task
 from trawl.redisclient import TRANSIENT_ERRORS
@@ -177,7 +177,7 @@ class Worker:
         self._evicted = False
         self._wake = asyncio.Event()  # new local work (links enqueued) or stop: poll the queue now
         self.stopping = False
-        self.cordoned = False  # the autoscaler wants this pod to empty: claim nothing new (from the heartbeat)
+        self.cordoned = False  # the autoscaler wants this pod to empty: claim nothing new (claim or heartbeat)
         self.processed = 0
         self._started = time.monotonic()
         self._tick = self._heartbeat_ok = self._started  # the loop last ran / a heartbeat was last sent
@@ -301,17 +301,22 @@ class Worker:
             beat = await self.queue.heartbeat(
                 self.worker_id, in_flight=self.in_flight, draining=draining, held=self.held()
             )
-        if beat.cordoned != self.cordoned:
-            log.info(
-                "cordoned by the autoscaler: claiming nothing new" if beat.cordoned else "uncordoned: claiming again",
-                extra={"worker": self.worker_id, "in_flight": len(self._inflight)},
-            )
-            self.cordoned = beat.cordoned
-            self.metrics.cordoned.set(1 if beat.cordoned else 0)
-            if beat.cordoned:
-                await self._release_buffered()  # other workers start them now, not when a slot frees here
-            self._wake.set()
-            self._slot_free.set()
+        await self._set_cordoned(beat.cordoned, "heartbeat")
+
+    async def _set_cordoned(self, cordoned: bool, seen_by: str) -> None:
+        """The autoscaler's cordon, as a claim (it starts) or a heartbeat (it starts or lifts) saw it."""
+        if cordoned == self.cordoned:
+            return
+        log.info(
+            "cordoned by the autoscaler: claiming nothing new" if cordoned else "uncordoned: claiming again",
+            extra={"worker": self.worker_id, "in_flight": len(self._inflight), "seen_by": seen_by},
+        )
+        self.cordoned = cordoned
+        self.metrics.cordoned.set(1 if cordoned else 0)
+        if cordoned:
+            await self._release_buffered()  # other workers start them now, not when a slot frees here
+        self._wake.set()
+        self._slot_free.set()
 
     async def _heartbeat_loop(self) -> None:
         while True:
@@ -411,11 +416,14 @@ class Worker:
                     async with asyncio.timeout(0.5):
                         await self._slot_free.wait()
                 continue
+            cordoned = False
             async with self._lease_lock:
                 try:
                     if not self._evicted:  # before the first claim: this pod's old leases go back first
                         await self._evict_previous()
                     tasks = await self.queue.claim(self.worker_id, size)
+                except WorkerCordoned:
+                    tasks, cordoned = [], True  # nothing leased
                 except Exception as exc:
                     tasks = None
                     self.metrics.claim_calls.labels("error").inc()
@@ -427,6 +435,10 @@ class Worker:
                         self._buffer.append(task)  # starts as soon as a slot frees (see _done)
             if tasks is None:
                 await self._sleep_unless_stopping(1.0)
+                continue
+            if cordoned:  # claims nothing until a heartbeat's reply lifts the cordon
+                self.metrics.claim_calls.labels("cordoned").inc()
+                await self._set_cordoned(True, "claim")
                 continue
             if not tasks:
                 self.metrics.claim_calls.labels("empty").inc()

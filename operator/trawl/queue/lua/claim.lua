@@ -4,10 +4,12 @@
 -- share of what is left), so a small job is served in the next claim however big the others are.
 -- A worker's leases share one deadline (its own): claiming and heartbeats push it to now + lease.
 -- A retried claim with the same nonce replays the previous reply instead of leasing more tasks.
+-- A worker whose pod the autoscaler cordoned leases nothing: it learns so from this claim, not from its
+-- next heartbeat (which also says when the cordon lifts).
 -- KEYS: 1 worker hash, 2 worker claim-replay hash, 3 worker deadlines, 4 worker info, 5 delayed-jobs index,
---       6 pool stats, 7 events, 8..17 rings 0..9
+--       6 pool stats, 7 events, 8..17 rings 0..9, 18 cordoned pods (set)
 -- ARGV: 1 prefix, 2 now, 3 worker id, 4 count, 5 lease seconds, 6 max stalls, 7 nonce, 8 events maxlen
--- Returns {deadline, job id, payload, job id, payload, ...}
+-- Returns {deadline, cordoned (0/1), job id, payload, job id, payload, ...}
 local prefix, now, worker = ARGV[1], ARGV[2], ARGV[3]
 local wk, ck = KEYS[1], KEYS[2]
 local nonce = ARGV[7]
@@ -15,7 +17,7 @@ if nonce ~= '' then
   -- Replay: the tasks this worker leased in that claim are those stamped with that claim's time.
   local prev = redis.call('HMGET', ck, 'n', 't', 'd')
   if prev[1] == nonce then
-    local replay = { prev[3] }
+    local replay = { prev[3], 0 }
     local stamp = prev[2] .. '|'
     local all = redis.call('HGETALL', wk)
     for i = 1, #all, 2 do
@@ -31,8 +33,9 @@ end
 reap(prefix, KEYS[3], KEYS[4], KEYS[6], KEYS[7], ARGV[8], now, tonumber(ARGV[6]), 16)
 promote(prefix, KEYS[5], now, 16, 1000)
 local deadline = tostring(tonumber(now) + tonumber(ARGV[5]))
-local need = tonumber(ARGV[4])
-local out = { deadline }
+local cordoned = redis.call('SISMEMBER', KEYS[18], string.match(worker, '^[^@]*'))
+local need = cordoned == 1 and 0 or tonumber(ARGV[4])
+local out = { deadline, cordoned }
 local fields = {}
 for r = 17, 8, -1 do
   if need <= 0 then break end
