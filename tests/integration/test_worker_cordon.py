@@ -5,6 +5,7 @@ operator's cordon set expires."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -78,14 +79,17 @@ async def test_a_claim_by_a_cordoned_pod_leases_nothing_and_says_so(redis_client
         await redis_client.delete(Keys(PREFIX).cordoned)
 
 
-@pytest.fixture
-async def workers(redis_client: aioredis.Redis) -> AsyncIterator[tuple[Queue, Worker, Worker]]:
-    queue = Queue(redis_client, PREFIX, lease_seconds=10)
+@contextlib.asynccontextmanager
+async def _two_workers(
+    redis_client: aioredis.Redis, *, heartbeat_seconds: float, lease_seconds: float
+) -> AsyncIterator[tuple[Queue, Worker, Worker]]:
+    """Workers of pods pod-a and pod-b, running until the block ends (the cordon set is removed then)."""
+    queue = Queue(redis_client, PREFIX, lease_seconds=lease_seconds)
 
     def worker(pod: str) -> Worker:
         config = WorkerConfig(
             prefix=PREFIX, worker_id=f"{pod}@{uuid.uuid4().hex[:4]}", pod=pod, concurrency=2,
-            allowed_cidrs=ALLOWED, heartbeat_seconds=0.2, drain_seconds=5, parse_processes=1,
+            allowed_cidrs=ALLOWED, heartbeat_seconds=heartbeat_seconds, drain_seconds=5, parse_processes=1,
         )  # fmt: skip
         return Worker(config, queue, redis_client, Keys(PREFIX))
 
@@ -98,6 +102,12 @@ async def workers(redis_client: aioredis.Redis) -> AsyncIterator[tuple[Queue, Wo
             w.request_stop()
         await asyncio.wait_for(asyncio.gather(*runners), 60)
         await redis_client.delete(Keys(PREFIX).cordoned)
+
+
+@pytest.fixture
+async def workers(redis_client: aioredis.Redis) -> AsyncIterator[tuple[Queue, Worker, Worker]]:
+    async with _two_workers(redis_client, heartbeat_seconds=0.2, lease_seconds=10) as three:
+        yield three
 
 
 async def _job(queue: Queue, site: Bookstore) -> str:
@@ -156,18 +166,7 @@ async def test_a_worker_stops_claiming_at_its_next_claim_not_its_next_heartbeat(
     site: Bookstore, redis_client: aioredis.Redis
 ) -> None:
     # Heartbeats a minute apart: only the claim can tell pod-a it is cordoned before the job ends.
-    queue = Queue(redis_client, PREFIX, lease_seconds=120)
-
-    def worker(pod: str) -> Worker:
-        config = WorkerConfig(
-            prefix=PREFIX, worker_id=f"{pod}@{uuid.uuid4().hex[:4]}", pod=pod, concurrency=2,
-            allowed_cidrs=ALLOWED, heartbeat_seconds=60, drain_seconds=5, parse_processes=1,
-        )  # fmt: skip
-        return Worker(config, queue, redis_client, Keys(PREFIX))
-
-    a, b = worker("pod-a"), worker("pod-b")
-    runners = [asyncio.create_task(w.run()) for w in (a, b)]
-    try:
+    async with _two_workers(redis_client, heartbeat_seconds=60, lease_seconds=120) as (queue, a, b):
         deadline = time.monotonic() + 30
         while not all([await redis_client.hexists(Keys(PREFIX).worker_info, w.worker_id) for w in (a, b)]):
             assert time.monotonic() < deadline, "no first heartbeat"
@@ -176,8 +175,3 @@ async def test_a_worker_stops_claiming_at_its_next_claim_not_its_next_heartbeat(
         await _finished(queue, await _job(queue, site))
         assert a.processed == 0 and b.processed >= PAGES
         assert a.cordoned and not b.cordoned
-    finally:
-        for w in (a, b):
-            w.request_stop()
-        await asyncio.wait_for(asyncio.gather(*runners), 60)
-        await redis_client.delete(Keys(PREFIX).cordoned)
