@@ -511,6 +511,24 @@ def test_untried_work_waits_one_poll_then_scales_or_is_guarded() -> None:
     assert (failing.desired, failing.action) == (1, Action.FAILURE_GUARD), failing.reason
 
 
+def test_the_every_second_look_at_untried_work_ends_after_a_poll_and_a_start_up() -> None:
+    """Results that do not come (pods that cannot start, first tasks of minutes): the hold stays, but it is
+    looked at every second only for pollSeconds + start-up, then at the regular polls; results reset it."""
+    base = {"current_replicas": 1, "ready": 3000, "in_flight": 0, "recent_attempts": 0, "startup_seconds": 15.0}
+    s = spec(poll_seconds=5)
+    state, looks = OLD, []
+    for i in range(30):
+        d = decide(s, obs(**base, now=NOW + i), state)
+        assert d.action == Action.HOLD, d.reason
+        looks.append(d.follow_up)
+        state = d.state
+    assert looks == [True] * 20 + [False] * 10  # 5 s poll + 15 s start-up
+    tried = decide(s, obs(**base | {"recent_attempts": 40}, now=NOW + 31), state)
+    assert tried.state.untried_since is None
+    fresh = decide(s, obs(**base, now=NOW + 32), tried.state)  # new untried work later: every second again
+    assert fresh.follow_up and fresh.state.untried_since == NOW + 32
+
+
 def test_work_claimed_since_an_idle_poll_waits_one_poll_for_its_results() -> None:
     """An idle pool's worker claimed a new job's first tasks just before the poll: in flight, no result yet.
 

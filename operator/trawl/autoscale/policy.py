@@ -76,7 +76,9 @@ Rules, in the order they apply (each is covered by tests/unit/test_autoscale_pol
    sooner. Smaller backlogs wait for the next regular poll (each follow-up that scales is one more
    change). A hold that waits for the first results of new work (rule 4's companion: no growth on work
    nobody has tried) is looked at again every ``FOLLOW_UP_SECONDS`` until they come, so new work is
-   sized as soon as its first results are in, whatever ``pollSeconds`` is.
+   sized as soon as its first results are in, whatever ``pollSeconds`` is; for at most ``pollSeconds``
+   plus the pods' start-up, then at the regular polls (results slower than that gain nothing from a
+   look every second, and a pool whose pods cannot start is not looked at every second for ever).
 11. **Burst.** Between polls the controller's timer reads the pool's enqueue counter every second and
    passes at once when a worker's slots of new tasks arrived beyond the measured rate and its noise
    (:mod:`trawl.autoscale.schedule`, which also holds rule 10's timing): a burst enqueued just after a
@@ -170,6 +172,7 @@ class ScalerState:
     idle_since: float | None = None  # since when no work was seen
     guard_active: bool = False  # failure guard engaged (with hysteresis)
     follow_up: bool = False  # the next call is an early follow-up (rule 10: a scale-up, or a hold for results)
+    untried_since: float | None = None  # since when the pool holds for new work's first results (rule 10)
 
 
 @dataclass(frozen=True, slots=True)
@@ -402,7 +405,13 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
         notes.append(f"at maxReplicas {spec.max_replicas}")
 
     def done(
-        desired: int, action: Action, reason: str, release: bool = False, cordon: int = 0, look_again: bool = False
+        desired: int,
+        action: Action,
+        reason: str,
+        release: bool = False,
+        cordon: int = 0,
+        look_again: bool = False,
+        untried_since: float | None = None,
     ) -> Decision:
         changed = desired != current
         here = (now,) if obs.backlog > 0 else ()
@@ -433,6 +442,7 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
             release_suspended=suspended,
             idle_since=idle_since,
             guard_active=guard,
+            untried_since=untried_since,
         )
         extra = "; ".join(notes)
         full = f"{reason}; {extra}" if extra else reason
@@ -477,11 +487,15 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
             # The running workers' results first (looked at again a second later), so a target that
             # fails fast engages the failure guard before the pool grows into it.
             notes.insert(0, f"need {target}")
+            since = st.untried_since if st.untried_since is not None else now
             return done(
                 current,
                 Action.HOLD,
                 f"holding at {current}: {obs.ready} new tasks without results yet, sizing once they have",
-                look_again=True,  # every second until results come; a long pollSeconds must not wait
+                # Every second until results come (a long pollSeconds must not wait), for as long as a
+                # first result can take to come from a pod started now; after that the regular polls.
+                look_again=now - since < float(spec.poll_seconds) + obs.startup_seconds,
+                untried_since=since,
             )
         recent_bad = (
             obs.recent_attempts is not None
