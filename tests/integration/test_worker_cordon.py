@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
 import redis.asyncio as aioredis
@@ -31,11 +32,17 @@ def site() -> Iterator[Bookstore]:
         yield store
 
 
-async def _until(check: Callable[[], bool], within: float = 30.0) -> None:
+async def _until(check: Callable[[], bool | Awaitable[bool]], within: float = 30.0) -> None:
+    """Until ``check`` (a plain or an async predicate) holds, for at most ``within`` seconds."""
     deadline = time.monotonic() + within
-    while not check():
+    while not await _holds(check):
         assert time.monotonic() < deadline, "condition not reached"
         await asyncio.sleep(0.02)
+
+
+async def _holds(check: Callable[[], bool | Awaitable[bool]]) -> bool:
+    result = check()
+    return await result if inspect.isawaitable(result) else result
 
 
 async def test_heartbeat_reply_says_whether_the_pod_is_cordoned(redis_client: aioredis.Redis) -> None:
@@ -167,10 +174,11 @@ async def test_a_worker_stops_claiming_at_its_next_claim_not_its_next_heartbeat(
 ) -> None:
     # Heartbeats a minute apart: only the claim can tell pod-a it is cordoned before the job ends.
     async with _two_workers(redis_client, heartbeat_seconds=60, lease_seconds=120) as (queue, a, b):
-        deadline = time.monotonic() + 30
-        while not all([await redis_client.hexists(Keys(PREFIX).worker_info, w.worker_id) for w in (a, b)]):
-            assert time.monotonic() < deadline, "no first heartbeat"
-            await asyncio.sleep(0.02)  # both first heartbeats came and went: the next ones are a minute away
+
+        async def first_beats() -> bool:
+            return all([await redis_client.hexists(Keys(PREFIX).worker_info, w.worker_id) for w in (a, b)])
+
+        await _until(first_beats)  # both first heartbeats came and went: the next ones are a minute away
         await queue.set_cordoned({"pod-a"}, 60)
         await _finished(queue, await _job(queue, site))
         assert a.processed == 0 and b.processed >= PAGES
