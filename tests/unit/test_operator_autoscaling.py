@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import replace
 from datetime import UTC, datetime
+
+import pytest
 
 from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.autoscale.policy import FOLLOW_UP_SECONDS, ScalerState
@@ -96,6 +99,36 @@ def test_advice_names_the_cordoned_pods_and_says_when_to_write_them() -> None:
     assert advice.write_cordon  # lifted: written once more
     advice = a.advise(key, POOL, _signals(t + 10, pods, ready=100), 8, now)
     assert not advice.write_cordon
+
+
+def test_each_decision_is_logged_at_info_when_it_changes_and_at_debug_when_it_repeats(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The operator log says why a pool scaled or held: one line per pass, INFO when the replicas, the
+    action or the cordoned pods change (with each worker's load, the arrivals and the start-up used)."""
+    a, key, t = Autoscalers(), ("ns", "p"), 10_000.0
+    a.states[key] = PoolScalerState(
+        policy=ScalerState(last_change_at=t - 1000, answers=((t - 30, 1),), answers_since=t - 61)
+    )
+    pods = {f"p{i}": (n, False) for i, n in enumerate([9, 1, 2, 3, 4, 5, 6, 7])}
+    now = datetime.fromtimestamp(t, UTC)
+    caplog.set_level(logging.DEBUG, logger="trawl.operator.autoscaling")
+
+    def levels() -> list[tuple[int, str]]:
+        out = [(r.levelno, r.getMessage()) for r in caplog.records]
+        caplog.clear()
+        return out
+
+    a.advise(key, POOL, _signals(t, pods), 8, now)
+    ((level, line),) = levels()
+    assert level == logging.INFO
+    assert line.startswith("pool ns/p: Hold 8→8, cordoned ['p1', 'p2', 'p3', 'p4', 'p5', 'p6', 'p7'], ")
+    assert "loads [9, 7, 6, 5, 4, 3, 2, 1]" in line and "start-up 15.0s" in line
+    a.advise(key, POOL, _signals(t + 1, pods), 8, now)
+    assert [lv for lv, _ in levels()] == [logging.DEBUG]  # the same decision again
+    a.advise(key, POOL, _signals(t + 2, pods, ready=100), 8, now)  # a backlog: the cordon is lifted
+    ((level, line),) = levels()
+    assert level == logging.INFO and ", cordoned [], " in line
 
 
 class FakeClock:

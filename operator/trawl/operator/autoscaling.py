@@ -18,8 +18,9 @@ from typing import Any
 
 from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.autoscale.backlog import MAX_HOSTS_PER_JOB, domain_backlog, job_hosts
+from trawl.autoscale.policy import Action
 from trawl.autoscale.schedule import TICK_SECONDS, PassSchedule
-from trawl.autoscale.step import PoolScalerState, plan
+from trawl.autoscale.step import PoolScalerState, StepResult, plan
 from trawl.queue.model import PoolSignals
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,8 @@ class Autoscalers:
     schedules: dict[tuple[str, str], PassSchedule] = field(default_factory=dict)
     # The pool's enqueue counter, as its last pass found the queue: read on ticks between passes.
     enqueue_counters: dict[tuple[str, str], Callable[[], Awaitable[int]]] = field(default_factory=dict)
+    # The last pass's action, so a repeated one is logged at DEBUG only.
+    actions: dict[tuple[str, str], Action] = field(default_factory=dict)
     clock: Callable[[], float] = time.monotonic
 
     def forget(self, key: tuple[str, str]) -> None:
@@ -63,6 +66,7 @@ class Autoscalers:
         self.ready_seen.pop(key, None)
         self.schedules.pop(key, None)
         self.enqueue_counters.pop(key, None)
+        self.actions.pop(key, None)
 
     def wants_startups(self, key: tuple[str, str], ready_replicas: int) -> bool:
         """Whether to list the pool's pods for start-up times on this pass: only when the Deployment's
@@ -121,6 +125,8 @@ class Autoscalers:
             self.enqueue_counters[key] = enqueue_counter
         was_cordoned = previous is not None and bool(previous.cordoned)
         decision, rates = result.decision, result.rates
+        _log_decision(key, result, previous, self.actions.get(key))
+        self.actions[key] = result.decision.action
         limited_reason = "MaxReplicas" if decision.at_max else ("RateLimited" if decision.rate_limited else None)
         return ScaleAdvice(
             desired=decision.desired,
@@ -136,3 +142,30 @@ class Autoscalers:
             cordoned=result.cordoned,
             write_cordon=bool(result.cordoned) or was_cordoned,
         )
+
+
+def _log_decision(
+    key: tuple[str, str], result: StepResult, previous: PoolScalerState | None, last_action: Action | None
+) -> None:
+    """One line per pass: at INFO when something changes (replicas, the action or the cordon set), else
+    at DEBUG, with the inputs needed to read the decision (per-worker loads, arrivals, start-up)."""
+    decision, obs = result.decision, result.observation
+    changed = (
+        decision.desired != decision.current
+        or decision.action != last_action
+        or (previous.cordoned if previous is not None else frozenset()) != result.cordoned
+    )
+    loads = sorted(obs.worker_loads, reverse=True) if obs is not None else []
+    log.log(
+        logging.INFO if changed else logging.DEBUG,
+        "pool %s/%s: %s %d→%d, cordoned %s, loads %s, %.2f tasks/s arriving, start-up %.1fs: %s",
+        *key,
+        decision.action,
+        decision.current,
+        decision.desired,
+        sorted(result.cordoned),
+        loads,
+        result.rates.arrival_rate,
+        obs.startup_seconds if obs is not None else float("nan"),
+        decision.reason,
+    )
