@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from operator_fixtures import apply, condition, events_for, exists, get, job, pool, wait_for
+from prometheus_client.parser import text_string_to_metric_families
 
 from trawl.dev.bookstore import Bookstore
 from trawl.dev.controlplane import ControlPlane
@@ -60,6 +61,23 @@ class ReplicaRecorder:
 
     def latest(self) -> int:
         return self.samples[-1][1] if self.samples else -1
+
+
+def pool_passes(operator: Any) -> float:
+    """Pool passes the operator has made (its reconcile histogram's count for ScrapePool): the clock a
+    negative check runs on, so "no scale-up" means over that many decisions, however slow the machine."""
+    for family in text_string_to_metric_families(operator.metrics_text()):
+        if family.name == "trawl_operator_reconcile_seconds":
+            for sample in family.samples:
+                if sample.name.endswith("_count") and sample.labels.get("kind") == "ScrapePool":
+                    return sample.value
+    return 0.0
+
+
+def let_passes(operator: Any, count: int, what: str) -> None:
+    """Wait until the operator has passed its pools ``count`` more times."""
+    start = pool_passes(operator)
+    wait_for(f"{count} pool passes ({what})", lambda: pool_passes(operator) >= start + count, timeout=120)
 
 
 @pytest.fixture
@@ -152,7 +170,7 @@ def test_backlog_scales_up_fast_then_down_to_zero_and_failures_hold(
             '{"spec":{"autoscaling":{"minReplicas":1}}}',
         )
         wait_for("one worker serving", lambda: supervisor.live(namespace, "auto-workers") == 1, timeout=30)
-        time.sleep(3)
+        let_passes(operator, 3, "an idle pool at its minimum")
         assert rec.latest() == 1, rec.samples[-10:]
         failing = [f"{bookstore.url}/hostile/503?id={namespace}-{i}&fail=1000000" for i in range(300)]
         retry = {
@@ -171,7 +189,7 @@ def test_backlog_scales_up_fast_then_down_to_zero_and_failures_hold(
 
         cond = wait_for("failure guard", guarded, timeout=60, diag=operator.log_tail)
         assert cond["reason"] == "FailureGuard"
-        time.sleep(8)
+        let_passes(operator, 8, "the failure guard holds")
         scaled_late = [e["message"] for e in events_for(control_plane, namespace, "auto") if e["reason"] == "Scaled"]
         if rec.max_since(t1) > 1:
             print("\n".join(["SCALED:", *scaled_late, f"t1={t1}", *map(str, rec.samples[-40:])]))
