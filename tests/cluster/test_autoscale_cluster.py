@@ -283,20 +283,22 @@ def test_busy_pods_the_work_no_longer_needs_are_cordoned_then_removed_without_in
     cordoned: list[tuple[float, set[str]]] = []
     halt = threading.Event()
 
-    def trickle() -> None:  # a 1 s task every 4 s, and the cordon set sampled meanwhile
+    def trickle() -> None:  # a 1 s task every 4 s, and the cordon set sampled every 0.2 s meanwhile
         # Light enough that one worker's free slots clearly hold it: the drain answer stays at one worker
         # once the short tasks are done (in flight: the long tasks and at most one trickle task). At a
         # 2 s task every 2 s that answer hovered at 1.1-1.2 workers, and answers of two kept a second
-        # pod open to the trickle until the 60 s task ended.
-        n = 0
+        # pod open to the trickle until the 60 s task ended. The cordon set is sampled far more often
+        # than tasks arrive: a cordon may last only the poll before the step down that ends it.
+        n, next_task = 0, time.monotonic()
         while not halt.is_set():
-            n += 1
-            page = f"{slow_site.url}/product/{20 + n}.html?delay=1"
-            apply(control_plane, job(f"t{n}", "cordon", [page], **FAST), namespace=namespace)
+            if time.monotonic() >= next_task:
+                n, next_task = n + 1, next_task + 4.0
+                page = f"{slow_site.url}/product/{20 + n}.html?delay=1"
+                apply(control_plane, job(f"t{n}", "cordon", [page], **FAST), namespace=namespace)
             members = {m.decode() for m in client.smembers(key)}
             if members:
                 cordoned.append((time.monotonic(), members))
-            halt.wait(4.0)
+            halt.wait(0.2)
 
     with ReplicaRecorder(control_plane, namespace, "cordon-workers") as rec:
         t_burst = time.monotonic()
