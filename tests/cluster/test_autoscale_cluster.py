@@ -11,8 +11,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from metrics_page import Scrape
 from operator_fixtures import apply, condition, events_for, exists, get, job, pool, wait_for
-from prometheus_client.parser import text_string_to_metric_families
 
 from trawl.dev.bookstore import Bookstore
 from trawl.dev.controlplane import ControlPlane
@@ -66,12 +66,7 @@ class ReplicaRecorder:
 def pool_passes(operator: Any) -> float:
     """Pool passes the operator has made (its reconcile histogram's count for ScrapePool): the clock a
     negative check runs on, so "no scale-up" means over that many decisions, however slow the machine."""
-    for family in text_string_to_metric_families(operator.metrics_text()):
-        if family.name == "trawl_operator_reconcile_seconds":
-            for sample in family.samples:
-                if sample.name.endswith("_count") and sample.labels.get("kind") == "ScrapePool":
-                    return sample.value
-    return 0.0
+    return Scrape(operator.metrics_text()).value("trawl_operator_reconcile_seconds_count", kind="ScrapePool")
 
 
 def let_passes(operator: Any, count: int, what: str) -> None:
