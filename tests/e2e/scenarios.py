@@ -170,6 +170,13 @@ class Deletion:
     # work until the ReplicaSet deletes it, and the next pass may write its new cost first (CI saw a
     # pod chosen at cost 0 deleted with 1001 written a pass later).
     earlier_cost: int | None = None
+    seen_at: float = 0.0  # time.monotonic() when the watch reported it
+
+
+# A step down deletes its pods in one ReplicaSet sync, but the watch reports them one at a time: pods
+# reported within this long of each other went in the same step (the operator's steps come at least one
+# poll apart, 2 s in these scenarios).
+SAME_STEP_SECONDS = 1.0
 
 
 def _cost(pod: Any) -> int | None:
@@ -238,8 +245,16 @@ class PodDeletions:
                         kept = {
                             n: _cost(p) for n, p in pods.items() if p.metadata.deletion_timestamp is None and _ready(p)
                         }
-                        self.deletions.append(Deletion(name, _cost(pod), _ready(pod), kept, earlier.get(name)))
+                        self.deletions.append(
+                            Deletion(name, _cost(pod), _ready(pod), kept, earlier.get(name), time.monotonic())
+                        )
                     if self._stop.is_set():
                         watch.stop()  # type: ignore[no-untyped-call]
         except BaseException as exc:  # reported by the test, not lost in a thread
             self.error = exc
+
+    def kept(self, d: Deletion) -> dict[str, int | None]:
+        """The Ready pods that outlived ``d``'s step: those it saw not deleted, less the ones deleted in
+        the same step whose own deletion the watch reported just after."""
+        same_step = {o.pod for o in self.deletions if abs(o.seen_at - d.seen_at) < SAME_STEP_SECONDS}
+        return {n: c for n, c in d.kept.items() if n not in same_step}

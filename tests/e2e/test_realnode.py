@@ -123,17 +123,20 @@ def _scale_up_then_drain(
     assert watched.error is None, watched.error
     _log(
         "scale-down deletions (pod, cost, cost before the last change, kept costs): "
-        f"{[(d.pod, d.cost, d.earlier_cost, d.kept) for d in watched.deletions]}"
+        f"{[(d.pod, d.cost, d.earlier_cost, watched.kept(d)) for d in watched.deletions]}"
     )
     for d in watched.deletions:
         # Among Ready pods the ReplicaSet deletes the lowest cost first: never a busier pod than one kept,
         # by the costs the scale-down was written with (the deleted pod's cost then, or, if a later pass
-        # rewrote it before the deletion, the one before that).
-        if d.ready and d.kept:
-            lowest_kept = min((c or 0 for c in d.kept.values()), default=0)
+        # rewrote it before the deletion, the one before that). A step of two deletes two pods at once.
+        kept = watched.kept(d)
+        if d.ready and kept:
+            lowest_kept = min((c or 0 for c in kept.values()), default=0)
             chosen_at = min(d.cost or 0, d.earlier_cost or 0) if d.earlier_cost is not None else d.cost or 0
-            assert chosen_at <= lowest_kept, d
-    busy_kept = [d for d in watched.deletions if (d.cost or 0) == 0 and any((c or 0) > 1000 for c in d.kept.values())]
+            assert chosen_at <= lowest_kept, (d, kept)
+    busy_kept = [
+        d for d in watched.deletions if (d.cost or 0) == 0 and any((c or 0) > 1000 for c in watched.kept(d).values())
+    ]
     assert busy_kept, f"no scale-down kept a busy pod (cost > 1000) over an idle one: {watched.deletions}"
     # Not interrupted: a task given back on SIGTERM would be fetched a second time.
     fetched = site_fetches(node, "bookstore-slow", since)
