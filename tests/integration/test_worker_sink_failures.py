@@ -100,6 +100,9 @@ async def test_a_sink_outage_costs_no_refetch_and_loses_no_record(
         )
         stats = await queue.job_stats(job_id)
         assert (stats.succeeded, stats.dead, stats.in_flight) == (0, 0, PAGES)  # held, not given back
+        # The worker's gauge says the same as the queue (and its heartbeat): every lease it holds, not only
+        # the tasks in its slots (none now: all were fetched and wait for the sink).
+        assert worker.metrics.in_flight._value.get() == worker.in_flight == PAGES
 
         blocker.unlink()  # the sink recovers
         await _until("the job to finish", lambda: _finished(queue, job_id), runner)

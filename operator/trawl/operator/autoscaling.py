@@ -155,9 +155,12 @@ def _log_decision(
         or decision.action != last_action
         or (previous.cordoned if previous is not None else frozenset()) != result.cordoned
     )
+    level = logging.INFO if changed else logging.DEBUG
+    if not log.isEnabledFor(level):  # the repeated decision at the default INFO: no sorting for nothing
+        return
     loads = sorted(obs.worker_loads, reverse=True) if obs is not None else []
     log.log(
-        logging.INFO if changed else logging.DEBUG,
+        level,
         "pool %s/%s: %s %d→%d, cordoned %s, loads %s, %.2f tasks/s arriving, start-up %.1fs: %s",
         *key,
         decision.action,

@@ -46,7 +46,12 @@ class WorkerMetrics:
         )
         self.bytes = Counter("trawl_worker_response_bytes_total", "Response body bytes, decompressed.", registry=r)
         self.wire_bytes = Counter("trawl_worker_wire_bytes_total", "Response body bytes as received.", registry=r)
-        self.in_flight = Gauge("trawl_worker_in_flight", "Tasks being processed.", registry=r)
+        self.in_flight = Gauge(
+            "trawl_worker_in_flight",
+            "Tasks this worker holds a lease on: claimed and waiting for a slot, being processed, or waiting "
+            "for their results to be stored (what its heartbeat reports to the autoscaler).",
+            registry=r,
+        )
         self.claims = Counter("trawl_worker_claimed_tasks_total", "Tasks claimed.", registry=r)
         self.claim_calls = Counter("trawl_worker_claim_calls_total", "Claim round trips.", ["result"], registry=r)
         self.outcomes = Counter(

@@ -484,7 +484,7 @@ class Worker:
         self.processed += 1
         if self._buffer and not self.stopping:
             self._start(self._buffer.popleft())
-        self.metrics.in_flight.set(len(self._inflight))
+        self.metrics.in_flight.set(self.in_flight)  # the heartbeat's figure, not just the running slots
         self._slot_free.set()
 
     async def _idle_wait(self, seconds: float) -> bool:
