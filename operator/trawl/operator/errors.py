@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from kubernetes.client import ApiException
-from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import OutOfMemoryError, RedisClusterException, RedisError
 
 from trawl.queue import QueueUnavailable
+from trawl.redismemory import OUT_OF_MEMORY, out_of_memory_message
 
 from . import kube
 from .redisconn import RedisConfigError, RedisUnreachable
@@ -19,6 +20,8 @@ def classify_error(exc: BaseException) -> tuple[str, str]:
         return reason, f"Kubernetes API: {kube.api_message(exc)}"
     if isinstance(exc, RedisConfigError):
         return "RedisConfigInvalid", str(exc)
+    if isinstance(exc, OutOfMemoryError):
+        return OUT_OF_MEMORY, out_of_memory_message(None)
     if isinstance(exc, (RedisUnreachable, QueueUnavailable, RedisError, RedisClusterException)):
         return "RedisUnavailable", f"Redis: {type(exc).__name__}: {exc}"
     if isinstance(exc, (OSError, TimeoutError)):

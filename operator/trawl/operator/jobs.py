@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
-from redis.exceptions import RedisError
+from redis.exceptions import OutOfMemoryError, RedisError
 
 from trawl.api.common import parse_time
 from trawl.api.policies import PERMANENT_CLASSES
@@ -23,6 +23,7 @@ from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.queue import Queue, QueueUnavailable
 from trawl.queue.model import DeadLetterRecord, JobConfig, JobStats
 from trawl.queue.sharded import make_queue
+from trawl.redismemory import out_of_memory
 from trawl.worker.jobspec import browser_missing, spec_problem, unmounted_directory, unmounted_secrets
 from trawl.worker.notes import JobNotes, skipped_key, throttled_key
 from trawl.worker.s3sink import pending_key as s3_pending_key
@@ -256,6 +257,8 @@ async def reconcile_job(
         )
     except SinkNotReady as exc:
         return stalled(exc.problem)
+    except OutOfMemoryError:  # Redis answers, but is full: every pass writes (the epoch), so each one says so
+        return stalled(Problem(*await out_of_memory(redis)))
     except (QueueUnavailable, RedisError, OSError) as exc:
         connections.failed(namespace, spec.pool)
         return stalled(Problem("RedisUnavailable", f"Redis error: {type(exc).__name__}: {exc}"))

@@ -17,13 +17,14 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
-from redis.exceptions import RedisError
+from redis.exceptions import OutOfMemoryError, RedisError
 
 from trawl.api.common import format_time
 from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.autoscale.startup import pod_startup
 from trawl.queue import QueueUnavailable
 from trawl.queue.model import PoolSignals
+from trawl.redismemory import EVICTION_POLICY, eviction_warning, out_of_memory, read_memory
 
 from . import kube
 from .autoscaling import Autoscalers, ScaleAdvice
@@ -280,6 +281,10 @@ async def reconcile_pool(
         queue = open_queue(redis, namespace, name, spec)
         signals = await queue.pool_signals()
         epoch = await queue.epoch()
+        memory = await read_memory(redis)
+    except OutOfMemoryError:  # it answers but refuses writes: hold the workers (they keep what they fetched)
+        new["desiredReplicas"] = current
+        return _finish(new, prev, generation, now, events, problem=await out_of_memory(redis))
     except (RedisConfigError, RedisUnreachable, QueueUnavailable, RedisError, OSError) as exc:
         connections.failed(namespace, name)
         new["desiredReplicas"] = current
@@ -340,7 +345,17 @@ async def reconcile_pool(
             )
     idle = signals.ready + signals.delayed + signals.in_flight == 0
     return _finish(
-        new, prev, generation, now, events, problem=problem, advice=advice, spec=spec, data_lost=lost, idle=idle
+        new,
+        prev,
+        generation,
+        now,
+        events,
+        problem=problem,
+        advice=advice,
+        spec=spec,
+        data_lost=lost,
+        idle=idle,
+        redis_warning=eviction_warning(memory) if memory is not None else None,
     )
 
 
@@ -380,6 +395,7 @@ def _finish(
     spec: ScrapePoolSpec | None = None,
     data_lost: str | None = None,
     idle: bool = False,
+    redis_warning: str | None = None,
 ) -> PoolOutcome:
     conds: list[Cond] = []
     if data_lost is not None:  # sticky: merge_conditions keeps it on later passes
@@ -416,13 +432,22 @@ def _finish(
             Cond("Stalled", False, "Reconciled", ""),
             Cond("Reconciling", rolling, "Scaling" if rolling else "Reconciled", msg if rolling else ""),
         ]
+    # An evicting Redis can drop the pool's data without an error: Degraded until its policy changes.
+    evicting = Cond("Degraded", True, EVICTION_POLICY, redis_warning) if redis_warning is not None else None
+    if evicting is not None:
+        prev_degraded = next((c for c in prev.get("conditions") or [] if c.get("type") == "Degraded"), None)
+        if prev_degraded is None or prev_degraded.get("reason") != EVICTION_POLICY:
+            events.append(Transition("Warning", EVICTION_POLICY, evicting.message))
     if advice is not None:
         # The failure guard remembers recent failures; with no work left there is nothing degraded
         # to report (a GitOps tool would otherwise show an idle pool Degraded until the next success).
         conds.append(
-            Cond("Degraded", True, "FailureGuard", advice.reason)
-            if advice.failure_guard and not idle
-            else Cond("Degraded", False, "Idle" if idle else "Healthy", "")
+            evicting
+            or (
+                Cond("Degraded", True, "FailureGuard", advice.reason)
+                if advice.failure_guard and not idle
+                else Cond("Degraded", False, "Idle" if idle else "Healthy", "")
+            )
         )
         conds.append(
             Cond("ScalingLimited", True, advice.limited_reason or "Limited", advice.reason)
@@ -430,7 +455,7 @@ def _finish(
             else Cond("ScalingLimited", False, "WithinLimits", "")
         )
     elif problem is None and spec is not None:
-        conds.append(Cond("Degraded", False, "Healthy", ""))
+        conds.append(evicting or Cond("Degraded", False, "Healthy", ""))
         conds.append(Cond("ScalingLimited", False, "AutoscalingDisabled", ""))
     new["conditions"] = merge_conditions(prev.get("conditions"), conds, generation=generation, now=now)
     return PoolOutcome(new, events)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import OutOfMemoryError
 
 from trawl.api.policies import FailureClass
 from trawl.api.scrapejob import SinkKind
@@ -46,7 +47,9 @@ from .render.hook import BrowserCrashed, Renderer
 from .sinks import JsonLinesSink, Record, RedisStreamSink, Sink, WebhookSink, dedupe_key, record_key
 from .urlpolicy import IPNetwork, host_of, parse_networks
 
-_REDIS_TROUBLE: tuple[type[Exception], ...] = (*TRANSIENT_ERRORS, QueueUnavailable)
+# Redis could not take a task's writes, through no fault of the page: an outage, a failover, or a full
+# Redis (maxmemory with noeviction; the operator shows RedisOutOfMemory). The task goes back unspent.
+_REDIS_TROUBLE: tuple[type[Exception], ...] = (*TRANSIENT_ERRORS, QueueUnavailable, OutOfMemoryError)
 log = logging.getLogger("trawl.worker")
 
 MAX_DEFERRALS = 5  # Retry-After releases of one task (seen by this worker) before its attempts are spent
