@@ -104,10 +104,14 @@ async def read_memory(client: aioredis.Redis) -> RedisMemory | None:
     return parse_memory_info(info)
 
 
+async def read_memory_or_none(client: aioredis.Redis) -> RedisMemory | None:
+    """:func:`read_memory`, or None if it fails: for the figures of a message whose fact is known already."""
+    try:
+        return await read_memory(client)
+    except Exception:
+        return None
+
+
 async def out_of_memory(client: aioredis.Redis) -> tuple[str, str]:
     """(reason, message) for a write Redis refused as out of memory, with its figures if INFO answers."""
-    try:
-        memory = await read_memory(client)
-    except Exception:  # the figures are a courtesy; the refusal is the fact
-        memory = None
-    return OUT_OF_MEMORY, out_of_memory_message(memory)
+    return OUT_OF_MEMORY, out_of_memory_message(await read_memory_or_none(client))

@@ -1,8 +1,9 @@
 """The pool's Redis full or evicting, through the operator: what `kubectl get` shows, and that nothing is lost.
 
 - Full (maxmemory reached, noeviction, as the chart's bundled Redis runs): the pool and the job that
-  cannot be enqueued say RedisOutOfMemory with Redis's figures and the remedy, one Warning Event each;
-  once Redis has room the job completes with exactly one record per URL.
+  cannot be enqueued say RedisOutOfMemory with Redis's figures and the remedy, one Warning Event each,
+  and the operator's gauges show the pool's Redis over its maxmemory; once Redis has room the job
+  completes with exactly one record per URL.
 - An evicting maxmemory-policy: the pool is Degraded (RedisEvictionPolicy, one Warning Event) until the
   policy is noeviction again.
 
@@ -15,6 +16,7 @@ from collections import Counter
 from typing import Any
 
 import redis
+from metrics_page import Scrape
 from operator_fixtures import apply, condition, events_for, get, job, pool, wait_complete, wait_for
 
 from trawl.dev.controlplane import ControlPlane
@@ -62,6 +64,11 @@ def test_a_full_redis_is_on_the_pool_and_the_job_then_the_job_completes_exactly_
         for stalled in (job_stalled, pool_stalled):
             assert "used of maxmemory" in stalled["message"] and "raise maxmemory" in stalled["message"]
         assert (_cond(control_plane, "scrapepool", "mem", namespace, "Ready") or {}).get("status") == "False"
+        # What the alert reads: the pool's Redis over its maxmemory, from the operator's /metrics.
+        page = Scrape(operator.metrics_text())
+        labels = {"namespace": namespace, "pool": "mem"}
+        limit = page.value("trawl_pool_redis_memory_max_bytes", **labels)
+        assert limit == used // 2 and page.value("trawl_pool_redis_memory_used_bytes", **labels) > limit
         for name in ("mem-job", "mem"):
             reasons = Counter(e["reason"] for e in events_for(control_plane, namespace, name))
             assert reasons["RedisOutOfMemory"] == 1, reasons  # told once, not at every pass

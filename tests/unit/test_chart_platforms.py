@@ -16,6 +16,7 @@ from helm_chart import CHART, HelmError, by_kind, one, operator_deployment, rend
 from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.operator import metrics
 from trawl.operator.deployment import WorkerDefaults, render_worker_deployment
+from trawl.redismemory import RedisMemory
 
 ROOT = Path(__file__).resolve().parents[2]
 ALERTS = CHART / "files" / "alerts.yaml"
@@ -154,7 +155,9 @@ def test_schema_rejects_bad_values(values: dict[str, str], message: str) -> None
 
 def _exported_names() -> set[str]:
     """Every series name the operator's registry exports with a pool and a job known to it."""
-    metrics.record_pool("ns", "p", {"queue": {"ready": 1}, "conditions": []})
+    metrics.record_pool(
+        "ns", "p", {"queue": {"ready": 1}, "conditions": []}, redis_memory=RedisMemory(1, 2, "noeviction")
+    )
     metrics.record_job("uid-x", "ns", "j", "p", {"phase": "Running"})
     try:
         return {s.name for family in metrics.REGISTRY.collect() for s in family.samples} | {
@@ -174,6 +177,7 @@ def test_every_alert_reads_series_the_operator_exports() -> None:
         "TrawlDeadLettersGrowing",
         "TrawlPoolDegraded",
         "TrawlBacklogTooOld",
+        "TrawlRedisNearlyFull",
     }
     for rule in rules:
         names = set(re.findall(r"\b(trawl_[a-z0-9_]+)", rule["expr"]))
@@ -204,7 +208,7 @@ def test_alert_rules_pass_the_prometheus_rule_check(tmp_path: Path) -> None:
     for argv in checkers:
         out = subprocess.run([*argv, str(ALERTS)], capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stdout + out.stderr
-        assert "SUCCESS: 6 rules found" in out.stdout
+        assert "SUCCESS: 7 rules found" in out.stdout
         # The control case: the checker really parses the expressions.
         bad = subprocess.run([*argv, str(broken)], capture_output=True, text=True, timeout=120)
         assert bad.returncode != 0 and "parse error" in bad.stderr, bad.stdout + bad.stderr

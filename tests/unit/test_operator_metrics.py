@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from trawl.operator import metrics
+from trawl.redismemory import RedisMemory
 
 
 @pytest.fixture(autouse=True)
@@ -74,3 +75,21 @@ def test_job_gauges_follow_the_status_and_go_with_the_job() -> None:
     assert s[_key("trawl_job_tasks", *labels, ("state", "pending"))] == 0
     metrics.forget_job("uid-1")
     assert not any(name.startswith("trawl_job_") for name, _ in _samples(now=0.0))
+
+
+def test_the_pools_redis_memory_is_exported_and_kept_while_a_pass_cannot_read_it() -> None:
+    pool = (("namespace", "ns"), ("pool", "p"))
+    metrics.record_pool("ns", "p", _pool_status(0, 0.0), now=1.0)
+    assert _key("trawl_pool_redis_memory_used_bytes", *pool) not in _samples(now=1.0)  # nothing read yet
+    metrics.record_pool("ns", "p", _pool_status(0, 0.0), now=2.0, redis_memory=RedisMemory(300, 400, "noeviction"))
+    metrics.record_pool("ns", "p", _pool_status(0, 0.0), now=3.0)  # a pass that did not read it (Redis down)
+    s = _samples(now=3.0)
+    assert (
+        s[_key("trawl_pool_redis_memory_used_bytes", *pool)],
+        s[_key("trawl_pool_redis_memory_max_bytes", *pool)],
+    ) == (
+        300,
+        400,
+    )
+    metrics.forget_pool("ns", "p")
+    assert _key("trawl_pool_redis_memory_used_bytes", *pool) not in _samples(now=3.0)

@@ -374,7 +374,7 @@ async def _pool(
         _last_status[meta.uid] = outcome.status
     _write_status(patch, body.status, outcome.status, "ScrapePool")
     _post(body, outcome.events)
-    metrics.record_pool(meta.namespace or "", meta.name, outcome.status)
+    metrics.record_pool(meta.namespace or "", meta.name, outcome.status, redis_memory=outcome.redis_memory)
     metrics.RECONCILE_SECONDS.labels(kind="ScrapePool").observe(time.monotonic() - started)
     for event in outcome.events:
         if event.reason == "Scaled":

@@ -12,6 +12,8 @@ from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from trawl.redismemory import RedisMemory
+
 STATUS_PATCHES = Counter("trawl_operator_status_patches_total", "Status patches written, by kind.", ["kind"])
 RECONCILE_SECONDS = Histogram(
     "trawl_operator_reconcile_seconds",
@@ -76,6 +78,7 @@ class _PoolSeen:
     status: dict[str, Any]
     # When the pool's backlog last moved (empty, or tasks completing): the age of a backlog that does not.
     moving_at: float
+    redis_memory: RedisMemory | None = None  # the last INFO memory a pass read (kept while one fails)
 
 
 _pools: dict[tuple[str, str], _PoolSeen] = {}
@@ -89,11 +92,18 @@ def backlog_moving(status: Mapping[str, Any]) -> bool:
     return waiting == 0 or float(queue.get("throughputPerSecond") or 0) > 0
 
 
-def record_pool(namespace: str, name: str, status: Mapping[str, Any], now: float | None = None) -> None:
+def record_pool(
+    namespace: str,
+    name: str,
+    status: Mapping[str, Any],
+    now: float | None = None,
+    redis_memory: RedisMemory | None = None,
+) -> None:
     now = time.monotonic() if now is None else now
     seen = _pools.get((namespace, name))
     moving_at = now if seen is None or backlog_moving(status) else seen.moving_at
-    _pools[(namespace, name)] = _PoolSeen(dict(status), moving_at)
+    memory = redis_memory if redis_memory is not None or seen is None else seen.redis_memory
+    _pools[(namespace, name)] = _PoolSeen(dict(status), moving_at, memory)
 
 
 def forget_pool(namespace: str, name: str) -> None:
@@ -137,14 +147,27 @@ class _ObjectCollector(Collector):
         condition = GaugeMetricFamily(
             "trawl_pool_condition", "1 while the pool's condition is True.", labels=[*labels, "condition"]
         )
+        used = GaugeMetricFamily(
+            "trawl_pool_redis_memory_used_bytes",
+            "Memory of the pool's Redis as counted against maxmemory (a cluster: its fullest primary).",
+            labels=labels,
+        )
+        limit = GaugeMetricFamily(
+            "trawl_pool_redis_memory_max_bytes",
+            "maxmemory of the pool's Redis (0: no limit); at it, a noeviction Redis refuses writes.",
+            labels=labels,
+        )
         for (ns, name), seen in pools:
+            if seen.redis_memory is not None:
+                used.add_metric([ns, name], float(seen.redis_memory.used))
+                limit.add_metric([ns, name], float(seen.redis_memory.limit))
             stalled.add_metric([ns, name], 0.0 if backlog_moving(seen.status) else max(0.0, now - seen.moving_at))
             desired.add_metric([ns, name], float(seen.status.get("desiredReplicas") or 0))
             ready.add_metric([ns, name], float(seen.status.get("readyReplicas") or 0))
             conds = {c.get("type"): c.get("status") for c in seen.status.get("conditions") or []}
             for ctype in POOL_CONDITIONS:
                 condition.add_metric([ns, name, ctype], 1.0 if conds.get(ctype) == "True" else 0.0)
-        yield from (stalled, desired, ready, condition)
+        yield from (stalled, desired, ready, condition, used, limit)
 
     def job_families(self) -> Iterator[GaugeMetricFamily]:
         # "scrapejob", not "job": Prometheus's own target label is "job".

@@ -12,7 +12,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -24,7 +24,15 @@ from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.autoscale.startup import pod_startup
 from trawl.queue import QueueUnavailable
 from trawl.queue.model import PoolSignals
-from trawl.redismemory import EVICTION_POLICY, eviction_warning, out_of_memory, read_memory
+from trawl.redismemory import (
+    EVICTION_POLICY,
+    OUT_OF_MEMORY,
+    RedisMemory,
+    eviction_warning,
+    out_of_memory_message,
+    read_memory,
+    read_memory_or_none,
+)
 
 from . import kube
 from .autoscaling import Autoscalers, ScaleAdvice
@@ -56,6 +64,7 @@ COST_PROPAGATION_SECONDS = 1.0
 class PoolOutcome:
     status: dict[str, Any]
     events: list[Transition] = field(default_factory=list)
+    redis_memory: RedisMemory | None = None  # what this pass read of its Redis (for the gauges), if it did
 
 
 def template_hash(deployment: Mapping[str, Any]) -> str:
@@ -284,7 +293,9 @@ async def reconcile_pool(
         memory = await read_memory(redis)
     except OutOfMemoryError:  # it answers but refuses writes: hold the workers (they keep what they fetched)
         new["desiredReplicas"] = current
-        return _finish(new, prev, generation, now, events, problem=await out_of_memory(redis))
+        full = await read_memory_or_none(redis)
+        refused = (OUT_OF_MEMORY, out_of_memory_message(full))
+        return replace(_finish(new, prev, generation, now, events, problem=refused), redis_memory=full)
     except (RedisConfigError, RedisUnreachable, QueueUnavailable, RedisError, OSError) as exc:
         connections.failed(namespace, name)
         new["desiredReplicas"] = current
@@ -344,7 +355,7 @@ async def reconcile_pool(
                 f"({new['readyReplicas']}/{desired} workers ready)",
             )
     idle = signals.ready + signals.delayed + signals.in_flight == 0
-    return _finish(
+    outcome = _finish(
         new,
         prev,
         generation,
@@ -357,6 +368,7 @@ async def reconcile_pool(
         idle=idle,
         redis_warning=eviction_warning(memory) if memory is not None else None,
     )
+    return replace(outcome, redis_memory=memory)
 
 
 def pool_data_lost(prev: Mapping[str, Any], epoch: str) -> str | None:
