@@ -7,7 +7,8 @@ acks and result records all write. Eviction is worse: it removes queued tasks, l
 result streams with no error at all. So the operator reads this on each pool pass and shows the first as
 ``RedisOutOfMemory`` on the pool and its running jobs, the second as the pool's ``Degraded`` condition.
 
-The decisions are pure functions of :class:`RedisMemory`; :func:`read_memory` is the one round trip.
+The decisions are properties of :class:`RedisMemory` and pure functions of it; :func:`read_memory` is
+the one round trip.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import NoPermissionError
+from redis.exceptions import ResponseError
 
 OUT_OF_MEMORY = "RedisOutOfMemory"
 EVICTION_POLICY = "RedisEvictionPolicy"
@@ -51,15 +52,18 @@ def _mb(n: int) -> str:
     return f"{n / 1048576:.1f} MB"
 
 
-def parse_memory_info(info: Mapping[str, Any]) -> RedisMemory:
-    """``INFO memory`` of one server, or of each node of a cluster (``{node: info}``): the fullest one."""
+def parse_memory_info(info: Mapping[str, Any]) -> RedisMemory | None:
+    """``INFO memory`` of one server, or of each node of a cluster (``{node: info}``): the fullest one.
+    None when it does not say (a Redis-compatible server or proxy with its own INFO): no check then."""
     if "used_memory" not in info:
-        nodes = [parse_memory_info(v) for v in info.values() if isinstance(v, Mapping)]
-        if not nodes:
-            raise ValueError("INFO memory has no used_memory")
-        return max(nodes, key=lambda m: (m.full, m.evicts, m.used / m.limit if m.limit else 0.0))
-    used = int(info["used_memory"]) - int(info.get("mem_not_counted_for_evict") or 0)
-    return RedisMemory(used=used, limit=int(info.get("maxmemory") or 0), policy=str(info.get("maxmemory_policy")))
+        nodes = [m for v in info.values() if isinstance(v, Mapping) and (m := parse_memory_info(v)) is not None]
+        return max(nodes, key=lambda m: (m.full, m.evicts, m.used / m.limit if m.limit else 0.0), default=None)
+    try:
+        used = int(info["used_memory"]) - int(info.get("mem_not_counted_for_evict") or 0)
+        limit = int(info.get("maxmemory") or 0)
+    except (TypeError, ValueError):
+        return None
+    return RedisMemory(used=used, limit=limit, policy=str(info.get("maxmemory_policy") or "noeviction"))
 
 
 def out_of_memory_message(memory: RedisMemory | None) -> str:
@@ -75,11 +79,6 @@ def out_of_memory_message(memory: RedisMemory | None) -> str:
     )
 
 
-def memory_problem(memory: RedisMemory) -> tuple[str, str] | None:
-    """(reason, message) when Redis refuses writes."""
-    return (OUT_OF_MEMORY, out_of_memory_message(memory)) if memory.full else None
-
-
 def eviction_warning(memory: RedisMemory) -> str | None:
     """Why an evicting policy puts the pool's data at risk (None: it does not evict)."""
     if not memory.evicts:
@@ -93,15 +92,16 @@ def eviction_warning(memory: RedisMemory) -> str | None:
 
 
 async def read_memory(client: aioredis.Redis) -> RedisMemory | None:
-    """One ``INFO memory`` (of every primary, for a Redis Cluster); None if an ACL denies INFO."""
+    """One ``INFO memory`` (of every primary, for a Redis Cluster). None if the server refuses it (an ACL,
+    a proxy without INFO): the pool works as before, without this check. A connection error propagates."""
     try:
         if isinstance(client, RedisCluster):
             info = await client.info("memory", target_nodes=RedisCluster.PRIMARIES)  # type: ignore[call-arg]
         else:
             info = await client.info("memory")
-    except NoPermissionError:
+    except ResponseError:
         return None
-    return parse_memory_info(info)
+    return parse_memory_info(info) if isinstance(info, Mapping) else None
 
 
 async def read_memory_or_none(client: aioredis.Redis) -> RedisMemory | None:

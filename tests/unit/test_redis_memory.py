@@ -17,7 +17,7 @@ from trawl.redismemory import (
     OUT_OF_MEMORY,
     RedisMemory,
     eviction_warning,
-    memory_problem,
+    out_of_memory_message,
     parse_memory_info,
 )
 
@@ -34,16 +34,30 @@ def _info(used: int, limit: int, policy: str = "noeviction", not_counted: int = 
     }
 
 
+def _parsed(info: dict[str, object]) -> RedisMemory:
+    memory = parse_memory_info(info)
+    assert memory is not None
+    return memory
+
+
 def test_full_means_over_maxmemory_as_redis_counts_it_under_noeviction() -> None:
-    assert not parse_memory_info(_info(900 * MB, 0)).full  # no limit
-    assert not parse_memory_info(_info(300 * MB, 384 * MB)).full
-    full = parse_memory_info(_info(385 * MB, 384 * MB))
+    assert not _parsed(_info(900 * MB, 0)).full  # no limit
+    assert not _parsed(_info(300 * MB, 384 * MB)).full
+    full = _parsed(_info(385 * MB, 384 * MB))
     assert full.full and not full.evicts
     # Replica and AOF buffers are not counted against maxmemory (Redis does the same subtraction).
-    assert not parse_memory_info(_info(385 * MB, 384 * MB, not_counted=2 * MB)).full
+    assert not _parsed(_info(385 * MB, 384 * MB, not_counted=2 * MB)).full
     # An evicting policy never refuses writes: it deletes keys instead.
-    lru = parse_memory_info(_info(385 * MB, 384 * MB, "allkeys-lru"))
+    lru = _parsed(_info(385 * MB, 384 * MB, "allkeys-lru"))
     assert lru.evicts and not lru.full
+
+
+def test_a_server_whose_info_does_not_say_is_not_checked() -> None:
+    # A Redis-compatible server or proxy with an INFO of its own: no figures, no check, no error.
+    assert parse_memory_info({"redis_version": "7.2.0"}) is None
+    assert parse_memory_info({"used_memory": "n/a"}) is None
+    assert parse_memory_info({"a:1": {"role": "proxy"}}) is None
+    assert _parsed({"used_memory": 5 * MB}) == RedisMemory(5 * MB, 0, "noeviction")  # no maxmemory fields
 
 
 def test_a_cluster_is_as_full_as_its_fullest_primary() -> None:
@@ -56,10 +70,9 @@ def test_a_cluster_is_as_full_as_its_fullest_primary() -> None:
 
 
 def test_the_messages_give_the_figures_and_the_remedy() -> None:
-    assert memory_problem(RedisMemory(10 * MB, 384 * MB, "noeviction")) is None
-    reason, msg = memory_problem(RedisMemory(385 * MB, 384 * MB, "noeviction")) or ("", "")
-    assert reason == OUT_OF_MEMORY
+    msg = out_of_memory_message(RedisMemory(385 * MB, 384 * MB, "noeviction"))
     assert "385.0 MB used of maxmemory 384.0 MB" in msg and "raise maxmemory" in msg and "nothing is lost" in msg
+    assert "used of maxmemory" not in out_of_memory_message(None)  # INFO did not answer: no figures
     assert eviction_warning(RedisMemory(10 * MB, 0, "allkeys-lru")) is None  # no limit: nothing is evicted
     assert eviction_warning(RedisMemory(10 * MB, 384 * MB, "noeviction")) is None
     warning = eviction_warning(RedisMemory(10 * MB, 384 * MB, "volatile-lru")) or ""
