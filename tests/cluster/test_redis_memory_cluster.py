@@ -3,7 +3,7 @@
 - Full (maxmemory reached, noeviction, as the chart's bundled Redis runs): the pool and the job that
   cannot be enqueued say RedisOutOfMemory with Redis's figures and the remedy, one Warning Event each,
   and the operator's gauges show the pool's Redis over its maxmemory; once Redis has room the job
-  completes with exactly one record per URL.
+  completes with exactly one record per URL. Deleting a job, the remedy, works while Redis is full.
 - An evicting maxmemory-policy: the pool is Degraded (RedisEvictionPolicy, one Warning Event) until the
   policy is noeviction again.
 
@@ -86,6 +86,17 @@ def test_a_full_redis_is_on_the_pool_and_the_job_then_the_job_completes_exactly_
         lambda: (_cond(control_plane, "scrapepool", "mem", namespace, "Ready") or {}).get("status") == "True",
         diag=operator.log_tail,
     )
+
+    # The remedy works while Redis is full: deleting the finished job removes its keys (its results too).
+    keys = Keys(f"trawl:{{{namespace}/mem}}")
+    uid = obj["metadata"]["uid"]
+    assert client.exists(*keys.job_keys(uid)) > 0
+    try:
+        client.config_set("maxmemory", str(int(client.info("memory")["used_memory"]) // 2))
+        control_plane.kubectl("delete", "scrapejob/mem-job", "-n", namespace, "--timeout=60s")
+        assert client.exists(*keys.job_keys(uid)) == 0
+    finally:
+        client.config_set("maxmemory", "0")
 
     # An evicting policy: Degraded, told once, lifted when the policy is noeviction again.
     try:

@@ -16,10 +16,11 @@ from collections.abc import Iterator
 
 import pytest
 import redis.asyncio as aioredis
+from redis.exceptions import OutOfMemoryError
 
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.dev.bookstore import Bookstore
-from trawl.queue import Queue
+from trawl.queue import JobConfig, Queue
 from trawl.queue.keys import Keys
 from trawl.redismemory import read_memory
 from trawl.worker.jobspec import build_job_config
@@ -104,3 +105,27 @@ async def _succeeded_at_least(queue: Queue, job_id: str, n: int) -> bool:
 
 async def _finished(queue: Queue, job_id: str) -> bool:
     return (await queue.job_stats(job_id)).finished
+
+
+async def test_the_remedies_run_while_redis_is_full(redis_client: aioredis.Redis) -> None:
+    """Deleting a job (cancel) and starting a finished job's retention free memory, so a full Redis must
+    run them: they were refused like every other write, and the user's way out was refused with them."""
+    queue = Queue(redis_client, PREFIX, lease_seconds=5)
+    for job_id in ("deleted", "retained"):
+        await queue.register_job(JobConfig(job_id))
+        await queue.enqueue(job_id, [f"https://{job_id}.test/{i}" for i in range(200)])
+        await queue.mark_enqueue_done(job_id)
+    memory = await read_memory(redis_client)
+    assert memory is not None
+    try:
+        await redis_client.config_set("maxmemory-policy", "noeviction")
+        await redis_client.config_set("maxmemory", str(memory.used // 2))
+        with pytest.raises(OutOfMemoryError):  # Redis is full: ordinary transitions are refused whole
+            await queue.enqueue("retained", ["https://retained.test/more"])
+        await queue.cancel("deleted")
+        await queue.expire_job("retained", 60)
+    finally:
+        await redis_client.config_set("maxmemory", "0")
+    assert await redis_client.exists(*queue.keys.job_keys("deleted")) == 0
+    assert 0 < await redis_client.ttl(queue.keys.job("retained")) <= 60
+    assert (await queue.job_stats("retained")).total == 200  # the refused enqueue changed nothing

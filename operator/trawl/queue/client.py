@@ -73,6 +73,12 @@ _FORBIDDEN_ID_CHARS = frozenset("|{}")
 _RETRYABLE_ERRORS: tuple[type[Exception], ...] = (*TRANSIENT_ERRORS, OSError)
 
 
+# Scripts that free memory, so they must run when Redis is full (maxmemory with noeviction): deleting a
+# job and starting its retention are the remedies for a full Redis, and were refused by it. Every other
+# script is refused whole under OOM, before it runs (the shebang's default), so nothing is half-done.
+ALLOW_OOM_SCRIPTS = frozenset({"cancel", "expire_job"})
+
+
 def load_script_source(name: str) -> str:
     """The full source of a transition's script: ``lib.lua`` followed by ``<name>.lua``.
 
@@ -81,7 +87,8 @@ def load_script_source(name: str) -> str:
     """
     base = resources.files("trawl.queue") / "lua"
     lib = (base / "lib.lua").read_text(encoding="utf-8")
-    return "#!lua\n" + lib + "\n" + (base / f"{name}.lua").read_text(encoding="utf-8")
+    shebang = "#!lua flags=allow-oom" if name in ALLOW_OOM_SCRIPTS else "#!lua"
+    return shebang + "\n" + lib + "\n" + (base / f"{name}.lua").read_text(encoding="utf-8")
 
 
 def _s(value: Any) -> str:
