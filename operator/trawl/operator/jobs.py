@@ -31,6 +31,7 @@ from trawl.worker.sinks import dedupe_key
 from trawl.worker.urlpolicy import parse_networks
 
 from . import kube
+from .conditions import get_condition
 from .jobstatus import TERMINAL, JobFacts, Problem, Transition, derive_job_status
 from .naming import ANNOTATION_RETRY_DEAD, RETRY_ALL_SUFFIX, queue_prefix
 from .oncomplete import run_hooks
@@ -419,7 +420,7 @@ async def _requeue_dead(queue: Queue, uid: str, dead: int, *, include_permanent:
 
 
 def _deadline_exceeded(spec: ScrapeJobSpec, prev: Mapping[str, Any], stats: JobStats, now: datetime) -> bool:
-    failed = next((c for c in prev.get("conditions") or [] if c.get("type") == "Failed"), None)
+    failed = get_condition(prev.get("conditions"), "Failed")
     if failed and failed.get("status") == "True" and failed.get("reason") == "DeadlineExceeded":
         return True
     if spec.active_deadline_seconds is None or stats.finished:

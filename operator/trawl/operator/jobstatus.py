@@ -15,7 +15,7 @@ from trawl.api.common import format_time, parse_time
 from trawl.queue.model import DeadLetterRecord, JobStats
 from trawl.worker.notes import Skipped, Throttled
 
-from .conditions import Cond, merge_conditions
+from .conditions import Cond, get_condition, merge_conditions
 
 TERMINAL = ("Succeeded", "Failed")
 
@@ -247,7 +247,7 @@ def derive_job_status(
         events.append(Transition("Warning", "DataLost", facts.data_lost))
     status["conditions"] = merge_conditions(prev.get("conditions"), conds, generation=facts.generation, now=now)
 
-    prev_stalled = next((c for c in prev.get("conditions") or [] if c.get("type") == "Stalled"), None)
+    prev_stalled = get_condition(prev.get("conditions"), "Stalled")
     first_pass = prev_phase is None and prev_stalled is None
     was_stuck = prev_stalled is not None and prev_stalled.get("status") == "True" and prev_phase not in TERMINAL
     if problem is None and (first_pass or was_stuck):

@@ -36,7 +36,7 @@ from trawl.redismemory import (
 
 from . import kube
 from .autoscaling import Autoscalers, ScaleAdvice
-from .conditions import Cond, merge_conditions
+from .conditions import Cond, get_condition, merge_conditions
 from .deployment import render_worker_deployment
 from .fieldowners import take_over
 from .jobs import open_queue, validation_message
@@ -419,7 +419,7 @@ def _finish(
             Cond("Stalled", True, reason, msg),
             Cond("Reconciling", False, reason, ""),
         ]
-        prev_stalled = next((c for c in prev.get("conditions") or [] if c.get("type") == "Stalled"), None)
+        prev_stalled = get_condition(prev.get("conditions"), "Stalled")
         if prev_stalled is None or prev_stalled.get("reason") != reason or prev_stalled.get("status") != "True":
             events.append(Transition("Warning", reason, msg))
         for key in (
@@ -447,7 +447,7 @@ def _finish(
     # An evicting Redis can drop the pool's data without an error: Degraded until its policy changes.
     evicting = Cond("Degraded", True, EVICTION_POLICY, redis_warning) if redis_warning is not None else None
     if evicting is not None:
-        prev_degraded = next((c for c in prev.get("conditions") or [] if c.get("type") == "Degraded"), None)
+        prev_degraded = get_condition(prev.get("conditions"), "Degraded")
         if prev_degraded is None or prev_degraded.get("reason") != EVICTION_POLICY:
             events.append(Transition("Warning", EVICTION_POLICY, evicting.message))
     if advice is not None:
