@@ -4,12 +4,12 @@ slots free, and go back at once (no attempt, no stall spent) when the worker sto
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
 import redis.asyncio as aioredis
+from async_waits import until
 
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.dev.bookstore import Bookstore
@@ -28,13 +28,6 @@ def slow_site() -> Iterator[Bookstore]:
     # Every page takes 0.3 s, so tasks wait in the worker's buffer long enough to be seen there.
     with Bookstore(host="127.0.0.2", categories=1, books_per_category=PAGES, latency=0.3) as store:
         yield store
-
-
-async def _until(check: object, within: float = 30.0) -> None:
-    deadline = time.monotonic() + within
-    while not check():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.02)
 
 
 async def test_buffered_tasks_are_held_then_given_back_on_stop(
@@ -58,14 +51,14 @@ async def test_buffered_tasks_are_held_then_given_back_on_stop(
     )  # fmt: skip
     runner = asyncio.create_task(worker.run())
     try:
-        await _until(lambda: len(worker._buffer) >= 7)
+        await until(lambda: len(worker._buffer) >= 7)
         assert len(worker._inflight) <= 2  # never more running than the concurrency
         held = worker.held()
         assert len(held) == worker.in_flight >= 9  # buffered tasks count as held: heartbeats keep them
         # A heartbeat with that list returns nothing as an orphan: every buffered lease stays.
         await worker._heartbeat(draining=False)
         assert (await queue.job_stats(job_id)).in_flight == worker.in_flight
-        await _until(lambda: worker.processed >= 3)  # buffered tasks start as slots free
+        await until(lambda: worker.processed >= 3)  # buffered tasks start as slots free
     finally:
         worker.request_stop()
         await asyncio.wait_for(runner, 60)
@@ -98,10 +91,10 @@ async def test_auto_claims_fill_the_slots_at_small_concurrency(
     )
     runner = asyncio.create_task(worker.run())
     try:
-        await _until(lambda: (worker.metrics.claims._value.get() or 0) >= 8)
+        await until(lambda: (worker.metrics.claims._value.get() or 0) >= 8)
         # The first claim asked for all 8 slots at once (a quarter of the concurrency was 2 per claim).
         assert worker.metrics.claim_calls.labels("tasks")._value.get() == 1
-        await _until(lambda: worker.processed >= 1)
+        await until(lambda: worker.processed >= 1)
     finally:
         worker.request_stop()
         await asyncio.wait_for(runner, 60)

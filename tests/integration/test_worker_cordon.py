@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import redis.asyncio as aioredis
+from async_waits import until
 
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.dev.bookstore import Bookstore
@@ -30,19 +30,6 @@ PAGES = 24
 def site() -> Iterator[Bookstore]:
     with Bookstore(host="127.0.0.2", categories=1, books_per_category=PAGES, latency=0.05) as store:
         yield store
-
-
-async def _until(check: Callable[[], bool | Awaitable[bool]], within: float = 30.0) -> None:
-    """Until ``check`` (a plain or an async predicate) holds, for at most ``within`` seconds."""
-    deadline = time.monotonic() + within
-    while not await _holds(check):
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.02)
-
-
-async def _holds(check: Callable[[], bool | Awaitable[bool]]) -> bool:
-    result = check()
-    return await result if inspect.isawaitable(result) else result
 
 
 async def test_heartbeat_reply_says_whether_the_pod_is_cordoned(redis_client: aioredis.Redis) -> None:
@@ -139,7 +126,7 @@ async def test_a_cordoned_worker_claims_nothing_and_resumes_when_uncordoned(
 ) -> None:
     queue, a, b = workers
     await queue.set_cordoned({"pod-a"}, 60)
-    await _until(lambda: a.cordoned)
+    await until(lambda: a.cordoned)
     assert not b.cordoned
     await _finished(queue, await _job(queue, site))
     # processed counts attempts: a fetch failed under load and retried counts twice (results are exact:
@@ -147,10 +134,10 @@ async def test_a_cordoned_worker_claims_nothing_and_resumes_when_uncordoned(
     assert a.processed == 0 and b.processed >= PAGES  # b claimed everything
     b_before = b.processed
     await queue.set_cordoned(set(), 60)  # the autoscaler lifts the cordon
-    await _until(lambda: not a.cordoned)
+    await until(lambda: not a.cordoned)
     # b cordoned now, so the next job shows a claiming again (with both free, b may claim it whole first)
     await queue.set_cordoned({"pod-b"}, 60)
-    await _until(lambda: b.cordoned)
+    await until(lambda: b.cordoned)
     assert not a.cordoned
     await _finished(queue, await _job(queue, site))
     assert a.processed >= PAGES and b.processed == b_before
@@ -161,10 +148,10 @@ async def test_a_cordon_the_operator_stops_writing_expires(
 ) -> None:
     queue, a, b = workers
     await queue.set_cordoned({"pod-a"}, 1.0)
-    await _until(lambda: a.cordoned)
-    await _until(lambda: not a.cordoned, within=10)  # nobody wrote it again: the set expired
+    await until(lambda: a.cordoned)
+    await until(lambda: not a.cordoned, within=10)  # nobody wrote it again: the set expired
     await queue.set_cordoned({"pod-b"}, 60)  # so that the job shows a claiming again (see above)
-    await _until(lambda: b.cordoned)
+    await until(lambda: b.cordoned)
     await _finished(queue, await _job(queue, site))
     assert a.processed >= PAGES and b.processed == 0
 
@@ -178,7 +165,7 @@ async def test_a_worker_stops_claiming_at_its_next_claim_not_its_next_heartbeat(
         async def first_beats() -> bool:
             return all([await redis_client.hexists(Keys(PREFIX).worker_info, w.worker_id) for w in (a, b)])
 
-        await _until(first_beats)  # both first heartbeats came and went: the next ones are a minute away
+        await until(first_beats)  # both first heartbeats came and went: the next ones are a minute away
         await queue.set_cordoned({"pod-a"}, 60)
         await _finished(queue, await _job(queue, site))
         assert a.processed == 0 and b.processed >= PAGES

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 import redis.asyncio as aioredis
+from async_waits import until
 
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.dev import procs
@@ -39,13 +40,6 @@ def _get(url: str) -> tuple[int, str]:
         return int(exc.code), exc.read().decode()
 
 
-async def _until(check: object, within: float = 30.0) -> None:
-    deadline = time.monotonic() + within
-    while not check():  # type: ignore[operator]
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.05)
-
-
 async def test_livez_fails_while_the_event_loop_is_stuck(redis_client: aioredis.Redis) -> None:
     port = procs.free_port("127.0.0.1")
     queue = Queue(redis_client, PREFIX, lease_seconds=10)
@@ -61,7 +55,7 @@ async def test_livez_fails_while_the_event_loop_is_stuck(redis_client: aioredis.
     runner = asyncio.create_task(worker.run())
     base = f"http://127.0.0.1:{port}"
     try:
-        await _until(lambda: worker.metrics.__dict__.get("_server") is not None)
+        await until(lambda: worker.metrics.__dict__.get("_server") is not None, poll=0.05)
         assert await asyncio.to_thread(_get, base + "/livez") == (200, "ok\n")
         seen: dict[str, tuple[int, str]] = {}
 
@@ -81,7 +75,7 @@ async def test_livez_fails_while_the_event_loop_is_stuck(redis_client: aioredis.
         status, body = seen["livez"]
         assert status == 503 and "event loop has not run" in body
         assert seen["metrics"][0] == 200  # what the readiness probe sees is no proof of life
-        await _until(lambda: _get(base + "/livez")[0] == 200)  # alive again once the loop runs
+        await until(lambda: _get(base + "/livez")[0] == 200, poll=0.05)  # alive again once the loop runs
     finally:
         worker.request_stop()
         await asyncio.wait_for(runner, 30)

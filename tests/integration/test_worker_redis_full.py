@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
 import redis.asyncio as aioredis
+from async_waits import until
 from redis.exceptions import OutOfMemoryError
 
 from trawl.api.scrapejob import ScrapeJobSpec
@@ -34,14 +34,6 @@ PAGES = 60
 def site() -> Iterator[Bookstore]:
     with Bookstore(host="127.0.0.2") as store:
         yield store
-
-
-async def _until(what: str, check: object, runner: asyncio.Task[None], within: float = 60) -> None:
-    deadline = time.monotonic() + within
-    while not await check():  # type: ignore[operator]
-        assert not runner.done(), runner
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
 
 
 async def test_a_full_redis_holds_the_work_then_every_url_lands_once(
@@ -71,18 +63,20 @@ async def test_a_full_redis_holds_the_work_then_every_url_lands_once(
         return any("maxmemory" in str(getattr(r, "error", "")) for r in caplog.records)
 
     try:
-        await _until("a third of the job", lambda: _succeeded_at_least(queue, job_id, PAGES // 3), runner)
+        await until(
+            lambda: _succeeded_at_least(queue, job_id, PAGES // 3), what="a third of the job", runner=runner, within=60
+        )
         memory = await read_memory(redis_client)
         assert memory is not None and memory.limit == 0
         await redis_client.config_set("maxmemory-policy", "noeviction")
         await redis_client.config_set("maxmemory", str(memory.used // 2))  # full now, mid-job
         full = await read_memory(redis_client)
         assert full is not None and full.full
-        await _until("the worker to meet the full Redis", refused, runner)
+        await until(refused, what="the worker to meet the full Redis", runner=runner, within=60)
         stalled_at = (await queue.job_stats(job_id)).succeeded
         assert stalled_at < PAGES
         await redis_client.config_set("maxmemory", "0")  # room again
-        await _until("the job to finish", lambda: _finished(queue, job_id), runner)
+        await until(lambda: _finished(queue, job_id), what="the job to finish", runner=runner, within=60)
     finally:
         await redis_client.config_set("maxmemory", "0")
         worker.request_stop()

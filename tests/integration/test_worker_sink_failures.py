@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from async_waits import until
 
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.dev.bookstore import Bookstore
@@ -56,17 +56,6 @@ async def _start(
     return job_id, queue, worker, asyncio.create_task(worker.run())
 
 
-async def _until(what: str, check: Any, runner: asyncio.Task[None], within: float = 60.0) -> Any:
-    deadline = time.monotonic() + within
-    while True:
-        value = await check()
-        if value:
-            return value
-        assert not runner.done(), runner
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
-
-
 def _fetches(site: Bookstore, before: int) -> Counter[str]:
     return Counter(e.path for e in site.entries()[before:] if e.path != "/robots.txt")
 
@@ -89,14 +78,18 @@ async def test_a_sink_outage_costs_no_refetch_and_loses_no_record(
     notes = JobNotes(redis_client, Keys(PREFIX).job)
     try:
         # The outage: every page is fetched, no record can be written, and the job says why.
-        trouble = await _until("the sink note", lambda: notes.sink_trouble(job_id), runner)
+        trouble = await until(
+            lambda: notes.sink_trouble(job_id), what="the sink note", runner=runner, within=60, poll=0.05
+        )
         assert "json lines write failed" in trouble.message
-        await _until(
-            "every page fetched and retried",
-            lambda: _async(
+        await until(
+            lambda: (
                 sum(_fetches(site, before).values()) == PAGES and worker.metrics.sink_retries._value.get() >= 3 * PAGES
             ),
-            runner,
+            what="every page fetched and retried",
+            runner=runner,
+            within=60,
+            poll=0.05,
         )
         stats = await queue.job_stats(job_id)
         assert (stats.succeeded, stats.dead, stats.in_flight) == (0, 0, PAGES)  # held, not given back
@@ -105,7 +98,7 @@ async def test_a_sink_outage_costs_no_refetch_and_loses_no_record(
         assert worker.metrics.in_flight._value.get() == worker.in_flight == PAGES
 
         blocker.unlink()  # the sink recovers
-        await _until("the job to finish", lambda: _finished(queue, job_id), runner)
+        await until(lambda: _finished(queue, job_id), what="the job to finish", runner=runner, within=60, poll=0.05)
     finally:
         worker.request_stop()
         await asyncio.wait_for(runner, 30)
@@ -132,9 +125,11 @@ async def test_a_permanently_failing_sink_dead_letters_with_its_reason(
     )
     notes = JobNotes(redis_client, Keys(PREFIX).job)
     try:
-        trouble = await _until("the sink note", lambda: notes.sink_trouble(job_id), runner)
+        trouble = await until(
+            lambda: notes.sink_trouble(job_id), what="the sink note", runner=runner, within=60, poll=0.05
+        )
         assert "refused" in trouble.message
-        await _until("the job to finish", lambda: _finished(queue, job_id), runner)
+        await until(lambda: _finished(queue, job_id), what="the job to finish", runner=runner, within=60, poll=0.05)
     finally:
         worker.request_stop()
         await asyncio.wait_for(runner, 30)
@@ -146,10 +141,6 @@ async def test_a_permanently_failing_sink_dead_letters_with_its_reason(
     assert all("webhook http://10.0.0.1/hook refused" in d.message for d in dead)
     assert set(_fetches(site, before).values()) == {1}  # each page fetched once, never again
     assert worker.metrics.sink_failed._value.get() == len(urls)
-
-
-async def _async(value: bool) -> bool:
-    return value
 
 
 async def _finished(queue: Queue, job_id: str) -> bool:
