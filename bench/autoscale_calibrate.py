@@ -14,7 +14,7 @@ submitted in one ScrapeJob at t = 0 to a pool of its own (the e2e pool's setting
 ``pollSeconds`` 2, ``targetDrainSeconds`` 10, ``scaleDownDelaySeconds`` 10, ``idleSecondsBeforeZero``
 15, replicas 0..``--max-replicas``). Measured every second: the Deployment's ``spec.replicas``, its
 pods and Ready pods. A task's wait is the site's access-log time of its first fetch minus the time the
-job was applied (so it includes the operator's enqueue). The simulator (``trawl.autoscale.sim``, the
+job was applied (so it includes the operator's enqueue). The simulator (``poolsim.sim``, the
 controller's own ``plan()``) runs the same burst with the same pool, the pod start-up the real pool
 measured (``status.podStartupSeconds``) and the service time the site imposes plus a measured
 per-fetch overhead, over ``--seeds`` poll phases.
@@ -35,10 +35,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests" / "e2e"), str(ROOT / "tests")]
 
+from poolsim.kedahpa import KedaHpaConfig  # noqa: E402
+from poolsim.sim import PoolConfig, Result, percentile, simulate  # noqa: E402
+from poolsim.traces import Trace  # noqa: E402
 from trawl.api.scrapepool import AutoscalingSpec  # noqa: E402
-from trawl.autoscale.kedahpa import KedaHpaConfig  # noqa: E402
-from trawl.autoscale.sim import PoolConfig, Result, percentile, simulate  # noqa: E402
-from trawl.autoscale.traces import Trace  # noqa: E402
 
 POOL = "calib"
 SITE_DEPLOYMENT = "bookstore-slow"

@@ -3,7 +3,7 @@
     .venv/bin/python bench/autoscale_sim.py --markdown   # 20 seeds per trace, headline + stress, PNGs
     .venv/bin/python bench/autoscale_sim.py --quick      # shorter traces, 5 seeds
 
-Every policy drives the same simulated pool (trawl.autoscale.sim) over the same traces with the same
+Every policy drives the same simulated pool (poolsim.sim) over the same traces with the same
 random numbers; each seed draws everything random anew (arrivals, service times, failures, retry
 jitter, the phase of every poll loop). Trawl is called through trawl.autoscale.step.plan, the
 controller's own call, with only what the controller has (queue snapshot, job-index entries, its
@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from poolsim.kedahpa import KedaHpaConfig
+from poolsim.sim import PoolConfig, Result, Trace, build_traces, simulate
 from trawl.api.scrapepool import AutoscalingSpec
-from trawl.autoscale.kedahpa import KedaHpaConfig
-from trawl.autoscale.sim import PoolConfig, Result, Trace, build_traces, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICIES = ("trawl", "keda_stock", "keda_tuned")

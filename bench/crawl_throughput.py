@@ -208,7 +208,7 @@ async def read_back(sink: str, server: Any, output: Any, redis: Any, prefix: str
             return [dict(row[0]) for row in await cur.fetchall()]
     if sink == "s3":
         from trawl.api.scrapejob import S3Sink
-        from trawl.worker import s3sink
+        from trawl.sinks import s3 as s3sink
 
         target = s3sink.target_from_spec(S3Sink.model_validate(output["s3"]), server.access_key, server.secret_key)
         return await asyncio.to_thread(s3sink.read_records, target, job_id)
@@ -242,7 +242,7 @@ async def run_trawl(
     with sink_server(sink, tmp) as (server, output, secrets):
         if sink == "postgres":  # what the operator does when it accepts the job: create the table
             from trawl.api.scrapejob import PostgresSink
-            from trawl.worker.pgsink import ensure_table, target_from_spec
+            from trawl.sinks.postgres import ensure_table, target_from_spec
 
             await ensure_table(target_from_spec(PostgresSink.model_validate(output["postgres"]), server.password))
         return await _run_trawl(base, tmp, mode, sink, server, output, secrets, cold)
@@ -256,9 +256,9 @@ async def _run_trawl(
     from trawl.api.scrapejob import ScrapeJobSpec
     from trawl.dev import procs
     from trawl.dev.redis_server import RedisServer
+    from trawl.jobspec.wire import build_job_config
     from trawl.queue import Queue
     from trawl.queue.keys import Keys
-    from trawl.worker.jobspec import build_job_config
 
     prefix = "trawl:{bench/crawl}"
     with RedisServer() as redis_server:

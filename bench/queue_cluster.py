@@ -35,7 +35,7 @@ from trawl.dev.redis_cluster import LocalRedisCluster
 from trawl.queue import JobConfig
 from trawl.queue.keys import pool_prefix
 from trawl.queue.sharded import ShardedQueue
-from trawl.redisclient import connect
+from trawl.redisconn.client import connect
 
 
 def cpu_of(cluster: LocalRedisCluster, port: int) -> float:

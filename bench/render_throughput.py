@@ -39,12 +39,12 @@ from trawl.api.render import RenderSpec
 from trawl.dev import procs
 from trawl.dev.bookstore import Renderer, catalog
 from trawl.dev.jsbookstore import LISTING_FIELDS, listing_paths
+from trawl.egress.addresses import parse_networks
+from trawl.worker.browser import procmem
+from trawl.worker.browser.browser import BrowserPool
+from trawl.worker.browser.settings import BrowserSettings, find_chromium
 from trawl.worker.extract import ExtractOptions, Extractor
 from trawl.worker.fetch import Fetcher, FetchLimits
-from trawl.worker.render import procmem
-from trawl.worker.render.browser import BrowserPool
-from trawl.worker.render.settings import BrowserSettings, find_chromium
-from trawl.worker.urlpolicy import parse_networks
 
 HOST = "127.0.0.2"
 

@@ -66,8 +66,8 @@ async def one_run(
 
     from trawl.api.scrapejob import ScrapeJobSpec
     from trawl.dev import procs
+    from trawl.jobspec.wire import build_job_config
     from trawl.queue import Queue
-    from trawl.worker.jobspec import build_job_config
 
     redis = aioredis.Redis.from_url(redis_url)
     queue = Queue(redis, PREFIX)
@@ -117,7 +117,7 @@ async def one_run(
 
 def importtime(top: int) -> None:
     """The modules that cost most to import for ``trawl.cli worker`` (cumulative, microseconds)."""
-    code = "import sys; sys.argv = ['trawl', 'worker']; import trawl.cli; import trawl.worker.cli"
+    code = "import sys; sys.argv = ['trawl', 'worker']; import trawl.cli; import trawl.worker.main"
     err = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True, check=True
     ).stderr

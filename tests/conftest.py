@@ -9,7 +9,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from trawl.dev.redis_server import RedisServer
-from trawl.redisclient import connect
+from trawl.redisconn.client import connect
 
 # Prometheus's default port and the worker template's default metrics port.
 HELD_PORT = 9090
@@ -44,7 +44,7 @@ def redis_server() -> Iterator[RedisServer]:
 @pytest.fixture
 async def redis_client(redis_server: RedisServer) -> AsyncIterator[aioredis.Redis]:
     """An asyncio client on a flushed database, built as a worker builds it: its commands share one
-    connection (trawl.redismux). tests/integration/test_queue_behaviour.py runs the queue on redis-py's
+    connection (trawl.redisconn.mux). tests/integration/test_queue_behaviour.py runs the queue on redis-py's
     pooled client too, as the operator and the CLI use it."""
     client = connect(redis_server.url, multiplex=True)
     await client.flushall()

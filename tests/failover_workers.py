@@ -21,9 +21,9 @@ import redis.asyncio as aioredis
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.dev import procs
 from trawl.dev.bookstore import PRODUCT_FIELDS
+from trawl.jobspec.wire import build_job_config
 from trawl.queue import Queue
 from trawl.queue.keys import Keys
-from trawl.worker.jobspec import build_job_config
 
 HOST = "127.0.0.2"  # the fixture site's address: the workers may fetch from it and nothing else
 

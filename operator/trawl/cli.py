@@ -19,13 +19,13 @@ def _worker_invocation(argv: list[str]) -> bool:
 
 if _worker_invocation(sys.argv):
     # No cyclic garbage collection while the worker imports (it ran ~150 times for ~60k start-up objects,
-    # a tenth of the import time); trawl.worker.cli turns it back on after freezing what start-up made.
+    # a tenth of the import time); trawl.worker.main turns it back on after freezing what start-up made.
     gc.disable()
-    from trawl.lazyimport import defer
+    from trawl.boot.lazyimport import defer
 
     defer("jwt")  # imported by redis-py, used only with token credentials: ~60 ms of every worker start
 
-    from trawl import castore
+    from .boot import castore
 
     castore.import_aiohttp()  # its CA-store loads (~90 ms) run on a thread while the rest imports
 
@@ -65,7 +65,7 @@ def completion(shell: str = typer.Argument(..., help="bash, zsh or fish.")) -> N
     loads completions from (e.g. `trawl completion fish > ~/.config/fish/completions/trawl.fish`)."""
     from typer._completion_shared import get_completion_script
 
-    from trawl.clitools.errors import CliError
+    from trawl.clitools.exits import CliError
 
     if shell not in SHELLS:
         raise CliError(f"unknown shell {shell!r}: use {', '.join(SHELLS)}")
@@ -200,14 +200,14 @@ def worker_cmd(
 ) -> None:
     """Run a scrape worker: claim tasks of the pool, fetch, extract, write results."""
     from trawl.queue.claimsize import parse_setting
-    from trawl.worker.cli import main as worker_main
+    from trawl.worker.main import main as worker_main
 
     try:
         parse_setting(claim_batch)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--claim-batch / TRAWL_CLAIM_BATCH") from None
     if redis_sentinels or redis_sentinel_master:
-        from trawl.sentinelclient import SentinelTarget
+        from trawl.redisconn.sentinel import SentinelTarget
 
         try:
             SentinelTarget.parse(redis_sentinels, redis_sentinel_master)
@@ -243,12 +243,13 @@ def worker_cmd(
 
 
 def _add_commands() -> None:
-    from trawl.dev.cli import app as dev_app
+    from trawl.dev.commands import app as dev_app
+    from trawl.dev.commands import run
 
     app.add_typer(dev_app, name="dev")
 
     # Job tools (trawl.clitools): the module imports only typer; each command loads kube/redis/rich when run.
-    from trawl.clitools.app import dlq_app, pool_app, results, run, status, submit, top
+    from trawl.clitools.app import dlq_app, pool_app, results, status, submit, top
 
     app.command("submit")(submit)
     app.command("status")(status)
@@ -271,7 +272,7 @@ def main() -> None:
 
     from typer._completion_classes import completion_init
 
-    from trawl.clitools.errors import CliError
+    from trawl.clitools.exits import CliError
 
     # Typer's completion classes (the scripts of `trawl completion` call back with _TRAWL_COMPLETE set).
     completion_init()

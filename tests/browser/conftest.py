@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
-from trawl.worker.render.settings import find_chromium
+from trawl.worker.browser.settings import find_chromium
 
 SITE_HOST = "127.0.0.2"  # the fixture site: allowed explicitly, as the other worker tests allow theirs
 PROTECTED_HOST = "127.0.0.3"  # a server the pages must never reach: loopback, not allowed

@@ -21,14 +21,14 @@ from trawl.api.render import RenderSpec
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.dev.bookstore import Renderer, catalog
 from trawl.dev.jsbookstore import LISTING_FIELDS, Hits, build_app, listing_paths
+from trawl.egress.addresses import parse_networks
+from trawl.jobspec.wire import build_job_config
 from trawl.queue import Queue
 from trawl.queue.keys import Keys
-from trawl.worker.jobspec import build_job_config
-from trawl.worker.render.browser import BrowserPool
-from trawl.worker.render.metrics import BrowserMetrics
-from trawl.worker.render.settings import BrowserSettings
+from trawl.worker.browser.browser import BrowserPool
+from trawl.worker.browser.metrics import BrowserMetrics
+from trawl.worker.browser.settings import BrowserSettings
 from trawl.worker.runner import Worker, WorkerConfig
-from trawl.worker.urlpolicy import parse_networks
 
 PREFIX = "trawl:{test/render}"
 SITE_HOST = "127.0.0.2"  # the fixture site: allowed explicitly, as the other worker tests allow theirs
@@ -260,7 +260,7 @@ async def test_without_a_usable_sandbox_chromium_is_started_again_without_it(
 ) -> None:
     """Where Chromium's sandbox cannot start (here: root, as under a seccomp profile that forbids user
     namespaces), the first launch fails, the worker says so and runs Chromium with --no-sandbox."""
-    from trawl.worker.render import settings as render_settings
+    from trawl.worker.browser import settings as render_settings
 
     base, renderer, _hits = site
     monkeypatch.setattr(render_settings, "needs_no_sandbox", lambda: False)  # first try with the sandbox

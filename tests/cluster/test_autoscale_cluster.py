@@ -14,10 +14,10 @@ import pytest
 from metrics_page import Scrape
 from operator_fixtures import apply, condition, events_for, exists, get, job, pool, wait_for
 
+from trawl.api.naming import pool_selector
 from trawl.dev.bookstore import Bookstore
 from trawl.dev.controlplane import ControlPlane
 from trawl.dev.redis_server import RedisServer
-from trawl.operator.naming import pool_selector
 
 # Politeness out of the way: these tests are about the autoscaler, not the rate limiter.
 FAST = {"politeness": {"requestsPerSecond": 10000, "maxConcurrencyPerDomain": 1000, "respectRobotsTxt": False}}

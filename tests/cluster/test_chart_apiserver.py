@@ -130,13 +130,13 @@ def test_operator_and_redis_pods_are_admitted_as_restricted(
 
 def test_worker_pod_is_admitted_as_restricted(control_plane: ControlPlane, restricted_namespace: str) -> None:
     deployment_module = pytest.importorskip(
-        "trawl.operator.deployment", reason="the operator's worker Deployment builder is not there yet"
+        "trawl.operator.pool.deployment", reason="the operator's worker Deployment builder is not there yet"
     )
     from trawl.api.scrapepool import ScrapePoolSpec
 
     pool = one(render(namespace=restricted_namespace), "ScrapePool")
     spec = ScrapePoolSpec.model_validate(pool["spec"])
-    deployment = deployment_module.render_worker_deployment(
+    deployment = deployment_module.worker_deployment(
         namespace=restricted_namespace, pool="default", pool_uid=str(uuid.uuid4()), spec=spec, replicas=1
     )
     deployment["metadata"].pop("ownerReferences", None)  # the pool object does not exist here

@@ -25,7 +25,7 @@ from operator_fixtures import apply, get, job, pool, wait_complete
 from typer.testing import CliRunner
 
 from trawl.cli import app
-from trawl.clitools.errors import (
+from trawl.clitools.exits import (
     EXIT_FORBIDDEN,
     EXIT_NO_CRDS,
     EXIT_NOT_FOUND,

@@ -246,7 +246,7 @@ def test_fuzzed_invalid_specs_are_rejected_or_explained(
 def test_worker_deployment_follows_the_pool(control_plane: ControlPlane, namespace: str, operator: Any) -> None:
     """Fields set by an earlier plain create are taken over; metricsPort and annotations change and go away."""
     from trawl.api.scrapepool import ScrapePoolSpec
-    from trawl.operator.deployment import render_worker_deployment
+    from trawl.operator.pool.deployment import worker_deployment
 
     cp = control_plane
     worker = {"concurrency": 4, "drainSeconds": 5, "podAnnotations": {"team": "crawl"}}
@@ -259,7 +259,7 @@ def test_worker_deployment_follows_the_pool(control_plane: ControlPlane, namespa
     # operator stops first: a running one recreates the Deployment as soon as it is deleted.
     operator.stop()
     cp.kubectl("delete", "deployment", "p-workers", "-n", namespace, "--wait=true")
-    old = render_worker_deployment(
+    old = worker_deployment(
         namespace=namespace, pool="p", pool_uid=uid, spec=ScrapePoolSpec.model_validate(body["spec"]), replicas=0
     )
     cp.kubectl("create", "-n", namespace, "--field-manager=trawl-autoscaler", "-f", "-", input=json.dumps(old))

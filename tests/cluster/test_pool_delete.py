@@ -13,10 +13,10 @@ from typing import Any
 from operator_fixtures import apply, exists, get, job, pool
 from typer.testing import CliRunner
 
+from trawl.api.naming import FINALIZER
 from trawl.cli import app
-from trawl.clitools.errors import EXIT_FAILED, EXIT_TIMEOUT
+from trawl.clitools.exits import EXIT_FAILED, EXIT_TIMEOUT
 from trawl.dev.controlplane import ControlPlane
-from trawl.operator.naming import FINALIZER
 
 
 def _delete(cp: ControlPlane, namespace: str, *args: str) -> Any:

@@ -17,8 +17,8 @@ from typing import Any
 import kubernetes
 from e2e_node import RealNode, condition, pod_ready, wait_for
 
+from trawl.api.naming import POD_DELETION_COST
 from trawl.dev.bookstore import PRODUCT_FIELDS, PRODUCT_XPATH_FIELD, catalog, expected_record
-from trawl.operator.naming import POD_DELETION_COST
 
 NAMESPACE = "trawl-system"
 SITE = "http://bookstore.trawl-e2e-site.svc.cluster.local:8080"

@@ -13,7 +13,7 @@ import redis.asyncio as aioredis
 
 from trawl.dev.redis_server import RedisServer
 from trawl.queue import JobConfig, Queue, QueueUnavailable, RetryPolicy, Task, UnknownJob
-from trawl.redisclient import connect
+from trawl.redisconn.client import connect
 
 PREFIX = "trawl:{ns/pool}"
 

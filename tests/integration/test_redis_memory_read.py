@@ -6,8 +6,8 @@ from __future__ import annotations
 import redis.asyncio as aioredis
 
 from trawl.dev.redis_server import RedisServer
-from trawl.redisclient import connect
-from trawl.redismemory import read_memory
+from trawl.redisconn.client import connect
+from trawl.redisconn.memory import read_memory
 
 
 async def test_full_evicting_and_denied(redis_server: RedisServer, redis_client: aioredis.Redis) -> None:

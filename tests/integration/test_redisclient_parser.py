@@ -1,4 +1,4 @@
-"""The workers' Redis parser (trawl.redisclient.Resp2Parser): a connection the server closed is still
+"""The workers' Redis parser (trawl.redisconn.client.Resp2Parser): a connection the server closed is still
 noticed before the next command, without redis-py's per-command timer."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 import redis.asyncio as aioredis
 
 from trawl.dev.redis_server import RedisServer
-from trawl.redisclient import Resp2Parser, connect
+from trawl.redisconn.client import Resp2Parser, connect
 
 
 async def test_a_connection_the_server_closed_is_replaced_before_the_next_command(

@@ -1,4 +1,4 @@
-"""The multiplexed client (trawl.redismux) against a real redis-server: every command gets its own reply,
+"""The multiplexed client (trawl.redisconn.mux) against a real redis-server: every command gets its own reply,
 whatever fails, stops or is cancelled on the shared connection."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 import redis.exceptions as rexc
 
 from trawl.dev.redis_server import RedisServer
-from trawl.redisclient import connect
-from trawl.redismux import MultiplexedRedis
+from trawl.redisconn.client import connect
+from trawl.redisconn.mux import MultiplexedRedis
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from trawl.worker.render.proxy import PolicyProxy
-from trawl.worker.urlpolicy import parse_networks
+from trawl.egress.addresses import parse_networks
+from trawl.worker.browser.proxy import PolicyProxy
 
 SITE = "127.0.0.2"  # allowed
 PROTECTED = "127.0.0.3"  # not allowed

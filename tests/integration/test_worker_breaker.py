@@ -12,11 +12,11 @@ import redis.asyncio as aioredis
 
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.dev.bookstore import Bookstore
+from trawl.jobspec.wire import build_job_config
 from trawl.queue import Queue
 from trawl.queue.keys import Keys
+from trawl.queue.notes import JobNotes
 from trawl.worker.breaker import CircuitBreaker
-from trawl.worker.jobspec import build_job_config
-from trawl.worker.notes import JobNotes
 from trawl.worker.runner import Worker, WorkerConfig
 
 PREFIX = "trawl:{test/breaker}"

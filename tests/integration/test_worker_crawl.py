@@ -14,15 +14,15 @@ import redis.asyncio as aioredis
 
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.dev.bookstore import PRODUCT_FIELDS, PRODUCT_XPATH_FIELD, Bookstore, Renderer
-from trawl.operator.jobs import _requeue_dead
+from trawl.jobspec.wire import build_job_config
+from trawl.operator.job.reconcile import _requeue_dead
 from trawl.queue import Queue
 from trawl.queue.keys import Keys
 from trawl.queue.model import JobConfig
+from trawl.queue.notes import JobNotes
 from trawl.worker.extract import ExtractOptions, Extractor
-from trawl.worker.jobspec import build_job_config
-from trawl.worker.notes import JobNotes
 from trawl.worker.runner import Worker, WorkerConfig
-from trawl.worker.urlpolicy import CrawlPolicy, canonicalize
+from trawl.worker.urls import CrawlPolicy, canonicalize
 
 PREFIX = "trawl:{test/books}"
 ALLOWED = ["127.0.0.2/32"]

@@ -10,8 +10,8 @@ import pytest
 
 from trawl.api.policies import FailureClass
 from trawl.dev.bookstore import Bookstore
+from trawl.egress.addresses import parse_networks
 from trawl.worker.fetch import Fetcher, FetchError, FetchLimits
-from trawl.worker.urlpolicy import parse_networks
 
 # The site listens on 127.0.0.2 and only that address is allowed: 127.0.0.1 (and localhost) stay blocked.
 ALLOWED = parse_networks(["127.0.0.2/32"])

@@ -9,9 +9,9 @@ import redis.asyncio as aioredis
 
 from trawl.queue import Queue
 from trawl.queue.model import JobConfig
+from trawl.sinks.base import Record, record_key
 from trawl.worker.finish import Finish, Finisher
 from trawl.worker.metrics import WorkerMetrics
-from trawl.worker.sinks import Record, record_key
 
 PREFIX = "trawl:{test/finish}"
 

@@ -18,10 +18,10 @@ import redis.asyncio as aioredis
 
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.dev.bookstore import CHARSET_PAGES, CHARSET_TITLE, Bookstore
+from trawl.jobspec.wire import build_job_config
 from trawl.queue import Queue
 from trawl.queue.keys import Keys
 from trawl.queue.model import Heartbeat
-from trawl.worker.jobspec import build_job_config
 from trawl.worker.runner import Worker, WorkerConfig
 
 PREFIX = "trawl:{test/hostile}"

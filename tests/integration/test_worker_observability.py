@@ -16,9 +16,9 @@ from aiohttp import web
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.dev.bookstore import Bookstore
 from trawl.dev.procs import free_port
+from trawl.jobspec.wire import build_job_config
 from trawl.queue import Queue
 from trawl.queue.keys import Keys
-from trawl.worker.jobspec import build_job_config
 from trawl.worker.runner import Worker, WorkerConfig
 
 PREFIX = "trawl:{test/obs}"

@@ -19,9 +19,9 @@ from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.dev import procs
 from trawl.dev.bookstore import PRODUCT_FIELDS, Bookstore
 from trawl.dev.redis_server import RedisServer
+from trawl.jobspec.wire import build_job_config
 from trawl.queue import Queue
 from trawl.queue.keys import Keys
-from trawl.worker.jobspec import build_job_config
 
 PREFIX = "trawl:{test/procs}"
 

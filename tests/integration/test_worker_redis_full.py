@@ -20,10 +20,10 @@ from redis.exceptions import OutOfMemoryError
 
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.dev.bookstore import Bookstore
+from trawl.jobspec.wire import build_job_config
 from trawl.queue import JobConfig, Queue
 from trawl.queue.keys import Keys
-from trawl.redismemory import read_memory
-from trawl.worker.jobspec import build_job_config
+from trawl.redisconn.memory import read_memory
 from trawl.worker.runner import Worker, WorkerConfig
 
 PREFIX = "trawl:{test/full}"

@@ -21,10 +21,10 @@ from async_waits import until
 
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.dev.bookstore import Bookstore
+from trawl.jobspec.wire import build_job_config
 from trawl.queue import Queue
 from trawl.queue.keys import Keys
-from trawl.worker.jobspec import build_job_config
-from trawl.worker.notes import JobNotes
+from trawl.queue.notes import JobNotes
 from trawl.worker.runner import Worker, WorkerConfig
 
 PREFIX = "trawl:{test/sinkfail}"

@@ -16,15 +16,10 @@ from aiohttp import web
 
 from trawl.dev.procs import free_port
 from trawl.queue.keys import Keys
-from trawl.worker.sinks import (
-    JsonLinesSink,
-    Record,
-    RedisStreamSink,
-    SinkError,
-    WebhookSink,
-    batch_key,
-    record_key,
-)
+from trawl.sinks.base import Record, SinkError, batch_key, record_key
+from trawl.sinks.jsonlines import JsonLinesSink
+from trawl.sinks.redisstream import RedisStreamSink
+from trawl.sinks.webhook import WebhookSink
 
 KEYS = Keys("trawl:{test/sinks}")
 

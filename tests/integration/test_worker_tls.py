@@ -1,4 +1,4 @@
-"""A starting worker loads the CA store on a thread (trawl.castore), and still verifies every certificate.
+"""A starting worker loads the CA store on a thread (trawl.boot.castore), and still verifies every certificate.
 
 Each check runs in a fresh interpreter started the way ``trawl worker`` starts (``trawl.cli`` with the
 worker's argv), against a real TLS server on loopback whose certificate a test CA signs. The system CA
@@ -100,10 +100,10 @@ sys.argv = ["trawl", "worker"]
 import trawl.cli
 import aiohttp.connector
 from trawl.worker.fetch import Fetcher, FetchError
-from trawl.worker.urlpolicy import parse_networks
+from trawl.egress.addresses import parse_networks
 
-import trawl.castore
-print("deferred", trawl.castore._loaded is not None)
+import trawl.boot.castore
+print("deferred", trawl.boot.castore._loaded is not None)
 
 async def main():
     async with Fetcher(allowed=parse_networks(["127.0.0.1/32"])) as fetcher:

@@ -10,7 +10,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from trawl.dev.redis_cluster import LocalRedisCluster
-from trawl.redisclient import connect
+from trawl.redisconn.client import connect
 
 # the cluster layer's helpers (objects, waits) serve the operator test here too
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "cluster"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import redis.asyncio as aioredis
 
 from trawl.dev.redis_cluster import LocalRedisCluster
-from trawl.redismemory import read_memory
+from trawl.redisconn.memory import read_memory
 
 
 async def test_the_fullest_primary_decides(redis_cluster: LocalRedisCluster, cluster_client: aioredis.Redis) -> None:

@@ -16,11 +16,11 @@ from rcluster_helpers import pool_on_master
 from redis.crc import key_slot
 from typer.testing import CliRunner
 
+from trawl.api.naming import queue_prefix
 from trawl.cli import app
 from trawl.dev.bookstore import PRODUCT_FIELDS, Bookstore
 from trawl.dev.procs import free_port
 from trawl.dev.redis_cluster import LocalRedisCluster
-from trawl.operator.naming import queue_prefix
 from trawl.queue.sharded import ShardedQueue
 
 

@@ -17,10 +17,13 @@ from redis.crc import key_slot
 from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.dev.redis_cluster import LocalRedisCluster
 from trawl.dev.redis_server import RedisServer
-from trawl.operator.redisconn import RedisConfigError, RedisConnections
+from trawl.operator.connections import RedisConnections
+from trawl.operator.secrets import RedisConfigError
 from trawl.queue import JobConfig, Queue, RetryPolicy
 from trawl.queue.keys import Keys, pool_prefix
-from trawl.worker.sinks import JsonLinesSink, Record, dedupe_key
+from trawl.sinks.base import Record
+from trawl.sinks.jsonlines import JsonLinesSink
+from trawl.sinks.redisstream import dedupe_key
 
 NS = "rc"
 

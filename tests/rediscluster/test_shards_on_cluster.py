@@ -22,10 +22,10 @@ from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.dev import procs
 from trawl.dev.bookstore import PRODUCT_FIELDS, Bookstore
 from trawl.dev.redis_cluster import LocalRedisCluster
+from trawl.jobspec.wire import build_job_config
 from trawl.queue import JobConfig, RetryPolicy, WorkerCordoned
 from trawl.queue.keys import pool_prefix
 from trawl.queue.sharded import ShardedQueue, shard_of
-from trawl.worker.jobspec import build_job_config
 
 
 def masters_of(cluster: LocalRedisCluster, q: ShardedQueue) -> list[int]:

@@ -12,7 +12,7 @@ import redis.asyncio as aioredis
 from rsentinel_helpers import MASTER_NAME, target
 
 from trawl.dev.redis_sentinel import LocalRedisSentinel
-from trawl.redisclient import connect
+from trawl.redisconn.client import connect
 
 # the cluster layer's helpers (objects, waits) serve the operator test here too
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "cluster"))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from trawl.dev.redis_sentinel import LocalRedisSentinel
-from trawl.sentinelclient import SentinelTarget
+from trawl.redisconn.sentinel import SentinelTarget
 
 MASTER_NAME = "m"
 

@@ -11,12 +11,13 @@ from rsentinel_helpers import MASTER_NAME
 from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.dev import procs
 from trawl.dev.redis_sentinel import LocalRedisSentinel
-from trawl.operator.errors import classify_error
-from trawl.operator.redisconn import RedisConnections, RedisUnreachable
+from trawl.operator.connections import RedisConnections
+from trawl.operator.problems import classify_error
 from trawl.queue import JobConfig, Queue, RetryPolicy
 from trawl.queue.keys import pool_prefix
-from trawl.redisclient import connect
-from trawl.sentinelclient import SentinelTarget
+from trawl.redisconn.client import connect
+from trawl.redisconn.sentinel import SentinelTarget
+from trawl.redisconn.settings import RedisUnreachable
 
 
 def _pool_spec(addresses: list[str], master_name: str) -> ScrapePoolSpec:

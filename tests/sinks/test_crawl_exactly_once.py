@@ -30,12 +30,13 @@ from trawl.dev.bookstore import Bookstore
 from trawl.dev.postgres_server import PostgresServer
 from trawl.dev.redis_server import RedisServer
 from trawl.dev.s3_server import S3Server
+from trawl.jobspec.podfiles import secret_env_name
+from trawl.jobspec.wire import build_job_config
 from trawl.queue import Queue
 from trawl.queue.keys import pod_of
-from trawl.worker import s3sink
-from trawl.worker.jobspec import build_job_config, secret_env_name
-from trawl.worker.pgsink import ensure_table, target_from_spec
-from trawl.worker.s3sink import S3Target
+from trawl.sinks import s3 as s3sink
+from trawl.sinks.postgres import ensure_table, target_from_spec
+from trawl.sinks.s3 import S3Target
 
 PREFIX = "trawl:{test/sinkcrawl}"
 OUTAGE_SECONDS = 30

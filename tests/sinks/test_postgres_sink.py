@@ -15,11 +15,11 @@ import pytest
 from trawl.api.common import SecretKeyRef
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.clitools import results
-from trawl.clitools.errors import CliError
+from trawl.clitools.exits import CliError
 from trawl.dev.postgres_server import PostgresServer
-from trawl.operator.sinkcheck import sink_problem
-from trawl.worker.pgsink import PgTarget, PostgresSink, SchemaMismatch, ensure_table
-from trawl.worker.sinks import Record, SinkError, record_key
+from trawl.operator.job.sinkcheck import sink_problem
+from trawl.sinks.base import Record, SinkError, record_key
+from trawl.sinks.postgres import PgTarget, PostgresSink, SchemaMismatch, ensure_table
 
 
 def target(pg: PostgresServer, table: str, **kw: Any) -> PgTarget:

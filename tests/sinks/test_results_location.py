@@ -9,9 +9,10 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from trawl.api.scrapejob import ScrapeJobSpec
-from trawl.operator.jobs import results_location
+from trawl.operator.job.reconcile import results_location
 from trawl.queue import Queue
-from trawl.worker.sinks import JsonLinesSink, Record, record_key
+from trawl.sinks.base import Record, record_key
+from trawl.sinks.jsonlines import JsonLinesSink
 
 
 def spec(output: dict[str, Any]) -> ScrapeJobSpec:

@@ -19,10 +19,10 @@ from trawl.api.common import SecretKeyRef
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.clitools import results
 from trawl.dev.s3_server import S3Server
-from trawl.operator.sinkcheck import finish_sink, sink_problem
-from trawl.worker import s3sink
-from trawl.worker.s3sink import S3Sink, S3Target
-from trawl.worker.sinks import Record, record_key
+from trawl.operator.job.sinkcheck import finish_sink, sink_problem
+from trawl.sinks import s3 as s3sink
+from trawl.sinks.base import Record, record_key
+from trawl.sinks.s3 import S3Sink, S3Target
 
 
 def dedupe(job_id: str) -> str:

@@ -1,4 +1,4 @@
-"""Sinks connect through the address check (trawl.worker.sinkaddr) against real servers: names are
+"""Sinks connect through the address check (trawl.egress.sinkaddr) against real servers: names are
 pinned to the addresses checked, and a refused peer gets no request."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from minio import Minio
 
 from trawl.dev.postgres_server import PostgresServer
 from trawl.dev.s3_server import S3Server
-from trawl.worker import sinkaddr
-from trawl.worker.pgsink import PgTarget, PostgresSink, ensure_table
-from trawl.worker.s3sink import S3Sink, S3Target, check_bucket
-from trawl.worker.sinks import Record, SinkError, record_key
+from trawl.egress import sinkaddr
+from trawl.sinks.base import Record, SinkError, record_key
+from trawl.sinks.postgres import PgTarget, PostgresSink, ensure_table
+from trawl.sinks.s3 import S3Sink, S3Target, check_bucket
 
 
 def _rec(job: str, url: str) -> Record:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trawl.autoscale.kedahpa import KedaHpaConfig, KedaHpaModel
+from poolsim.kedahpa import KedaHpaConfig, KedaHpaModel
 
 
 def model(**kw: int) -> KedaHpaModel:

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
+from poolsim import sim
+from poolsim.kedahpa import KedaHpaConfig
+from poolsim.sim import PoolConfig, Trace, build_traces, percentile, simulate
 from trawl.api.scrapepool import AutoscalingSpec
-from trawl.autoscale import sim
-from trawl.autoscale.kedahpa import KedaHpaConfig
 from trawl.autoscale.schedule import TICK_SECONDS
-from trawl.autoscale.sim import PoolConfig, Trace, build_traces, percentile, simulate
 
 POOL = PoolConfig(AutoscalingSpec(min_replicas=0, max_replicas=10), KedaHpaConfig(max_replica_count=10))
 

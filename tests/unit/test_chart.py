@@ -387,7 +387,7 @@ def test_default_pool_validates_against_the_model() -> None:
 
 
 def test_worker_selectors_match_the_operator_labels() -> None:
-    from trawl.operator.naming import pool_selector
+    from trawl.api.naming import pool_selector
 
     docs = render("metrics")
     worker_labels = pool_selector("default")

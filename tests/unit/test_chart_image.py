@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from helm_chart import operator_deployment, render
-from trawl.operator.deployment import render_worker_deployment
+from trawl.operator.pool.deployment import worker_deployment
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "worker_image" / "Dockerfile"
@@ -70,7 +70,7 @@ def test_worker_pods_use_the_image_entrypoint() -> None:
     from trawl.api.scrapepool import ScrapePoolSpec
 
     spec = ScrapePoolSpec.model_validate({"redis": {"url": "redis://r:6379/0"}})
-    deployment = render_worker_deployment(namespace="n", pool="p", pool_uid="u", spec=spec, replicas=1)
+    deployment = worker_deployment(namespace="n", pool="p", pool_uid="u", spec=spec, replicas=1)
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert "command" not in container and container["args"][0] == "worker"
 

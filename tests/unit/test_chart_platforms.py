@@ -15,8 +15,8 @@ import yaml
 from helm_chart import CHART, HelmError, by_kind, one, operator_deployment, render
 from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.operator import metrics
-from trawl.operator.deployment import WorkerDefaults, render_worker_deployment
-from trawl.redismemory import RedisMemory
+from trawl.operator.pool.deployment import WorkerDefaults, worker_deployment
+from trawl.redisconn.memory import RedisMemory
 
 ROOT = Path(__file__).resolve().parents[2]
 ALERTS = CHART / "files" / "alerts.yaml"
@@ -34,7 +34,7 @@ def _worker_pod(docs: list[dict[str, Any]]) -> dict[str, Any]:
     )
     pool = one(docs, "ScrapePool")
     spec = ScrapePoolSpec.model_validate(pool["spec"])
-    dep = render_worker_deployment(
+    dep = worker_deployment(
         namespace="trawl-system", pool=pool["metadata"]["name"], pool_uid="u", spec=spec, replicas=1, defaults=defaults
     )
     return dep["spec"]["template"]["spec"]  # type: ignore[no-any-return]

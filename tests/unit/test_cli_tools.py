@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from trawl.clitools import render
-from trawl.clitools.errors import EXIT_OTHER_SINK, EXIT_STALLED, EXIT_TIMEOUT, CliError
-from trawl.clitools.jobs import SubmitOptions, build_job, follow, generate_name_for
+from trawl.clitools import output as render
+from trawl.clitools.exits import EXIT_OTHER_SINK, EXIT_STALLED, EXIT_TIMEOUT, CliError
 from trawl.clitools.results import check_sink, csv_columns, write_csv, write_jsonl
+from trawl.clitools.submit import SubmitOptions, build_job, follow, generate_name_for
 from trawl.clitools.top import History, sample_pool, sparkline
 from trawl.queue.model import DeadLetterRecord
 
@@ -273,7 +273,7 @@ def _kubeconfig(path: Any) -> Any:
 
 def test_connect_picks_the_namespace_like_kubectl(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     from trawl.clitools.cluster import Cluster, Target
-    from trawl.clitools.errors import EXIT_UNREACHABLE
+    from trawl.clitools.exits import EXIT_UNREACHABLE
 
     path = str(_kubeconfig(tmp_path / "config"))
     assert Cluster.connect(Target(path)).namespace == "scraping"

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from trawl.api.crd import all_crds
-from trawl.operator.jobstatus import human_duration
+from trawl.operator.job.status import human_duration
 
 
 def _crds() -> dict[str, dict[str, Any]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from trawl import eventloop
+from trawl.boot import eventloop
 
 
 def test_worker_loop_is_uvloop() -> None:

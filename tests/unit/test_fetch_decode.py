@@ -9,8 +9,8 @@ import brotli
 import pytest
 
 from trawl.api.policies import FailureClass
+from trawl.egress.addresses import parse_networks
 from trawl.worker.fetch import Fetcher, FetchError, _Decoder, classify_status, parse_retry_after
-from trawl.worker.urlpolicy import parse_networks
 
 BOMB = b"\0" * (32 * 1024 * 1024)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from trawl.operator.oncomplete import due, event, job_name, render_job, settled
+from trawl.operator.job.oncomplete import due, event, job_name, render_job, settled
 
 NOW = datetime(2026, 11, 26, 7, 0, tzinfo=UTC)
 STATUS = {

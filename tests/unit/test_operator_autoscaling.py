@@ -12,8 +12,8 @@ import pytest
 from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.autoscale.policy import FOLLOW_UP_SECONDS, ScalerState
 from trawl.autoscale.step import PoolScalerState
-from trawl.operator.autoscaling import Autoscalers, domain_backlog, job_hosts
 from trawl.operator.handlers import POOL_SYNC_SECONDS, POOL_TICK_SECONDS, pool_poll_seconds
+from trawl.operator.pool.scaling import Autoscalers, domain_backlog, job_hosts
 from trawl.queue.model import PoolSignals, WorkerActivity
 
 POOL = ScrapePoolSpec.model_validate(
@@ -112,7 +112,7 @@ def test_each_decision_is_logged_at_info_when_it_changes_and_at_debug_when_it_re
     )
     pods = {f"p{i}": (n, False) for i, n in enumerate([9, 1, 2, 3, 4, 5, 6, 7])}
     now = datetime.fromtimestamp(t, UTC)
-    caplog.set_level(logging.DEBUG, logger="trawl.operator.autoscaling")
+    caplog.set_level(logging.DEBUG, logger="trawl.operator.pool.scaling")
 
     def levels() -> list[tuple[int, str]]:
         out = [(r.levelno, r.getMessage()) for r in caplog.records]

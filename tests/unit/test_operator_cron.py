@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from trawl.operator.cron import decide, history_to_delete, job_name, next_time
+from trawl.operator.cron.schedule import decide, history_to_delete, job_name, next_time
 
 T0 = datetime(2026, 11, 25, 12, 0, 0, tzinfo=UTC)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from trawl.api.naming import queue_prefix
 from trawl.api.scrapepool import DEFAULT_WORKER_IMAGE, ScrapePoolSpec
-from trawl.operator.deployment import WorkerDefaults, render_worker_deployment
-from trawl.operator.naming import queue_prefix
+from trawl.operator.pool.deployment import WorkerDefaults, worker_deployment
 
 
 def _spec(**kw: object) -> ScrapePoolSpec:
@@ -20,7 +20,7 @@ def _env(dep: dict) -> dict:  # type: ignore[type-arg]
 
 
 def test_restricted_pod_and_owner() -> None:
-    dep = render_worker_deployment(namespace="ns", pool="p", pool_uid="u1", spec=_spec(), replicas=None)
+    dep = worker_deployment(namespace="ns", pool="p", pool_uid="u1", spec=_spec(), replicas=None)
     assert "replicas" not in dep["spec"]
     owner = dep["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["uid"], owner["controller"]) == ("ScrapePool", "u1", True)
@@ -37,7 +37,7 @@ def test_secret_passed_by_reference_only() -> None:
     spec = _spec(
         redis={"urlSecretRef": {"name": "redis", "key": "url"}, "passwordSecretRef": {"name": "r", "key": "p"}}
     )
-    env = _env(render_worker_deployment(namespace="ns", pool="p", pool_uid="u", spec=spec, replicas=2))
+    env = _env(worker_deployment(namespace="ns", pool="p", pool_uid="u", spec=spec, replicas=2))
     assert env["TRAWL_REDIS_URL"]["valueFrom"]["secretKeyRef"] == {"name": "redis", "key": "url"}
     assert env["TRAWL_REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "r", "key": "p"}
     assert "value" not in env["TRAWL_REDIS_PASSWORD"]
@@ -45,7 +45,7 @@ def test_secret_passed_by_reference_only() -> None:
 
 def test_queue_prefix_and_worker_settings() -> None:
     spec = _spec(worker={"concurrency": 7, "drainSeconds": 50, "allowedCidrs": ["127.0.0.0/8"]})
-    dep = render_worker_deployment(namespace="ns", pool="p", pool_uid="u", spec=spec, replicas=3)
+    dep = worker_deployment(namespace="ns", pool="p", pool_uid="u", spec=spec, replicas=3)
     env = _env(dep)
     assert env["TRAWL_QUEUE_PREFIX"]["value"] == queue_prefix("ns", "p") == "trawl:{ns/p}"
     assert env["TRAWL_CONCURRENCY"]["value"] == "7"
@@ -56,7 +56,7 @@ def test_queue_prefix_and_worker_settings() -> None:
 
 def test_pool_secrets_mounted_read_only_by_name() -> None:
     spec = _spec(worker={"secrets": ["webhook-hmac", "other", "webhook-hmac"]})
-    dep = render_worker_deployment(namespace="ns", pool="p", pool_uid="u", spec=spec, replicas=1)
+    dep = worker_deployment(namespace="ns", pool="p", pool_uid="u", spec=spec, replicas=1)
     pod = dep["spec"]["template"]["spec"]
     container = pod["containers"][0]
     volumes = {v["name"]: v for v in pod["volumes"]}
@@ -67,13 +67,13 @@ def test_pool_secrets_mounted_read_only_by_name() -> None:
     assert volumes[hmac_mount["name"]]["secret"]["secretName"] == "webhook-hmac"
     assert len(volumes) == 3  # a name listed twice is mounted once
     assert _env(dep)["TRAWL_SECRETS_DIR"]["value"] == "/var/run/trawl/secrets"
-    plain = render_worker_deployment(namespace="ns", pool="p", pool_uid="u", spec=_spec(), replicas=1)
+    plain = worker_deployment(namespace="ns", pool="p", pool_uid="u", spec=_spec(), replicas=1)
     assert "TRAWL_SECRETS_DIR" not in _env(plain)
     assert [v["name"] for v in plain["spec"]["template"]["spec"]["volumes"]] == ["tmp"]
 
 
 def _pod(spec: ScrapePoolSpec, defaults: WorkerDefaults | None = None) -> dict:  # type: ignore[type-arg]
-    dep = render_worker_deployment(namespace="ns", pool="p", pool_uid="u", spec=spec, replicas=1, defaults=defaults)
+    dep = worker_deployment(namespace="ns", pool="p", pool_uid="u", spec=spec, replicas=1, defaults=defaults)
     return dep["spec"]["template"]["spec"]  # type: ignore[no-any-return]
 
 
@@ -148,7 +148,7 @@ def test_pool_volumes_refused(worker: dict[str, object], message: str) -> None:
 
 def test_json_lines_directory_must_be_on_a_writable_pool_volume() -> None:
     from trawl.api.scrapejob import ScrapeJobSpec
-    from trawl.worker.jobspec import unmounted_directory
+    from trawl.jobspec.admission import unmounted_directory
 
     def job(directory: str) -> ScrapeJobSpec:
         output = {"sink": "JsonLines", "jsonLines": {"directory": directory}}
@@ -169,7 +169,7 @@ def test_json_lines_directory_must_be_on_a_writable_pool_volume() -> None:
 
 def test_a_browser_job_needs_a_pool_with_browser_workers() -> None:
     from trawl.api.scrapejob import ScrapeJobSpec
-    from trawl.worker.jobspec import browser_missing
+    from trawl.jobspec.admission import browser_missing
 
     def job(render: dict[str, object] | None) -> ScrapeJobSpec:
         return ScrapeJobSpec.model_validate({"pool": "plain", "urls": ["https://e.test/"], "render": render})
@@ -187,7 +187,7 @@ def test_the_pools_circuit_breaker_settings_reach_the_workers() -> None:
 
     def env_of(worker: dict[str, object]) -> dict[str, str]:
         spec = ScrapePoolSpec.model_validate({"redis": {"url": "redis://r:6379"}, "worker": worker})
-        dep = render_worker_deployment(namespace="ns", pool="p", pool_uid="u", spec=spec, replicas=1)
+        dep = worker_deployment(namespace="ns", pool="p", pool_uid="u", spec=spec, replicas=1)
         [container] = dep["spec"]["template"]["spec"]["containers"]
         return {e["name"]: e.get("value", "") for e in container["env"]}
 

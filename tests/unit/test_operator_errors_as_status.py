@@ -14,11 +14,11 @@ from pydantic import ValidationError
 from trawl.api.cronscrapejob import CronScrapeJobSpec
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.api.scrapepool import ScrapePoolSpec
-from trawl.operator.crons import reconcile_cron
-from trawl.operator.errors import classify_error
-from trawl.operator.fieldowners import take_over
+from trawl.operator.cron.reconcile import reconcile_cron
 from trawl.operator.indexes import controller_uid, pool_index_entry
-from trawl.operator.pools import failed_pool
+from trawl.operator.pool.fieldowners import take_over
+from trawl.operator.pool.reconcile import failed_pool
+from trawl.operator.problems import classify_error
 
 NOW = datetime(2026, 11, 26, 6, 0, tzinfo=UTC)
 JOB = {"pool": "p", "urls": ["http://127.0.0.1/"]}

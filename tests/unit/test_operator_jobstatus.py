@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 from trawl.api.scrapejob import ScrapeJobStatus
 from trawl.operator.conditions import get_condition, is_true
-from trawl.operator.jobstatus import JobFacts, Problem, derive_job_status, status_changed
+from trawl.operator.job.status import JobFacts, Problem, derive_job_status, status_changed
 from trawl.queue.model import DeadLetterRecord, JobStats
-from trawl.worker.notes import Skipped, Throttled
+from trawl.queue.notes import Skipped, Throttled
 
 NOW = datetime(2026, 11, 25, 12, 0, 0, tzinfo=UTC)
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from trawl.operator import metrics
-from trawl.redismemory import RedisMemory
+from trawl.redisconn.memory import RedisMemory
 
 
 @pytest.fixture(autouse=True)

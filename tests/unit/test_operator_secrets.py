@@ -9,13 +9,8 @@ from typing import Any
 import pytest
 
 from trawl.api.scrapepool import ScrapePoolSpec
-from trawl.operator.redisconn import (
-    RedisConfigError,
-    redis_secrets_version,
-    resolve,
-    secret_data,
-    secret_index_entry,
-)
+from trawl.operator.connections import resolve
+from trawl.operator.secrets import RedisConfigError, redis_secrets_version, secret_data, secret_index_entry
 
 
 def _b64(text: str) -> str:

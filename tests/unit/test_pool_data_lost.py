@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from trawl.operator.conditions import is_true
-from trawl.operator.pools import _finish, pool_data_lost
+from trawl.operator.pool.reconcile import _finish, pool_data_lost
 
 NOW = datetime(2026, 11, 26, 7, 0, tzinfo=UTC)
 

@@ -10,9 +10,9 @@ from redis.exceptions import OutOfMemoryError
 
 from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.operator.conditions import is_true
-from trawl.operator.errors import classify_error
-from trawl.operator.pools import _finish
-from trawl.redismemory import (
+from trawl.operator.pool.reconcile import _finish
+from trawl.operator.problems import classify_error
+from trawl.redisconn.memory import (
     EVICTION_POLICY,
     OUT_OF_MEMORY,
     RedisMemory,

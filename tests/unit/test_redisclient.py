@@ -10,10 +10,10 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
 from trawl.api.scrapepool import RedisMode, ScrapePoolSpec
-from trawl.operator.deployment import redis_env
-from trawl.operator.redisconn import ResolvedRedis, make_client
-from trawl.redisclient import atomic_pipeline, connect, is_cluster
-from trawl.worker.cli import redis_from_env
+from trawl.operator.pool.deployment import redis_env
+from trawl.redisconn.client import atomic_pipeline, connect, is_cluster
+from trawl.redisconn.settings import ResolvedRedis, make_client
+from trawl.worker.main import redis_from_env
 
 
 async def test_standalone_and_cluster_clients_carry_password_and_tls() -> None:

@@ -1,4 +1,4 @@
-"""trawl.redismux.pack writes the same bytes as redis-py's own packer, or leaves the command to it."""
+"""trawl.redisconn.mux.pack writes the same bytes as redis-py's own packer, or leaves the command to it."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from redis.asyncio.connection import Connection
 
-from trawl.redismux import pack
+from trawl.redisconn.mux import pack
 
 ARG = st.one_of(
     st.binary(max_size=64), st.text(max_size=64), st.integers(), st.floats(allow_nan=False), st.binary(min_size=7000)

@@ -7,9 +7,10 @@ import pytest
 
 from trawl.api.render import RenderMode, RenderWait
 from trawl.api.scrapejob import ScrapeJobSpec
-from trawl.worker.jobspec import build_worker_spec, parse_worker_spec
-from trawl.worker.render.proxy import split_host_port
-from trawl.worker.render.settings import BASE_ARGS, BrowserSettings
+from trawl.jobspec.wire import build_worker_spec
+from trawl.worker.browser.proxy import split_host_port
+from trawl.worker.browser.settings import BASE_ARGS, BrowserSettings
+from trawl.worker.jobsettings import parse_worker_spec
 
 
 def job(render: dict[str, object] | None) -> ScrapeJobSpec:
@@ -91,11 +92,11 @@ def test_proxy_rejects_junk_authorities(bad: str) -> None:
 
 def test_a_browser_pool_passes_its_settings_to_the_workers() -> None:
     from trawl.api.scrapepool import ScrapePoolSpec
-    from trawl.operator.deployment import render_worker_deployment
+    from trawl.operator.pool.deployment import worker_deployment
 
     def env_of(worker: dict[str, object]) -> dict[str, str]:
         spec = ScrapePoolSpec.model_validate({"redis": {"url": "redis://r:6379"}, "worker": worker})
-        dep = render_worker_deployment(namespace="ns", pool="p", pool_uid="u", spec=spec, replicas=1)
+        dep = worker_deployment(namespace="ns", pool="p", pool_uid="u", spec=spec, replicas=1)
         [container] = dep["spec"]["template"]["spec"]["containers"]
         return {e["name"]: e.get("value", "") for e in container["env"]}
 

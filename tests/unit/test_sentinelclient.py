@@ -9,11 +9,12 @@ import pytest
 from pydantic import ValidationError
 
 from trawl.api.scrapepool import RedisMode, ScrapePoolSpec
-from trawl.operator.deployment import redis_env
-from trawl.operator.redisconn import redis_secrets_version, resolve
-from trawl.redisclient import connect, is_cluster
-from trawl.sentinelclient import SentinelMasterRedis, SentinelTarget, is_sentinel, parse_address
-from trawl.worker.cli import redis_from_env, sentinel_from_env
+from trawl.operator.connections import resolve
+from trawl.operator.pool.deployment import redis_env
+from trawl.operator.secrets import redis_secrets_version
+from trawl.redisconn.client import connect, is_cluster
+from trawl.redisconn.sentinel import SentinelMasterRedis, SentinelTarget, is_sentinel, parse_address
+from trawl.worker.main import redis_from_env, sentinel_from_env
 
 SENTINEL_POOL = {
     "redis": {

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from trawl.api.scrapejob import ScrapeJobSpec
-from trawl.operator.sinkcheck import sink_problem
-from trawl.worker.pgsink import PgTarget, checked_conninfo
-from trawl.worker.sinkaddr import resolve_sink_host, sink_block_reason
-from trawl.worker.urlpolicy import BlockedAddressError
+from trawl.egress.addresses import BlockedAddressError
+from trawl.egress.sinkaddr import resolve_sink_host, sink_block_reason
+from trawl.operator.job.sinkcheck import sink_problem
+from trawl.sinks.postgres import PgTarget, checked_conninfo
 
 
 @pytest.mark.parametrize(

@@ -6,14 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trawl.worker.urlpolicy import (
-    CrawlPolicy,
-    address_block_reason,
-    canonicalize,
-    canonicalize_slow,
-    parse_networks,
-    registrable_domain,
-)
+from trawl.egress.addresses import address_block_reason, parse_networks
+from trawl.worker.urls import CrawlPolicy, canonicalize, canonicalize_slow, registrable_domain
 
 
 @pytest.mark.parametrize(

@@ -29,13 +29,13 @@ HEAVY = (
     "rich",
     "trawl.operator",
     "trawl.autoscale",
-    "trawl.dev.cli",
+    "trawl.dev.commands",
     "trawl.clitools.app",
     "trawl.api.cronscrapejob",
     "trawl.api.scrapepool",
-    "trawl.worker.render.browser",
-    "trawl.worker.pgsink",
-    "trawl.worker.s3sink",
+    "trawl.worker.browser.browser",
+    "trawl.sinks.postgres",
+    "trawl.sinks.s3",
     "multiprocessing",  # the parser processes start on the first page too large to parse inline
     "jwt.",  # PyJWT (redis-py's token credentials) is registered lazily: none of its submodules run
     "cryptography.x509",
@@ -62,9 +62,9 @@ def _heavy(modules: set[str]) -> list[str]:
     "code",
     [
         # the console script `trawl worker ...`: imports trawl.cli, then the command imports the worker
-        "import sys; sys.argv = ['trawl', 'worker']; import trawl.cli; import trawl.worker.cli",
+        "import sys; sys.argv = ['trawl', 'worker']; import trawl.cli; import trawl.worker.main",
         # `python -m trawl.cli worker ...` (the local supervisor, tests, benchmarks)
-        "import sys; sys.argv = ['/x/trawl/cli.py', 'worker']; import trawl.cli; import trawl.worker.cli",
+        "import sys; sys.argv = ['/x/trawl/cli.py', 'worker']; import trawl.cli; import trawl.worker.main",
     ],
     ids=["console-script", "python-m"],
 )
@@ -77,9 +77,9 @@ def test_worker_start_imports_nothing_heavy(code: str) -> None:
 def test_worker_loads_a_sink_library_when_a_job_needs_it() -> None:
     # The lazy imports are on the paths that use them: building the S3 sink loads minio.
     modules = _modules(
-        "import trawl.worker.cli\n"
-        "from trawl.worker import s3sink\n"
-        "from trawl.worker.urlpolicy import registrable_domain\n"
+        "import trawl.worker.main\n"
+        "from trawl.sinks import s3 as s3sink\n"
+        "from trawl.worker.urls import registrable_domain\n"
         "assert registrable_domain('a.b.example.co.uk') == 'example.co.uk'"
     )
     assert "minio" in modules and "tldextract" in modules
@@ -88,7 +88,7 @@ def test_worker_loads_a_sink_library_when_a_job_needs_it() -> None:
 def test_a_deferred_module_loads_on_first_use() -> None:
     # PyJWT is only registered by a worker start; redis-py's token class still decodes with it.
     code = (
-        "import sys; sys.argv = ['trawl', 'worker']; import trawl.cli; import trawl.worker.cli\n"
+        "import sys; sys.argv = ['trawl', 'worker']; import trawl.cli; import trawl.worker.main\n"
         "import base64, json\n"
         "assert 'jwt.api_jwt' not in sys.modules\n"
         "from redis.auth.token import JWToken\n"
@@ -119,7 +119,7 @@ def test_worker_collects_garbage_again_once_started() -> None:
     code = (
         "import gc, sys\n"
         "sys.argv = ['trawl', 'worker']\n"
-        "import trawl.cli, trawl.worker.cli as wc\n"
+        "import trawl.cli, trawl.worker.main as wc\n"
         "assert not gc.isenabled()\n"
         "wc.eventloop.run = lambda coro: (coro.close(), 0)[1]\n"
         "assert wc.main(redis_url='redis://127.0.0.1:1/0', prefix='trawl:{a/b}') == 0\n"

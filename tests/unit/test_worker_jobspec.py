@@ -9,14 +9,10 @@ import pytest
 
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.api.scrapepool import ScrapePoolSpec
-from trawl.worker.jobspec import (
-    MissingSecret,
-    build_worker_spec,
-    parse_worker_spec,
-    read_secret,
-    secret_env_name,
-    unmounted_secrets,
-)
+from trawl.jobspec.admission import unmounted_secrets
+from trawl.jobspec.podfiles import MissingSecret, read_secret, secret_env_name
+from trawl.jobspec.wire import build_worker_spec
+from trawl.worker.jobsettings import parse_worker_spec
 
 
 def test_build_and_parse_round_trip_with_pool_defaults() -> None:
@@ -80,7 +76,7 @@ def test_defaults_without_pool_or_sections() -> None:
 
 
 def _problem(job: dict[str, object], pool: dict[str, object] | None = None) -> str | None:
-    from trawl.worker.jobspec import spec_problem
+    from trawl.jobspec.admission import spec_problem
 
     spec = ScrapeJobSpec.model_validate({"pool": "p", "urls": ["https://example.com/"], **job})
     return spec_problem(build_worker_spec(spec, ScrapePoolSpec.model_validate(pool) if pool else None))

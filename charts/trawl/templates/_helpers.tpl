@@ -46,7 +46,7 @@ app.kubernetes.io/component: redis
 {{- end }}
 
 {{/*
-Labels the operator puts on every worker pod it creates (trawl.operator.naming.pool_selector, plus
+Labels the operator puts on every worker pod it creates (trawl.api.naming.pool_selector, plus
 trawl.dev/pool: <pool>): the NetworkPolicy, PodMonitor and PodDisruptionBudget select them.
 tests/unit/test_chart.py checks the two agree.
 */}}

@@ -11,8 +11,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .common import API_VERSION, GROUP, VERSION, Condition, ConditionStatus
+    from .common import Condition, ConditionStatus
     from .cronscrapejob import ConcurrencyPolicy, CronScrapeJobSpec, CronScrapeJobStatus
+    from .naming import API_VERSION, GROUP, VERSION
     from .policies import (
         BackoffKind,
         FailureClass,
@@ -30,7 +31,8 @@ if TYPE_CHECKING:
     from .scrapepool import ScrapePoolSpec, ScrapePoolStatus
 
 _WHERE = {
-    "common": ("API_VERSION", "GROUP", "VERSION", "Condition", "ConditionStatus"),
+    "common": ("Condition", "ConditionStatus"),
+    "naming": ("API_VERSION", "GROUP", "VERSION"),
     "cronscrapejob": ("ConcurrencyPolicy", "CronScrapeJobSpec", "CronScrapeJobStatus"),
     "policies": (
         "BackoffKind",

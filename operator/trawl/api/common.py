@@ -12,12 +12,8 @@ from enum import StrEnum
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
-
-GROUP = "trawl.dev"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
 
 # Kubernetes object names that end up in labels and Redis keys: DNS-1123 labels.
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -143,3 +139,13 @@ def parse_time(value: Any) -> datetime | None:
 def format_time(value: datetime) -> str:
     """RFC 3339 in UTC with a Z suffix, as Kubernetes writes timestamps."""
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def validation_message(exc: ValidationError, root: str = "spec") -> str:
+    """The first five problems a model found in a manifest, as one line naming each field (``spec.x.y: ...``)."""
+    parts = []
+    for err in exc.errors()[:5]:
+        loc = ".".join(str(p) for p in err["loc"])
+        parts.append(f"{root}.{loc}: {err['msg']}" if loc else f"{root}: {err['msg']}")
+    more = len(exc.errors()) - 5
+    return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")

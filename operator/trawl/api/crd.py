@@ -20,8 +20,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from .common import GROUP, VERSION
 from .cronscrapejob import CronScrapeJobSpec, CronScrapeJobStatus
+from .naming import GROUP, VERSION
 from .scrapejob import ScrapeJobSpec, ScrapeJobStatus
 from .scrapepool import ScrapePoolSpec, ScrapePoolStatus
 

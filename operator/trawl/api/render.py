@@ -124,7 +124,7 @@ class BrowserWorkerSpec(TrawlModel):
     )
 
     def env(self) -> list[dict[str, str]]:
-        """The worker's environment for these settings (read by trawl.worker.render.settings)."""
+        """The worker's environment for these settings (read by trawl.worker.browser.settings)."""
         return [
             {"name": "TRAWL_BROWSER_PAGES", "value": str(self.pages_per_browser)},
             {"name": "TRAWL_BROWSER_MEMORY_MIB", "value": str(self.memory_limit_mib)},

@@ -1,6 +1,8 @@
-"""Queue-aware autoscaling: a pure policy, rate estimation from queue snapshots, and models to compare.
+"""Queue-aware autoscaling: a pure policy, rate estimation from queue snapshots, pod start-up, pass timing.
 
-The controller calls :func:`step` once per poll and keeps the returned :class:`PoolScalerState`.
+The controller (:mod:`trawl.operator.pool.scaling`) calls :func:`trawl.autoscale.step.plan` once per poll
+and keeps the returned :class:`PoolScalerState`; the benchmark's simulator (``bench/poolsim``) makes the
+same call.
 """
 
 from .policy import Action, Decision, Observation, ScalerState, decide

@@ -11,7 +11,7 @@
 
 :func:`plan` is the only place an :class:`Observation` is built: from the queue snapshot, the smoothed
 rates, the rate-limit ceiling of the jobs' backlog and the measured pod start-up. The controller
-(``trawl.operator.autoscaling``) and the simulator (``trawl.autoscale.sim``) both call it, so the
+(``trawl.operator.pool.scaling``) and the simulator (``poolsim.sim``) both call it, so the
 simulated policy knows exactly what the real one knows. Pure: it composes
 :func:`trawl.autoscale.rates.track`, :func:`trawl.autoscale.startup.record` and
 :func:`trawl.autoscale.policy.decide`, and picks the workers to cordon (policy rule 8) from the

@@ -2,7 +2,7 @@
 
 Registered on the root app by ``trawl.cli``: ``submit``, ``status``, ``results``, ``top`` and the ``dlq``
 and ``pool`` groups. Every command connects like kubectl (``--kubeconfig``, ``--context``, ``-n``) and reports a
-failure as one line on stderr with a distinct exit code (see :mod:`trawl.clitools.errors`).
+failure as one line on stderr with a distinct exit code (see :mod:`trawl.clitools.exits`).
 """
 
 from __future__ import annotations
@@ -11,18 +11,15 @@ import asyncio
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
-from .errors import CliError
+from .exits import CliError, console, reported
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
     from .cluster import Cluster
 
 T = TypeVar("T")
@@ -33,32 +30,6 @@ NAMESPACE = typer.Option(None, "--namespace", "-n", help="Namespace (default: th
 REDIS_URL = typer.Option(
     None, "--redis-url", help="Read the pool's Redis at this URL instead (e.g. through kubectl port-forward)."
 )
-
-
-def _console(stderr: bool = False) -> Console:
-    from rich.console import Console
-
-    console = Console(stderr=stderr, highlight=False)
-    if not console.is_terminal:
-        console = Console(stderr=stderr, highlight=False, width=max(console.width, 160))
-    return console
-
-
-@contextmanager
-def _reported() -> Iterator[None]:
-    """CliError -> one red line (and a hint) on stderr and its exit code; Ctrl-C -> 130. No tracebacks."""
-    try:
-        yield
-    except CliError as exc:
-        from rich.markup import escape
-
-        err = _console(stderr=True)
-        err.print(f"[bold red]error:[/] {escape(exc.message)}", soft_wrap=True)
-        if exc.hint:
-            err.print(f"[dim]hint: {escape(exc.hint)}[/]", soft_wrap=True)
-        raise typer.Exit(exc.code) from None
-    except KeyboardInterrupt:
-        raise typer.Exit(130) from None
 
 
 OUTPUTS = ("table", "json", "yaml")
@@ -112,9 +83,9 @@ def submit(
     namespace: str | None = NAMESPACE,
 ) -> None:
     """Create a ScrapeJob; with --wait, follow it with a progress bar (exit 0 Succeeded, 1 Failed)."""
-    with _reported():
-        from .jobs import SubmitOptions
-        from .jobs import submit as create
+    with reported():
+        from .submit import SubmitOptions
+        from .submit import submit as create
 
         cluster = _connect(kubeconfig, context, namespace)
         opts = SubmitOptions(
@@ -122,7 +93,7 @@ def submit(
         )
         created = create(cluster, opts)
         job_name = created["metadata"]["name"]
-        out = _console()
+        out = console()
         out.print(f"scrapejob.trawl.dev/{job_name} created in namespace {cluster.namespace}", markup=False)
         if wait:
             raise typer.Exit(_wait(cluster, job_name, timeout))
@@ -132,9 +103,9 @@ def _wait(cluster: Cluster, name: str, timeout: float) -> int:
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .jobs import follow, phase, stalled
+    from .submit import follow, phase, stalled
 
-    err = _console(stderr=True)
+    err = console(stderr=True)
     last: dict[str, Any] = {}
     with Progress(
         TextColumn("[bold]{task.fields[name]}"),
@@ -158,7 +129,7 @@ def _wait(cluster: Cluster, name: str, timeout: float) -> int:
             progress.update(task, total=total, completed=done, phase=shown, dead=f"{dead} dead" if dead else "")
     status = last.get("status") or {}
     final = phase(last)
-    out = _console()
+    out = console()
     style = "green" if final == "Succeeded" else "red"
     out.print(f"[{style}]{final}[/]: {escape(str(status.get('message', '')))}")
     results = status.get("results") or {}
@@ -183,13 +154,13 @@ def status(
     namespace: str | None = NAMESPACE,
 ) -> None:
     """A table of ScrapeJobs, or one job's detail: counts, conditions, dead letters, where the results are."""
-    with _reported():
-        from . import render
-        from .jobs import TERMINAL, get_job, phase
+    with reported():
+        from . import output as render
+        from .submit import TERMINAL, get_job, phase
 
         _check_output(output)
         cluster = _connect(kubeconfig, context, namespace)
-        out = _console()
+        out = console()
 
         def read() -> Any:
             return get_job(cluster, job) if job else cluster.list("ScrapeJob", all_namespaces=all_namespaces)
@@ -254,10 +225,10 @@ def results(
     namespace: str | None = NAMESPACE,
 ) -> None:
     """Export a job's results from its Redis stream, PostgreSQL or S3 sink as JSON Lines or CSV."""
-    with _reported():
+    with reported():
         from . import results as res
-        from .jobs import get_job_and_pool
         from .queueaccess import job_ref, resolve_redis
+        from .submit import get_job_and_pool
 
         if fmt not in res.FORMATS:
             raise CliError(f"unknown format {fmt!r}: use jsonl or csv")
@@ -305,13 +276,13 @@ def results(
             finally:
                 tmp.unlink(missing_ok=True)
         where = f" to {output}" if output else ""
-        _console(stderr=True).print(
+        console(stderr=True).print(
             f"{count} results of {ref.namespace}/{ref.name} written{where}", style="dim", markup=False
         )
         where_status = (obj.get("status") or {}).get("results") or {}
         written = int(where_status.get("count") or 0)
         if where_status.get("sink", "RedisStream") == "RedisStream" and count < written:
-            _console(stderr=True).print(
+            console(stderr=True).print(
                 f"warning: {written - count} of the job's {written} records are no longer in its stream (trimmed at "
                 "output.redisStream.maxLen); raise maxLen or use a JsonLines, Webhook or database sink to keep all",
                 style="yellow",
@@ -338,10 +309,10 @@ def dlq_list(
     namespace: str | None = NAMESPACE,
 ) -> None:
     """Every dead letter of a job (read from Redis): URL, attempts, error class, last error."""
-    with _reported():
-        from . import render
-        from .jobs import get_job_and_pool
+    with reported():
+        from . import output as render
         from .queueaccess import dead_letters, job_ref, resolve_redis
+        from .submit import get_job_and_pool
 
         _check_output(output)
         cluster = _connect(kubeconfig, context, namespace)
@@ -352,7 +323,7 @@ def dlq_list(
         if output != "table":
             _dump([render.dead_letter_json(r) for r in records], output)
             return
-        out = _console()
+        out = console()
         if not records:
             out.print(f"ScrapeJob {ref.namespace}/{ref.name} has no dead letters.", markup=False)
             return
@@ -379,14 +350,14 @@ def dlq_retry(
     """Send a job's dead letters back to the queue (sets the trawl.dev/retry-dead-letters annotation).
 
     Only failures another attempt may fix are retried (timeouts, 5xx, SinkFailed, ...) unless --all."""
-    with _reported():
-        from .errors import EXIT_TIMEOUT
-        from .jobs import get_job
+    with reported():
+        from .exits import EXIT_TIMEOUT
+        from .submit import get_job
 
         cluster = _connect(kubeconfig, context, namespace)
         obj = get_job(cluster, job)
         dead = int(((obj.get("status") or {}).get("counts") or {}).get("deadLettered") or 0)
-        out = _console()
+        out = console()
         if dead == 0:
             out.print(f"ScrapeJob {cluster.namespace}/{job} has no dead letters: nothing to retry.", markup=False)
             return
@@ -434,8 +405,8 @@ def pool_delete(
     one; fails with the operator's message if it holds one, or after --timeout (no operator running).
 
     The chart's pre-delete hook runs it, so `helm uninstall` removes the chart's pool first."""
-    with _reported():
-        from .pools import PoolDeleter
+    with reported():
+        from .pooldelete import PoolDeleter
 
         cluster = _connect(kubeconfig, context, namespace)
         for line in PoolDeleter(cluster).delete(names, timeout):
@@ -443,95 +414,6 @@ def pool_delete(
 
 
 # ---------------------------------------------------------------------------------------------- run
-
-
-def run(
-    manifest: Path = typer.Argument(..., help="A ScrapeJob manifest (YAML), as you would kubectl apply it."),
-    output: Path | None = typer.Option(None, "--output", "-o", help="Write the results (JSON Lines) here."),
-    dead_letters: Path | None = typer.Option(
-        None, "--dead-letters", help="Write the dead letters (JSON Lines) here (default: listed on stderr)."
-    ),
-    redis_url: str | None = typer.Option(
-        None, "--redis-url", help="Use this Redis (e.g. the dev stack's) instead of starting a redis-server."
-    ),
-    workers: int = typer.Option(1, "--workers", min=1, max=16, help="In-process workers."),
-    concurrency: int = typer.Option(8, "--concurrency", min=1, max=512, help="Tasks in flight per worker."),
-    allow_cidr: list[str] = typer.Option(
-        [], "--allow-cidr", help="Private/loopback network the workers may fetch from, e.g. 127.0.0.0/8 (repeatable)."
-    ),
-    timeout: float = typer.Option(600.0, "--timeout", help="Give up after this many seconds (0: never)."),
-) -> None:
-    """Run a ScrapeJob manifest on this machine, without a cluster: print its results and dead letters.
-
-    The manifest is validated by the operator's own models; a local redis-server (or --redis-url) holds
-    the queue, in-process workers fetch, extract and write exactly as in a cluster. Results of the
-    default sink (a Redis stream) go to stdout or --output; JsonLines and Webhook sinks write where the
-    manifest says.
-    """
-    with _reported():
-        import contextlib
-
-        from .localrun import load_manifest, run_job
-
-        spec = load_manifest(manifest)
-        for cidr in allow_cidr:
-            import ipaddress
-
-            try:
-                ipaddress.ip_network(cidr, strict=False)
-            except ValueError as exc:
-                raise CliError(f"--allow-cidr {cidr!r}: {exc}") from None
-        err = _console(stderr=True)
-        with contextlib.ExitStack() as stack:
-            url = redis_url
-            if url is None:
-                from trawl.dev.redis_server import RedisServer
-                from trawl.dev.stack import check_programs
-
-                check_programs()
-                url = stack.enter_context(RedisServer()).url
-            results_out = stack.enter_context(output.open("w", encoding="utf-8")) if output else sys.stdout
-            dead_file = stack.enter_context(dead_letters.open("w", encoding="utf-8")) if dead_letters else None
-            dead_buffer = None
-            if dead_file is None:
-                import io
-
-                dead_buffer = io.StringIO()
-            status = stack.enter_context(err.status("queued ...")) if err.is_terminal else None
-
-            def progress(stats: Any) -> None:
-                if status is not None:
-                    status.update(
-                        f"{stats.succeeded + stats.dead}/{stats.total} done, {stats.in_flight} in flight, "
-                        f"{stats.dead} dead"
-                    )
-
-            outcome = _run_async(
-                lambda: run_job(
-                    spec,
-                    url,
-                    workers=workers,
-                    concurrency=concurrency,
-                    allowed_cidrs=list(allow_cidr),
-                    time_limit=timeout,
-                    results_out=results_out,
-                    dead_out=dead_file or dead_buffer,
-                    progress=progress,
-                )
-            )
-            results_out.flush()
-        if dead_buffer is not None and dead_buffer.getvalue():
-            err.print("dead letters:", style="bold red", markup=False)
-            for line in dead_buffer.getvalue().splitlines():
-                rec = json.loads(line)
-                err.print(f"  {rec['url']}  {rec['errorClass']}: {rec['error']}", markup=False)
-        where = f" to {output}" if output else ""
-        err.print(
-            f"{outcome.total} tasks: {outcome.succeeded} succeeded, {outcome.dead} dead-lettered; "
-            f"{outcome.results} results written{where} in {outcome.seconds:.1f}s",
-            markup=False,
-        )
-        raise typer.Exit(0 if outcome.dead <= spec.max_dead_letters else 1)
 
 
 # ---------------------------------------------------------------------------------------------- top
@@ -550,15 +432,15 @@ def top(
 
     On a terminal the view refreshes in place; piped, it prints a frame per refresh. Ctrl-C stops it.
     """
-    with _reported():
+    with reported():
         from rich.live import Live
 
-        from . import render
+        from . import output as render
         from .top import History, poll
 
         cluster = _connect(kubeconfig, context, namespace)
         history = History(window=window * 60)
-        out = _console()
+        out = console()
         poll(cluster, history, time.time(), all_namespaces=all_namespaces)
         if once:
             out.print(render.top_frame(history, show_namespace=all_namespaces, columns=out.width))

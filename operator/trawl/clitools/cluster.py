@@ -18,12 +18,10 @@ import kubernetes
 import urllib3
 from kubernetes.client import ApiClient, ApiException, Configuration
 
-from trawl.operator.naming import ANNOTATION_RETRY_DEAD, RETRY_ALL_SUFFIX
+from trawl.api.naming import ANNOTATION_RETRY_DEAD, API_VERSION, GROUP, RETRY_ALL_SUFFIX, VERSION
 
-from .errors import EXIT_FORBIDDEN, EXIT_NO_CRDS, EXIT_NOT_FOUND, EXIT_UNREACHABLE, CliError
+from .exits import EXIT_FORBIDDEN, EXIT_NO_CRDS, EXIT_NOT_FOUND, EXIT_UNREACHABLE, CliError
 
-GROUP = "trawl.dev"
-VERSION = "v1alpha1"
 PLURALS = {"ScrapeJob": "scrapejobs", "ScrapePool": "scrapepools", "CronScrapeJob": "cronscrapejobs"}
 SHORT = {"ScrapeJob": "sj", "ScrapePool": "sp", "CronScrapeJob": "csj"}
 REQUEST_TIMEOUT = (5, 20)  # connect, read (seconds)
@@ -202,7 +200,7 @@ class Cluster:
 
 def crds_missing() -> CliError:
     return CliError(
-        "the Trawl CRDs (trawl.dev/v1alpha1) are not installed in this cluster",
+        f"the Trawl CRDs ({API_VERSION}) are not installed in this cluster",
         EXIT_NO_CRDS,
         hint="install them with `helm install trawl charts/trawl` or `kubectl apply -k manifests/`",
     )

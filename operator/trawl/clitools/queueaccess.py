@@ -18,15 +18,15 @@ from pydantic import ValidationError
 from redis.asyncio.sentinel import MasterNotFoundError
 from redis.exceptions import RedisClusterException, RedisError
 
+from trawl.api.naming import queue_prefix
 from trawl.api.scrapepool import RedisMode, ScrapePoolSpec
-from trawl.operator.naming import queue_prefix
-from trawl.operator.redisconn import ResolvedRedis, make_client, sentinel_target
 from trawl.queue import Queue, QueueUnavailable
 from trawl.queue.model import DeadLetterRecord
 from trawl.queue.sharded import make_queue
+from trawl.redisconn.settings import ResolvedRedis, make_client, sentinel_target
 
 from .cluster import Cluster
-from .errors import EXIT_REDIS, CliError
+from .exits import EXIT_REDIS, CliError
 
 PAGE = 1000
 

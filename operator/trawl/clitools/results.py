@@ -15,12 +15,12 @@ import urllib3
 from minio.error import MinioException
 
 from trawl.api.scrapejob import ScrapeJobSpec
-from trawl.operator.redisconn import ResolvedRedis
-from trawl.worker import s3sink
-from trawl.worker.pgsink import PgTarget, read_records, target_from_spec
+from trawl.redisconn.settings import ResolvedRedis
+from trawl.sinks import s3 as s3sink
+from trawl.sinks.postgres import PgTarget, read_records, target_from_spec
 
 from . import queueaccess
-from .errors import EXIT_NOT_FOUND, EXIT_OTHER_SINK, CliError
+from .exits import EXIT_NOT_FOUND, EXIT_OTHER_SINK, CliError
 from .queueaccess import JobRef
 
 FORMATS = ("jsonl", "csv")

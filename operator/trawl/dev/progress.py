@@ -9,7 +9,7 @@ import kubernetes
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from trawl.operator.naming import deployment_name
+from trawl.api.naming import deployment_name
 
 from .supervisor import WorkerSupervisor
 

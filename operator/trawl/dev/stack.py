@@ -21,7 +21,7 @@ from typing import Any
 import kubernetes
 import redis
 
-from trawl.operator.naming import queue_prefix
+from trawl.api.naming import queue_prefix
 from trawl.queue.keys import Keys
 
 from .bookstore import PRODUCT_FIELDS, PRODUCT_XPATH_FIELD, Bookstore
@@ -217,7 +217,7 @@ SYSTEM_PROGRAMS = {"redis-server": "redis-server"}
 
 def check_programs() -> None:
     """Fail at once, in one line, when a system program is missing (not after building the control plane)."""
-    from trawl.clitools.errors import CliError
+    from trawl.clitools.exits import CliError
 
     missing = [pkg for prog, pkg in SYSTEM_PROGRAMS.items() if shutil.which(prog) is None]
     if missing:

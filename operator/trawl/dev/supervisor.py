@@ -31,8 +31,8 @@ from typing import Any
 import kubernetes
 from kubernetes.client import ApiClient
 
-from trawl.operator.naming import LABEL_COMPONENT, LABEL_NAME
-from trawl.worker.jobspec import SECRETS_DIR_ENV, VOLUMES_ROOT_ENV
+from trawl.api.naming import LABEL_COMPONENT, LABEL_NAME
+from trawl.jobspec.podfiles import SECRETS_DIR_ENV, VOLUMES_ROOT_ENV
 
 from . import procs
 

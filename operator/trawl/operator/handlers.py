@@ -20,24 +20,25 @@ from typing import Any
 import kopf
 from redis.exceptions import RedisError
 
+from trawl.api.naming import API_VERSION, FINALIZER, GROUP, LABEL_CRON, VERSION
 from trawl.autoscale.schedule import TICK_SECONDS
+from trawl.operator.cron.reconcile import failed_cron, reconcile_cron
+from trawl.operator.job.oncomplete import settled as oncomplete_settled
+from trawl.operator.job.reconcile import cancel_job, delete_job_object, failed_job, reconcile_job
+from trawl.operator.job.status import TERMINAL, Transition, status_changed
+from trawl.operator.pool.reconcile import delete_deployment, failed_pool, reconcile_pool
+from trawl.operator.pool.scaling import Autoscalers
+from trawl.redisconn.settings import RedisConfigError, RedisUnreachable
 
 from . import clock, kube, metrics
-from .autoscaling import Autoscalers
-from .crons import failed_cron, reconcile_cron
-from .errors import classify_error
+from .connections import RedisConnections
 from .events import AGGREGATED, post_aggregated
 from .indexes import controller_uid, pool_index_entry
-from .jobs import cancel_job, delete_job_object, failed_job, reconcile_job
-from .jobstatus import TERMINAL, Transition, status_changed
-from .naming import FINALIZER, LABEL_CRON
-from .oncomplete import settled as oncomplete_settled
-from .pools import delete_deployment, failed_pool, reconcile_pool
-from .redisconn import RedisConfigError, RedisConnections, RedisUnreachable, secret_index_entry
+from .problems import classify_error
+from .secrets import secret_index_entry
 
 log = logging.getLogger("trawl.operator")
 
-GROUP, VERSION = "trawl.dev", "v1alpha1"
 JOBS, POOLS, CRONS = "scrapejobs", "scrapepools", "cronscrapejobs"
 
 JOB_SYNC_SECONDS = float(os.environ.get("TRAWL_JOB_SYNC_SECONDS", "1"))
@@ -209,7 +210,7 @@ async def _job(
             _post(body, [e for e in outcome.events if e.reason not in AGGREGATED])
             for event in (e for e in outcome.events if e.reason in AGGREGATED):
                 involved = {
-                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "apiVersion": API_VERSION,
                     "kind": "ScrapeJob",
                     "name": meta.name,
                     "namespace": meta.namespace or "",

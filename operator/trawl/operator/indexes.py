@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .autoscaling import job_hosts
-from .jobstatus import TERMINAL
+from trawl.operator.job.status import TERMINAL
+from trawl.operator.pool.scaling import job_hosts
 
 
 def _int(value: Any) -> int:

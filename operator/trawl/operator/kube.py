@@ -17,13 +17,12 @@ from typing import Any, TypeVar
 import kubernetes
 from kubernetes.client import ApiClient, ApiException
 
+from trawl.api.naming import API_VERSION, GROUP, VERSION
+
 T = TypeVar("T")
 
 API_THREADS = int(os.environ.get("TRAWL_API_THREADS", "16"))
 _executor = concurrent.futures.ThreadPoolExecutor(API_THREADS, thread_name_prefix="kube-api")
-
-GROUP = "trawl.dev"
-VERSION = "v1alpha1"
 
 
 @functools.cache
@@ -67,7 +66,7 @@ async def apply_status(plural: str, kind: str, namespace: str, name: str, status
     derivation (what a guarded patch queued behind a stale view does) could move a job backwards.
     Conditions are a list-map keyed by type, so this never clobbers conditions other managers own."""
     body = {
-        "apiVersion": f"{GROUP}/{VERSION}",
+        "apiVersion": API_VERSION,
         "kind": kind,
         "metadata": {"name": name, "namespace": namespace},
         "status": status,

@@ -12,7 +12,7 @@ from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from trawl.redismemory import RedisMemory
+from trawl.redisconn.memory import RedisMemory
 
 STATUS_PATCHES = Counter("trawl_operator_status_patches_total", "Status patches written, by kind.", ["kind"])
 RECONCILE_SECONDS = Histogram(

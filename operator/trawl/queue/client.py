@@ -22,12 +22,12 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import asdict
-from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis.asyncio as aioredis
 
-from trawl.redisclient import TRANSIENT_ERRORS
+from trawl.redisconn.client import TRANSIENT_ERRORS
+from trawl.redisconn.scripts import read_script
 
 from . import backoff
 from .errors import QueueUnavailable, UnknownJob, WorkerCordoned
@@ -85,10 +85,8 @@ def load_script_source(name: str) -> str:
     The ``#!lua`` shebang (Redis 7) makes a cluster-mode server enforce that every key a script touches
     is in the slot of its declared keys (scripts without it may cross slots on one node unnoticed).
     """
-    base = resources.files("trawl.queue") / "lua"
-    lib = (base / "lib.lua").read_text(encoding="utf-8")
     shebang = "#!lua flags=allow-oom" if name in ALLOW_OOM_SCRIPTS else "#!lua"
-    return shebang + "\n" + lib + "\n" + (base / f"{name}.lua").read_text(encoding="utf-8")
+    return shebang + "\n" + read_script("trawl.queue", "lib") + "\n" + read_script("trawl.queue", name)
 
 
 def _s(value: Any) -> str:

@@ -33,6 +33,10 @@ Per-job keys (``J`` is ``P:j:<job_id>``)::
     J:h              hash    failure history of tasks still being retried: task -> JSON list
     J:u              set     URLs already enqueued, as 12-byte digests (crawl jobs only: within-job dedupe)
     J:res            stream  results written by the worker's Redis sink (deleted on cancel, expired on retention)
+    J:res:keys       set     (job, URL) record keys the sinks wrote: their dedupe (expired with the job's keys)
+    J:res:keys:s3pending  hash  S3 sink: record key -> object whose PUT is not known to have succeeded
+    J:sk             hash    URLs skipped because robots.txt disallows them (:mod:`trawl.queue.notes`)
+    J:cb             hash    domains whose circuit breaker held the job's tasks back (:mod:`trawl.queue.notes`)
 
 Job counters: ``pen`` = length of J:r, ``inf`` = the job's entries in workers' hashes, ``ret`` = size of
 J:z (backoff retries and delayed releases), ``dead`` = size of J:dl, ``suc`` = acked; ``tot`` is their sum.
@@ -75,6 +79,27 @@ def hash_tag(prefix: str) -> str:
     if start < 0 or end <= start + 1:
         raise ValueError(f"prefix {prefix!r} has no hash tag: Redis Cluster would scatter its keys")
     return prefix[start + 1 : end]
+
+
+def dedupe_key(results_key: str) -> str:
+    """The set of (job, URL) keys already written for a job, next to its results stream (``J:res:keys``)."""
+    return results_key + ":keys"
+
+
+def pending_key(dedupe: str) -> str:
+    """The S3 sink's hash of record keys written into an object whose PUT is not known to have succeeded
+    (record key -> object name), next to the job's dedupe set (``J:res:keys:s3pending``)."""
+    return dedupe + ":s3pending"
+
+
+def skipped_key(job_key: str) -> str:
+    """The skip hash of a job, next to its hash (``J:sk``; ``job_key`` is :meth:`Keys.job`)."""
+    return job_key + ":sk"
+
+
+def throttled_key(job_key: str) -> str:
+    """The circuit-breaker note hash of a job, next to its hash (``J:cb``)."""
+    return job_key + ":cb"
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +180,22 @@ class Keys:
 
     def results(self, job_id: str) -> str:
         return f"{self.prefix}:j:{job_id}:res"
+
+    def results_written(self, job_id: str) -> str:
+        """The set of (job, URL) record keys the sinks wrote for a job (see :func:`dedupe_key`)."""
+        return dedupe_key(self.results(job_id))
+
+    def results_pending(self, job_id: str) -> str:
+        """The S3 sink's record keys pending in an object not known to be stored (see :func:`pending_key`)."""
+        return pending_key(self.results_written(job_id))
+
+    def skipped(self, job_id: str) -> str:
+        """The job's skipped URLs (robots.txt), a note workers leave for the operator (:mod:`trawl.queue.notes`)."""
+        return skipped_key(self.job(job_id))
+
+    def throttled(self, job_id: str) -> str:
+        """The domains whose circuit breaker held the job's tasks back (:mod:`trawl.queue.notes`)."""
+        return throttled_key(self.job(job_id))
 
     def rate_limit(self, domain: str, kind: str = "rate") -> str:
         """Per-domain politeness state shared by a pool's workers (``kind``: e.g. ``rate``, ``conc``)."""

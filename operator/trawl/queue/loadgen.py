@@ -20,8 +20,8 @@ from collections import deque
 
 import redis.asyncio as aioredis
 
-from trawl import eventloop
-from trawl.redisclient import connect
+from trawl.boot import eventloop
+from trawl.redisconn.client import connect
 
 from .claimsize import ClaimState, TaskTimer, claim_size, parse_setting
 from .client import Queue

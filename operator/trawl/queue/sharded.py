@@ -32,6 +32,8 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.crc import key_slot
 
+from trawl.redisconn.scripts import read_script
+
 from .client import Queue
 from .errors import WorkerCordoned
 from .keys import hash_tag
@@ -39,22 +41,6 @@ from .model import DeadLetterRecord, FailOutcome, Heartbeat, JobConfig, JobStats
 
 SLOTS = 16384
 MAX_SHARDS = 16
-
-# Move unused page quota of a capped job: take up to ARGV[1] from this shard (what its cap leaves beyond
-# the tasks it holds), or give ARGV[1] to it. Returns the amount moved.
-TAKE_QUOTA = """
-local m = redis.call('HMGET', KEYS[1], 'maxp', 'tot')
-if not m[1] then return 0 end
-local k = math.min(tonumber(m[1]) - tonumber(m[2]), tonumber(ARGV[1]))
-if k <= 0 then return 0 end
-redis.call('HINCRBY', KEYS[1], 'maxp', -k)
-return k
-"""
-GIVE_QUOTA = """
-if not redis.call('HGET', KEYS[1], 'maxp') then return 0 end
-redis.call('HINCRBY', KEYS[1], 'maxp', ARGV[1])
-return tonumber(ARGV[1])
-"""
 
 
 def shard_prefixes(prefix: str, shards: int) -> list[str]:
@@ -99,8 +85,8 @@ class ShardedQueue(Queue):
         super().__init__(redis, prefix, **kwargs)
         self.shards = [Queue(redis, p, **kwargs) for p in shard_prefixes(prefix, shards)]
         self._next = 0
-        self._take = redis.register_script(TAKE_QUOTA)
-        self._give = redis.register_script(GIVE_QUOTA)
+        self._take = redis.register_script(read_script("trawl.queue", "take_quota"))
+        self._give = redis.register_script(read_script("trawl.queue", "give_quota"))
         self._registered: dict[str, list[bool]] = {}
 
     # ------------------------------------------------------------------ placement

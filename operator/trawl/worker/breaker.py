@@ -21,46 +21,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-# KEYS[1] breaker hash. ARGV: now, worker. Returns {state, until, reason, fails}: state 'closed', 'open' (wait
-# until), or 'probe' (the caller's request is the probe). A half-open breaker whose probe holder went
-# silent for 60 s lets another worker probe.
-CHECK_LUA = """
-local st = redis.call('HGET', KEYS[1], 'state')
-if not st or st == 'closed' then return {'closed', '0', '', redis.call('HGET', KEYS[1], 'fails') or '0'} end
-local now = tonumber(ARGV[1])
-local untl = tonumber(redis.call('HGET', KEYS[1], 'until') or '0')
-local reason = redis.call('HGET', KEYS[1], 'reason') or ''
-if st == 'open' and now < untl then return {'open', tostring(untl), reason, '1'} end
-if st == 'half' then
-  local probe_at = tonumber(redis.call('HGET', KEYS[1], 'probe_at') or '0')
-  if now - probe_at < 60 then return {'open', tostring(now + 1), reason, '1'} end
-end
-redis.call('HSET', KEYS[1], 'state', 'half', 'probe_at', ARGV[1], 'prober', ARGV[2])
-return {'probe', '0', reason, '1'}
-"""
-
-# KEYS[1] breaker hash. ARGV: now, ok (1/0), reason, threshold, open seconds, max open seconds, ttl.
-# Returns the new state.
-RECORD_LUA = """
-local now = tonumber(ARGV[1])
-local st = redis.call('HGET', KEYS[1], 'state') or 'closed'
-if ARGV[2] == '1' then
-  if st == 'open' then return st end
-  if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('DEL', KEYS[1]) end
-  return 'closed'
-end
-local fails = redis.call('HINCRBY', KEYS[1], 'fails', 1)
-redis.call('EXPIRE', KEYS[1], tonumber(ARGV[7]))
-local open_for = tonumber(ARGV[5])
-if st == 'half' then
-  open_for = math.min(tonumber(ARGV[6]), 2 * tonumber(redis.call('HGET', KEYS[1], 'open_for') or ARGV[5]))
-elseif st == 'open' or fails < tonumber(ARGV[4]) then
-  return st
-end
-redis.call('HSET', KEYS[1], 'state', 'open', 'until', tostring(now + open_for), 'open_for', tostring(open_for),
-  'reason', ARGV[3], 'opened_at', ARGV[1])
-return 'open'
-"""
+from trawl.redisconn.scripts import read_script
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +65,8 @@ class CircuitBreaker:
         self.max_open_seconds = max_open_seconds
         self.refresh_seconds = refresh_seconds
         self.clock = clock
-        self._check = redis.register_script(CHECK_LUA)
-        self._record = redis.register_script(RECORD_LUA)
+        self._check = redis.register_script(read_script("trawl.worker", "breaker_check"))
+        self._record = redis.register_script(read_script("trawl.worker", "breaker_record"))
         self._local: dict[str, _Local] = {}
 
     def open_domains(self) -> dict[str, Verdict]:

@@ -15,7 +15,7 @@ A task whose links could not be enqueued (Redis trouble) is released. A task who
 refused is *not* given back (that would refetch the page, again and again while the sink is down): the
 record is kept here, its lease held, and written again on its own with exponential backoff until
 ``sink_retry_seconds`` after its first failure; then the task is dead-lettered as ``SinkFailed`` with the
-sink's error. While a job's writes fail, the job hash says so (:mod:`trawl.worker.notes`), and the
+sink's error. While a job's writes fail, the job hash says so (:mod:`trawl.queue.notes`), and the
 operator shows the job ``Stalled/SinkFailing`` with the error.
 
 An ack that fails because Redis is unreachable is kept and retried (every ``ACK_RETRY_SECONDS``) until
@@ -37,10 +37,10 @@ from dataclasses import dataclass
 
 from trawl.api.policies import FailureClass
 from trawl.queue.model import QueueClient, Task
+from trawl.queue.notes import JobNotes
+from trawl.sinks.base import Record, Sink, SinkError
 
 from .metrics import WorkerMetrics
-from .notes import JobNotes
-from .sinks import Record, Sink, SinkError
 
 log = logging.getLogger("trawl.worker.finish")
 

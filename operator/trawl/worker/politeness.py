@@ -26,6 +26,7 @@ from protego import Protego
 from redis.asyncio import Redis
 
 from trawl.api.policies import FailureClass
+from trawl.redisconn.scripts import read_script
 
 from .fetch import FetchError
 
@@ -36,57 +37,6 @@ SLOT_HOLD_SECONDS = 2.0
 LARGE_LIMIT = 16  # from this per-domain limit up, slots are leased in batches and kept while young
 MAX_TOKEN_BATCH = 64
 TOKEN_MAX_AGE = 0.25  # seconds a batch of rate tokens may be held before the rest is dropped
-
-# KEYS[1] rate key. ARGV: interval_us, burst, want. Returns {granted, wait_us}.
-GCRA_LUA = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local interval = tonumber(ARGV[1])
-local burst = tonumber(ARGV[2])
-local want = tonumber(ARGV[3])
-local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
-if tat < now then tat = now end
-local room = math.floor((now - tat + burst * interval) / interval)
-if room < 1 then
-  return {0, tat + interval - burst * interval - now}
-end
-local granted = math.min(room, want)
-tat = tat + granted * interval
-redis.call('SET', KEYS[1], string.format('%.0f', tat), 'PX', math.floor((tat - now) / 1000) + 1000)
-return {granted, 0}
-"""
-
-# KEYS[1] slot zset. ARGV: max, want, lease_ms, member prefix, first index. Returns granted member count.
-SLOTS_ACQUIRE_LUA = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local held = redis.call('ZCARD', KEYS[1])
-local room = tonumber(ARGV[1]) - held
-if room <= 0 then return 0 end
-local granted = math.min(room, tonumber(ARGV[2]))
-local first = tonumber(ARGV[5])
-for i = 0, granted - 1 do
-  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[4] .. (first + i))
-end
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]) * 2)
-return granted
-"""
-
-# KEYS[1] slot zset. ARGV: lease_ms, members... Extends the leases of the members still present.
-SLOTS_REFRESH_LUA = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local n = 0
-for i = 2, #ARGV do
-  if redis.call('ZSCORE', KEYS[1], ARGV[i]) then
-    redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), ARGV[i])
-    n = n + 1
-  end
-end
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[1]) * 2)
-return n
-"""
 
 
 RATE_SAFETY = 0.95  # share of a domain's requests-per-second actually used
@@ -225,9 +175,9 @@ class DomainLimiter:
         self.max_wait = max_wait
         self.on_wait = on_wait
         self._domains: dict[str, _Domain] = {}
-        self._gcra = redis.register_script(GCRA_LUA)
-        self._acquire = redis.register_script(SLOTS_ACQUIRE_LUA)
-        self._refresh = redis.register_script(SLOTS_REFRESH_LUA)
+        self._gcra = redis.register_script(read_script("trawl.worker", "rate_take"))
+        self._acquire = redis.register_script(read_script("trawl.worker", "slots_acquire"))
+        self._refresh = redis.register_script(read_script("trawl.worker", "slots_refresh"))
         self._serial = itertools.count()
 
     def _domain(self, domain: str) -> _Domain:

@@ -27,25 +27,30 @@ from redis.exceptions import OutOfMemoryError
 
 from trawl.api.policies import FailureClass
 from trawl.api.scrapejob import SinkKind
+from trawl.egress.addresses import IPNetwork, parse_networks
+from trawl.jobspec.podfiles import local_path, read_secret
 from trawl.queue.claimsize import AUTO, ClaimState, TaskTimer, claim_size
 from trawl.queue.errors import QueueUnavailable, WorkerCordoned
 from trawl.queue.keys import incarnation_id
 from trawl.queue.model import QueueClient, Task
-from trawl.redisclient import TRANSIENT_ERRORS
+from trawl.queue.notes import JobNotes
+from trawl.redisconn.client import TRANSIENT_ERRORS
+from trawl.sinks.base import Record, Sink, record_key
+from trawl.sinks.jsonlines import JsonLinesSink
+from trawl.sinks.redisstream import RedisStreamSink
+from trawl.sinks.webhook import WebhookSink
+from trawl.worker.browser.hook import BrowserCrashed, Renderer
 
 from .breaker import CircuitBreaker
 from .extract import Extractor
 from .fetch import Fetcher, FetchError, FetchLimits
 from .finish import SINK_BACKOFF_FIRST, SINK_RETRY_SECONDS, Finish, Finisher
-from .jobspec import WorkerJobSpec, local_path, parse_worker_spec, read_secret
+from .jobsettings import WorkerJobSpec, parse_worker_spec
 from .metrics import WorkerMetrics
-from .notes import JobNotes
 from .parsepool import DEFAULT_INLINE_MAX_TAGS, DEFAULT_MAX_BYTES, DEFAULT_MAX_TAGS, ParseLimit, ParseLimits, ParsePool
 from .parsepool import DEFAULT_SECONDS as DEFAULT_PARSE_SECONDS
 from .politeness import UNAVAILABLE_SECONDS, DomainLimiter, RateWaitTooLong, RobotsCache
-from .render.hook import BrowserCrashed, Renderer
-from .sinks import JsonLinesSink, Record, RedisStreamSink, Sink, WebhookSink, dedupe_key, record_key
-from .urlpolicy import IPNetwork, host_of, parse_networks
+from .urls import host_of
 
 # Redis could not take a task's writes, through no fault of the page: an outage, a failover, or a full
 # Redis (maxmemory with noeviction; the operator shows RedisOutOfMemory). The task goes back unspent.
@@ -537,7 +542,7 @@ class Worker:
 
     def _sink_for(self, spec: WorkerJobSpec) -> Sink:
         out = spec.output
-        dedupe = self._dedupe_key
+        dedupe = self.keys.results_written
         if out.sink == SinkKind.JSON_LINES and out.json_lines is not None:
             directory = self.config.json_lines_dir or local_path(out.json_lines.directory)
             ident: tuple[Any, ...] = ("jsonl", directory)
@@ -562,14 +567,14 @@ class Worker:
             ref = out.postgres.password_secret_ref
             # As for the webhook: a missing password fails the task before it is fetched (Internal).
             password = read_secret(ref.name, ref.key).decode() if ref is not None else None
-            from .pgsink import PostgresSink, target_from_spec  # psycopg: only for workers that use it
+            from trawl.sinks.postgres import PostgresSink, target_from_spec  # psycopg: only for workers that use it
 
             target = target_from_spec(out.postgres, password)
             ident = ("postgres", target)
             if ident not in self._sinks:
                 self._sinks[ident] = PostgresSink(target)
         elif out.sink == SinkKind.S3 and out.s3 is not None:
-            from . import s3sink  # minio: only for workers that use it
+            from trawl.sinks import s3 as s3sink  # minio: only for workers that use it
 
             s3 = out.s3
             access_ref, secret_ref = s3.access_key_id_secret_ref, s3.secret_access_key_secret_ref
@@ -589,9 +594,6 @@ class Worker:
                     self.redis, self.keys.results, max_len=max_len, job_key=self.keys.job
                 )
         return self._sinks[ident]
-
-    def _dedupe_key(self, job_id: str) -> str:
-        return dedupe_key(str(self.keys.results(job_id)))
 
     # --- one task ------------------------------------------------------------------------------
 

@@ -1,0 +1,93 @@
+"""Checks made when a job is accepted: what its workers could not use, said once on the job's status.
+
+A bad selector or header, a Secret or directory the pool does not mount, a browser job on a pool of
+plain workers: each is ``Stalled/InvalidSpec`` (or its own reason) with the fix, instead of a failure
+per URL on the workers.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from trawl.api.scrapejob import ScrapeJobSpec
+
+if TYPE_CHECKING:
+    from trawl.api.scrapepool import ScrapePoolSpec
+
+
+def unmounted_secrets(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> list[str]:
+    """Secrets the job references that its pool does not mount into the workers."""
+    mounted = set(pool_spec.worker.secrets or ())
+    output = job_spec.output
+    refs = []
+    if output is not None and output.webhook is not None:
+        refs.append(output.webhook.secret_ref)
+    if output is not None and output.postgres is not None:
+        refs.append(output.postgres.password_secret_ref)
+    if output is not None and output.s3 is not None:
+        refs += [output.s3.access_key_id_secret_ref, output.s3.secret_access_key_secret_ref]
+    return [r.name for r in refs if r is not None and r.name not in mounted]
+
+
+def unmounted_directory(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> str | None:
+    """Why a JsonLines job's directory is not on a writable volume its pool mounts, or None when it is."""
+    output = job_spec.output
+    if output is None or output.sink != "JsonLines" or output.json_lines is None:
+        return None
+    directory = output.json_lines.directory
+    if pool_spec.worker.writable_mount_for(directory) is not None:
+        return None
+    mounted = ", ".join(m.mount_path for m in pool_spec.worker.volume_mounts or []) or "none"
+    return (
+        f"output.jsonLines.directory {directory} is not on a writable volume of the pool's workers (their root "
+        f"filesystem is read-only; mounts: {mounted}): add a volume (e.g. a persistentVolumeClaim) and a "
+        f"volumeMount to the ScrapePool's spec.worker"
+    )
+
+
+def browser_missing(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> str | None:
+    """Why a job that renders in a browser cannot run on its pool (plain workers), or None when it can.
+
+    Caught at admission so the job is Stalled once, with the fix, instead of failing every URL on
+    workers that have no browser.
+    """
+    if job_spec.render is None or not job_spec.render.browser or pool_spec.worker.browser is not None:
+        return None
+    return (
+        f"the job renders pages in a headless browser (render.mode Browser), but ScrapePool {job_spec.pool!r} "
+        f"runs plain workers: set the pool's spec.worker.browser and use the browser worker image, or pick a "
+        f"pool that has them"
+    )
+
+
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # an HTTP token (RFC 9110 5.1)
+
+
+def spec_problem(spec: dict[str, Any]) -> str | None:
+    """What in a worker spec (:func:`build_worker_spec`) a worker could not use, naming the field; None if
+    nothing. Checked when the job is accepted, with the libraries the worker uses, so a bad selector or
+    header is ``Stalled/InvalidSpec`` on the job instead of a null field or an Internal failure per URL."""
+    from parsel import Selector
+    from selectolax.lexbor import LexborHTMLParser
+
+    probe = LexborHTMLParser("<html><body><p>probe</p></body></html>")
+    xprobe = Selector(text="<html><body><p>probe</p></body></html>")
+    for i, f in enumerate((spec.get("extract") or {}).get("fields") or []):
+        where = f"spec.extract.fields[{i}].selector ({f.get('name')!r})"
+        selector = str(f.get("selector") or "")
+        try:
+            if str(f.get("kind") or "CSS").lower() == "xpath":
+                xprobe.xpath(selector)
+            else:
+                probe.css(selector)
+        except Exception as exc:
+            kind = "XPath" if str(f.get("kind") or "CSS").lower() == "xpath" else "CSS"
+            return f"{where}: invalid {kind} selector {selector!r}: {exc}"
+    for name, value in ((spec.get("request") or {}).get("headers") or {}).items():
+        where = f"spec.request.headers[{name!r}] (or the pool's defaults.request.headers)"
+        if not _HEADER_NAME.fullmatch(name):
+            return f"{where}: {name!r} is not a valid header name"
+        if any(c in str(value) for c in "\r\n\0"):
+            return f"{where}: the value contains CR, LF or NUL (header injection)"
+    return None

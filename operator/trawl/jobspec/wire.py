@@ -1,0 +1,81 @@
+"""The job settings a worker reads from the queue (``JobConfig.spec``), and how the operator builds them.
+
+The operator calls :func:`build_worker_spec` (through :func:`build_job_config`) when it registers a job;
+workers read it back with :func:`trawl.worker.jobsettings.parse_worker_spec` (cached per job). Layout
+(JSON, snake_case keys)::
+
+    {
+      "version": 1,
+      "request":    ResolvedRequest dump     (headers, user_agent, timeouts, max_response_bytes, max_redirects)
+      "politeness": ResolvedPoliteness dump  (respect_robots_txt, requests_per_second, ...)
+      "retry":      ResolvedRetry dump
+      "extract":    ExtractSpec dump         (fields, links, images, title, text, only_matching)
+      "crawl":      CrawlSpec dump or None   (max_depth, max_pages, scope, include, exclude)
+      "output":     OutputSpec dump          (sink, redis_stream, json_lines, webhook incl. secret_ref)
+      "render":     RenderSpec dump or None  (mode Browser: waits, time cap, screenshot, blocked resources)
+    }
+
+Secrets never travel through Redis: a webhook's ``secretRef`` is a reference (Secret name and key),
+read by the worker from its pod's files (:mod:`trawl.jobspec.podfiles`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from trawl.api.policies import ResolvedRetry, resolve_politeness, resolve_request, resolve_retry
+from trawl.api.scrapejob import ExtractSpec, OutputSpec, ScrapeJobSpec
+
+if TYPE_CHECKING:  # the operator's side; a worker never builds the pool's model
+    from trawl.api.scrapepool import ScrapePoolSpec
+
+
+SPEC_VERSION = 1
+
+
+def build_worker_spec(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec | None) -> dict[str, Any]:
+    """Resolve a job's settings against its pool's defaults into the dict stored in JobConfig.spec."""
+    defaults = pool_spec.defaults if pool_spec is not None else None
+    request = resolve_request(defaults.request if defaults else None, job_spec.request)
+    politeness = resolve_politeness(defaults.politeness if defaults else None, job_spec.politeness)
+    retry = resolve_retry(defaults.retry if defaults else None, job_spec.retry)
+    extract = job_spec.extract or ExtractSpec()
+    output = job_spec.output or OutputSpec()
+    return {
+        "version": SPEC_VERSION,
+        "request": request.model_dump(mode="json"),
+        "politeness": politeness.model_dump(mode="json"),
+        "retry": retry.model_dump(mode="json"),
+        "extract": extract.model_dump(mode="json"),
+        "crawl": job_spec.crawl.model_dump(mode="json") if job_spec.crawl is not None else None,
+        "output": output.model_dump(mode="json"),
+        # Only a Browser render is sent: plain fetching stays the spec that workers have always read.
+        "render": job_spec.render.model_dump(mode="json") if job_spec.render and job_spec.render.browser else None,
+    }
+
+
+def build_job_config(job_id: str, job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec | None) -> Any:
+    """The queue's JobConfig for a job (retry policy, crawl caps, priority, dedupe) with its worker spec."""
+    from trawl.queue.model import JobConfig, RetryPolicy
+
+    spec = build_worker_spec(job_spec, pool_spec)
+    retry = ResolvedRetry.model_validate(spec["retry"])
+    dedupe = job_spec.dedupe
+    return JobConfig(
+        job_id=job_id,
+        priority=job_spec.priority,
+        retry=RetryPolicy(
+            max_attempts=retry.max_attempts,
+            backoff=str(retry.backoff.value),
+            initial_delay=retry.initial_delay_seconds,
+            max_delay=retry.max_delay_seconds,
+            jitter=retry.jitter,
+            retry_on=tuple(str(c.value) for c in retry.retry_on),
+            honor_retry_after=retry.honor_retry_after,
+        ),
+        max_pages=job_spec.crawl.max_pages if job_spec.crawl is not None else None,
+        max_depth=job_spec.crawl.max_depth if job_spec.crawl is not None else 0,
+        dedupe_across_jobs=dedupe.across_jobs if dedupe is not None else False,
+        dedupe_window_seconds=dedupe.window_seconds if dedupe is not None else 3600,
+        spec=spec,
+    )

@@ -1,0 +1,1 @@
+"""CronScrapeJob: the reconcile pass and its schedule (the CronJob contract, pure)."""

@@ -1,0 +1,291 @@
+"""Pure derivation of a ScrapeJob's status from its queue counters.
+
+No I/O: the reconciler gathers the facts (spec, Redis counters, what went wrong), this module
+decides phase, counts, progress, ETA and conditions, and says which transitions deserve an Event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from trawl.api.common import format_time, parse_time
+from trawl.operator.conditions import Cond, get_condition, merge_conditions
+from trawl.queue.model import DeadLetterRecord, JobStats
+from trawl.queue.notes import Skipped, Throttled
+
+TERMINAL = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """Why the operator cannot make progress (Stalled=True)."""
+
+    reason: str  # CamelCase: InvalidSpec, PoolNotFound, PoolNotReady, RedisUnavailable, SecretNotMounted
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobFacts:
+    generation: int
+    suspend: bool
+    stats: JobStats | None = None
+    problem: Problem | None = None
+    deadline_exceeded: bool = False
+    max_dead_letters: int = 0
+    enqueued: int | None = None
+    dead_letters: list[DeadLetterRecord] = field(default_factory=list)
+    results: dict[str, Any] | None = None
+    retry_handled: str | None = None
+    epoch: str | None = None  # the pool's Redis data epoch this pass saw (see Queue.epoch)
+    data_lost: str | None = None  # Redis lost the job's data: what that means for this job
+    skipped: int = 0  # acked without a fetch (robots.txt disallows a discovered link): part of stats.succeeded
+    skipped_sample: list[Skipped] = field(default_factory=list)
+    throttled: list[Throttled] = field(default_factory=list)  # domains whose circuit breaker is open now
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """An Event to post: type Normal/Warning, CamelCase reason, message."""
+
+    type: str
+    reason: str
+    message: str
+
+
+def _ts(unix: float | None) -> str | None:
+    return None if unix is None else format_time(datetime.fromtimestamp(unix, UTC))
+
+
+def derive_phase(facts: JobFacts, previous_phase: str | None) -> str:
+    stats = facts.stats
+    if facts.deadline_exceeded:
+        return "Failed"
+    if stats is None or not stats.exists:
+        # Nothing known from Redis right now (a problem, or retention removed the data): keep what
+        # the job was, so an unreachable Redis never moves a running or finished job back to Pending.
+        return previous_phase or "Pending"
+    if stats.finished:
+        return "Failed" if stats.dead > facts.max_dead_letters else "Succeeded"
+    if facts.suspend:
+        return "Suspended"
+    if stats.first_claim_at is None and stats.succeeded == 0 and stats.dead == 0:
+        return "Queued" if stats.total > 0 else "Pending"
+    return "Running"
+
+
+def derive_job_status(
+    facts: JobFacts, previous: dict[str, Any] | None, now: datetime
+) -> tuple[dict[str, Any], list[Transition]]:
+    """The new ``status`` (wire form) and the transitions worth an Event."""
+    prev = previous or {}
+    prev_phase = prev.get("phase")
+    phase = derive_phase(facts, prev_phase)
+    stats = facts.stats
+    status: dict[str, Any] = {"observedGeneration": facts.generation, "phase": phase}
+    epoch = facts.epoch or prev.get("queueEpoch")
+    if epoch:
+        status["queueEpoch"] = epoch
+    events: list[Transition] = []
+
+    start_time = prev.get("startTime")
+    completion_time = prev.get("completionTime") if phase in TERMINAL else None
+    if stats is not None and stats.exists:
+        skipped = min(facts.skipped, stats.succeeded)
+        counts = {
+            "total": stats.total,
+            "pending": stats.pending,
+            "inFlight": stats.in_flight,
+            "succeeded": stats.succeeded - skipped,
+            "retrying": stats.retrying,
+            "deadLettered": stats.dead,
+        }
+        if skipped:
+            counts["skipped"] = skipped
+        status["counts"] = counts
+        done = stats.succeeded + stats.dead
+        status["progress"] = int(100 * done / stats.total) if stats.total else 0
+        if start_time is None and stats.first_claim_at is not None:
+            start_time = _ts(stats.first_claim_at)
+        if phase in TERMINAL and completion_time is None:
+            # When it reached its terminal phase: the queue's finish time (the last ack *or* dead letter),
+            # or now for a job that ends otherwise (deadline exceeded).
+            completion_time = (_ts(stats.finished_at) if stats.finished else None) or format_time(now)
+        started = parse_time(start_time)
+        remaining = stats.pending + stats.in_flight + stats.retrying
+        if counts == prev.get("counts") and phase == prev_phase and "eta" in prev:
+            # Unchanged counters: keep the estimate, so an idle second writes nothing.
+            status["eta"] = prev["eta"]
+        elif phase == "Running" and started is not None and done > 0 and remaining > 0:
+            elapsed = max((now - started).total_seconds(), 1.0)
+            status["eta"] = format_time(now + timedelta(seconds=remaining * elapsed / done))
+    elif "counts" in prev:
+        status["counts"] = prev["counts"]
+        if "progress" in prev:
+            status["progress"] = prev["progress"]
+    if phase in TERMINAL and completion_time is None:
+        completion_time = format_time(now)
+    if start_time:
+        status["startTime"] = start_time
+    if completion_time:
+        status["completionTime"] = completion_time
+    # Derived for `kubectl get` columns, which cannot format: PROGRESS with its %, DURATION once finished.
+    if "progress" in status:
+        status["progressText"] = f"{status['progress']}%"
+    started_at, completed_at = parse_time(start_time), parse_time(completion_time)
+    if started_at is not None and completed_at is not None:
+        status["duration"] = human_duration((completed_at - started_at).total_seconds())
+    if facts.enqueued is not None:
+        status["enqueued"] = facts.enqueued
+    elif "enqueued" in prev:
+        status["enqueued"] = prev["enqueued"]
+    if facts.throttled and phase not in TERMINAL:
+        status["throttledDomains"] = [
+            {"domain": t.domain[:253], "reason": t.reason[:512], "until": _ts(t.until)} for t in facts.throttled[:10]
+        ]
+    if facts.skipped_sample:
+        status["skipped"] = [
+            {"url": s.url[:2048], "reason": s.reason[:1024], "time": _ts(s.time)} for s in facts.skipped_sample[:10]
+        ]
+    elif "skipped" in prev:
+        status["skipped"] = prev["skipped"]
+    if facts.dead_letters:
+        status["deadLetters"] = [
+            {
+                "url": d.url[:2048],
+                "attempts": d.attempts,
+                "errorClass": d.error_class,
+                "lastError": d.message[:1024],
+                "time": _ts(d.time),
+            }
+            for d in facts.dead_letters[:20]
+        ]
+    if facts.results is not None:
+        status["results"] = facts.results
+    elif "results" in prev:  # nothing read from Redis this pass: what the status said stays (never rewound)
+        status["results"] = prev["results"]
+    if facts.retry_handled is not None:
+        status["retryDeadLettersHandled"] = facts.retry_handled
+
+    known = stats is not None and stats.exists
+    # Nothing from Redis now (retention, an outage, lost data): the counts the status kept are the record.
+    dead = stats.dead if stats is not None and known else int((status.get("counts") or {}).get("deadLettered", 0))
+    conds: list[Cond] = []
+    problem = facts.problem
+    if problem is not None:
+        conds.append(Cond("Stalled", True, problem.reason, problem.message))
+    else:
+        conds.append(Cond("Stalled", False, "Reconciled", ""))
+    if phase == "Succeeded":
+        total = stats.total if stats is not None and known else int((status.get("counts") or {}).get("total", 0))
+        skipped = int(status.get("counts", {}).get("skipped", 0))
+        msg = (
+            f"{total - dead - skipped} of {total} URLs scraped"
+            + (f", {skipped} skipped (robots.txt)" if skipped else "")
+            + (f", {dead} dead-lettered" if dead else "")
+        )
+        conds += [
+            Cond("Ready", True, "Succeeded", msg),
+            Cond("Reconciling", False, "Succeeded", ""),
+            Cond("Complete", True, "Succeeded", msg),
+            Cond("Failed", False, "Succeeded", ""),
+        ]
+        status["message"] = msg
+    elif phase == "Failed":
+        if facts.deadline_exceeded:
+            reason, msg = "DeadlineExceeded", "the job ran longer than activeDeadlineSeconds"
+        else:
+            reason = "TasksDeadLettered"
+            msg = f"{dead} URLs failed for good (more than the {facts.max_dead_letters} tolerated)"
+        conds += [
+            Cond("Ready", False, reason, msg),
+            Cond("Reconciling", False, reason, ""),
+            Cond("Complete", False, reason, ""),
+            Cond("Failed", True, reason, msg),
+        ]
+        # kstatus (Flux) reads Stalled=True as "failed"; without it a failed job looks in progress forever.
+        conds[0] = Cond("Stalled", True, reason, msg)
+        status["message"] = msg
+    else:
+        if problem is not None:
+            reason, msg = problem.reason, problem.message
+        elif phase == "Suspended":
+            reason, msg = "Suspended", "the job is suspended: workers claim none of its tasks"
+        elif phase == "Queued":
+            reason, msg = "Queued", "tasks are queued, waiting for a worker"
+        elif phase == "Running":
+            reason, msg = "Running", "workers are processing the job"
+            if facts.throttled:
+                t = facts.throttled[0]
+                more = f" and {len(facts.throttled) - 1} more" if len(facts.throttled) > 1 else ""
+                msg += f"; circuit breaker open for {t.domain}{more} ({t.reason}): its tasks wait"
+        else:
+            reason, msg = "Pending", "the job is being prepared"
+        conds += [
+            Cond("Ready", False, reason, msg),
+            Cond("Reconciling", problem is None, reason, msg if problem is None else ""),
+            Cond("Complete", False, reason, ""),
+            Cond("Failed", False, reason, ""),
+        ]
+        status["message"] = msg
+    conds.append(
+        Cond("Suspended", True, "Suspended", "spec.suspend is true")
+        if facts.suspend and phase not in TERMINAL
+        else Cond("Suspended", False, "NotSuspended", "")
+    )
+    conds.append(
+        Cond("DeadLettered", True, "TasksDeadLettered", f"{dead} URLs dead-lettered; see status.deadLetters")
+        if dead
+        else Cond("DeadLettered", False, "NoDeadLetters", "")
+    )
+    if facts.data_lost is not None:
+        # Sticky: merge_conditions keeps it on later passes (the data stays lost).
+        conds.append(Cond("DataLost", True, "RedisDataLost", facts.data_lost))
+        events.append(Transition("Warning", "DataLost", facts.data_lost))
+    status["conditions"] = merge_conditions(prev.get("conditions"), conds, generation=facts.generation, now=now)
+
+    prev_stalled = get_condition(prev.get("conditions"), "Stalled")
+    first_pass = prev_phase is None and prev_stalled is None
+    was_stuck = prev_stalled is not None and prev_stalled.get("status") == "True" and prev_phase not in TERMINAL
+    if problem is None and (first_pass or was_stuck):
+        events.append(Transition("Normal", "Accepted", "spec is valid; the job is handed to its pool"))
+    if phase != prev_phase:
+        if phase == "Succeeded":
+            events.append(Transition("Normal", "Completed", status["message"]))
+        elif phase == "Failed":
+            events.append(Transition("Warning", "Failed", status["message"]))
+        elif phase == "Queued":
+            total = stats.total if stats is not None else 0
+            events.append(Transition("Normal", "Enqueued", f"{total} tasks enqueued"))
+        elif phase == "Suspended":
+            events.append(Transition("Normal", "Suspended", "job suspended"))
+    prev_dead = int((prev.get("counts") or {}).get("deadLettered", 0))
+    if dead > prev_dead:
+        events.append(
+            Transition("Warning", "DeadLettered", f"{dead - prev_dead} more URLs dead-lettered ({dead} in all)")
+        )
+    if problem is not None and (prev_stalled is None or prev_stalled.get("reason") != problem.reason):
+        events.append(Transition("Warning", problem.reason, problem.message))
+    return status, events
+
+
+def status_changed(current: Mapping[str, Any] | None, new: dict[str, Any]) -> bool:
+    """Whether writing ``new`` would change anything the API server stores (a field it drops counts)."""
+    return dict(current or {}) != new
+
+
+def human_duration(seconds: float) -> str:
+    """kubectl's style: 45s, 2m13s, 1h5m, 3d4h (two units at most)."""
+    total = max(0, int(seconds))
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours}h" if hours else f"{days}d"
+    if hours:
+        return f"{hours}h{minutes}m" if minutes else f"{hours}h"
+    if minutes:
+        return f"{minutes}m{secs}s" if secs else f"{minutes}m"
+    return f"{secs}s"

@@ -1,0 +1,1 @@
+"""ScrapePool: the reconcile pass, the worker Deployment (rendered, applied, scaled) and the autoscaler's glue."""

@@ -1,0 +1,125 @@
+"""What workers tell the operator about a job besides the queue's counters: skipped URLs, a failing sink.
+
+Kept beside the queue's keys rather than in them (the queue's scripts own those):
+
+- ``J:sk`` (hash, task id -> JSON ``{"url", "reason", "time"}``): URLs a crawl discovered that were not
+  fetched because robots.txt disallows them. A skip is not a failure: the task is acked, and the
+  operator reports ``counts.skipped`` and a sample (``status.skipped``). Written with HSETNX, so a
+  redelivered task is counted once; the key follows the job hash's expiry and is deleted on cancel.
+- fields ``se`` (message) and ``ses`` (since, unix seconds) of the job hash: the job's sink is failing
+  right now. Set by a worker whose write failed, cleared by the next successful write; the operator
+  shows the job ``Stalled/SinkFailing`` with the message while they are set.
+
+- ``J:cb`` (hash, domain -> JSON ``{"reason", "until"}``): domains whose circuit breaker held back
+  this job's tasks (:mod:`trawl.worker.breaker`); the operator lists those still open on the status.
+
+The scripts do nothing for a job whose hash is gone (cancelled or expired), so they never re-create it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+
+from trawl.redisconn.scripts import read_script
+
+from .keys import skipped_key, throttled_key
+
+SKIP_SAMPLE = 10
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    url: str
+    reason: str
+    time: float
+
+
+@dataclass(frozen=True, slots=True)
+class Throttled:
+    domain: str
+    reason: str
+    until: float  # unix seconds
+
+
+@dataclass(frozen=True, slots=True)
+class SinkTrouble:
+    message: str
+    since: float
+
+
+class JobNotes:
+    """Writes (worker) and reads (operator) of the notes above; ``job_key`` maps a job id to its hash."""
+
+    def __init__(self, redis: Redis, job_key: Any) -> None:
+        self.redis = redis
+        self.job_key = job_key
+        self._skip = redis.register_script(read_script("trawl.queue", "note_skip"))
+        self._sink_error = redis.register_script(read_script("trawl.queue", "note_sink_error"))
+        self._throttled = redis.register_script(read_script("trawl.queue", "note_throttled"))
+        self._throttled_written: dict[tuple[str, str], float] = {}  # (job, domain) -> until last written
+
+    async def skip(self, job_id: str, task_id: str, url: str, reason: str) -> bool:
+        jk = str(self.job_key(job_id))
+        doc = json.dumps({"url": url, "reason": reason, "time": round(time.time(), 3)}, separators=(",", ":"))
+        return int(await self._skip(keys=[jk, skipped_key(jk)], args=[task_id, doc])) == 1
+
+    async def sink_failing(self, job_id: str, message: str) -> None:
+        await self._sink_error(keys=[str(self.job_key(job_id))], args=[message[:1024], repr(time.time())])
+
+    async def throttled(self, job_id: str, domain: str, reason: str, until: float) -> None:
+        """The domain's breaker held back a task of the job until ``until``; written once per opening."""
+        if self._throttled_written.get((job_id, domain)) == until:
+            return
+        jk = str(self.job_key(job_id))
+        doc = json.dumps({"reason": reason[:512], "until": round(until, 3)}, separators=(",", ":"))
+        await self._throttled(keys=[jk, throttled_key(jk)], args=[domain, doc])
+        self._throttled_written[(job_id, domain)] = until
+        if len(self._throttled_written) > 10_000:
+            self._throttled_written.pop(next(iter(self._throttled_written)))
+
+    async def throttled_domains(self, job_id: str, now: float | None = None, limit: int = 10) -> list[Throttled]:
+        """Domains whose breaker is holding back the job's tasks now (until in the future), latest first."""
+        raw = await self.redis.hgetall(throttled_key(str(self.job_key(job_id))))  # type: ignore[misc]
+        now = time.time() if now is None else now
+        out = []
+        for domain, value in raw.items():
+            doc = json.loads(value)
+            if float(doc["until"]) > now:
+                name = domain.decode() if isinstance(domain, bytes) else str(domain)
+                out.append(Throttled(name, str(doc["reason"]), float(doc["until"])))
+        out.sort(key=lambda t: -t.until)
+        return out[:limit]
+
+    async def sink_ok(self, job_id: str) -> None:
+        await self.redis.hdel(str(self.job_key(job_id)), "se", "ses")  # type: ignore[misc]
+
+    async def skipped(self, job_id: str, sample: int = SKIP_SAMPLE) -> tuple[int, list[Skipped]]:
+        """How many URLs were skipped, and up to ``sample`` of them."""
+        key = skipped_key(str(self.job_key(job_id)))
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hlen(key)
+            pipe.hscan(key, 0, count=sample)
+            count, (_cursor, found) = await pipe.execute()
+        out: list[Skipped] = []
+        for raw in list(found.values())[:sample]:
+            doc = json.loads(raw)
+            out.append(Skipped(str(doc["url"]), str(doc["reason"]), float(doc["time"])))
+        out.sort(key=lambda s: s.time)
+        return int(count), out
+
+    async def sink_trouble(self, job_id: str) -> SinkTrouble | None:
+        msg, since = await self.redis.hmget(str(self.job_key(job_id)), ["se", "ses"])  # type: ignore[misc]
+        if msg is None:
+            return None
+        text = msg.decode() if isinstance(msg, bytes) else str(msg)
+        return SinkTrouble(text, float(since) if since is not None else time.time())
+
+    async def forget(self, job_id: str) -> None:
+        """Delete the note hashes (the job was cancelled; the sink fields go with the job hash)."""
+        jk = str(self.job_key(job_id))
+        await self.redis.delete(skipped_key(jk), throttled_key(jk))

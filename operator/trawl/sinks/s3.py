@@ -1,0 +1,237 @@
+"""S3-compatible object storage sink: one gzip JSON Lines object per written batch, under a job prefix.
+
+Layout in the bucket::
+
+    <prefix><job UID>/records/<ns timestamp>-<random>-<n>.jsonl.gz   one per batch, n records
+    <prefix><job UID>/manifest.json                                  written by the operator at the end
+
+Exactly once per (job, URL), although an object holds many records and a worker can die between its
+PUT and its bookkeeping: before the PUT the batch's keys are recorded in Redis as *pending in object
+O* (a hash beside the job's dedupe set), after it they move to the dedupe set. A redelivered record
+whose key is still pending asks the store whether O exists: if so the record is already stored (the
+worker died after the PUT) and it is not written again; if not it is written in a new object. A PUT
+is atomic in S3, so O either holds the whole batch or does not exist.
+
+The client (the ``minio`` SDK, blocking) runs in a thread; its HTTP pool has short timeouts and few
+retries, because a failed write goes back to the Finisher, which keeps the record and retries it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import io
+import json
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import urllib3
+from minio import Minio
+from minio.error import MinioException, S3Error
+from redis.asyncio import Redis
+
+from trawl.api.scrapejob import S3Sink as S3Spec
+from trawl.egress.sinkaddr import checked_pool_manager
+from trawl.queue.keys import pending_key
+from trawl.redisconn.client import atomic_pipeline
+
+from .base import DEDUPE_TTL_SECONDS, Deduped, Record, SinkError, dumps
+
+MANIFEST = "manifest.json"
+CONTENT_TYPE = "application/x-ndjson"
+
+
+@dataclass(frozen=True, slots=True)
+class S3Target:
+    bucket: str
+    prefix: str
+    endpoint: str | None  # URL; None: AWS
+    region: str
+    path_style: bool
+    access_key: str
+    secret_key: str
+
+    def job_prefix(self, job_id: str) -> str:
+        return f"{self.prefix}{job_id}/"
+
+    def describe(self, job_id: str | None = None) -> str:
+        where = self.endpoint or f"AWS {self.region}"
+        return f"s3://{self.bucket}/{self.job_prefix(job_id) if job_id else self.prefix} at {where}"
+
+
+def target_from_spec(spec: S3Spec, access_key: str, secret_key: str) -> S3Target:
+    return S3Target(
+        bucket=spec.bucket,
+        prefix=spec.prefix,
+        endpoint=spec.endpoint,
+        region=spec.region,
+        path_style=spec.path_style,
+        access_key=access_key,
+        secret_key=secret_key,
+    )
+
+
+def client(target: S3Target, *, timeout: float = 30.0) -> Minio:
+    if target.endpoint:
+        url = urlsplit(target.endpoint)
+        host, secure = url.netloc, url.scheme == "https"
+    else:
+        host, secure = "s3.amazonaws.com", True
+    http = checked_pool_manager(  # no connection to a link-local peer (cloud metadata), whatever the name says
+        timeout=urllib3.Timeout(connect=min(10.0, timeout), read=timeout),
+        retries=urllib3.Retry(total=2, backoff_factor=0.2, status_forcelist=[500, 502, 503, 504]),
+        maxsize=8,
+    )
+    mc = Minio(
+        host,
+        access_key=target.access_key,
+        secret_key=target.secret_key,
+        secure=secure,
+        region=target.region,
+        http_client=http,
+    )
+    if target.path_style:
+        mc.disable_virtual_style_endpoint()  # type: ignore[no-untyped-call]
+    else:
+        mc.enable_virtual_style_endpoint()  # type: ignore[no-untyped-call]
+    return mc
+
+
+def object_name(target: S3Target, job_id: str, count: int) -> str:
+    return f"{target.job_prefix(job_id)}records/{time.time_ns():020d}-{secrets.token_hex(4)}-{count}.jsonl.gz"
+
+
+def records_in(name: str) -> int:
+    """The record count an object's name carries (``...-<n>.jsonl.gz``)."""
+    return int(name.rsplit("-", 1)[-1].split(".", 1)[0])
+
+
+def _exists(mc: Minio, bucket: str, name: str) -> bool:
+    try:
+        mc.stat_object(bucket, name)
+    except S3Error as exc:
+        if exc.code in ("NoSuchKey", "NoSuchObject", "ResourceNotFound"):
+            return False
+        raise
+    return True
+
+
+def check_bucket(target: S3Target) -> None:
+    """Raise when the bucket cannot be reached or does not exist (job acceptance)."""
+    mc = client(target, timeout=15.0)
+    if not mc.bucket_exists(target.bucket):
+        raise SinkError(f"bucket {target.bucket} does not exist")
+
+
+class S3Sink:
+    def __init__(self, redis: Redis, dedupe_key: Any, target: S3Target) -> None:
+        self.target = target
+        self.redis = redis
+        self._dedupe_key = dedupe_key
+        self._dedupe = Deduped(redis, dedupe_key)
+        self._client = client(target)
+
+    async def _settle_pending(self, job_id: str, fresh: list[Record]) -> list[Record]:
+        """Drop records a dead worker's completed PUT already stored; mark them written."""
+        pending = pending_key(self._dedupe_key(job_id))
+        objects = await self.redis.hmget(pending, [r.key for r in fresh])  # type: ignore[misc]
+        by_object: dict[str, list[Record]] = {}
+        for rec, obj in zip(fresh, objects, strict=True):
+            if obj is not None:
+                by_object.setdefault(obj.decode() if isinstance(obj, bytes) else str(obj), []).append(rec)
+        stored: set[str] = set()
+        for name, recs in by_object.items():
+            if await asyncio.to_thread(_exists, self._client, self.target.bucket, name):
+                stored.update(r.key for r in recs)
+                await self._dedupe.mark(job_id, recs)
+                await self.redis.hdel(pending, *[r.key for r in recs])  # type: ignore[misc]
+        return [r for r in fresh if r.key not in stored]
+
+    async def write(self, job_id: str, records: Sequence[Record]) -> int:
+        try:
+            fresh = await self._dedupe.fresh(job_id, records)
+            if fresh:
+                fresh = await self._settle_pending(job_id, fresh)
+            if not fresh:
+                return 0
+            name = object_name(self.target, job_id, len(fresh))
+            pending = pending_key(self._dedupe_key(job_id))
+            async with atomic_pipeline(self.redis) as pipe:
+                pipe.hset(pending, mapping={r.key: name for r in fresh})
+                pipe.expire(pending, DEDUPE_TTL_SECONDS)
+                await pipe.execute()
+            body = gzip.compress("".join(dumps(r.data) + "\n" for r in fresh).encode(), compresslevel=6, mtime=0)
+            await asyncio.to_thread(
+                self._client.put_object,
+                self.target.bucket,
+                name,
+                io.BytesIO(body),
+                len(body),
+                content_type=CONTENT_TYPE,
+                metadata={"x-amz-meta-records": str(len(fresh))},
+            )
+            await self._dedupe.mark(job_id, fresh)
+            await self.redis.hdel(pending, *[r.key for r in fresh])  # type: ignore[misc]
+            return len(fresh)
+        except (MinioException, urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+            raise SinkError(f"s3 write to {self.target.describe(job_id)} failed: {_one_line(exc)}") from exc
+
+    async def close(self) -> None:
+        self._client._http.clear()
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:500] or type(exc).__name__
+
+
+def list_objects(target: S3Target, job_id: str) -> list[dict[str, Any]]:
+    """The job's record objects, in the order written (their names start with a timestamp)."""
+    mc = client(target)
+    objs = mc.list_objects(target.bucket, prefix=target.job_prefix(job_id) + "records/", recursive=True)
+    out = [
+        {"key": o.object_name, "records": records_in(str(o.object_name)), "size": o.size}
+        for o in objs
+        if str(o.object_name).endswith(".jsonl.gz")
+    ]
+    return sorted(out, key=lambda o: str(o["key"]))
+
+
+def write_manifest(target: S3Target, job_id: str, info: dict[str, Any]) -> dict[str, Any]:
+    """Write ``<prefix><job>/manifest.json`` listing the job's objects; returns the manifest."""
+    objects = list_objects(target, job_id)
+    manifest = {
+        **info,
+        "job": job_id,
+        "bucket": target.bucket,
+        "prefix": target.job_prefix(job_id),
+        "records": sum(int(o["records"]) for o in objects),
+        "objects": objects,
+    }
+    body = json.dumps(manifest, indent=1, default=str).encode()
+    client(target).put_object(
+        target.bucket,
+        target.job_prefix(job_id) + MANIFEST,
+        io.BytesIO(body),
+        len(body),
+        content_type="application/json",
+    )
+    return manifest
+
+
+def read_records(target: S3Target, job_id: str) -> list[dict[str, Any]]:
+    """Every record of the job, object by object in the order written (``trawl results``)."""
+    mc = client(target)
+    out: list[dict[str, Any]] = []
+    for obj in list_objects(target, job_id):
+        resp = mc.get_object(target.bucket, str(obj["key"]))
+        try:
+            data = resp.read()
+        finally:
+            resp.close()
+            resp.release_conn()
+        out.extend(json.loads(line) for line in gzip.decompress(data).decode().splitlines() if line)
+    return out

@@ -1,0 +1,67 @@
+"""The worker's handle on browser rendering: a :class:`BrowserPool` made on the first Browser task.
+
+Plain workers never start Chromium or import Playwright (nor the browser pool: imported on the first
+Browser task, off the start-up path of every other worker); the runner calls :meth:`Renderer.render`
+instead of a fetch for jobs whose ``spec.render.mode`` is Browser.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry
+
+from trawl.api.render import RenderSpec
+from trawl.egress.addresses import IPNetwork
+
+from ..fetch import FetchLimits, FetchResult
+from .crash import BrowserCrashed
+from .metrics import BrowserMetrics
+from .settings import BrowserSettings
+
+if TYPE_CHECKING:
+    from .browser import BrowserPool, HopHook
+
+__all__ = ["BrowserCrashed", "Renderer"]
+
+
+class Renderer:
+    def __init__(
+        self,
+        allowed: Sequence[IPNetwork],
+        registry: CollectorRegistry,
+        settings: BrowserSettings | None = None,
+    ) -> None:
+        self.allowed = tuple(allowed)
+        self.registry = registry
+        self.settings = settings
+        self.pool: BrowserPool | None = None
+
+    def _pool(self) -> BrowserPool:
+        if self.pool is None:
+            from .browser import BrowserPool
+
+            self.pool = BrowserPool(
+                self.allowed, self.settings or BrowserSettings.from_env(), BrowserMetrics(self.registry)
+            )
+        return self.pool
+
+    async def render(
+        self,
+        url: str,
+        spec: RenderSpec,
+        limits: FetchLimits,
+        headers: dict[str, str],
+        user_agent: str | None,
+        before_hop: HopHook,
+    ) -> tuple[FetchResult, dict[str, Any]]:
+        """The rendered page as a fetch result, and the fields it adds to the record."""
+        rendered = await self._pool().render(
+            url, spec, limits=limits, headers=headers, user_agent=user_agent, before_navigation=before_hop
+        )
+        return rendered.fetch, rendered.info.record_fields()
+
+    async def close(self) -> None:
+        if self.pool is not None:
+            await self.pool.close()

@@ -1,0 +1,59 @@
+"""A job's settings as a worker uses them: :data:`JobConfig.spec <trawl.jobspec.wire>` parsed, cached per job.
+
+The operator writes the settings when it registers the job (:func:`trawl.jobspec.wire.build_worker_spec`,
+which documents the layout); :func:`parse_worker_spec` is its inverse, with the extraction options and
+crawl policy the worker runs on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from trawl.api.policies import ResolvedPoliteness, ResolvedRequest, ResolvedRetry
+from trawl.api.render import RenderSpec
+from trawl.api.scrapejob import CrawlSpec, ExtractSpec, OutputSpec
+
+from .extract import ExtractOptions
+from .urls import CrawlPolicy
+
+
+@dataclass(frozen=True)
+class WorkerJobSpec:
+    """A parsed worker spec: everything needed to process one task of the job."""
+
+    request: ResolvedRequest
+    politeness: ResolvedPoliteness
+    retry: ResolvedRetry
+    extract: ExtractOptions
+    crawl: CrawlPolicy | None
+    max_pages: int | None
+    output: OutputSpec
+    render: RenderSpec | None = None  # set only for mode Browser
+
+
+def parse_worker_spec(spec: dict[str, Any] | None) -> WorkerJobSpec:
+    """The inverse of :func:`build_worker_spec`; missing sections take the built-in defaults."""
+    spec = spec or {}
+    crawl_raw = spec.get("crawl")
+    crawl = CrawlSpec.model_validate(crawl_raw) if crawl_raw is not None else None
+    extract = ExtractSpec.model_validate(spec.get("extract") or {})
+    return WorkerJobSpec(
+        request=ResolvedRequest.model_validate(spec.get("request") or {}),
+        politeness=ResolvedPoliteness.model_validate(spec.get("politeness") or {}),
+        retry=ResolvedRetry.model_validate(spec.get("retry") or {}),
+        extract=ExtractOptions.from_dict(extract.model_dump(mode="json")),
+        crawl=(
+            CrawlPolicy.build(
+                scope=str(crawl.scope.value if hasattr(crawl.scope, "value") else crawl.scope),
+                include=crawl.include,
+                exclude=crawl.exclude,
+                max_depth=crawl.max_depth,
+            )
+            if crawl is not None
+            else None
+        ),
+        max_pages=crawl.max_pages if crawl is not None else None,
+        output=OutputSpec.model_validate(spec.get("output") or {}),
+        render=RenderSpec.model_validate(spec["render"]) if spec.get("render") else None,
+    )
