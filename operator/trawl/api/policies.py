@@ -1,8 +1,9 @@
 """Fetch policies a ScrapeJob sets and a ScrapePool provides defaults for.
 
 Every field is optional on the wire so that a job can override a single field of its pool's
-defaults. :func:`resolve_policies` layers built-in defaults, the pool's defaults and the job's own
-values into concrete, fully populated settings that the queue and the workers use.
+defaults. :func:`resolve_request`, :func:`resolve_politeness` and :func:`resolve_retry` layer built-in
+defaults, the pool's defaults and the job's own values into concrete, fully populated settings that the
+queue and the workers use.
 """
 
 from __future__ import annotations

@@ -69,15 +69,14 @@ async def run_job(
     progress: Any = None,
 ) -> RunOutcome:
     """Queue the job, run workers in this process until it finishes, write results and dead letters."""
-    from redis.asyncio import Redis
-
     from trawl.jobspec.wire import build_job_config
     from trawl.queue import Queue
     from trawl.queue.keys import Keys
+    from trawl.redisconn.client import connect
     from trawl.worker.runner import Worker, WorkerConfig
 
     job_id = uuid.uuid4().hex[:12]
-    redis = Redis.from_url(redis_url)
+    redis = connect(redis_url)  # the one client factory, as everywhere (plain commands, RESP2 parser)
     keys = Keys(PREFIX)
     queue = Queue(redis, PREFIX, lease_seconds=30)
     started = time.monotonic()
