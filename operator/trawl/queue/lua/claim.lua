@@ -63,8 +63,7 @@ for r = 17, 8, -1 do
         out[#out + 1] = job_id
         out[#out + 1] = p
       end
-      redis.call('HINCRBY', jk, 'pen', -k)
-      redis.call('HINCRBY', jk, 'inf', k)
+      count_ready_to_inflight(jk, k)
       if redis.call('HSETNX', jk, 'fc', now) == 1 then
         event(KEYS[7], ARGV[8], 'type', 'started', 'job', job_id, 't', now)
       end
