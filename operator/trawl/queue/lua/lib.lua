@@ -23,10 +23,10 @@
 --                   count_attempts_ended       ack, fail: P:st completed or failed, svc
 --   job state     ring_join (a job with ready tasks is in its ring), check_finished (the 'finished' event)
 --   dead letters  dead_letter (an in-flight task to J:dl and J:dlt, with its history)
---   leases        return_lease (one leased task back to ready, or dead-lettered), drop_worker (all of a gone
---                 worker's leases, and its records)
---   reaping       reap: the workers whose lease deadline passed are dropped (claim, reap)
---   promotion     promote: due delayed tasks back to the end of ready (claim)
+--   leases        return_lease (one leased task back to ready, or dead-lettered: reaping, evict, heartbeat's
+--                 orphans), drop_worker (all of a gone worker's leases, and its records: reaping, evict)
+--   reaping       reap_expired: the workers whose lease deadline passed are dropped (claim, reap)
+--   promotion     promote_due: due delayed tasks back to the end of ready (claim)
 --   adding        url_digest, add_urls (enqueue, enqueue_discovered)
 --
 -- A task is stored as one compact string, its payload: "<task>|<attempts>|<stalls>|<depth>|<url>"
@@ -220,8 +220,11 @@ local function drop_worker(prefix, w, wd, wi, st, ev, maxlen, now, max_stalls)
   return n
 end
 
--- Drop the workers whose lease deadline passed. Returns the number of tasks returned or dead-lettered.
-local function reap(prefix, wd, wi, st, ev, maxlen, now, max_stalls, worker_limit)
+-- Reaping: drop the workers (at most worker_limit) whose lease deadline passed; each of their tasks goes back
+-- to the front of its job's ready list with one more stall, or to the dead letters as Stalled once it
+-- stalled more than max_stalls times (drop_worker, return_lease). claim runs it before leasing; reap.lua
+-- runs it alone for callers that do not claim. Returns the number of tasks returned or dead-lettered.
+local function reap_expired(prefix, wd, wi, st, ev, maxlen, now, max_stalls, worker_limit)
   local expired = redis.call('ZRANGEBYSCORE', wd, '-inf', '(' .. now, 'LIMIT', 0, worker_limit)
   local n = 0
   for _, w in ipairs(expired) do
@@ -230,8 +233,10 @@ local function reap(prefix, wd, wi, st, ev, maxlen, now, max_stalls, worker_limi
   return n
 end
 
--- Move due delayed tasks to the end of their job's ready list.
-local function promote(prefix, dj, now, job_limit, task_limit)
+-- Promotion: move due delayed tasks (up to task_limit per job, of at most job_limit jobs from the delayed-jobs
+-- index dj) to the end of their job's ready list, put the job in its ring, and index the job again by its
+-- next due task (or drop it from dj). A job that is gone loses its delayed tasks. claim runs it before leasing.
+local function promote_due(prefix, dj, now, job_limit, task_limit)
   local jobs = redis.call('ZRANGEBYSCORE', dj, '-inf', now, 'LIMIT', 0, job_limit)
   for _, job_id in ipairs(jobs) do
     local jk = prefix .. ':j:' .. job_id
