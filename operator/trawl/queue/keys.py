@@ -14,7 +14,9 @@ Pool-wide keys (``P`` is the prefix)::
     P:w:<worker>     hash    "<job>|<task>" -> "<claimed_at>|<task payload>": the worker's leased tasks
     P:wc:<worker>    hash    the worker's last claim (nonce, time stamp, deadline), so a claim retried after
                              a lost reply returns the same tasks instead of leaking leases
-    P:st             hash    pool counters: completed, failed, svc (service microseconds), dead
+    P:st             hash    pool counters: enq (tasks enqueued), completed (acks), failed (failed attempts),
+                             svc (service microseconds), dead (dead letters of jobs neither cancelled nor
+                             in retention)
     P:ev             stream  bounded event stream (MAXLEN ~): job-level transitions for the operator
     P:xd             zset    url digest -> end of its dedupe window (dedupe across jobs of the pool)
     P:rl:<kind>:<d>  any     per-domain politeness state (rate limit, concurrency) shared by the pool's workers
@@ -40,6 +42,7 @@ Per-job keys (``J`` is ``P:j:<job_id>``)::
 
 Job counters: ``pen`` = length of J:r, ``inf`` = the job's entries in workers' hashes, ``ret`` = size of
 J:z (backoff retries and delayed releases), ``dead`` = size of J:dl, ``suc`` = acked; ``tot`` is their sum.
+Scripts change these and P:st only through lib.lua's counter helpers, one per move between states.
 Job and worker ids must not contain ``|``, ``{`` or ``}``. A worker id names one process incarnation,
 ``<pod>@<random>`` (:func:`incarnation_id`): a process restarted in the same pod gets a new id, so it never
 renews the leases of the process that died, and it drops that process's leases when it starts.

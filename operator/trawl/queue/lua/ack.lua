@@ -42,16 +42,12 @@ for ji = 1, nj do
   local c = cnt[ji]
   if c and c > 0 then
     local jk = KEYS[2 + 2 * ji]
-    redis.call('HINCRBY', jk, 'suc', c)
     redis.call('HSET', jk, 'lf', now)
     -- A job with tasks still in flight cannot be finished: the last of them checks (one read less per ack).
-    if redis.call('HINCRBY', jk, 'inf', -c) <= 0 then
+    if count_inflight_to_done(jk, c) <= 0 then
       check_finished(jk, ARGV[3 + ji], now, KEYS[3], ARGV[2])
     end
   end
 end
-if done > 0 then
-  redis.call('HINCRBY', KEYS[2], 'completed', done)
-  redis.call('HINCRBY', KEYS[2], 'svc', math.floor(svc * 1000000))
-end
+if done > 0 then count_attempts_ended(KEYS[2], 'completed', done, svc) end
 return res

@@ -6,8 +6,7 @@
 local m = redis.call('HMGET', KEYS[1], 'prio', 'dead', 'exp')
 if m[1] then
   redis.call('LREM', KEYS[13 + tonumber(m[1])], 0, ARGV[3])
-  local dead = tonumber(m[2] or '0')
-  if m[3] ~= '1' and dead > 0 then redis.call('HINCRBY', KEYS[11], 'dead', 0 - dead) end
+  if m[3] ~= '1' then count_dead_forgotten(KEYS[11], tonumber(m[2] or '0')) end
 end
 redis.call('ZREM', KEYS[10], ARGV[3])
 redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9])

@@ -4,7 +4,7 @@
 -- ARGV: 1 ttl seconds
 local dead = redis.call('HGET', KEYS[1], 'dead')
 if dead and redis.call('HGET', KEYS[1], 'exp') ~= '1' then
-  if tonumber(dead) > 0 then redis.call('HINCRBY', KEYS[10], 'dead', 0 - tonumber(dead)) end
+  count_dead_forgotten(KEYS[10], tonumber(dead))
   redis.call('HSET', KEYS[1], 'exp', 1)
 end
 local n = 0

@@ -20,14 +20,12 @@ local hist = decode_list(redis.call('HGET', KEYS[5], tid))
 hist[#hist + 1] = { attempt = a, errorClass = ARGV[7], message = ARGV[8], time = tonumber(now) }
 local limit = tonumber(ARGV[9])
 while #hist > limit do table.remove(hist, 1) end
-redis.call('HINCRBY', jk, 'inf', -1)
-redis.call('HINCRBY', KEYS[6], 'failed', 1)
-redis.call('HINCRBY', KEYS[6], 'svc', math.floor((tonumber(now) - claimed) * 1000000))
+count_attempts_ended(KEYS[6], 'failed', 1, tonumber(now) - claimed)
 if ARGV[5] == 'retry' then
   redis.call('ZADD', KEYS[3], ARGV[6], make_payload(tid, a, s, d, url))
   redis.call('ZADD', KEYS[4], 'LT', ARGV[6], job_id)
   redis.call('HSET', KEYS[5], tid, cjson.encode(hist))
-  redis.call('HINCRBY', jk, 'ret', 1)
+  count_inflight_to_delayed(jk, 1)
   return { 1, 0 }
 end
 dead_letter(jk, KEYS[8], KEYS[9], KEYS[5], job_id, tid, a, s, d, url, ARGV[7], ARGV[8], now, hist, KEYS[6], KEYS[7],

@@ -1,15 +1,45 @@
--- Helpers shared by every script: the loader prepends this file to each transition's script.
+-- lib: the helpers every transition shares. The loader prepends this file to each queue script (after the
+-- shebang), so it has no KEYS or ARGV of its own: each helper takes the keys it touches as arguments, except
+-- add_urls, which reads the calling script's URLs ARGV[first..last] and its rings KEYS[rings_base + 0..9].
+--
+-- What it offers, in the order defined:
+--   payloads      split_payload, task_id_of, make_payload
+--   plumbing      event (XADD to the bounded event stream), push_many (a long list in bounded calls),
+--                 decode_list (a JSON list, or {})
+--   counters      the only writers of a job's counters (tot, pen, inf, ret, suc, dead in J; what each mirrors
+--                 is in keys.py) and of the pool's (P:st): one helper per move between states, at most one
+--                 HINCRBY per field it changes (shift: the job half of a move). A task is ready (pen), in
+--                 flight (inf), delayed (ret: a retry or a delayed release), dead (dead) or done (suc); tot
+--                 is their sum, every task the job ever took.
+--                   count_new_to_ready         enqueue: tot, pen; P:st enq
+--                   count_ready_to_inflight    claim: pen, inf
+--                   count_inflight_to_done     ack: inf, suc (returns the job's in flight left)
+--                   count_inflight_to_ready    release now, a returned lease (stalled or orphan): inf, pen
+--                   count_inflight_to_delayed  fail with a retry, release with a delay: inf, ret
+--                   count_inflight_to_dead     fail for good, too many stalls: inf, dead; P:st dead
+--                   count_delayed_to_ready     promotion: ret, pen
+--                   count_dead_to_ready        requeue_dead: dead, pen; P:st dead
+--                   count_dead_forgotten       cancel, retention: P:st dead leaves out the job's dead letters
+--                   count_attempts_ended       ack, fail: P:st completed or failed, svc
+--   job state     ring_join (a job with ready tasks is in its ring), check_finished (the 'finished' event)
+--   dead letters  dead_letter (an in-flight task to J:dl and J:dlt, with its history)
+--   leases        return_lease (one leased task back to ready, or dead-lettered: reaping, evict, heartbeat's
+--                 orphans), drop_worker (all of a gone worker's leases, and its records: reaping, evict)
+--   reaping       reap_expired: the workers whose lease deadline passed are dropped (claim, reap)
+--   promotion     promote_due: due delayed tasks back to the end of ready (claim)
+--   adding        url_digest, add_urls (enqueue, enqueue_discovered)
 --
 -- A task is stored as one compact string, its payload: "<task>|<attempts>|<stalls>|<depth>|<url>"
 -- (attempts = failed attempts so far; stalls = expired leases so far). The URL is last so it may contain "|".
 -- A leased task lives in its worker's hash P:w:<worker> under "<job>|<task>" as "<claimed_at>|<payload>".
 --
--- Keys built inside scripts: claim, reap and signals discover job and worker ids in the rings, the
--- delayed-jobs index and the worker-deadline index, so they cannot declare those keys in advance
--- (reap's dead letters included: dead_letter takes its keys as arguments, declared ones elsewhere). They
--- build them only from the pool prefix passed in ARGV[1], which carries the pool's hash tag: every such
--- key is in the same cluster slot as the declared ones (tests/integration/test_queue_cluster.py runs
--- every script on a cluster-mode server, which rejects any cross-slot access).
+-- Keys built inside scripts: claim, reap, evict, heartbeat and signals discover job and worker ids in the
+-- rings, the delayed-jobs index, the worker-deadline index, worker info and a worker's hash, so they cannot
+-- declare those keys in advance (reaping's dead letters included: dead_letter takes its keys as arguments,
+-- declared ones elsewhere). They build them only from the pool prefix passed in ARGV (claim, reap, evict,
+-- signals: ARGV[1]; heartbeat: ARGV[6]), which carries the pool's hash tag: every such key is in the same
+-- cluster slot as the declared ones (tests/integration/test_queue_cluster.py runs every script on a
+-- cluster-mode server, which rejects any cross-slot access).
 
 local function split_payload(p)
   local tid, a, s, d, url = string.match(p, '^([^|]*)|(%d+)|(%d+)|(%d+)|(.*)$')
@@ -43,6 +73,83 @@ local function push_many(cmd, key, items)
   return first_len or len, len
 end
 
+local function decode_list(s)
+  if not s then return {} end
+  local v = cjson.decode(s)
+  if type(v) ~= 'table' then return {} end
+  return v
+end
+
+-- Counters. The operator's status and the autoscaler read the counters, not the structures they mirror, so
+-- a script changes them only through these helpers, in the same script that changes the structures.
+
+-- n tasks of the job in jk leave the state counted by `from` for the one counted by `to`; returns `from`'s
+-- count afterwards.
+local function shift(jk, from, to, n)
+  local left = redis.call('HINCRBY', jk, from, -n)
+  redis.call('HINCRBY', jk, to, n)
+  return left
+end
+
+-- n new tasks pushed to the ready list. The pool's enqueue counter (st 'enq') counts them: the autoscaler
+-- tells a burst from it between its polls (trawl.autoscale.schedule).
+local function count_new_to_ready(jk, st, n)
+  redis.call('HINCRBY', jk, 'tot', n)
+  redis.call('HINCRBY', jk, 'pen', n)
+  redis.call('HINCRBY', st, 'enq', n)
+end
+
+local function count_ready_to_inflight(jk, n)
+  shift(jk, 'pen', 'inf', n)
+end
+
+-- Returns the job's tasks still in flight (ack checks for the job's end only when none are).
+local function count_inflight_to_done(jk, n)
+  return shift(jk, 'inf', 'suc', n)
+end
+
+local function count_inflight_to_ready(jk, n)
+  shift(jk, 'inf', 'pen', n)
+end
+
+local function count_inflight_to_delayed(jk, n)
+  shift(jk, 'inf', 'ret', n)
+end
+
+-- The pool's dead count (st 'dead') is the sum of its jobs' dead letters, less those of jobs whose retention
+-- began (expire_job) or that were cancelled: the pool's status and metrics show it.
+local function count_inflight_to_dead(jk, st, n)
+  shift(jk, 'inf', 'dead', n)
+  redis.call('HINCRBY', st, 'dead', n)
+end
+
+local function count_delayed_to_ready(jk, n)
+  shift(jk, 'ret', 'pen', n)
+end
+
+-- n dead letters requeued. A job whose retention had begun (``retained``: expire_job took all its dead
+-- letters out of the pool's count) is live again, so the pool's count takes back those still dead.
+local function count_dead_to_ready(jk, st, n, retained)
+  local left = shift(jk, 'dead', 'pen', n)
+  if not retained then
+    redis.call('HINCRBY', st, 'dead', -n)
+  elseif left ~= 0 then
+    redis.call('HINCRBY', st, 'dead', left)
+  end
+end
+
+-- A job's n dead letters stop counting in the pool's (cancel deletes the job, retention starts).
+local function count_dead_forgotten(st, n)
+  if n > 0 then redis.call('HINCRBY', st, 'dead', -n) end
+end
+
+-- n attempts ended as `outcome` ('completed': acked, 'failed': failed, retried or not) after `seconds` of
+-- service in all (from their claims): the autoscaler's completion rate and service time.
+local function count_attempts_ended(st, outcome, n, seconds)
+  redis.call('HINCRBY', st, outcome, n)
+  redis.call('HINCRBY', st, 'svc', math.floor(seconds * 1000000))
+end
+
 -- A job is in its priority's ring exactly when its ready list is non-empty and it is not suspended.
 local function ring_join(ring, job_id, was_len, suspended)
   if was_len == 0 and suspended ~= '1' then
@@ -50,6 +157,8 @@ local function ring_join(ring, job_id, was_len, suspended)
   end
 end
 
+-- A job is finished (once: 'fin' and the 'finished' event) when its seeds are all enqueued and no task of it
+-- is ready, in flight or delayed.
 local function check_finished(jk, job_id, now, ev, maxlen)
   local c = redis.call('HMGET', jk, 'pen', 'inf', 'ret', 'ed', 'fin')
   if c[1] == '0' and c[2] == '0' and c[3] == '0' and c[4] == '1' and not c[5] then
@@ -58,22 +167,14 @@ local function check_finished(jk, job_id, now, ev, maxlen)
   end
 end
 
-local function decode_list(s)
-  if not s then return {} end
-  local v = cjson.decode(s)
-  if type(v) ~= 'table' then return {} end
-  return v
-end
-
--- Move a task (not in any other state any more) to the job's dead letters (dl: record with its history,
--- dlt: time index for "latest first") and drop its retry history (h).
+-- Move a task that was in flight (its lease already taken out of its worker's hash) to the job's dead
+-- letters (dl: record with its history, dlt: time index for "latest first") and drop its retry history (h).
 local function dead_letter(jk, dl, dlt, h, job_id, tid, a, s, d, url, err, msg, now, hist, st, ev, maxlen)
   redis.call('HSET', dl, tid, cjson.encode({
     u = url, a = a, s = s, d = d, e = err, m = msg, t = tonumber(now), h = hist }))
   redis.call('ZADD', dlt, now, tid)
   redis.call('HDEL', h, tid)
-  redis.call('HINCRBY', jk, 'dead', 1)
-  redis.call('HINCRBY', st, 'dead', 1)
+  count_inflight_to_dead(jk, st, 1)
   event(ev, maxlen, 'type', 'deadletter', 'job', job_id, 'task', tid, 'error', err, 't', now)
 end
 
@@ -85,7 +186,6 @@ local function return_lease(prefix, job_id, v, stalled, who, st, ev, maxlen, now
   local meta = redis.call('HMGET', jk, 'prio', 'sus')
   if not meta[1] then return 0 end
   local tid, a, s, d, url = split_payload(string.sub(v, string.find(v, '|', 1, true) + 1))
-  redis.call('HINCRBY', jk, 'inf', -1)
   if stalled then s = s + 1 end
   if s > max_stalls then
     local hist = decode_list(redis.call('HGET', jk .. ':h', tid))
@@ -96,7 +196,7 @@ local function return_lease(prefix, job_id, v, stalled, who, st, ev, maxlen, now
     check_finished(jk, job_id, now, ev, maxlen)
   else
     local len = redis.call('LPUSH', jk .. ':r', make_payload(tid, a, s, d, url))
-    redis.call('HINCRBY', jk, 'pen', 1)
+    count_inflight_to_ready(jk, 1)
     ring_join(prefix .. ':ring:' .. meta[1], job_id, len - 1, meta[2])
   end
   return 1
@@ -120,8 +220,11 @@ local function drop_worker(prefix, w, wd, wi, st, ev, maxlen, now, max_stalls)
   return n
 end
 
--- Drop the workers whose lease deadline passed. Returns the number of tasks returned or dead-lettered.
-local function reap(prefix, wd, wi, st, ev, maxlen, now, max_stalls, worker_limit)
+-- Reaping: drop the workers (at most worker_limit) whose lease deadline passed; each of their tasks goes back
+-- to the front of its job's ready list with one more stall, or to the dead letters as Stalled once it
+-- stalled more than max_stalls times (drop_worker, return_lease). claim runs it before leasing; reap.lua
+-- runs it alone for callers that do not claim. Returns the number of tasks returned or dead-lettered.
+local function reap_expired(prefix, wd, wi, st, ev, maxlen, now, max_stalls, worker_limit)
   local expired = redis.call('ZRANGEBYSCORE', wd, '-inf', '(' .. now, 'LIMIT', 0, worker_limit)
   local n = 0
   for _, w in ipairs(expired) do
@@ -130,8 +233,10 @@ local function reap(prefix, wd, wi, st, ev, maxlen, now, max_stalls, worker_limi
   return n
 end
 
--- Move due delayed tasks to the end of their job's ready list.
-local function promote(prefix, dj, now, job_limit, task_limit)
+-- Promotion: move due delayed tasks (up to task_limit per job, of at most job_limit jobs from the delayed-jobs
+-- index dj) to the end of their job's ready list, put the job in its ring, and index the job again by its
+-- next due task (or drop it from dj). A job that is gone loses its delayed tasks. claim runs it before leasing.
+local function promote_due(prefix, dj, now, job_limit, task_limit)
   local jobs = redis.call('ZRANGEBYSCORE', dj, '-inf', now, 'LIMIT', 0, job_limit)
   for _, job_id in ipairs(jobs) do
     local jk = prefix .. ':j:' .. job_id
@@ -142,8 +247,7 @@ local function promote(prefix, dj, now, job_limit, task_limit)
       if meta[1] then
         redis.call('ZREMRANGEBYRANK', zk, 0, #items - 1)
         local was = push_many('RPUSH', jk .. ':r', items)
-        redis.call('HINCRBY', jk, 'ret', -#items)
-        redis.call('HINCRBY', jk, 'pen', #items)
+        count_delayed_to_ready(jk, #items)
         ring_join(prefix .. ':ring:' .. meta[1], job_id, was, meta[2])
       else
         redis.call('DEL', zk)
@@ -172,8 +276,7 @@ end
 -- within-job dedupe set (crawl jobs) and the pool's cross-job dedupe window. m is the job hash's
 -- HMGET of: seq, tot, crawl, maxp, xd, xdw, sus, (cur or maxd), prio, dg. Jobs registered since the
 -- digests came ('dg' set at creation) dedupe by url_digest; older ones by the full URL, as they began.
--- The pool's enqueue counter (st 'enq') counts what was added: the autoscaler tells a burst from it
--- between its polls (trawl.autoscale.schedule). Returns the number added.
+-- Returns the number added.
 local function add_urls(jk, job_id, rk, rings_base, uk, xk, st, m, prio, now, depth, first, last, force_dedupe)
   local nowf = tonumber(now)
   local dg = m[10] == '1'
@@ -208,10 +311,8 @@ local function add_urls(jk, job_id, rk, rings_base, uk, xk, st, m, prio, now, de
   if n > 0 then
     local was = push_many('RPUSH', rk, items)
     redis.call('HSET', jk, 'seq', seq)
-    redis.call('HINCRBY', jk, 'tot', n)
-    redis.call('HINCRBY', jk, 'pen', n)
+    count_new_to_ready(jk, st, n)
     redis.call('HDEL', jk, 'fin')
-    redis.call('HINCRBY', st, 'enq', n)
     ring_join(KEYS[rings_base + tonumber(prio)], job_id, was, m[7])
   end
   return n

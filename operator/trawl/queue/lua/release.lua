@@ -10,16 +10,15 @@ redis.call('HDEL', wk, field)
 local meta = redis.call('HMGET', jk, 'prio', 'sus')
 if not meta[1] then return 0 end
 local p = string.sub(v, string.find(v, '|', 1, true) + 1)
-redis.call('HINCRBY', jk, 'inf', -1)
 local delay = tonumber(ARGV[4])
 if delay > 0 then
   local at = tonumber(ARGV[1]) + delay
   redis.call('ZADD', KEYS[4], at, p)
   redis.call('ZADD', KEYS[5], 'LT', at, ARGV[2])
-  redis.call('HINCRBY', jk, 'ret', 1)
+  count_inflight_to_delayed(jk, 1)
 else
   local len = redis.call('LPUSH', KEYS[3], p)
-  redis.call('HINCRBY', jk, 'pen', 1)
+  count_inflight_to_ready(jk, 1)
   ring_join(KEYS[6 + tonumber(meta[1])], ARGV[2], len - 1, meta[2])
 end
 return 1

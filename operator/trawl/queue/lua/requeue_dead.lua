@@ -29,14 +29,11 @@ if n == 0 then return 0 end
 push_many('HDEL', dl, gone)
 push_many('ZREM', KEYS[16], gone)
 local was = push_many('RPUSH', KEYS[3], items)
-local left = redis.call('HINCRBY', jk, 'dead', -n)
-redis.call('HINCRBY', jk, 'pen', n)
-if redis.call('HGET', jk, 'exp') == '1' then
+local retained = redis.call('HGET', jk, 'exp') == '1'
+count_dead_to_ready(jk, KEYS[4], n, retained)
+if retained then
   for i = 17, 25 do redis.call('PERSIST', KEYS[i]) end
   redis.call('HDEL', jk, 'exp')
-  if left ~= 0 then redis.call('HINCRBY', KEYS[4], 'dead', left) end
-else
-  redis.call('HINCRBY', KEYS[4], 'dead', -n)
 end
 redis.call('HDEL', jk, 'fin')
 ring_join(KEYS[6 + tonumber(meta[1])], ARGV[3], was, meta[2])
