@@ -1,4 +1,4 @@
-# Trawl developer entry points. `make test` is what CI runs (after .ci/run installs everything).
+# Trawl developer entry points. `make test` is what CI runs (.ci/run): it sets up, lints and runs every layer.
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -14,7 +14,7 @@ $(error $(or $(BOOTSTRAP_ERROR),hack/bootstrap.sh failed))
 endif
 endif
 
-.PHONY: setup bench-setup lock k8s-binaries test test-layers test-layers-main test-layers-sinks test-e2e test-unit test-redis test-browser test-sinks test-cluster test-faults test-rediscluster test-redissentinel lint typecheck crd demo bench e2e e2e-build e2e-kind images clean
+.PHONY: setup bench-setup lock k8s-binaries tools test test-layers test-layers-main test-layers-sinks test-e2e test-unit test-redis test-browser test-sinks test-cluster test-faults test-rediscluster test-redissentinel lint typecheck crd demo bench e2e e2e-build e2e-kind images clean
 
 # Dependencies come from the lock (requirements/*.txt, every file's sha256 checked), the package itself
 # on top without resolving anything again: the same versions on every machine, in CI and in the image.
@@ -45,10 +45,22 @@ ASSETS = KUBEBUILDER_ASSETS="$${KUBEBUILDER_ASSETS:-$$(hack/build-k8s-binaries.s
 # MinIO for the S3 sink tests: TRAWL_MINIO if set, else built once and cached by hack/build-minio.sh.
 MINIO = TRAWL_MINIO="$${TRAWL_MINIO:-$$(hack/build-minio.sh)}"
 
-# Every layer (unit, setup, redis, browser, cluster, faults, rediscluster, redissentinel; e2e_kind where Docker answers), then sinks
-# (the one layer that needs MinIO: CI builds it in the background meanwhile, see .ci/run), then e2e on
-# a real node last.
-test: test-layers test-e2e
+# The Go tools the unit tests run (built once, cached under ~/.cache/trawl): helm (chart rendering and
+# lint), the Prometheus alert-rule checker (hack/rulecheck) and actionlint (the release workflow).
+tools:
+	@hack/build-helm.sh >/dev/null
+	@hack/build-go-tool.sh rulecheck >/dev/null
+	@hack/build-go-tool.sh actionlint >/dev/null
+
+# The whole suite, as CI runs it (hack/test.sh): the set-up (the real node's Debian packages, make setup,
+# kube-apiserver + etcd, make tools; MinIO and the real node's builds in the background), make lint
+# typecheck, then every layer (unit, setup, redis, browser, cluster, faults, rediscluster, redissentinel;
+# e2e_kind where Docker answers), sinks once MinIO is built, e2e on a real node last. A skipped test fails
+# it (tests/skip_check.py lists the skips it allows). E2E=skip leaves the e2e layer out, for a machine
+# where no real node can start (not root, no cgroups); without it such a machine fails at once.
+E2E ?=
+test:
+	@E2E=$(E2E) hack/test.sh
 
 test-layers: test-layers-main test-layers-sinks
 
@@ -59,7 +71,7 @@ test-layers-sinks: setup
 	$(MINIO) $(PY) -m pytest -p no:cacheprovider -m sinks
 
 # The real one-node Kubernetes layer (tests/e2e): root, and the binaries/images of `make e2e-build`;
-# it skips with the reason where a node cannot start.
+# it skips with the reason where a node cannot start (and `make test` fails on that skip).
 # -s: the log shows what each scenario measured (pod start-up, scale-up, takeover times).
 test-e2e: setup
 	$(ASSETS) $(PY) -m pytest -p no:cacheprovider -s -m e2e tests/e2e
@@ -92,9 +104,13 @@ test-rediscluster: setup
 test-redissentinel: setup
 	$(ASSETS) $(PY) -m pytest -m redissentinel
 
+# ruff, the layer contract (import-linter, [tool.importlinter] in pyproject.toml) and BuildKit's
+# Dockerfile checks (hack/lint-dockerfile.sh: the linter is built once, a few minutes cold).
 lint: setup
 	$(VENV)/bin/ruff check operator tests bench hack
 	$(VENV)/bin/ruff format --check operator tests bench hack
+	$(VENV)/bin/lint-imports
+	hack/lint-dockerfile.sh worker_image/Dockerfile worker_image/Dockerfile.browser
 
 typecheck: setup
 	$(VENV)/bin/mypy

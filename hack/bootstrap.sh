@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs (as root) or names (otherwise) the system packages Trawl's demo, tests and CI need.
 #
-#   hack/bootstrap.sh            # used by `make setup` (so by `make demo`, `make test`) and `.ci/run`
+#   hack/bootstrap.sh            # run by the Makefile first (so by `make demo`, `make test`, CI's `.ci/run`)
 #
 # It runs before anything is built, so a missing program is reported within seconds instead of
 # after minutes of building. The list is hack/debian-packages. As root with apt-get, missing

@@ -8,11 +8,17 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 import redis.asyncio as aioredis
 
+from skip_check import register as register_skip_check
 from trawl.dev.redis_server import RedisServer
 from trawl.redisconn.client import connect
 
 # Prometheus's default port and the worker template's default metrics port.
 HELD_PORT = 9090
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """`make test` fails on a skipped test unless tests/skip_check.py allows it (TRAWL_CHECK_SKIPS=1)."""
+    register_skip_check(config)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -17,7 +17,7 @@ PROTECTED_HOST = "127.0.0.3"  # a server the pages must never reach: loopback, n
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     reason = None
     if find_chromium() is None:
-        reason = "no Chromium: install Debian's chromium package (hack/bootstrap or .ci/run installs it)"
+        reason = "no Chromium: install Debian's chromium package (make test does: hack/bootstrap.sh)"
     elif importlib.util.find_spec("playwright") is None:
         reason = "Playwright is not installed (pip install -e '.[test]')"
     if reason is None:

@@ -4,7 +4,8 @@ with Helm as shipped, the bookstore fixture site as pods behind a Service.
 The node is torn down after the session and a check asserts that nothing of it is left on the host
 (processes, mounts, the cni0 bridge, veths, KUBE-/CNI- chains, new nf_tables tables, changed sysctls).
 Where a node cannot start (not root, no cgroups, packages or binaries missing) every test skips with the
-reason, so `make test` runs this layer everywhere and it only does real work where it can.
+reason. `make test` sets all of that up and fails on such a skip (tests/skip_check.py); it leaves this
+layer out only when asked to (`make test E2E=skip`).
 """
 
 from __future__ import annotations

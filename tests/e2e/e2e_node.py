@@ -37,12 +37,22 @@ def coredns_dir() -> Path:
     return Path(out.stdout.strip())
 
 
-def missing_prerequisites() -> str | None:
-    """Why a node cannot start here (None: it can). The e2e layer skips with exactly this reason."""
+def host_problem() -> str | None:
+    """Why this host cannot run a node whatever is installed (None: it can). `make test` asks first, with
+    the system python3 and no dependency: hack/test.sh stops at once on it unless E2E=skip."""
     if os.geteuid() != 0:
         return "a real node needs root (network namespaces, mounts, cgroups); run the e2e layer as root"
     if not (Path("/sys/fs/cgroup/memory").is_dir() or Path("/sys/fs/cgroup/cgroup.controllers").exists()):
         return "no cgroup file system at /sys/fs/cgroup: the kubelet cannot run pods"
+    return None
+
+
+def missing_prerequisites() -> str | None:
+    """Why a node cannot start here (None: it can). The e2e layer skips with exactly this reason (and
+    `make test` fails on that skip: tests/skip_check.py)."""
+    problem = host_problem()
+    if problem:
+        return problem
     for tool in ("runc", "iptables", "debootstrap", "dockerd", "nft", "openssl"):
         if shutil.which(tool) is None:
             return f"{tool} is missing: run hack/realnode/deps.sh (Debian packages; needs apt)"

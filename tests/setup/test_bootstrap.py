@@ -1,7 +1,8 @@
 """The two commands on a bare machine: a missing system program is one line naming the command, at once.
 
-The absence is real: the commands run as an unprivileged user, from a fresh copy of the tree, with a
-PATH on which ``redis-server`` does not exist (every other program of the machine is there).
+The absence is real: the commands run as an unprivileged user (nobody, when the run is root), from a fresh
+copy of the tree, with a PATH on which ``redis-server`` does not exist (every other program of the machine
+is there).
 """
 
 from __future__ import annotations
@@ -59,8 +60,11 @@ def shared_tmp() -> Iterator[Path]:
 
 
 def _unprivileged() -> list[str]:
-    if os.geteuid() != 0 or shutil.which("setpriv") is None:
-        pytest.skip("needs root and setpriv to run the commands as an unprivileged user")
+    """The prefix that runs a command as an unprivileged user: none for a run that is not root already."""
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("needs setpriv (util-linux) to run the commands as an unprivileged user")
     return ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
 
 
@@ -71,7 +75,8 @@ def bare_clone(shared_tmp: Path) -> tuple[Path, str]:
     _copy_tree(src)
     path = _path_without(shared_tmp, {"redis-server"})
     (shared_tmp / "home").mkdir()
-    subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(shared_tmp)], check=True)
+    if os.geteuid() == 0:
+        subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(shared_tmp)], check=True)
     return src, path
 
 
@@ -115,7 +120,7 @@ def test_bootstrap_names_every_missing_package_of_an_extended_list(shared_tmp: P
     listing.chmod(0o644)
     env = {**os.environ, "TRAWL_PACKAGE_LIST": str(listing)}
     # As root it would install them: unprivileged, the check (not apt) answers.
-    argv = _unprivileged() if os.geteuid() == 0 else []
+    argv = _unprivileged()
     proc = subprocess.run(
         [*argv, "bash", str(ROOT / "hack" / "bootstrap.sh")], env=env, capture_output=True, text=True, timeout=60
     )

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from build_cache import cached
 from helm_chart import operator_deployment, render
 from trawl.operator.pool.deployment import worker_deployment
 
@@ -32,9 +33,8 @@ def _stages() -> list[list[str]]:
 
 
 def test_buildkit_lint_is_clean() -> None:
-    cached = list((Path.home() / ".cache" / "trawl" / "k8s").glob("dockerfile-lint-buildkit-*/dockerfile-lint"))
-    if not cached:
-        pytest.skip("BuildKit Dockerfile linter not built: run hack/lint-dockerfile.sh once")
+    if cached("k8s/dockerfile-lint-buildkit-*/dockerfile-lint") is None:
+        pytest.skip("BuildKit Dockerfile linter not built: `make lint` builds it (hack/lint-dockerfile.sh)")
     out = subprocess.run([str(LINTER), str(DOCKERFILE)], capture_output=True, text=True, timeout=600, check=False)
     assert out.returncode == 0, out.stdout + out.stderr
 

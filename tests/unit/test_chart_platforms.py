@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from build_cache import cached
 from helm_chart import CHART, HelmError, by_kind, one, operator_deployment, render
 from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.operator import metrics
@@ -187,13 +188,12 @@ def test_every_alert_reads_series_the_operator_exports() -> None:
 
 def _rule_checkers() -> list[list[str]]:
     """`promtool check rules` if built, and hack/rulecheck (the same parser and validation, a fraction of
-    promtool's cold build), whichever exist under ~/.cache/trawl/tools or on PATH."""
-    tools = Path.home() / ".cache" / "trawl" / "tools"
+    promtool's cold build), whichever exist in the build cache (tests/build_cache.py) or on PATH."""
     found: list[list[str]] = []
-    promtool = shutil.which("promtool") or next(iter(sorted(tools.glob("promtool-*/promtool"))[-1:]), None)
+    promtool = shutil.which("promtool") or cached("tools/promtool-*/promtool")
     if promtool:
         found.append([str(promtool), "check", "rules"])
-    rulecheck = next(iter(sorted(tools.glob("rulecheck-*/rulecheck"))[-1:]), None)
+    rulecheck = cached("tools/rulecheck-*/rulecheck")
     if rulecheck:
         found.append([str(rulecheck)])
     return found
@@ -202,7 +202,7 @@ def _rule_checkers() -> list[list[str]]:
 def test_alert_rules_pass_the_prometheus_rule_check(tmp_path: Path) -> None:
     checkers = _rule_checkers()
     if not checkers:
-        pytest.skip("no rule checker built (hack/build-go-tool.sh rulecheck; .ci/run builds it)")
+        pytest.skip("no rule checker built: `make tools` builds one (hack/build-go-tool.sh rulecheck)")
     broken = tmp_path / "broken.yaml"
     broken.write_text(ALERTS.read_text().replace("> 900", "> > 900"))  # a PromQL syntax error
     for argv in checkers:

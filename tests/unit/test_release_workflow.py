@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
+from build_cache import cached
+
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"
 
@@ -18,14 +20,14 @@ def _actionlint() -> str | None:
     found = shutil.which("actionlint")
     if found:
         return found
-    cached = sorted((Path.home() / ".cache" / "trawl" / "tools").glob("actionlint-*/actionlint"))
-    return str(cached[-1]) if cached else None
+    built = cached("tools/actionlint-*/actionlint")
+    return str(built) if built else None
 
 
 def test_actionlint_is_clean() -> None:
     actionlint = _actionlint()
     if actionlint is None:
-        pytest.skip("actionlint not built (hack/build-go-tool.sh actionlint; .ci/run builds it)")
+        pytest.skip("actionlint not built: `make tools` builds it (hack/build-go-tool.sh actionlint)")
     out = subprocess.run([actionlint, str(WORKFLOW)], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert out.returncode == 0, out.stdout + out.stderr
 
@@ -34,7 +36,7 @@ def test_actionlint_catches_a_broken_workflow(tmp_path: Path) -> None:
     """The control case: the linter really reads workflows (an undefined job output is an error)."""
     actionlint = _actionlint()
     if actionlint is None:
-        pytest.skip("actionlint not built")
+        pytest.skip("actionlint not built: `make tools` builds it")
     broken = tmp_path / ".github" / "workflows" / "broken.yml"
     broken.parent.mkdir(parents=True)
     broken.write_text(WORKFLOW.read_text().replace("needs.image.outputs.digest", "needs.image.outputs.nosuch"))

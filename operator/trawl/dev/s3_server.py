@@ -30,7 +30,7 @@ def minio_binary() -> Path:
     cache = Path(os.environ.get("TRAWL_CACHE_DIR") or Path.home() / ".cache" / "trawl")
     found = sorted(glob.glob(str(cache / "s3" / "minio-*" / "minio")))
     if not found:
-        raise RuntimeError("MinIO not built: run hack/build-minio.sh (.ci/run does) or set TRAWL_MINIO")
+        raise RuntimeError("MinIO not built: run hack/build-minio.sh (make test does) or set TRAWL_MINIO")
     return Path(found[-1])
 
 
