@@ -666,7 +666,7 @@ class Worker:
         fetch_started = time.monotonic()
         render_info: dict[str, Any] = {}
         try:
-            async with self.limiter.slot(
+            async with self.limiter.slots.slot(
                 domain, pol.max_concurrency_per_domain, deadline=time.monotonic() + self.config.max_rate_wait
             ):
                 waited = time.monotonic() - fetch_started
@@ -733,7 +733,7 @@ class Worker:
         pol = spec.politeness
 
         async def robots_hop(hop_url: str) -> None:
-            await self.limiter.take_token(host_of(hop_url), pol.requests_per_second, adaptive=pol.adaptive_delay)
+            await self.limiter.rate.take_token(host_of(hop_url), pol.requests_per_second, adaptive=pol.adaptive_delay)
 
         rate = pol.requests_per_second
         if pol.respect_robots_txt:
@@ -742,7 +742,7 @@ class Worker:
             crawl_delay = self.robots.crawl_delay(url, spec.request.user_agent)
             if crawl_delay:  # the site's Crawl-delay wins over a faster job rate
                 rate = min(rate, 1.0 / crawl_delay)
-        await self.limiter.take_token(
+        await self.limiter.rate.take_token(
             host_of(url),
             rate,
             adaptive=pol.adaptive_delay,
