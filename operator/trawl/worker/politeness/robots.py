@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 
 from trawl.api.policies import FailureClass
 
-from ..fetch import FetchError
+from ..fetch import Fetcher, FetchError, FetchLimits
 
 ALLOW_ALL = "A"
 DISALLOW_ALL = "D"
@@ -25,6 +25,7 @@ UNAVAILABLE = "U"  # robots.txt answered 5xx or could not be fetched: a temporar
 ROBOTS_MAX_BYTES = 512 * 1024
 UNAVAILABLE_SECONDS = 30.0  # how long a 5xx robots.txt holds the origin's tasks back before it is asked again
 MAX_CRAWL_DELAY = 30.0  # a larger robots.txt Crawl-delay is honoured as this (a task must finish some day)
+ROBOTS_LIMITS = FetchLimits(max_bytes=ROBOTS_MAX_BYTES, max_redirects=5, total_timeout=15.0, read_timeout=15.0)
 
 
 def origin_of(url: str) -> str:
@@ -32,6 +33,17 @@ def origin_of(url: str) -> str:
 
     parts = urlsplit(url)
     return f"{parts.scheme}://{parts.netloc}"
+
+
+def fetch_with(fetcher: Fetcher) -> Callable[[str, Any], Awaitable[tuple[int, str]]]:
+    """The fetch of a :class:`RobotsCache` through the worker's fetcher (its address policy, ``hook`` before
+    each hop), under robots.txt's own limits."""
+
+    async def fetch(url: str, hook: Any) -> tuple[int, str]:
+        result = await fetcher.fetch(url, limits=ROBOTS_LIMITS, before_hop=hook)
+        return result.status, result.text()
+
+    return fetch
 
 
 def answered(status: int, text: str) -> str:
