@@ -41,7 +41,7 @@ from trawl.dev.bookstore import Renderer, catalog
 from trawl.dev.jsbookstore import LISTING_FIELDS, listing_paths
 from trawl.egress.addresses import parse_networks
 from trawl.worker.browser import procmem
-from trawl.worker.browser.browser import BrowserPool
+from trawl.worker.browser.pool import BrowserPool
 from trawl.worker.browser.settings import BrowserSettings, find_chromium
 from trawl.worker.extract import ExtractOptions, Extractor
 from trawl.worker.fetch import Fetcher, FetchLimits

@@ -25,8 +25,8 @@ from trawl.egress.addresses import parse_networks
 from trawl.jobspec.wire import build_job_config
 from trawl.queue import Queue
 from trawl.queue.keys import Keys
-from trawl.worker.browser.browser import BrowserPool
 from trawl.worker.browser.metrics import BrowserMetrics
+from trawl.worker.browser.pool import BrowserPool
 from trawl.worker.browser.settings import BrowserSettings
 from trawl.worker.runner import Worker, WorkerConfig
 

@@ -16,7 +16,8 @@ import redis.asyncio as aioredis
 
 from trawl.dev import procs
 from trawl.dev.redis_server import RedisServer
-from trawl.worker.politeness import SLOT_LEASE_MS, DomainLimiter, RateWaitTooLong
+from trawl.worker.politeness import DomainLimiter, RateWaitTooLong
+from trawl.worker.politeness.slots import SLOT_LEASE_MS
 
 
 def _key(domain: str, kind: str) -> str:

@@ -33,7 +33,8 @@ HEAVY = (
     "trawl.clitools.app",
     "trawl.api.cronscrapejob",
     "trawl.api.scrapepool",
-    "trawl.worker.browser.browser",
+    "trawl.worker.browser.pool",
+    "trawl.worker.browser.page",
     "trawl.sinks.postgres",
     "trawl.sinks.s3",
     "multiprocessing",  # the parser processes start on the first page too large to parse inline

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from trawl.worker.politeness import AdaptiveDelay, burst_for, token_batch
+from trawl.worker.politeness.adaptive import AdaptiveDelay
+from trawl.worker.politeness.rate import burst_for, token_batch
 
 
 def test_fast_healthy_site_gets_no_delay() -> None:

@@ -1,5 +1,6 @@
 """The scrape worker (`trawl worker`): claim loop, safe and polite fetching, extraction, crawl policy, sinks."""
 
-from .runner import Worker, WorkerConfig
+from .config import WorkerConfig
+from .runner import Worker
 
 __all__ = ["Worker", "WorkerConfig"]

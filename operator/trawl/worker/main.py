@@ -16,7 +16,8 @@ from trawl.redisconn.client import connect
 from trawl.redisconn.sentinel import SentinelTarget
 
 from . import logs
-from .runner import Worker, WorkerConfig, default_worker_id
+from .config import WorkerConfig, default_worker_id
+from .runner import Worker
 
 
 def sentinel_from_env(sentinels: str | None = None, master: str | None = None) -> SentinelTarget | None:

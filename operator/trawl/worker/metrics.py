@@ -99,6 +99,10 @@ class WorkerMetrics:
             registry=r,
         )
 
+    def rate_waited(self, domain: str, wait: float) -> None:
+        """The rate limit's ``on_wait``: a task waits ``wait`` seconds for a token of ``domain``."""
+        self.rate_waits.inc(wait)
+
     def set_open_circuits(self, domains: Iterable[str]) -> None:
         self.circuit_open.clear()
         for domain in domains:

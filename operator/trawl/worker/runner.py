@@ -1,11 +1,11 @@
-"""The worker process: claim loop, one heartbeat loop, task processing, graceful drain.
+"""The worker process: the claim loop and its sizing, the heartbeat loop, the autoscaler's cordon,
+cancelled jobs, the graceful drain, recycling, and the accounting of the leases it holds.
 
-Per task: look up the job's worker spec (cached), take a pool-wide concurrency slot for the domain,
-fetch (robots.txt and the pool-wide rate limit are checked before every hop), extract, enqueue
-discovered links (crawl mode), write the result to the job's sink and ack. Failures are classified:
-``Retry-After`` on 429/503 and long rate-limit waits give the task back with a delay (no attempt
-spent, no lease held while waiting); everything else goes to ``fail``, where the queue applies the
-job's retry policy.
+Each claimed task runs as its own asyncio task through :class:`~.pipeline.TaskPipeline` (at most
+``concurrency`` at once; claimed tasks beyond that wait in a buffer sized by
+:mod:`trawl.queue.claimsize`) and ends handed to the :class:`~.finish.Finisher`, given back or failed.
+:class:`~.config.WorkerConfig` and :func:`~.config.default_worker_id` are re-exported: tests and
+`trawl run` import them from here.
 """
 
 from __future__ import annotations
@@ -15,49 +15,34 @@ import contextlib
 import logging
 import os
 import signal
-import socket
 import time
-import uuid
-from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from collections import deque
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import OutOfMemoryError
 
-from trawl.api.policies import FailureClass
-from trawl.api.scrapejob import SinkKind
 from trawl.egress.addresses import IPNetwork, parse_networks
-from trawl.jobspec.podfiles import local_path, read_secret
-from trawl.queue.claimsize import AUTO, ClaimState, TaskTimer, claim_size
-from trawl.queue.errors import QueueUnavailable, WorkerCordoned
-from trawl.queue.keys import incarnation_id
+from trawl.queue.claimsize import ClaimState, TaskTimer, claim_size
+from trawl.queue.errors import WorkerCordoned
 from trawl.queue.model import QueueClient, Task
 from trawl.queue.notes import JobNotes
-from trawl.redisconn.client import TRANSIENT_ERRORS
-from trawl.sinks.base import Record, Sink, record_key
-from trawl.sinks.jsonlines import JsonLinesSink
-from trawl.sinks.redisstream import RedisStreamSink
-from trawl.sinks.webhook import WebhookSink
-from trawl.worker.browser.hook import BrowserCrashed, Renderer
+from trawl.worker.browser.hook import Renderer
 
 from .breaker import CircuitBreaker
-from .extract import Extractor
-from .fetch import Fetcher, FetchError, FetchLimits
-from .finish import SINK_BACKOFF_FIRST, SINK_RETRY_SECONDS, Finish, Finisher
-from .jobsettings import WorkerJobSpec, parse_worker_spec
+from .config import WorkerConfig, default_worker_id
+from .fetch import Fetcher
+from .finish import Finisher
+from .jobcache import JobCache
+from .jobsinks import JobSinks
 from .metrics import WorkerMetrics
-from .parsepool import DEFAULT_INLINE_MAX_TAGS, DEFAULT_MAX_BYTES, DEFAULT_MAX_TAGS, ParseLimit, ParseLimits, ParsePool
-from .parsepool import DEFAULT_SECONDS as DEFAULT_PARSE_SECONDS
-from .politeness import UNAVAILABLE_SECONDS, DomainLimiter, RateWaitTooLong, RobotsCache
-from .urls import host_of
+from .parsepool import ParseLimits, ParsePool
+from .pipeline import TaskPipeline
+from .politeness import DomainLimiter, RobotsCache
+from .politeness.robots import fetch_with
 
-# Redis could not take a task's writes, through no fault of the page: an outage, a failover, or a full
-# Redis (maxmemory with noeviction; the operator shows RedisOutOfMemory). The task goes back unspent.
-_REDIS_TROUBLE: tuple[type[Exception], ...] = (*TRANSIENT_ERRORS, QueueUnavailable, OutOfMemoryError)
+__all__ = ["Worker", "WorkerConfig", "default_worker_id"]
+
 log = logging.getLogger("trawl.worker")
-
-MAX_DEFERRALS = 5  # Retry-After releases of one task (seen by this worker) before its attempts are spent
 
 # How often in-flight tasks are checked against cancelled (deleted) jobs.
 CANCEL_CHECK_SECONDS = 1.0
@@ -71,63 +56,6 @@ def rss_mb() -> float | None:
     except (OSError, ValueError, IndexError):
         return None
     return pages * os.sysconf("SC_PAGE_SIZE") / (1024 * 1024)
-
-
-def default_worker_id() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-
-
-@dataclass
-class WorkerConfig:
-    redis_url: str = "redis://127.0.0.1:6379/0"
-    redis_cluster: bool = False  # the URL names a node of a Redis Cluster
-    redis_sentinels: str = ""  # h1:p1,h2:p2 of Redis Sentinels: the master is found through them (URL unused)
-    redis_sentinel_master: str = ""  # the name the Sentinels monitor the master under
-    redis_shards: int = 1  # hash tags the pool's tasks are spread over (trawl.queue.sharded)
-    prefix: str = "trawl:{default/default}"
-    pod: str = ""  # the pod (stable name) this process runs in; its earlier incarnations are evicted at start
-    worker_id: str = ""  # this process's incarnation, "<pod>@<random>" (default: a fresh one)
-    concurrency: int = 32
-    claim_batch: int = AUTO  # tasks per claim; AUTO (0): sized by trawl.queue.claimsize
-    lease_seconds: float = 30.0  # the queue's lease (bounds how many claimed tasks may wait for a slot)
-    drain_seconds: float = 30.0
-    heartbeat_seconds: float = 5.0
-    metrics_port: int | None = None
-    metrics_address: str = "0.0.0.0"  # every interface of the pod; the local supervisor uses loopback
-    allowed_cidrs: list[str] = field(default_factory=list)
-    max_rate_wait: float = 10.0  # wait longer than this for a domain and the task is given back with a delay
-    sink_capacity: int = 0  # tasks waiting for their results to be stored before claiming stops; 0: 4x concurrency
-    idle_poll_max: float = 0.25  # longest pause between claims while the queue is empty
-    json_lines_dir: str | None = None  # overrides the job's directory (tests, local runs)
-    robots_unavailable_seconds: float = UNAVAILABLE_SECONDS  # a 5xx robots.txt disallows its origin this long
-    parse_processes: int = 2  # parser child processes; 0 parses on the event loop (no time budget)
-    parse_seconds: float = DEFAULT_PARSE_SECONDS  # time budget of one page's parse and extraction
-    parse_max_bytes: int = DEFAULT_MAX_BYTES
-    parse_max_tags: int = DEFAULT_MAX_TAGS
-    parse_inline_max_tags: int = DEFAULT_INLINE_MAX_TAGS  # pages this small parse on the loop (bounded cost)
-    breaker_failures: int = 5  # consecutive timeouts/5xx/connection errors of a domain that open its breaker
-    breaker_open_seconds: float = 30.0  # first open period (doubles while probes fail, up to 300 s)
-    loop_stall_seconds: float = 30.0  # /livez fails when the event loop has not run for this long
-    heartbeat_stale_seconds: float = 0.0  # /livez fails when no heartbeat was attempted for this long; 0: 12 beats
-    max_tasks: int = 0  # recycle (drain and exit, to be restarted) after this many tasks; 0: never
-    max_rss_mb: int = 0  # recycle once the process's resident memory exceeds this; 0: never
-    sink_retry_seconds: float = SINK_RETRY_SECONDS  # a record's write is retried this long, then SinkFailed
-    sink_backoff_seconds: float = SINK_BACKOFF_FIRST  # first delay of a record's write retries (doubling)
-
-    def __post_init__(self) -> None:
-        if not self.pod:
-            self.pod = self.worker_id.split("@", 1)[0] if self.worker_id else default_worker_id()
-        if not self.worker_id:
-            self.worker_id = incarnation_id(self.pod)
-
-
-@dataclass
-class _Job:
-    spec: WorkerJobSpec
-    extractor: Extractor
-    sink: Sink
-    limits: FetchLimits
-    headers: dict[str, str]
 
 
 class Worker:
@@ -149,12 +77,12 @@ class Worker:
         self.allowed: tuple[IPNetwork, ...] = parse_networks(config.allowed_cidrs)
         self.fetcher = Fetcher(allowed=self.allowed, max_connections=max(64, config.concurrency * 2))
         self.limiter = DomainLimiter(
-            redis, keys.rate_limit, self.worker_id, max_wait=config.max_rate_wait, on_wait=self._on_rate_wait
+            redis, keys.rate_limit, self.worker_id, max_wait=config.max_rate_wait, on_wait=self.metrics.rate_waited
         )
         self.robots = RobotsCache(
             redis,
             lambda origin: keys.rate_limit(origin, "robots"),
-            self._fetch_robots,
+            fetch_with(self.fetcher),
             unavailable_seconds=config.robots_unavailable_seconds,
         )
         self.notes = JobNotes(redis, keys.job)
@@ -171,9 +99,8 @@ class Worker:
                 config.parse_seconds, config.parse_max_bytes, config.parse_max_tags, config.parse_inline_max_tags
             ),
         )
-        self._jobs: OrderedDict[str, _Job | None] = OrderedDict()
-        self._deferred: OrderedDict[tuple[str, str], int] = OrderedDict()  # Retry-After releases per task
-        self._sinks: dict[tuple[Any, ...], Sink] = {}
+        self.sinks = JobSinks(redis, keys, self.allowed, config.json_lines_dir)
+        self.jobs = JobCache(queue, self.sinks.for_spec)
         self._inflight: dict[asyncio.Task[None], Task] = {}
         self._buffer: deque[Task] = deque()  # claimed, waiting for a slot (see trawl.queue.claimsize)
         self._task_time = TaskTimer()  # how long a task holds its slot, which sizes claims
@@ -201,6 +128,26 @@ class Worker:
         )
         self.finish_capacity = config.sink_capacity or 4 * config.concurrency
         self.renderer = Renderer(self.allowed, self.metrics.registry)  # starts Chromium on the first Browser task
+        self.pipeline = self._pipeline()
+
+    def _pipeline(self) -> TaskPipeline:
+        """The path of one task through this worker's parts."""
+        return TaskPipeline(
+            queue=self.queue,
+            worker_id=self.worker_id,
+            metrics=self.metrics,
+            jobs=self.jobs,
+            breaker=self.breaker,
+            limiter=self.limiter,
+            robots=self.robots,
+            fetcher=self.fetcher,
+            renderer=self.renderer,
+            parser=self.parser,
+            finisher=self.finisher,
+            notes=self.notes,
+            task_time=self._task_time,
+            max_rate_wait=self.config.max_rate_wait,
+        )
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -242,8 +189,7 @@ class Worker:
             with contextlib.suppress(Exception):
                 await self._heartbeat(draining=True)
             await self.limiter.release_all()
-            for sink in self._sinks.values():
-                await sink.close()
+            await self.sinks.close()
             await self.fetcher.close()
             await self.renderer.close()
             await self.parser.close()
@@ -402,7 +348,7 @@ class Worker:
             self._buffer.clear()
             self._buffer.extend(kept)
             for job_id in gone:
-                self._jobs.pop(job_id, None)
+                self.jobs.forget(job_id)
             log.info("stopped tasks of cancelled jobs", extra={"worker": self.worker_id, "jobs": sorted(gone)})
 
     async def _claim_loop(self) -> None:
@@ -459,7 +405,7 @@ class Worker:
             self.metrics.in_flight.set(self.in_flight)
 
     def _start(self, task: Task) -> None:
-        t = asyncio.create_task(self._process(task))
+        t = asyncio.create_task(self.pipeline.process(task))
         self._inflight[t] = task
         t.add_done_callback(self._done)
 
@@ -509,306 +455,3 @@ class Worker:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(seconds):
                 await self._stop.wait()
-
-    def _on_rate_wait(self, domain: str, wait: float) -> None:
-        self.metrics.rate_waits.inc(wait)
-
-    # --- jobs and sinks ------------------------------------------------------------------------
-
-    async def _job(self, job_id: str) -> _Job | None:
-        if job_id in self._jobs:
-            self._jobs.move_to_end(job_id)
-            return self._jobs[job_id]
-        raw = await self.queue.job_spec(job_id)
-        job = self._build_job(raw) if raw is not None else None
-        if job is not None:  # a missing spec is not cached: it may be registered a moment later
-            self._jobs[job_id] = job
-            while len(self._jobs) > 256:
-                self._jobs.popitem(last=False)
-        return job
-
-    def _build_job(self, raw: dict[str, Any]) -> _Job:
-        spec = parse_worker_spec(raw)
-        req = spec.request
-        limits = FetchLimits(
-            max_bytes=req.max_response_bytes,
-            max_redirects=req.max_redirects,
-            connect_timeout=req.connect_timeout_seconds,
-            read_timeout=req.timeout_seconds,
-            total_timeout=req.timeout_seconds,
-        )
-        extractor = Extractor(spec.extract, need_links=spec.crawl is not None)
-        return _Job(spec, extractor, self._sink_for(spec), limits, dict(req.headers))
-
-    def _sink_for(self, spec: WorkerJobSpec) -> Sink:
-        out = spec.output
-        dedupe = self.keys.results_written
-        if out.sink == SinkKind.JSON_LINES and out.json_lines is not None:
-            directory = self.config.json_lines_dir or local_path(out.json_lines.directory)
-            ident: tuple[Any, ...] = ("jsonl", directory)
-            if ident not in self._sinks:
-                self._sinks[ident] = JsonLinesSink(self.redis, dedupe, directory)
-        elif out.sink == SinkKind.WEBHOOK and out.webhook is not None:
-            ref = out.webhook.secret_ref
-            # Never send unsigned when signing was asked for: a missing key fails the task before it is
-            # fetched (class Internal, so dead-lettered with the reason; retry them once the key exists).
-            secret = read_secret(ref.name, ref.key) if ref is not None else None
-            ident = ("webhook", out.webhook.url, secret, out.webhook.batch_size)
-            if ident not in self._sinks:
-                self._sinks[ident] = WebhookSink(
-                    self.redis,
-                    dedupe,
-                    out.webhook.url,
-                    secret=secret,
-                    batch_size=out.webhook.batch_size,
-                    allowed=self.allowed,
-                )
-        elif out.sink == SinkKind.POSTGRESQL and out.postgres is not None:
-            ref = out.postgres.password_secret_ref
-            # As for the webhook: a missing password fails the task before it is fetched (Internal).
-            password = read_secret(ref.name, ref.key).decode() if ref is not None else None
-            from trawl.sinks.postgres import PostgresSink, target_from_spec  # psycopg: only for workers that use it
-
-            target = target_from_spec(out.postgres, password)
-            ident = ("postgres", target)
-            if ident not in self._sinks:
-                self._sinks[ident] = PostgresSink(target)
-        elif out.sink == SinkKind.S3 and out.s3 is not None:
-            from trawl.sinks import s3 as s3sink  # minio: only for workers that use it
-
-            s3 = out.s3
-            access_ref, secret_ref = s3.access_key_id_secret_ref, s3.secret_access_key_secret_ref
-            s3_target = s3sink.target_from_spec(
-                s3,
-                read_secret(access_ref.name, access_ref.key).decode().strip(),
-                read_secret(secret_ref.name, secret_ref.key).decode().strip(),
-            )
-            ident = ("s3", s3_target)
-            if ident not in self._sinks:
-                self._sinks[ident] = s3sink.S3Sink(self.redis, dedupe, s3_target)
-        else:
-            max_len = out.redis_stream.max_len if out.redis_stream is not None else 100_000
-            ident = ("stream", max_len)
-            if ident not in self._sinks:
-                self._sinks[ident] = RedisStreamSink(
-                    self.redis, self.keys.results, max_len=max_len, job_key=self.keys.job
-                )
-        return self._sinks[ident]
-
-    # --- one task ------------------------------------------------------------------------------
-
-    async def _fetch_robots(self, url: str, hook: Any) -> tuple[int, str]:
-        result = await self.fetcher.fetch(
-            url,
-            limits=FetchLimits(max_bytes=512 * 1024, max_redirects=5, total_timeout=15.0, read_timeout=15.0),
-            before_hop=hook,
-        )
-        return result.status, result.text()
-
-    async def _process(self, task: Task) -> None:
-        started = time.monotonic()
-        outcome = "acked"
-        try:
-            outcome = await self._handle(task)
-        except asyncio.CancelledError:
-            outcome = "released"
-            with contextlib.suppress(Exception):
-                await asyncio.shield(self.queue.release(task, self.worker_id))
-            raise
-        except _REDIS_TROUBLE as exc:
-            # Redis failed under the task (an outage, a cluster failover): not the page's fault, so no
-            # attempt is spent. The task goes back if Redis answers by then, else its lease expires.
-            log.warning(
-                "Redis error while handling a task; giving it back", extra={"url": task.url, "error": repr(exc)}
-            )
-            outcome = "released"
-            with contextlib.suppress(Exception):
-                await self.queue.release(task, self.worker_id, delay=1.0)
-        except Exception as exc:  # a bug must not lose the task: fail it as Internal
-            log.exception("task crashed", extra={"worker": self.worker_id, "url": task.url})
-            outcome = "failed"
-            with contextlib.suppress(Exception):
-                await self.queue.fail(task, self.worker_id, FailureClass.INTERNAL.value, f"{type(exc).__name__}: {exc}")
-        finally:
-            if outcome != "handed":  # handed-over tasks are counted by the finisher once acked or released
-                self.metrics.outcomes.labels(outcome).inc()
-            elapsed = time.monotonic() - started
-            self._task_time.observe(elapsed)
-            self.metrics.task_seconds.observe(elapsed)
-
-    async def _handle(self, task: Task) -> str:
-        job = await self._job(task.job_id)
-        if job is None:
-            log.warning("no spec for job; giving the task back", extra={"job": task.job_id, "url": task.url})
-            await self.queue.release(task, self.worker_id, delay=2.0)
-            return "released"
-        spec = job.spec
-        pol = spec.politeness
-        domain = host_of(task.url)
-        waited = 0.0  # time spent waiting for politeness (slot, robots, rate): not the site's latency
-
-        async def before_hop(url: str) -> None:
-            nonlocal waited
-            t0 = time.monotonic()
-            try:
-                await self._before_hop(url, spec)
-            finally:
-                waited += time.monotonic() - t0
-
-        verdict = await self.breaker.check(domain)
-        if verdict.state == "open":
-            # The domain is failing for everyone: wait for its probe without spending an attempt.
-            self.metrics.deferrals.labels("circuit_open").inc()
-            with contextlib.suppress(Exception):
-                await self.notes.throttled(task.job_id, domain, verdict.reason, verdict.until)
-            await self.queue.release(task, self.worker_id, delay=max(0.5, verdict.wait()))
-            return "released"
-        fetch_started = time.monotonic()
-        render_info: dict[str, Any] = {}
-        try:
-            async with self.limiter.slot(
-                domain, pol.max_concurrency_per_domain, deadline=time.monotonic() + self.config.max_rate_wait
-            ):
-                waited = time.monotonic() - fetch_started
-                if spec.render is not None and spec.render.applies(task.url):  # same limits, hooks, errors as a fetch
-                    result, render_info = await self.renderer.render(
-                        task.url, spec.render, job.limits, job.headers, spec.request.user_agent, before_hop
-                    )
-                else:
-                    result = await self.fetcher.fetch(
-                        task.url,
-                        limits=job.limits,
-                        headers=job.headers,
-                        user_agent=spec.request.user_agent,
-                        before_hop=before_hop,
-                    )
-            elapsed = time.monotonic() - fetch_started - waited
-            if pol.adaptive_delay:
-                self.limiter.adaptive(domain).observe(elapsed, False)
-            await self.breaker.record(domain, True)
-            self.metrics.fetches.labels("ok").inc()
-            self.metrics.fetch_seconds.observe(elapsed)
-            self.metrics.bytes.inc(len(result.body))
-            self.metrics.wire_bytes.inc(result.wire_bytes)
-        except RateWaitTooLong as exc:
-            self.metrics.deferrals.labels("rate_limit").inc()
-            await self.queue.release(task, self.worker_id, delay=max(exc.wait, 0.5))
-            return "released"
-        except BrowserCrashed as exc:
-            return await self._browser_crashed(task, exc)
-        except FetchError as exc:
-            return await self._failed(task, job, domain, exc, time.monotonic() - fetch_started - waited)
-
-        content_type = result.content_type + (f"; charset={result.charset}" if result.charset else "")
-        try:
-            page = await self.parser.extract(job.extractor, result.body, task.url, content_type=content_type)
-        except ParseLimit as exc:
-            # A page no parser should spend longer on: that URL alone fails, for good.
-            self.metrics.parse_limits.inc()
-            log.warning("parse limit", extra={"job": task.job_id, "url": task.url, "error": str(exc)})
-            failed = await self.queue.fail(task, self.worker_id, FailureClass.PARSE_LIMIT.value, str(exc)[:1024])
-            return "dead" if failed.dead_lettered else "failed"
-        links: list[str] = []
-        if spec.crawl is not None and page.links:
-            links = spec.crawl.select(page.links, task.url, task.depth, self.finisher.submitted(task.job_id))
-        record = None
-        if page.matched:
-            data: dict[str, Any] = {
-                "key": record_key(task.job_id, task.url),
-                "job": task.job_id,
-                "url": task.url,
-                "finalUrl": result.final_url,
-                "status": result.status,
-                "depth": task.depth,
-                "attempt": task.attempt,
-                "fetchedAt": round(time.time(), 3),
-                **page.data,
-                **render_info,
-            }
-            record = Record(task.job_id, task.url, data)
-        self.finisher.submit(Finish(task, links, record, job.sink))
-        return "handed"
-
-    async def _before_hop(self, url: str, spec: WorkerJobSpec) -> None:
-        pol = spec.politeness
-
-        async def robots_hop(hop_url: str) -> None:
-            await self.limiter.take_token(host_of(hop_url), pol.requests_per_second, adaptive=pol.adaptive_delay)
-
-        rate = pol.requests_per_second
-        if pol.respect_robots_txt:
-            if not await self.robots.allowed(url, spec.request.user_agent, pol.robots_cache_seconds, robots_hop):
-                raise FetchError(FailureClass.ROBOTS_DISALLOWED, f"robots.txt disallows {url}", url=url)
-            crawl_delay = self.robots.crawl_delay(url, spec.request.user_agent)
-            if crawl_delay:  # the site's Crawl-delay wins over a faster job rate
-                rate = min(rate, 1.0 / crawl_delay)
-        await self.limiter.take_token(
-            host_of(url),
-            rate,
-            adaptive=pol.adaptive_delay,
-            deadline=time.monotonic() + self.config.max_rate_wait,
-        )
-
-    async def _browser_crashed(self, task: Task, exc: BrowserCrashed) -> str:
-        """The browser died under the page: not the site's fault, so no attempt is spent and the domain is
-        not slowed down; the task goes back at once (a page that crashes every browser fails after
-        MAX_DEFERRALS such releases)."""
-        key = (task.job_id, task.task_id)
-        count = self._deferred.pop(key, 0) + 1
-        self._deferred[key] = count
-        if count <= MAX_DEFERRALS:
-            self.metrics.deferrals.labels("browser_crash").inc()
-            log.info("browser crashed; task given back", extra={"job": task.job_id, "url": task.url})
-            await self.queue.release(task, self.worker_id, delay=0.5)
-            return "released"
-        outcome = await self.queue.fail(task, self.worker_id, exc.failure_class.value, exc.message[:1024])
-        return "dead" if outcome.dead_lettered else "failed"
-
-    async def _failed(self, task: Task, job: _Job, domain: str, exc: FetchError, elapsed: float) -> str:
-        spec = job.spec
-        cls = exc.failure_class
-        self.metrics.fetches.labels(cls.value).inc()
-        retryable_net = cls in (
-            FailureClass.TIMEOUT,
-            FailureClass.CONNECTION,
-            FailureClass.HTTP_5XX,
-            FailureClass.HTTP_429,
-        )
-        if spec.politeness.adaptive_delay:
-            self.limiter.adaptive(domain).observe(elapsed, retryable_net)
-        if cls in (FailureClass.TIMEOUT, FailureClass.CONNECTION, FailureClass.HTTP_5XX):
-            await self.breaker.record(domain, False, f"{cls.value}: {exc.message}")
-        elif cls in (FailureClass.HTTP_4XX, FailureClass.HTTP_429, FailureClass.BAD_CONTENT, FailureClass.TOO_LARGE):
-            await self.breaker.record(domain, True)  # the site answered: it is up
-        log_extra = {"job": task.job_id, "url": task.url, "error_class": cls.value, "error": exc.message}
-        if cls == FailureClass.ROBOTS_DISALLOWED and task.depth > 0:
-            # A link the crawl found that robots.txt forbids is not a failure of the job: it is recorded
-            # as skipped (count and sample on the job's status) and acked. A listed seed stays a dead letter.
-            await self.notes.skip(task.job_id, task.task_id, task.url, exc.message)
-            self.metrics.skipped.labels(cls.value).inc()
-            log.info("skipped", extra=log_extra)
-            self.finisher.submit(Finish(task, [], None, None))
-            return "handed"
-        honor = (
-            cls in (FailureClass.HTTP_429, FailureClass.HTTP_5XX)
-            and exc.retry_after is not None
-            and spec.retry.honor_retry_after
-        )
-        if honor:
-            key = (task.job_id, task.task_id)
-            count = self._deferred.pop(key, 0) + 1
-            self._deferred[key] = count
-            while len(self._deferred) > 10_000:
-                self._deferred.popitem(last=False)
-            if count <= MAX_DEFERRALS:
-                # Retry-After: give the task back for that long; no attempt is spent, no lease held meanwhile
-                self.metrics.deferrals.labels("retry_after").inc()
-                log.info("deferred by Retry-After", extra={**log_extra, "delay": exc.retry_after})
-                await self.queue.release(task, self.worker_id, delay=exc.retry_after or 0.0)
-                return "released"
-            # a site that answers Retry-After for ever: from now on each answer spends an attempt
-        outcome = await self.queue.fail(
-            task, self.worker_id, cls.value, exc.message[:1024], retry_after=exc.retry_after if honor else None
-        )
-        log.info("fetch failed", extra={**log_extra, "attempt": task.attempt, "dead": outcome.dead_lettered})
-        return "dead" if outcome.dead_lettered else "failed"

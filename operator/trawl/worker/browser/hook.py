@@ -21,7 +21,8 @@ from .metrics import BrowserMetrics
 from .settings import BrowserSettings
 
 if TYPE_CHECKING:
-    from .browser import BrowserPool, HopHook
+    from .page import HopHook
+    from .pool import BrowserPool
 
 __all__ = ["BrowserCrashed", "Renderer"]
 
@@ -40,7 +41,7 @@ class Renderer:
 
     def _pool(self) -> BrowserPool:
         if self.pool is None:
-            from .browser import BrowserPool
+            from .pool import BrowserPool
 
             self.pool = BrowserPool(
                 self.allowed, self.settings or BrowserSettings.from_env(), BrowserMetrics(self.registry)

@@ -1,0 +1,361 @@
+"""Rendering one page in a running Chromium: its context, its proxy, the hop hook, navigation, waits, snapshot.
+
+Each page is rendered in its own browser context (no cookies, storage or cache shared between pages)
+whose only way out is its own :class:`PolicyProxy` on loopback: the address policy is checked on every
+connection the page makes, the page's traffic is capped, and closing the proxy at the time cap cuts
+whatever the page still has open. Service workers, downloads and popups are off; navigations of the
+page's main frame to anything but http(s) are refused, and every main-frame navigation passes robots.txt
+and the domain's rate limit like a fetch hop. Which browser a page runs in, and its replacement after a
+crash, is the pool's business (:mod:`.pool`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from trawl.api.policies import DEFAULT_USER_AGENT, FailureClass
+from trawl.api.render import RenderSpec, RenderWait
+from trawl.egress.addresses import IPNetwork
+
+from ..fetch import FetchError, FetchLimits, FetchResult, classify_status, parse_retry_after
+from .crash import BrowserCrashed
+from .metrics import BrowserMetrics
+from .proxy import PolicyProxy
+from .settings import BrowserSettings
+
+if TYPE_CHECKING:
+    from playwright.async_api import Browser, Page, Request, Response, Route
+
+log = logging.getLogger("trawl.worker.browser")
+
+HopHook = Callable[[str], Awaitable[None]]
+CLOSE_TIMEOUT = 10.0  # closing a context, a browser or Playwright takes at most this long
+SNAPSHOT_GRACE = 5.0  # the snapshot (HTML, screenshot) of a page at its time cap gets this much longer
+
+
+@dataclass
+class RenderInfo:
+    """What a render adds to a record besides the extracted data."""
+
+    timed_out: bool = False
+    blocked: list[str] = field(default_factory=list)
+    blocked_count: int = 0
+    requests: int = 0
+    seconds: float = 0.0
+    screenshot: bytes | None = None
+
+    def record_fields(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "render": {
+                "timedOut": self.timed_out,
+                "blockedRequests": self.blocked_count,
+                "connections": self.requests,
+                "seconds": round(self.seconds, 3),
+            }
+        }
+        if self.screenshot is not None:
+            out["screenshot"] = base64.b64encode(self.screenshot).decode("ascii")
+        return out
+
+
+@dataclass
+class RenderResult:
+    fetch: FetchResult
+    info: RenderInfo
+
+
+def is_closed_error(exc: BaseException) -> bool:
+    """Whether Playwright's error says the page, its context or the browser went away under it."""
+    text = str(exc).lower()
+    return any(s in text for s in ("target closed", "has been closed", "browser closed", "crash", "disconnected"))
+
+
+def _remaining_ms(deadline: float) -> float:
+    return max(1.0, (deadline - time.monotonic()) * 1000)
+
+
+class PageRenderer:
+    """Renders pages in the browser it is given, each behind its own policy proxy."""
+
+    def __init__(self, allowed: Sequence[IPNetwork], settings: BrowserSettings, metrics: BrowserMetrics | None) -> None:
+        self.allowed = tuple(allowed)
+        self.settings = settings
+        self.metrics = metrics
+
+    async def render(
+        self,
+        browser: Browser,
+        lost: Callable[[], bool],
+        url: str,
+        spec: RenderSpec,
+        limits: FetchLimits,
+        headers: dict[str, str] | None,
+        user_agent: str | None,
+        before_navigation: HopHook | None,
+        started: float,
+    ) -> RenderResult:
+        """Render ``url`` in ``browser``; ``lost`` says whether the browser itself is gone (crashed or
+        disconnected), which makes any error of the page a :class:`BrowserCrashed`."""
+        proxy = PolicyProxy(
+            self.allowed,
+            connect_timeout=limits.connect_timeout,
+            max_bytes=limits.max_bytes * self.settings.traffic_factor,
+        )
+        page_state = _PageState()
+        try:
+            await proxy.start()
+            try:
+                async with asyncio.timeout(spec.timeout_seconds + SNAPSHOT_GRACE + CLOSE_TIMEOUT):
+                    return await self._in_context(
+                        browser, proxy, page_state, url, spec, limits, headers, user_agent, before_navigation, started
+                    )
+            except TimeoutError as exc:
+                raise FetchError(
+                    FailureClass.TIMEOUT, f"render of {url} exceeded {spec.timeout_seconds:g}s", url=url
+                ) from exc
+            except FetchError:
+                raise
+            except Exception as exc:
+                if lost() or page_state.crashed or is_closed_error(exc):
+                    raise BrowserCrashed(url, str(exc).split("\n", 1)[0]) from exc
+                raise
+        finally:
+            await proxy.close()
+            if self.metrics is not None:
+                self.metrics.blocked.inc(proxy.stats.blocked_count)
+
+    async def _in_context(
+        self,
+        browser: Browser,
+        proxy: PolicyProxy,
+        state: _PageState,
+        url: str,
+        spec: RenderSpec,
+        limits: FetchLimits,
+        headers: dict[str, str] | None,
+        user_agent: str | None,
+        before_navigation: HopHook | None,
+        started: float,
+    ) -> RenderResult:
+        context = await browser.new_context(
+            proxy={"server": proxy.url, "bypass": "<-loopback>"},
+            service_workers="block",
+            accept_downloads=False,
+            user_agent=user_agent or DEFAULT_USER_AGENT,
+            extra_http_headers={k: v for k, v in (headers or {}).items() if k.lower() != "user-agent"} or None,
+            viewport={"width": 1280, "height": 800},
+        )
+        try:
+            page = await context.new_page()
+            page.on("crash", lambda _p: state.mark_crashed())
+            page.on("popup", lambda p: state.spawn(p.close()))
+            blocked_types = {str(r.value) for r in spec.block_resources or ()}
+            await context.route(
+                "**/*", lambda route: self._on_route(route, page, state, blocked_types, before_navigation)
+            )
+            deadline = started + spec.timeout_seconds
+            response, timed_out = await self._navigate(page, proxy, state, url, spec, deadline)
+            if not timed_out:
+                timed_out = await self._wait(page, url, spec, deadline)
+            return await self._snapshot(page, proxy, state, url, spec, limits, response, timed_out, started)
+        finally:
+            state.cancel_all()
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(CLOSE_TIMEOUT):
+                    await context.close()
+
+    async def _on_route(
+        self,
+        route: Route,
+        page: Page,
+        state: _PageState,
+        blocked_types: set[str],
+        before_navigation: HopHook | None,
+    ) -> None:
+        request: Request = route.request
+        try:
+            if request.resource_type in blocked_types:
+                self._aborted("resource_type")
+                await route.abort("blockedbyclient")
+                return
+            if request.is_navigation_request() and request.frame == page.main_frame:
+                if not request.url.startswith(("http://", "https://")):
+                    self._aborted("scheme")
+                    await route.abort("blockedbyclient")
+                    return
+                if state.first_navigation_seen and before_navigation is not None:
+                    # a script or meta refresh moved the page: robots.txt and the rate limit apply again
+                    try:
+                        await before_navigation(request.url)
+                    except FetchError as exc:
+                        state.navigation_error = exc
+                        self._aborted("navigation")
+                        await route.abort("blockedbyclient")
+                        return
+                state.first_navigation_seen = True
+            await route.continue_()
+        except Exception as exc:  # the page or context closed meanwhile
+            log.debug("route handling ended", extra={"error": repr(exc)})
+
+    def _aborted(self, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.aborted.labels(reason).inc()
+
+    async def _navigate(
+        self, page: Page, proxy: PolicyProxy, state: _PageState, url: str, spec: RenderSpec, deadline: float
+    ) -> tuple[Response | None, bool]:
+        """Load ``url``: its main response (None when the page took the time cap to load, which a network-idle
+        or delay wait accepts), and whether it timed out."""
+        from playwright.async_api import Error as PlaywrightError
+        from playwright.async_api import TimeoutError as PlaywrightTimeout
+
+        timed_out = False
+        try:
+            response = await page.goto(url, wait_until="load", timeout=_remaining_ms(deadline))
+        except PlaywrightTimeout as exc:
+            if spec.wait_for not in (RenderWait.NETWORK_IDLE, RenderWait.DELAY) or page.url in ("", "about:blank"):
+                raise FetchError(
+                    FailureClass.TIMEOUT, f"page {url} did not load within {spec.timeout_seconds:g}s", url=url
+                ) from exc
+            response, timed_out = None, True  # the document is there; its subresources are not all done
+        except PlaywrightError as exc:
+            raise self._navigation_failure(url, proxy, state, exc) from exc
+        if response is not None:
+            retry_after = parse_retry_after(await _header(response, "retry-after"))
+            failure = classify_status(response.status, retry_after)
+            if failure is not None:
+                failure.url = url
+                raise failure
+        return response, timed_out
+
+    async def _wait(self, page: Page, url: str, spec: RenderSpec, deadline: float) -> bool:
+        """The spec's wait after the load; whether the time cap cut it short."""
+        from playwright.async_api import TimeoutError as PlaywrightTimeout
+
+        try:
+            if spec.wait_for == RenderWait.NETWORK_IDLE:
+                await page.wait_for_load_state("networkidle", timeout=_remaining_ms(deadline))
+            elif spec.wait_for == RenderWait.SELECTOR:
+                assert spec.selector is not None
+                await page.wait_for_selector(spec.selector, state="attached", timeout=_remaining_ms(deadline))
+            elif spec.wait_for == RenderWait.DELAY:
+                pause = min(spec.delay_seconds, max(0.0, deadline - time.monotonic()))
+                await asyncio.sleep(pause)
+                return pause < spec.delay_seconds
+        except PlaywrightTimeout as exc:
+            if spec.wait_for == RenderWait.SELECTOR:
+                raise FetchError(
+                    FailureClass.TIMEOUT,
+                    f"selector {spec.selector!r} did not appear on {url} within {spec.timeout_seconds:g}s",
+                    url=url,
+                ) from exc
+            return True  # never idle: the page is taken as it is at the time cap
+        return False
+
+    async def _snapshot(
+        self,
+        page: Page,
+        proxy: PolicyProxy,
+        state: _PageState,
+        url: str,
+        spec: RenderSpec,
+        limits: FetchLimits,
+        response: Response | None,
+        timed_out: bool,
+        started: float,
+    ) -> RenderResult:
+        """The page as it is now, as a fetch result, unless it crashed, overran its traffic or left http(s)."""
+        from playwright.async_api import Error as PlaywrightError
+
+        if state.crashed:
+            raise BrowserCrashed(url, "the page's renderer process crashed")
+        if proxy.stats.over_budget:
+            raise FetchError(FailureClass.TOO_LARGE, f"page traffic exceeded {proxy.max_bytes} bytes on {url}", url=url)
+        final_url = page.url
+        if not final_url.startswith(("http://", "https://")):
+            raise FetchError(FailureClass.BAD_CONTENT, f"page {url} ended on {final_url[:100]!r}", url=url)
+        # the snapshot: stop scripts from changing the page further, then read it
+        async with asyncio.timeout(SNAPSHOT_GRACE + 5.0):
+            with contextlib.suppress(PlaywrightError):
+                await page.evaluate("window.stop()")
+            html = await page.content()
+            shot = await page.screenshot(type="png", timeout=SNAPSHOT_GRACE * 1000) if spec.screenshot else None
+        body = html.encode("utf-8")
+        if len(body) > limits.max_bytes:
+            raise FetchError(
+                FailureClass.TOO_LARGE, f"rendered HTML of {url} exceeds {limits.max_bytes} bytes", url=url
+            )
+        elapsed = time.monotonic() - started
+        fetch = FetchResult(
+            url=url,
+            final_url=final_url,
+            status=response.status if response is not None else 200,
+            headers={},
+            body=body,
+            content_type="text/html",
+            charset="utf-8",
+            elapsed=elapsed,
+            wire_bytes=proxy.stats.bytes_down,
+        )
+        info = RenderInfo(
+            timed_out=timed_out,
+            blocked=list(proxy.stats.blocked),
+            blocked_count=proxy.stats.blocked_count,
+            requests=proxy.stats.connections,
+            seconds=elapsed,
+            screenshot=shot,
+        )
+        return RenderResult(fetch, info)
+
+    def _navigation_failure(self, url: str, proxy: PolicyProxy, state: _PageState, exc: Exception) -> FetchError:
+        if state.navigation_error is not None:
+            return state.navigation_error
+        if state.crashed or is_closed_error(exc):
+            return BrowserCrashed(url, str(exc).split("\n", 1)[0])
+        if proxy.stats.blocked:
+            return FetchError(FailureClass.BLOCKED_ADDRESS, f"refused {url}: {proxy.stats.blocked[0]}", url=url)
+        if proxy.stats.over_budget:
+            return FetchError(FailureClass.TOO_LARGE, f"page traffic exceeded {proxy.max_bytes} bytes", url=url)
+        text = str(exc).split("\n", 1)[0]
+        return FetchError(FailureClass.CONNECTION, f"navigation to {url} failed: {text}", url=url)
+
+
+async def _header(response: Any, name: str) -> str | None:
+    try:
+        value = await response.header_value(name)
+    except Exception:
+        return None
+    return str(value) if value is not None else None
+
+
+class _PageState:
+    """Mutable facts about one page, set from Playwright's event callbacks."""
+
+    def __init__(self) -> None:
+        self.crashed = False
+        self.first_navigation_seen = False
+        self.navigation_error: FetchError | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def mark_crashed(self) -> None:
+        self.crashed = True
+
+    def spawn(self, coro: Awaitable[Any]) -> None:
+        async def run() -> None:
+            with contextlib.suppress(Exception):
+                await coro
+
+        t = asyncio.ensure_future(run())
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    def cancel_all(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()

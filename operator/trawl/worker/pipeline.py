@@ -1,0 +1,322 @@
+"""One task, from its job's spec to an outcome: the per-task path of the worker.
+
+Per task: look up the job (:mod:`.jobcache`), check the domain's circuit breaker, take a pool-wide
+concurrency slot for the domain, fetch or render the page (robots.txt and the pool-wide rate limit are
+checked before every hop), extract, select the discovered links to enqueue (crawl mode), build the
+record, and hand links and record to the finisher, which writes and acks in batches. Failures are
+classified: ``Retry-After`` on 429/503, long rate-limit waits, an open breaker and a crashed browser give
+the task back with a delay (no attempt spent, no lease held while waiting); a link robots.txt disallows
+is skipped; everything else goes to ``fail``, where the queue applies the job's retry policy. What each
+failure class means to the breaker, the adaptive delay and the queue is decided by the pure functions
+and tables at the top.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import OrderedDict
+from typing import Any
+
+from redis.exceptions import OutOfMemoryError
+
+from trawl.api.policies import FailureClass
+from trawl.queue.claimsize import TaskTimer
+from trawl.queue.errors import QueueUnavailable
+from trawl.queue.model import QueueClient, Task
+from trawl.queue.notes import JobNotes
+from trawl.redisconn.client import TRANSIENT_ERRORS
+from trawl.sinks.base import Record, record_key
+from trawl.worker.browser.hook import BrowserCrashed, Renderer
+
+from .breaker import CircuitBreaker, Verdict
+from .fetch import Fetcher, FetchError, FetchResult
+from .finish import Finish, Finisher
+from .jobcache import Job, JobCache
+from .jobsettings import WorkerJobSpec
+from .metrics import WorkerMetrics
+from .parsepool import ParseLimit, ParsePool
+from .politeness import DomainLimiter, RateWaitTooLong, RobotsCache
+from .urls import host_of
+
+log = logging.getLogger("trawl.worker")
+
+# Redis could not take a task's writes, through no fault of the page: an outage, a failover, or a full
+# Redis (maxmemory with noeviction; the operator shows RedisOutOfMemory). The task goes back unspent.
+REDIS_TROUBLE: tuple[type[Exception], ...] = (*TRANSIENT_ERRORS, QueueUnavailable, OutOfMemoryError)
+
+MAX_DEFERRALS = 5  # Retry-After releases of one task (seen by this worker) before its attempts are spent
+MAX_DEFERRED_TASKS = 10_000  # tasks whose Retry-After releases are remembered
+
+# What a failed fetch says about the site. Trouble counts toward opening its circuit breaker; an answer
+# proves it up (a success to the breaker); other failures (robots.txt, a refused address, ...) say nothing.
+SITE_TROUBLE = (FailureClass.TIMEOUT, FailureClass.CONNECTION, FailureClass.HTTP_5XX)
+SITE_ANSWERED = (FailureClass.HTTP_4XX, FailureClass.HTTP_429, FailureClass.BAD_CONTENT, FailureClass.TOO_LARGE)
+SLOW_DOWN = (*SITE_TROUBLE, FailureClass.HTTP_429)  # errors to the adaptive delay
+RETRY_AFTER = (FailureClass.HTTP_429, FailureClass.HTTP_5XX)  # answers whose Retry-After may defer the task
+
+
+def honours_retry_after(exc: FetchError, honor_retry_after: bool) -> bool:
+    """Whether the failure defers the task by the site's ``Retry-After`` (the job's retry policy allowing)."""
+    return exc.failure_class in RETRY_AFTER and exc.retry_after is not None and honor_retry_after
+
+
+def is_skipped(failure: FailureClass, depth: int) -> bool:
+    """A link the crawl found that robots.txt forbids is not a failure of the job: it is recorded as skipped
+    (count and sample on the job's status) and acked. A listed seed (depth 0) stays a dead letter."""
+    return failure == FailureClass.ROBOTS_DISALLOWED and depth > 0
+
+
+def record_for(task: Task, result: FetchResult, data: dict[str, Any], render_info: dict[str, Any]) -> Record:
+    """The result record of a page that matched: where and when it was fetched, then the extracted fields
+    and what a render adds."""
+    fields: dict[str, Any] = {
+        "key": record_key(task.job_id, task.url),
+        "job": task.job_id,
+        "url": task.url,
+        "finalUrl": result.final_url,
+        "status": result.status,
+        "depth": task.depth,
+        "attempt": task.attempt,
+        "fetchedAt": round(time.time(), 3),
+        **data,
+        **render_info,
+    }
+    return Record(task.job_id, task.url, fields)
+
+
+class TaskPipeline:
+    """The worker's parts a task passes through, and :meth:`process`, which the runner starts per task."""
+
+    def __init__(
+        self,
+        *,
+        queue: QueueClient,
+        worker_id: str,
+        metrics: WorkerMetrics,
+        jobs: JobCache,
+        breaker: CircuitBreaker,
+        limiter: DomainLimiter,
+        robots: RobotsCache,
+        fetcher: Fetcher,
+        renderer: Renderer,
+        parser: ParsePool,
+        finisher: Finisher,
+        notes: JobNotes,
+        task_time: TaskTimer,
+        max_rate_wait: float,
+    ) -> None:
+        self.queue = queue
+        self.worker_id = worker_id
+        self.metrics = metrics
+        self.jobs = jobs
+        self.breaker = breaker
+        self.limiter = limiter
+        self.rate = limiter.rate
+        self.slots = limiter.slots
+        self.robots = robots
+        self.fetcher = fetcher
+        self.renderer = renderer
+        self.parser = parser
+        self.finisher = finisher
+        self.notes = notes
+        self.task_time = task_time  # how long a task holds its slot, which sizes the runner's claims
+        self.max_rate_wait = max_rate_wait  # wait longer for a domain and the task is given back with a delay
+        self._deferred: OrderedDict[tuple[str, str], int] = OrderedDict()  # Retry-After releases per task
+
+    async def process(self, task: Task) -> None:
+        """Run ``task`` to its outcome: handed to the finisher, given back, or failed. A crash fails it as
+        Internal and Redis trouble gives it back: a task is never lost."""
+        started = time.monotonic()
+        outcome = "acked"
+        try:
+            outcome = await self._handle(task)
+        except asyncio.CancelledError:
+            outcome = "released"
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.queue.release(task, self.worker_id))
+            raise
+        except REDIS_TROUBLE as exc:
+            # Redis failed under the task (an outage, a cluster failover): not the page's fault, so no
+            # attempt is spent. The task goes back if Redis answers by then, else its lease expires.
+            log.warning(
+                "Redis error while handling a task; giving it back", extra={"url": task.url, "error": repr(exc)}
+            )
+            outcome = "released"
+            with contextlib.suppress(Exception):
+                await self.queue.release(task, self.worker_id, delay=1.0)
+        except Exception as exc:  # a bug must not lose the task: fail it as Internal
+            log.exception("task crashed", extra={"worker": self.worker_id, "url": task.url})
+            outcome = "failed"
+            with contextlib.suppress(Exception):
+                await self.queue.fail(task, self.worker_id, FailureClass.INTERNAL.value, f"{type(exc).__name__}: {exc}")
+        finally:
+            if outcome != "handed":  # handed-over tasks are counted by the finisher once acked or released
+                self.metrics.outcomes.labels(outcome).inc()
+            elapsed = time.monotonic() - started
+            self.task_time.observe(elapsed)
+            self.metrics.task_seconds.observe(elapsed)
+
+    async def _handle(self, task: Task) -> str:
+        job = await self.jobs.get(task.job_id)
+        if job is None:
+            log.warning("no spec for job; giving the task back", extra={"job": task.job_id, "url": task.url})
+            await self.queue.release(task, self.worker_id, delay=2.0)
+            return "released"
+        spec = job.spec
+        pol = spec.politeness
+        domain = host_of(task.url)
+        waited = 0.0  # time spent waiting for politeness (slot, robots, rate): not the site's latency
+
+        async def before_hop(url: str) -> None:
+            nonlocal waited
+            t0 = time.monotonic()
+            try:
+                await self._before_hop(url, spec)
+            finally:
+                waited += time.monotonic() - t0
+
+        verdict = await self.breaker.check(domain)
+        if verdict.state == "open":
+            return await self._circuit_open(task, domain, verdict)
+        fetch_started = time.monotonic()
+        render_info: dict[str, Any] = {}
+        try:
+            async with self.slots.slot(
+                domain, pol.max_concurrency_per_domain, deadline=time.monotonic() + self.max_rate_wait
+            ):
+                waited = time.monotonic() - fetch_started
+                if spec.render is not None and spec.render.applies(task.url):  # same limits, hooks, errors as a fetch
+                    result, render_info = await self.renderer.render(
+                        task.url, spec.render, job.limits, job.headers, spec.request.user_agent, before_hop
+                    )
+                else:
+                    result = await self.fetcher.fetch(
+                        task.url,
+                        limits=job.limits,
+                        headers=job.headers,
+                        user_agent=spec.request.user_agent,
+                        before_hop=before_hop,
+                    )
+            elapsed = time.monotonic() - fetch_started - waited
+            if pol.adaptive_delay:
+                self.limiter.adaptive(domain).observe(elapsed, False)
+            await self.breaker.record(domain, True)
+            self.metrics.fetches.labels("ok").inc()
+            self.metrics.fetch_seconds.observe(elapsed)
+            self.metrics.bytes.inc(len(result.body))
+            self.metrics.wire_bytes.inc(result.wire_bytes)
+        except RateWaitTooLong as exc:
+            self.metrics.deferrals.labels("rate_limit").inc()
+            await self.queue.release(task, self.worker_id, delay=max(exc.wait, 0.5))
+            return "released"
+        except BrowserCrashed as exc:
+            return await self._browser_crashed(task, exc)
+        except FetchError as exc:
+            return await self._failed(task, job, domain, exc, time.monotonic() - fetch_started - waited)
+
+        content_type = result.content_type + (f"; charset={result.charset}" if result.charset else "")
+        try:
+            page = await self.parser.extract(job.extractor, result.body, task.url, content_type=content_type)
+        except ParseLimit as exc:
+            return await self._parse_limit(task, exc)
+        links: list[str] = []
+        if spec.crawl is not None and page.links:
+            links = spec.crawl.select(page.links, task.url, task.depth, self.finisher.submitted(task.job_id))
+        record = record_for(task, result, page.data, render_info) if page.matched else None
+        self.finisher.submit(Finish(task, links, record, job.sink))
+        return "handed"
+
+    async def _before_hop(self, url: str, spec: WorkerJobSpec) -> None:
+        pol = spec.politeness
+
+        async def robots_hop(hop_url: str) -> None:
+            await self.rate.take_token(host_of(hop_url), pol.requests_per_second, adaptive=pol.adaptive_delay)
+
+        rate = pol.requests_per_second
+        if pol.respect_robots_txt:
+            if not await self.robots.allowed(url, spec.request.user_agent, pol.robots_cache_seconds, robots_hop):
+                raise FetchError(FailureClass.ROBOTS_DISALLOWED, f"robots.txt disallows {url}", url=url)
+            crawl_delay = self.robots.crawl_delay(url, spec.request.user_agent)
+            if crawl_delay:  # the site's Crawl-delay wins over a faster job rate
+                rate = min(rate, 1.0 / crawl_delay)
+        await self.rate.take_token(
+            host_of(url),
+            rate,
+            adaptive=pol.adaptive_delay,
+            deadline=time.monotonic() + self.max_rate_wait,
+        )
+
+    # --- failures --------------------------------------------------------------------------------
+
+    async def _circuit_open(self, task: Task, domain: str, verdict: Verdict) -> str:
+        """The domain is failing for everyone: wait for its probe without spending an attempt."""
+        self.metrics.deferrals.labels("circuit_open").inc()
+        with contextlib.suppress(Exception):
+            await self.notes.throttled(task.job_id, domain, verdict.reason, verdict.until)
+        await self.queue.release(task, self.worker_id, delay=max(0.5, verdict.wait()))
+        return "released"
+
+    async def _parse_limit(self, task: Task, exc: ParseLimit) -> str:
+        """A page no parser should spend longer on: that URL alone fails, for good."""
+        self.metrics.parse_limits.inc()
+        log.warning("parse limit", extra={"job": task.job_id, "url": task.url, "error": str(exc)})
+        failed = await self.queue.fail(task, self.worker_id, FailureClass.PARSE_LIMIT.value, str(exc)[:1024])
+        return "dead" if failed.dead_lettered else "failed"
+
+    def _deferred_again(self, task: Task) -> int:
+        """How many times this worker has given ``task`` back for a Retry-After or a browser crash, this one
+        included."""
+        key = (task.job_id, task.task_id)
+        count = self._deferred.pop(key, 0) + 1
+        self._deferred[key] = count
+        return count
+
+    async def _browser_crashed(self, task: Task, exc: BrowserCrashed) -> str:
+        """The browser died under the page: not the site's fault, so no attempt is spent and the domain is
+        not slowed down; the task goes back at once (a page that crashes every browser fails after
+        MAX_DEFERRALS such releases)."""
+        if self._deferred_again(task) <= MAX_DEFERRALS:
+            self.metrics.deferrals.labels("browser_crash").inc()
+            log.info("browser crashed; task given back", extra={"job": task.job_id, "url": task.url})
+            await self.queue.release(task, self.worker_id, delay=0.5)
+            return "released"
+        outcome = await self.queue.fail(task, self.worker_id, exc.failure_class.value, exc.message[:1024])
+        return "dead" if outcome.dead_lettered else "failed"
+
+    async def _failed(self, task: Task, job: Job, domain: str, exc: FetchError, elapsed: float) -> str:
+        spec = job.spec
+        cls = exc.failure_class
+        self.metrics.fetches.labels(cls.value).inc()
+        if spec.politeness.adaptive_delay:
+            self.limiter.adaptive(domain).observe(elapsed, cls in SLOW_DOWN)
+        if cls in SITE_TROUBLE:
+            await self.breaker.record(domain, False, f"{cls.value}: {exc.message}")
+        elif cls in SITE_ANSWERED:
+            await self.breaker.record(domain, True)  # the site answered: it is up
+        log_extra = {"job": task.job_id, "url": task.url, "error_class": cls.value, "error": exc.message}
+        if is_skipped(cls, task.depth):
+            await self.notes.skip(task.job_id, task.task_id, task.url, exc.message)
+            self.metrics.skipped.labels(cls.value).inc()
+            log.info("skipped", extra=log_extra)
+            self.finisher.submit(Finish(task, [], None, None))
+            return "handed"
+        honor = honours_retry_after(exc, spec.retry.honor_retry_after)
+        if honor:
+            count = self._deferred_again(task)
+            while len(self._deferred) > MAX_DEFERRED_TASKS:
+                self._deferred.popitem(last=False)
+            if count <= MAX_DEFERRALS:
+                # Retry-After: give the task back for that long; no attempt is spent, no lease held meanwhile
+                self.metrics.deferrals.labels("retry_after").inc()
+                log.info("deferred by Retry-After", extra={**log_extra, "delay": exc.retry_after})
+                await self.queue.release(task, self.worker_id, delay=exc.retry_after or 0.0)
+                return "released"
+            # a site that answers Retry-After for ever: from now on each answer spends an attempt
+        outcome = await self.queue.fail(
+            task, self.worker_id, cls.value, exc.message[:1024], retry_after=exc.retry_after if honor else None
+        )
+        log.info("fetch failed", extra={**log_extra, "attempt": task.attempt, "dead": outcome.dead_lettered})
+        return "dead" if outcome.dead_lettered else "failed"

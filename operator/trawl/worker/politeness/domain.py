@@ -1,0 +1,48 @@
+"""What this worker keeps of one domain, shared by the rate limit, the concurrency slots and the adaptive
+delay, and the wait they refuse.
+
+One flat record per domain: the request path reads it a few times per request, so each concern's fields
+sit side by side rather than in records of their own (no extra lookup per request).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from .adaptive import AdaptiveDelay
+
+
+@dataclass
+class DomainState:
+    # The rate limit (.rate): tokens Redis granted and this worker has not used yet.
+    tokens: int = 0
+    tokens_at: float = 0.0
+    tokens_rate: float = 0.0  # the rate the held tokens were granted at
+    token_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # The concurrency slots (.slots).
+    slots: list[str] = field(default_factory=list)  # leased members not in use
+    slots_all: dict[str, float] = field(default_factory=dict)  # member -> monotonic time leased
+    # Given back while Redis did not answer: returned by the next refresh, or their leases would hold the
+    # domain's slots for up to SLOT_LEASE_MS after Redis (or a promoted replica) is back.
+    unreturned: set[str] = field(default_factory=set)
+    waiters: int = 0
+    slot_event: asyncio.Event = field(default_factory=asyncio.Event)
+    slot_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    limit: int = 0
+    # This worker's adaptive delay (.adaptive), and when it lets the domain's next request start.
+    adaptive: AdaptiveDelay = field(default_factory=AdaptiveDelay)
+    next_start: float = 0.0
+
+    def idle(self) -> bool:
+        """Nothing here worth keeping once no slot is leased: no one waits for a slot, no tokens are left,
+        and the adaptive delay has faded to nothing."""
+        return self.waiters == 0 and self.tokens <= 0 and self.adaptive.delay == 0
+
+
+class RateWaitTooLong(Exception):
+    """The domain's rate limit would keep the task waiting longer than the worker holds a lease for it."""
+
+    def __init__(self, wait: float) -> None:
+        super().__init__(f"rate limit: next slot in {wait:.2f}s")
+        self.wait = wait
