@@ -25,14 +25,16 @@ from trawl.autoscale.schedule import TICK_SECONDS
 from trawl.operator.cron.reconcile import failed_cron, reconcile_cron
 from trawl.operator.job.oncomplete import settled as oncomplete_settled
 from trawl.operator.job.reconcile import cancel_job, delete_job_object, failed_job, reconcile_job
-from trawl.operator.job.status import TERMINAL, Transition, status_changed
-from trawl.operator.pool.reconcile import delete_deployment, failed_pool, reconcile_pool
+from trawl.operator.job.status import TERMINAL, status_changed
+from trawl.operator.pool.reconcile import reconcile_pool
 from trawl.operator.pool.scaling import Autoscalers
+from trawl.operator.pool.status import failed_pool
+from trawl.operator.pool.workload import delete_deployment
 from trawl.redisconn.settings import RedisConfigError, RedisUnreachable
 
 from . import clock, kube, metrics
 from .connections import RedisConnections
-from .events import AGGREGATED, post_aggregated
+from .events import AGGREGATED, Transition, post_aggregated
 from .indexes import controller_uid, pool_index_entry
 from .problems import classify_error
 from .secrets import secret_index_entry
