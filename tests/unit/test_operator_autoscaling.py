@@ -12,7 +12,7 @@ import pytest
 from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.autoscale.policy import FOLLOW_UP_SECONDS, ScalerState
 from trawl.autoscale.step import PoolScalerState
-from trawl.operator.handlers import POOL_SYNC_SECONDS, POOL_TICK_SECONDS, pool_poll_seconds
+from trawl.operator.pool.handlers import POOL_SYNC_SECONDS, POOL_TICK_SECONDS, pool_poll_seconds
 from trawl.operator.pool.scaling import Autoscalers, domain_backlog, job_hosts
 from trawl.queue.model import PoolSignals, WorkerActivity
 
