@@ -17,8 +17,8 @@ from fault_harness import Job, Workers, ledger, restartable_redis, wait_for
 from trawl.dev import procs
 from trawl.dev.bookstore import Bookstore
 from trawl.operator.connections import RedisConnections
+from trawl.operator.events import Transition
 from trawl.operator.job.reconcile import reconcile_job
-from trawl.operator.job.status import Transition
 from trawl.queue import Queue
 from trawl.queue.keys import Keys
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import redis.asyncio as aioredis
 
 from trawl.api.scrapejob import ScrapeJobSpec
-from trawl.operator.job.reconcile import results_location, results_written
+from trawl.operator.job.results import results_location, results_written
 from trawl.queue import JobConfig, Queue
 from trawl.sinks.base import Record, record_key
 from trawl.sinks.redisstream import RedisStreamSink, dedupe_key

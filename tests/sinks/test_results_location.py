@@ -9,7 +9,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from trawl.api.scrapejob import ScrapeJobSpec
-from trawl.operator.job.reconcile import results_location
+from trawl.operator.job.results import results_location
 from trawl.queue import Queue
 from trawl.sinks.base import Record, record_key
 from trawl.sinks.jsonlines import JsonLinesSink

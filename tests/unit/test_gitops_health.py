@@ -19,7 +19,8 @@ from pydantic import BaseModel
 from trawl.api.cronscrapejob import CronScrapeJobSpec, CronScrapeJobStatus
 from trawl.api.scrapejob import ScrapeJobSpec, ScrapeJobStatus
 from trawl.api.scrapepool import ScrapePoolSpec, ScrapePoolStatus
-from trawl.operator.job.status import JobFacts, Problem, derive_job_status
+from trawl.operator.job.status import JobFacts, derive_job_status
+from trawl.operator.problems import Problem
 from trawl.queue.model import JobStats
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.operator.cron.reconcile import reconcile_cron
 from trawl.operator.indexes import controller_uid, pool_index_entry
 from trawl.operator.pool.fieldowners import take_over
-from trawl.operator.pool.reconcile import failed_pool
+from trawl.operator.pool.status import failed_pool
 from trawl.operator.problems import classify_error
 
 NOW = datetime(2026, 11, 26, 6, 0, tzinfo=UTC)

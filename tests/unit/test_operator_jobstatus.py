@@ -6,7 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 from trawl.api.scrapejob import ScrapeJobStatus
 from trawl.operator.conditions import get_condition, is_true
-from trawl.operator.job.status import JobFacts, Problem, derive_job_status, status_changed
+from trawl.operator.job.status import JobFacts, derive_job_status, status_changed
+from trawl.operator.problems import Problem
 from trawl.queue.model import DeadLetterRecord, JobStats
 from trawl.queue.notes import Skipped, Throttled
 

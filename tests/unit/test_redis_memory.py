@@ -10,7 +10,7 @@ from redis.exceptions import OutOfMemoryError
 
 from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.operator.conditions import is_true
-from trawl.operator.pool.reconcile import _finish
+from trawl.operator.pool.status import finish_pass
 from trawl.operator.problems import classify_error
 from trawl.redisconn.memory import (
     EVICTION_POLICY,
@@ -84,12 +84,12 @@ def test_the_messages_give_the_figures_and_the_remedy() -> None:
 def test_an_evicting_redis_makes_the_pool_degraded_told_once() -> None:
     spec = ScrapePoolSpec.model_validate({"redis": {"url": "redis://r:6379/0"}})
     warning = eviction_warning(RedisMemory(10 * MB, 384 * MB, "allkeys-lru"))
-    first = _finish({"desiredReplicas": 1, "readyReplicas": 1}, {}, 1, NOW, [], spec=spec, redis_warning=warning)
+    first = finish_pass({"desiredReplicas": 1, "readyReplicas": 1}, {}, 1, NOW, [], spec=spec, redis_warning=warning)
     degraded = next(c for c in first.status["conditions"] if c["type"] == "Degraded")
     assert (degraded["status"], degraded["reason"]) == ("True", EVICTION_POLICY)
     assert is_true(first.status["conditions"], "Ready")  # the pool works; its data is at risk
     assert [(e.type, e.reason) for e in first.events] == [("Warning", EVICTION_POLICY)]
-    again = _finish({"desiredReplicas": 1}, first.status, 1, NOW, [], spec=spec, redis_warning=warning)
+    again = finish_pass({"desiredReplicas": 1}, first.status, 1, NOW, [], spec=spec, redis_warning=warning)
     assert again.events == [] and is_true(again.status["conditions"], "Degraded")
-    fixed = _finish({"desiredReplicas": 1}, again.status, 1, NOW, [], spec=spec)
+    fixed = finish_pass({"desiredReplicas": 1}, again.status, 1, NOW, [], spec=spec)
     assert not is_true(fixed.status["conditions"], "Degraded")

@@ -19,13 +19,14 @@ from trawl.api.naming import FINALIZER, GROUP, VERSION
 from .cluster import PLURALS, Cluster
 from .exits import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_TIMEOUT, CliError
 
-# The reason of the Warning Event the operator posts when it holds a pool's deletion (handlers.pool_deleted).
+# The reason of the Warning Event the operator posts when it holds a pool's deletion
+# (operator/pool/handlers.pool_deleted).
 BLOCKED_REASON = "DeletionBlocked"
 
 
 def jobs_naming(pool: str, jobs: Iterable[Mapping[str, Any]]) -> list[str]:
     """Names of the jobs that block the pool's deletion: every job naming it, finished or not (the
-    operator's rule, handlers.pool_deleted)."""
+    operator's rule, operator/pool/handlers.pool_deleted)."""
     return sorted(str(j["metadata"]["name"]) for j in jobs if (j.get("spec") or {}).get("pool") == pool)
 
 

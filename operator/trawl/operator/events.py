@@ -1,4 +1,7 @@
-"""Events the operator posts. Most go through kopf; recurring ones are aggregated here.
+"""Events the operator posts: what a pass decided to tell (Transition), and the aggregated kind.
+
+The reconcile modules return Transitions; the kinds' handlers post them through kopf, except the
+recurring reasons, which are aggregated here.
 
 A job that dead-letters URLs over minutes would otherwise post one Warning per status pass (41 for
 81 dead letters in one run). Like the kubelet's event series, an aggregated reason keeps one Event per
@@ -10,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,6 +24,15 @@ log = logging.getLogger(__name__)
 COMPONENT = "trawl-operator"
 AGGREGATED = frozenset({"DeadLettered"})
 _INSTANCE = os.environ.get("POD_NAME") or socket.gethostname()
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """An Event to post: type Normal/Warning, CamelCase reason, message."""
+
+    type: str
+    reason: str
+    message: str
 
 
 def event_name(name: str, uid: str, reason: str) -> str:

@@ -1,17 +1,45 @@
-"""What the operator's in-memory indexes hold per object (pure; kopf calls these for every event).
+"""What the operator's in-memory indexes hold per object, and what a reader makes of them (pure).
 
-An index function that raises makes kopf drop the object from the index, and everything that
-consults the index then believes the object does not exist (a pool with a running job could be
-deleted). So these read the raw spec defensively and never raise on user input.
+kopf calls the entry functions for every event. An index function that raises makes kopf drop the
+object from the index, and everything that consults the index then believes the object does not
+exist (a pool with a running job could be deleted). So these read the raw spec defensively and never
+raise on user input; ``pool_from_index`` is where a job or a cron validates the pool it names.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
+from trawl.api.common import validation_message
+from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.operator.job.status import TERMINAL
 from trawl.operator.pool.scaling import job_hosts
+
+from .problems import Problem
+
+
+@dataclass
+class PoolRef:
+    """A pool as the pool index holds it: its spec, validated, and its uid."""
+
+    spec: ScrapePoolSpec
+    uid: str
+
+
+def pool_from_index(pool_index: Mapping[Any, Any], namespace: str, name: str) -> PoolRef | Problem:
+    """The pool a job or a cron names, or why there is none to use (PoolNotFound, PoolInvalid)."""
+    entries = list(pool_index.get((namespace, name), []))
+    if not entries:
+        return Problem("PoolNotFound", f"ScrapePool {namespace}/{name} does not exist")
+    raw = entries[0]
+    try:
+        return PoolRef(ScrapePoolSpec.model_validate(raw["spec"]), raw["uid"])
+    except ValidationError as exc:
+        return Problem("PoolInvalid", f"ScrapePool {name} is invalid: {validation_message(exc)}")
 
 
 def _int(value: Any) -> int:

@@ -66,7 +66,14 @@ def run(
         # kopf logs every timer run at INFO ("Timer 'job_sync' succeeded."): one line per job per second.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
         logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-    from . import handlers  # noqa: F401 - registers the handlers with kopf
+    # kopf registers on import: what every kind shares (settings, indexes), then each kind's handlers, in the
+    # order they were registered when they were one module.
+    # isort: off
+    from . import handlers  # noqa: F401
+    from .job import handlers as job_handlers  # noqa: F401
+    from .pool import handlers as pool_handlers  # noqa: F401
+    from .cron import handlers as cron_handlers  # noqa: F401
+    # isort: on
 
     if metrics_port:
         start_http_server(metrics_port, addr=bind_address)

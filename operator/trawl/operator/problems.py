@@ -1,6 +1,12 @@
-"""Errors the operator meets while reconciling, as a condition reason and a message (pure)."""
+"""Why the operator cannot make progress, as a condition reason and a message (pure).
+
+A Problem is what every kind reports as Stalled=True (conditions.stalled); classify_error turns an
+error no reconcile step anticipated into one.
+"""
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from kubernetes.client import ApiException
 from redis.exceptions import OutOfMemoryError, RedisClusterException, RedisError
@@ -12,18 +18,25 @@ from trawl.redisconn.settings import RedisConfigError, RedisUnreachable
 from . import kube
 
 
-def classify_error(exc: BaseException) -> tuple[str, str]:
-    """(reason, message) for a status: the API server's own message for its errors."""
+class Problem(NamedTuple):
+    """Why the operator cannot make progress (Stalled=True). A (reason, message) pair: it unpacks as one."""
+
+    reason: str  # CamelCase: InvalidSpec, PoolNotFound, PoolNotReady, RedisUnavailable, SecretNotMounted
+    message: str
+
+
+def classify_error(exc: BaseException) -> Problem:
+    """The problem for a status: the API server's own message for its errors."""
     if isinstance(exc, ApiException):
         status = exc.status or 0
         reason = "APIRejected" if 400 <= status < 500 else "APIUnavailable"
-        return reason, f"Kubernetes API: {kube.api_message(exc)}"
+        return Problem(reason, f"Kubernetes API: {kube.api_message(exc)}")
     if isinstance(exc, RedisConfigError):
-        return "RedisConfigInvalid", str(exc)
+        return Problem("RedisConfigInvalid", str(exc))
     if isinstance(exc, OutOfMemoryError):
-        return OUT_OF_MEMORY, out_of_memory_message(None)
+        return Problem(OUT_OF_MEMORY, out_of_memory_message(None))
     if isinstance(exc, (RedisUnreachable, QueueUnavailable, RedisError, RedisClusterException)):
-        return "RedisUnavailable", f"Redis: {type(exc).__name__}: {exc}"
+        return Problem("RedisUnavailable", f"Redis: {type(exc).__name__}: {exc}")
     if isinstance(exc, (OSError, TimeoutError)):
-        return "Unreachable", f"{type(exc).__name__}: {exc}"
-    return "InternalError", f"{type(exc).__name__}: {exc}"[:1024]
+        return Problem("Unreachable", f"{type(exc).__name__}: {exc}")
+    return Problem("InternalError", f"{type(exc).__name__}: {exc}"[:1024])

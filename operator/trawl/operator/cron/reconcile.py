@@ -15,9 +15,12 @@ from trawl.api.common import format_time, parse_time, validation_message
 from trawl.api.cronscrapejob import CronScrapeJobSpec
 from trawl.api.naming import ANNOTATION_SCHEDULED_AT, API_VERSION, GROUP, LABEL_CRON, VERSION
 from trawl.operator import kube
-from trawl.operator.conditions import Cond, get_condition, merge_conditions
-from trawl.operator.job.reconcile import delete_job_object, pool_from_index
-from trawl.operator.job.status import TERMINAL, Problem, Transition
+from trawl.operator.conditions import ConditionType, healthy, merge_conditions, stalled, warn_if_new
+from trawl.operator.events import Transition
+from trawl.operator.indexes import pool_from_index
+from trawl.operator.job.reconcile import delete_job_object
+from trawl.operator.job.status import TERMINAL
+from trawl.operator.problems import Problem
 
 from .schedule import decide, history_to_delete, job_name
 
@@ -75,19 +78,13 @@ def _stalled(
     new: dict[str, Any], prev: Mapping[str, Any], generation: int, now: datetime, reason: str, msg: str
 ) -> CronOutcome:
     """Stalled with one Warning Event per new reason; nothing is created while it lasts."""
-    events: list[Transition] = []
-    stalled = get_condition(prev.get("conditions"), "Stalled")
-    if stalled is None or stalled.get("status") != "True" or stalled.get("reason") != reason:
-        events.append(Transition("Warning", reason, msg))
-    conds = [
-        Cond("Ready", False, reason, msg),
-        Cond("Stalled", True, reason, msg),
-        Cond("Reconciling", False, reason, ""),
-    ]
+    events = warn_if_new(prev.get("conditions"), ConditionType.STALLED, reason, msg)
     for key in ("active", "nextScheduleTime"):
         if key in prev:
             new[key] = prev[key]
-    new["conditions"] = merge_conditions(prev.get("conditions"), conds, generation=generation, now=now)
+    new["conditions"] = merge_conditions(
+        prev.get("conditions"), list(stalled(reason, msg)), generation=generation, now=now
+    )
     return CronOutcome(new, events)
 
 
@@ -101,10 +98,10 @@ def failed_cron(status: Mapping[str, Any], generation: int, now: datetime, reaso
     return _stalled(new, prev, generation, now, reason, msg)
 
 
-def template_pool_problem(pool_index: Mapping[Any, Any], namespace: str, pool: str) -> tuple[str, str] | None:
+def template_pool_problem(pool_index: Mapping[Any, Any], namespace: str, pool: str) -> Problem | None:
     found = pool_from_index(pool_index, namespace, pool)
     if isinstance(found, Problem):
-        return found.reason, f"jobTemplate.spec.pool: {found.message}; no jobs are created until this is fixed"
+        return Problem(found.reason, f"jobTemplate.spec.pool: {found.message}; no jobs are created until this is fixed")
     return None
 
 
@@ -188,10 +185,6 @@ async def reconcile_cron(
     if decision.next_time is not None:
         new["nextScheduleTime"] = format_time(decision.next_time)
     msg = "suspended" if spec.suspend else f"{len(active)} active jobs"
-    conds = [
-        Cond("Ready", True, "Suspended" if spec.suspend else "Scheduled", msg),
-        Cond("Stalled", False, "Reconciled", ""),
-        Cond("Reconciling", False, "Reconciled", ""),
-    ]
-    new["conditions"] = merge_conditions(prev.get("conditions"), conds, generation=generation, now=now)
+    health = healthy("Suspended" if spec.suspend else "Scheduled", msg)
+    new["conditions"] = merge_conditions(prev.get("conditions"), list(health), generation=generation, now=now)
     return CronOutcome(new, events)

@@ -19,23 +19,27 @@ from redis.exceptions import OutOfMemoryError, RedisError
 from trawl.api.common import parse_time, validation_message
 from trawl.api.naming import ANNOTATION_RETRY_DEAD, GROUP, RETRY_ALL_SUFFIX, VERSION
 from trawl.api.policies import PERMANENT_CLASSES
-from trawl.api.scrapejob import ScrapeJobSpec, SinkKind
+from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.egress.addresses import parse_networks
 from trawl.jobspec.admission import browser_missing, spec_problem, unmounted_directory, unmounted_secrets
 from trawl.operator import kube
-from trawl.operator.conditions import get_condition
+from trawl.operator.conditions import ConditionType, get_condition
 from trawl.operator.connections import RedisConnections, pool_queue
+from trawl.operator.events import Transition
+from trawl.operator.indexes import pool_from_index
+from trawl.operator.problems import Problem
 from trawl.operator.secrets import secret_reader
 from trawl.queue import Queue, QueueUnavailable
 from trawl.queue.model import DeadLetterRecord, JobConfig, JobStats
-from trawl.queue.notes import JobNotes
+from trawl.queue.notes import JobNotes, Skipped, Throttled
 from trawl.redisconn.memory import out_of_memory
 from trawl.redisconn.settings import RedisConfigError, RedisUnreachable
 
 from .oncomplete import run_hooks
+from .results import results_location, results_written
 from .sinkcheck import SecretReader, finish_sink, sink_problem
-from .status import TERMINAL, JobFacts, Problem, Transition, derive_job_status
+from .status import TERMINAL, JobFacts, derive_job_status
 
 log = logging.getLogger(__name__)
 
@@ -47,16 +51,26 @@ class SinkNotReady(Exception):
 
 
 @dataclass
-class PoolRef:
-    spec: ScrapePoolSpec
-    uid: str
-
-
-@dataclass
 class JobOutcome:
     status: dict[str, Any]
     events: list[Transition] = field(default_factory=list)
     delete_object: bool = False
+
+
+@dataclass(frozen=True)
+class _Pass:
+    """One pass over a job whose pool's Redis answered: what its steps read."""
+
+    queue: Queue
+    spec: ScrapeJobSpec
+    pool: ScrapePoolSpec
+    namespace: str
+    name: str
+    uid: str
+    generation: int
+    prev: dict[str, Any]
+    now: datetime
+    read_secret: SecretReader
 
 
 def failed_job(generation: int, status: Mapping[str, Any], now: datetime, reason: str, msg: str) -> JobOutcome:
@@ -65,66 +79,11 @@ def failed_job(generation: int, status: Mapping[str, Any], now: datetime, reason
     return JobOutcome(*derive_job_status(facts, dict(status), now))
 
 
-def pool_from_index(pool_index: Mapping[Any, Any], namespace: str, name: str) -> PoolRef | Problem:
-    entries = list(pool_index.get((namespace, name), []))
-    if not entries:
-        return Problem("PoolNotFound", f"ScrapePool {namespace}/{name} does not exist")
-    raw = entries[0]
-    try:
-        return PoolRef(ScrapePoolSpec.model_validate(raw["spec"]), raw["uid"])
-    except ValidationError as exc:
-        return Problem("PoolInvalid", f"ScrapePool {name} is invalid: {validation_message(exc)}")
-
-
 def job_config(uid: str, spec: ScrapeJobSpec, pool: ScrapePoolSpec) -> JobConfig:
     from trawl.jobspec.wire import build_job_config
 
     config: JobConfig = build_job_config(uid, spec, pool)
     return config
-
-
-def results_location(
-    queue: Queue, spec: ScrapeJobSpec, uid: str, name: str, count: int, retained: int | None = None
-) -> dict[str, Any]:
-    output = spec.output
-    sink = output.sink if output else SinkKind.REDIS_STREAM
-    if sink == SinkKind.JSON_LINES and output and output.json_lines:
-        location = f"{output.json_lines.directory.rstrip('/')}/{uid}.jsonl"  # the file JsonLinesSink.path writes
-    elif sink == SinkKind.WEBHOOK and output and output.webhook:
-        location = output.webhook.url
-    elif sink == SinkKind.S3 and output and output.s3:
-        s3 = output.s3
-        location = f"s3://{s3.bucket}/{s3.prefix}{uid}/" + (f" at {s3.endpoint}" if s3.endpoint else "")
-    elif sink == SinkKind.POSTGRESQL and output and output.postgres:
-        pg = output.postgres
-        location = f"postgresql://{pg.user}@{pg.host}:{pg.port}/{pg.database} table {pg.table} (job = '{uid}')"
-    else:
-        location = f"redis: {queue.keys.results(uid)}"
-    out: dict[str, Any] = {"sink": sink.value, "location": location, "count": count}
-    if retained is not None:
-        out["retained"] = retained
-    return out
-
-
-async def results_written(
-    queue: Queue, spec: ScrapeJobSpec, uid: str, prev: Mapping[str, Any]
-) -> tuple[int | None, int | None]:
-    """Records written for the job and, for the Redis stream sink, how many the stream still holds (it
-    trims at maxLen). The Redis, JsonLines and Webhook sinks record each written (job, URL) key in one set
-    beside the stream; the PostgreSQL sink's table is its own record (None: not known here). Never below
-    what the status said already: a set that expired does not rewind the count."""
-    sink = spec.output.sink if spec.output is not None else SinkKind.REDIS_STREAM
-    if sink == SinkKind.POSTGRESQL:
-        return None, None
-    key = queue.keys.results(uid)
-    stream = sink == SinkKind.REDIS_STREAM
-    async with queue.redis.pipeline(transaction=False) as pipe:
-        pipe.scard(queue.keys.results_written(uid))
-        if stream:
-            pipe.xlen(key)
-        found = await pipe.execute()
-    before = int(((prev.get("results") or {}).get("count")) or 0)
-    return max(int(found[0]), before), int(found[1]) if stream else None
 
 
 def data_lost_message(prev: Mapping[str, Any], *, running: bool) -> str:
@@ -152,6 +111,31 @@ async def _enqueue_seeds(queue: Queue, uid: str, spec: ScrapeJobSpec) -> int:
     await queue.enqueue(uid, seeds, start_index=0)
     await queue.mark_enqueue_done(uid)
     return len(seeds)
+
+
+def _admit(uid: str, spec: ScrapeJobSpec, pool: ScrapePoolSpec) -> JobConfig | Problem:
+    """The job's configuration on its pool, or why the pool cannot run it (no I/O)."""
+    unmounted = unmounted_secrets(spec, pool)
+    if unmounted:
+        return Problem(
+            "SecretNotMounted",
+            f"the job's output names Secret {unmounted[0]!r}, which ScrapePool {spec.pool!r} does not "
+            f"mount into its workers: add it to the pool's spec.worker.secrets",
+        )
+    unmounted_dir = unmounted_directory(spec, pool)
+    if unmounted_dir is not None:
+        return Problem("DirectoryNotMounted", unmounted_dir)
+    no_browser = browser_missing(spec, pool)
+    if no_browser is not None:
+        return Problem("BrowserNotAvailable", no_browser)
+    try:
+        config = job_config(uid, spec, pool)
+    except ValueError as exc:
+        return Problem("InvalidSpec", f"spec combined with pool defaults is invalid: {exc}")
+    unusable = spec_problem(config.spec)
+    if unusable is not None:
+        return Problem("InvalidSpec", unusable)
+    return config
 
 
 async def reconcile_job(
@@ -183,49 +167,18 @@ async def reconcile_job(
     pool = pool_from_index(pool_index, namespace, spec.pool)
     if isinstance(pool, Problem):
         return stalled(pool)
-    unmounted = unmounted_secrets(spec, pool.spec)
-    if unmounted:
-        return stalled(
-            Problem(
-                "SecretNotMounted",
-                f"the job's output names Secret {unmounted[0]!r}, which ScrapePool {spec.pool!r} does not "
-                f"mount into its workers: add it to the pool's spec.worker.secrets",
-            )
-        )
-    unmounted_dir = unmounted_directory(spec, pool.spec)
-    if unmounted_dir is not None:
-        return stalled(Problem("DirectoryNotMounted", unmounted_dir))
-    no_browser = browser_missing(spec, pool.spec)
-    if no_browser is not None:
-        return stalled(Problem("BrowserNotAvailable", no_browser))
-    try:
-        config = job_config(uid, spec, pool.spec)
-    except ValueError as exc:
-        return stalled(Problem("InvalidSpec", f"spec combined with pool defaults is invalid: {exc}"))
-    unusable = spec_problem(config.spec)
-    if unusable is not None:
-        return stalled(Problem("InvalidSpec", unusable))
+    config = _admit(uid, spec, pool.spec)
+    if isinstance(config, Problem):
+        return stalled(config)
     try:
         redis = await connections.for_pool(namespace, spec.pool, pool.spec, secrets or {})
     except (RedisConfigError, RedisUnreachable) as exc:
         return stalled(Problem("RedisUnavailable", str(exc)))
 
     queue = pool_queue(redis, namespace, spec.pool, pool.spec)
+    job = _Pass(queue, spec, pool.spec, namespace, name, uid, generation, prev, now, secret_reader(secrets or {}))
     try:
-        return await _reconcile_with_queue(
-            queue,
-            config,
-            spec,
-            pool.spec,
-            namespace,
-            name,
-            uid,
-            generation,
-            prev,
-            annotations,
-            now,
-            secret_reader(secrets or {}),
-        )
+        return await _reconcile_with_queue(job, config, annotations)
     except SinkNotReady as exc:
         return stalled(exc.problem)
     except OutOfMemoryError:  # Redis answers, but is full: every pass writes (the epoch), so each one says so
@@ -235,58 +188,90 @@ async def reconcile_job(
         return stalled(Problem("RedisUnavailable", f"Redis error: {type(exc).__name__}: {exc}"))
 
 
-async def _reconcile_with_queue(
-    queue: Queue,
-    config: JobConfig,
-    spec: ScrapeJobSpec,
-    pool: ScrapePoolSpec,
-    namespace: str,
-    name: str,
-    uid: str,
-    generation: int,
-    prev: dict[str, Any],
-    annotations: Mapping[str, str],
-    now: datetime,
-    read_secret: SecretReader,
-) -> JobOutcome:
-    prev_phase = prev.get("phase")
+async def _reconcile_with_queue(job: _Pass, config: JobConfig, annotations: Mapping[str, str]) -> JobOutcome:
+    """The pass once the pool's Redis answers: read the counters, register and steer the job in the queue,
+    read what else was noted, derive the status, then what follows a finished job."""
+    queue, uid, prev = job.queue, job.uid, job.prev
     epoch = await queue.epoch()
     stats: JobStats = await queue.job_stats(uid)
-    enqueued = prev.get("enqueued")
     data_lost = None
     if not stats.exists and prev.get("queueEpoch") not in (None, epoch):
-        data_lost = data_lost_message(prev, running=prev_phase not in TERMINAL)
-    if not stats.exists and prev_phase in TERMINAL:
-        # Retention removed the queue data of a finished job (or Redis lost it: then say so): the status
-        # is the record now, never rewritten to claim less or more than it knew.
-        facts = JobFacts(generation=generation, suspend=spec.suspend, stats=None, epoch=epoch, data_lost=data_lost)
-        kept, events = derive_job_status(facts, prev, now)
-        for key in ("onComplete", "results"):  # the record of what happened after the job
-            if key in prev and key not in kept:
-                kept[key] = prev[key]
-        return JobOutcome(kept, events)
+        data_lost = data_lost_message(prev, running=prev.get("phase") not in TERMINAL)
+    if not stats.exists and prev.get("phase") in TERMINAL:
+        return _finished_record(job, epoch, data_lost)
+    enqueued = prev.get("enqueued")
+    if not stats.exists or not stats.enqueue_done:
+        stats, enqueued = await _register(job, config, stats)
+    deadline_exceeded = _deadline_exceeded(job.spec, prev, stats, job.now)
+    stats, retry_handled = await _steer(job, stats, deadline_exceeded, annotations.get(ANNOTATION_RETRY_DEAD))
+
+    notes = await _read_notes(job, stats)
+    dead_letters: list[DeadLetterRecord] = []  # read only when their count changed
+    if stats.dead and stats.dead != int((prev.get("counts") or {}).get("deadLettered", -1)):
+        dead_letters = list(reversed(await queue.dead_letters(uid, limit=20)))
+    facts = JobFacts(
+        generation=job.generation,
+        suspend=job.spec.suspend,
+        stats=stats,
+        deadline_exceeded=deadline_exceeded,
+        max_dead_letters=job.spec.max_dead_letters,
+        enqueued=enqueued,
+        dead_letters=dead_letters,
+        results=notes.results,
+        epoch=epoch,
+        data_lost=data_lost,
+        retry_handled=retry_handled,
+        problem=notes.problem,
+        skipped=notes.skipped,
+        skipped_sample=notes.skipped_sample,
+        throttled=notes.throttled,
+    )
+    new_status, events = derive_job_status(facts, prev, job.now)
+    if not dead_letters and stats.dead and "deadLetters" in prev:
+        new_status["deadLetters"] = prev["deadLetters"]
+    await _after_the_job(job, new_status)
+    return JobOutcome(new_status, events, _ttl_expired(job.spec, new_status, job.now))
+
+
+def _finished_record(job: _Pass, epoch: str, data_lost: str | None) -> JobOutcome:
+    """Retention removed the queue data of a finished job (or Redis lost it: then say so): the status is
+    the record now, never rewritten to claim less or more than it knew."""
+    facts = JobFacts(generation=job.generation, suspend=job.spec.suspend, stats=None, epoch=epoch, data_lost=data_lost)
+    kept, events = derive_job_status(facts, job.prev, job.now)
+    for key in ("onComplete", "results"):  # the record of what happened after the job
+        if key in job.prev and key not in kept:
+            kept[key] = job.prev[key]
+    return JobOutcome(kept, events)
+
+
+async def _register(job: _Pass, config: JobConfig, stats: JobStats) -> tuple[JobStats, int]:
+    """Register the job and enqueue its seeds (again: both are idempotent); (its counters now, seeds)."""
+    queue, uid, spec = job.queue, job.uid, job.spec
     if not stats.exists:
         # Accepting the job: its sink must be able to take the records before anything is fetched.
-        problem = await sink_problem(namespace, spec, read_secret)
+        problem = await sink_problem(job.namespace, spec, job.read_secret)
         if problem is not None:
             raise SinkNotReady(problem)
-    if not stats.exists or not stats.enqueue_done:
-        await queue.register_job(config)
-        if spec.suspend and not stats.suspended:
-            # Before the first seed: a job created suspended must never enter the claim ring.
-            await queue.suspend(uid)
-        enqueued = await _enqueue_seeds(queue, uid, spec)
-        stats = await queue.job_stats(uid)
+    await queue.register_job(config)
+    if spec.suspend and not stats.suspended:
+        # Before the first seed: a job created suspended must never enter the claim ring.
+        await queue.suspend(uid)
+    enqueued = await _enqueue_seeds(queue, uid, spec)
+    return await queue.job_stats(uid), enqueued
 
-    deadline_exceeded = _deadline_exceeded(spec, prev, stats, now)
-    want_suspended = spec.suspend or deadline_exceeded
+
+async def _steer(
+    job: _Pass, stats: JobStats, deadline_exceeded: bool, retry_value: str | None
+) -> tuple[JobStats, str | None]:
+    """Suspend or resume the job in the queue as its spec (or its deadline) says, and requeue its dead
+    letters when the retry annotation changed: (its counters now, the annotation value handled)."""
+    queue, uid = job.queue, job.uid
+    want_suspended = job.spec.suspend or deadline_exceeded
     if want_suspended and not stats.suspended:
         await queue.suspend(uid)
     elif not want_suspended and stats.suspended:
         await queue.resume(uid)
-
-    retry_handled = prev.get("retryDeadLettersHandled")
-    retry_value = annotations.get(ANNOTATION_RETRY_DEAD)
+    retry_handled = job.prev.get("retryDeadLettersHandled")
     if retry_value is not None and retry_value != retry_handled:
         requeued = await _requeue_dead(queue, uid, stats.dead, include_permanent=retry_value.endswith(RETRY_ALL_SUFFIX))
         if requeued:
@@ -294,56 +279,50 @@ async def _reconcile_with_queue(
             # its first finish set (the queue's own keys lose their TTL in requeue_dead).
             await queue.redis.persist(queue.keys.results_written(uid))
             await queue.redis.persist(queue.keys.skipped(uid))
-        log.info("job %s: requeued %d dead letters (annotation %r)", name, requeued, retry_value)
+        log.info("job %s: requeued %d dead letters (annotation %r)", job.name, requeued, retry_value)
         retry_handled = retry_value
         stats = await queue.job_stats(uid)
     if stats.suspended != want_suspended:
         stats = await queue.job_stats(uid)
+    return stats, retry_handled
 
+
+@dataclass(frozen=True)
+class _Notes:
+    """What the workers and sinks noted for the job beside its counters."""
+
+    skipped: int
+    skipped_sample: list[Skipped]
+    throttled: list[Throttled]
+    problem: Problem | None
+    results: dict[str, Any]
+
+
+async def _read_notes(job: _Pass, stats: JobStats) -> _Notes:
+    """Skipped URLs, open circuit breakers and a failing sink (the last two only while the job runs), and
+    where its results are with their count."""
+    queue, uid = job.queue, job.uid
     notes = JobNotes(queue.redis, queue.keys.job)
     skipped, skipped_sample = await notes.skipped(uid)
     problem = None
-    throttled = []
+    throttled: list[Throttled] = []
     if not stats.finished:
         throttled = await notes.throttled_domains(uid)
         trouble = await notes.sink_trouble(uid)
         if trouble is not None:
             problem = Problem("SinkFailing", f"the job's sink is failing: {trouble.message}")
+    written, retained = await results_written(queue, job.spec, uid, job.prev)
+    count = written if written is not None else stats.succeeded - min(skipped, stats.succeeded)
+    results = results_location(queue, job.spec, uid, job.name, count, retained)
+    return _Notes(skipped, skipped_sample, throttled, problem, results)
 
-    written, retained = await results_written(queue, spec, uid, prev)
-    dead_letters: list[DeadLetterRecord] = []
-    prev_dead = int((prev.get("counts") or {}).get("deadLettered", -1))
-    if stats.dead and stats.dead != prev_dead:
-        dead_letters = list(reversed(await queue.dead_letters(uid, limit=20)))
-    facts = JobFacts(
-        generation=generation,
-        suspend=spec.suspend,
-        stats=stats,
-        deadline_exceeded=deadline_exceeded,
-        max_dead_letters=spec.max_dead_letters,
-        enqueued=enqueued,
-        dead_letters=dead_letters,
-        results=results_location(
-            queue,
-            spec,
-            uid,
-            name,
-            written if written is not None else stats.succeeded - min(skipped, stats.succeeded),
-            retained,
-        ),
-        epoch=epoch,
-        data_lost=data_lost,
-        retry_handled=retry_handled,
-        problem=problem,
-        skipped=skipped,
-        skipped_sample=skipped_sample,
-        throttled=throttled,
-    )
-    new_status, events = derive_job_status(facts, prev, now)
-    if not dead_letters and stats.dead and "deadLetters" in prev:
-        new_status["deadLetters"] = prev["deadLetters"]
-    if new_status["phase"] in TERMINAL and prev_phase not in TERMINAL:
-        retention = pool.queue.finished_job_retention_seconds
+
+async def _after_the_job(job: _Pass, new_status: dict[str, Any]) -> None:
+    """Once the job is terminal: its data's retention, the sink's finish (an S3 manifest), onComplete."""
+    queue, uid, spec, prev = job.queue, job.uid, job.spec, job.prev
+    terminal = new_status["phase"] in TERMINAL
+    if terminal and prev.get("phase") not in TERMINAL:
+        retention = job.pool.queue.finished_job_retention_seconds
         if spec.ttl_seconds_after_finished is not None:
             retention = max(retention, spec.ttl_seconds_after_finished + 60)
         await queue.expire_job(uid, retention)
@@ -351,30 +330,35 @@ async def _reconcile_with_queue(
         await queue.redis.expire(queue.keys.results_pending(uid), retention)
         await queue.redis.expire(queue.keys.skipped(uid), retention)
         await queue.redis.expire(queue.keys.throttled(uid), retention)
-    if new_status["phase"] in TERMINAL and new_status.get("results"):
+    if terminal and new_status.get("results"):
         done = (prev.get("results") or {}).get("manifest")
         new_status["results"].update(
-            {"manifest": done} if done else await finish_sink(namespace, name, uid, spec, new_status, read_secret)
+            {"manifest": done}
+            if done
+            else await finish_sink(job.namespace, job.name, uid, spec, new_status, job.read_secret)
         )
-    if new_status["phase"] in TERMINAL and spec.on_complete is not None:
+    if terminal and spec.on_complete is not None:
         new_status["onComplete"] = await run_hooks(
-            namespace=namespace,
-            name=name,
+            namespace=job.namespace,
+            name=job.name,
             uid=uid,
             spec=spec.on_complete,
             status=new_status,
             prev=prev.get("onComplete"),
-            allowed=parse_networks(pool.worker.allowed_cidrs or []),
-            now=now,
-            read_secret=read_secret,
+            allowed=parse_networks(job.pool.worker.allowed_cidrs or []),
+            now=job.now,
+            read_secret=job.read_secret,
         )
     elif "onComplete" in prev:
         new_status["onComplete"] = prev["onComplete"]
-    delete = False
-    if new_status["phase"] in TERMINAL and spec.ttl_seconds_after_finished is not None:
-        done_at = parse_time(new_status.get("completionTime"))
-        delete = done_at is not None and (now - done_at).total_seconds() >= spec.ttl_seconds_after_finished
-    return JobOutcome(new_status, events, delete)
+
+
+def _ttl_expired(spec: ScrapeJobSpec, status: Mapping[str, Any], now: datetime) -> bool:
+    """ttlSecondsAfterFinished has passed since the job finished: delete the object."""
+    if status["phase"] not in TERMINAL or spec.ttl_seconds_after_finished is None:
+        return False
+    done_at = parse_time(status.get("completionTime"))
+    return done_at is not None and (now - done_at).total_seconds() >= spec.ttl_seconds_after_finished
 
 
 async def _requeue_dead(queue: Queue, uid: str, dead: int, *, include_permanent: bool) -> int:
@@ -390,7 +374,7 @@ async def _requeue_dead(queue: Queue, uid: str, dead: int, *, include_permanent:
 
 
 def _deadline_exceeded(spec: ScrapeJobSpec, prev: Mapping[str, Any], stats: JobStats, now: datetime) -> bool:
-    failed = get_condition(prev.get("conditions"), "Failed")
+    failed = get_condition(prev.get("conditions"), ConditionType.FAILED)
     if failed and failed.get("status") == "True" and failed.get("reason") == "DeadlineExceeded":
         return True
     if spec.active_deadline_seconds is None or stats.finished:

@@ -19,12 +19,11 @@ from minio.error import MinioException
 
 from trawl.api.common import SecretKeyRef
 from trawl.api.scrapejob import ScrapeJobSpec, SinkKind
+from trawl.operator.problems import Problem
 from trawl.operator.secrets import SecretNotFound, no_secrets
 from trawl.sinks import postgres as pgsink
 from trawl.sinks import s3 as s3sink
 from trawl.sinks.base import SinkError
-
-from .status import Problem
 
 CHECK_TIMEOUT = 30.0
 

@@ -1,7 +1,8 @@
 """Pure derivation of a ScrapeJob's status from its queue counters.
 
 No I/O: the reconciler gathers the facts (spec, Redis counters, what went wrong), this module
-decides phase, counts, progress, ETA and conditions, and says which transitions deserve an Event.
+decides phase, counts, progress, ETA and conditions (through the builder in operator/conditions.py),
+and says which transitions deserve an Event.
 """
 
 from __future__ import annotations
@@ -12,19 +13,23 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from trawl.api.common import format_time, parse_time
-from trawl.operator.conditions import Cond, get_condition, merge_conditions
+from trawl.operator.conditions import (
+    Cond,
+    ConditionType,
+    get_condition,
+    healthy,
+    merge_conditions,
+    progressing,
+    redis_data_lost,
+    stalled,
+    warn_if_new,
+)
+from trawl.operator.events import Transition
+from trawl.operator.problems import Problem
 from trawl.queue.model import DeadLetterRecord, JobStats
 from trawl.queue.notes import Skipped, Throttled
 
 TERMINAL = ("Succeeded", "Failed")
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """Why the operator cannot make progress (Stalled=True)."""
-
-    reason: str  # CamelCase: InvalidSpec, PoolNotFound, PoolNotReady, RedisUnavailable, SecretNotMounted
-    message: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,15 +49,6 @@ class JobFacts:
     skipped: int = 0  # acked without a fetch (robots.txt disallows a discovered link): part of stats.succeeded
     skipped_sample: list[Skipped] = field(default_factory=list)
     throttled: list[Throttled] = field(default_factory=list)  # domains whose circuit breaker is open now
-
-
-@dataclass(frozen=True, slots=True)
-class Transition:
-    """An Event to post: type Normal/Warning, CamelCase reason, message."""
-
-    type: str
-    reason: str
-    message: str
 
 
 def _ts(unix: float | None) -> str | None:
@@ -81,30 +77,32 @@ def derive_job_status(
 ) -> tuple[dict[str, Any], list[Transition]]:
     """The new ``status`` (wire form) and the transitions worth an Event."""
     prev = previous or {}
-    prev_phase = prev.get("phase")
-    phase = derive_phase(facts, prev_phase)
-    stats = facts.stats
+    phase = derive_phase(facts, prev.get("phase"))
     status: dict[str, Any] = {"observedGeneration": facts.generation, "phase": phase}
     epoch = facts.epoch or prev.get("queueEpoch")
     if epoch:
         status["queueEpoch"] = epoch
-    events: list[Transition] = []
+    _progress(status, facts, prev, phase, now)
+    _findings(status, facts, prev, phase)
+    known = facts.stats is not None and facts.stats.exists
+    # Nothing from Redis now (retention, an outage, lost data): the counts the status kept are the record.
+    dead = facts.stats.dead if facts.stats is not None and known else _count(status, "deadLettered")
+    conds, status["message"] = _conditions(facts, phase, status, dead)
+    status["conditions"] = merge_conditions(prev.get("conditions"), conds, generation=facts.generation, now=now)
+    return status, _transitions(facts, prev, phase, status, dead)
 
+
+def _count(status: Mapping[str, Any], key: str) -> int:
+    return int((status.get("counts") or {}).get(key, 0))
+
+
+def _progress(status: dict[str, Any], facts: JobFacts, prev: Mapping[str, Any], phase: str, now: datetime) -> None:
+    """counts, progress, ETA, start and completion times, and the texts of the kubectl columns."""
+    stats = facts.stats
     start_time = prev.get("startTime")
     completion_time = prev.get("completionTime") if phase in TERMINAL else None
     if stats is not None and stats.exists:
-        skipped = min(facts.skipped, stats.succeeded)
-        counts = {
-            "total": stats.total,
-            "pending": stats.pending,
-            "inFlight": stats.in_flight,
-            "succeeded": stats.succeeded - skipped,
-            "retrying": stats.retrying,
-            "deadLettered": stats.dead,
-        }
-        if skipped:
-            counts["skipped"] = skipped
-        status["counts"] = counts
+        status["counts"] = _counts(stats, facts.skipped)
         done = stats.succeeded + stats.dead
         status["progress"] = int(100 * done / stats.total) if stats.total else 0
         if start_time is None and stats.first_claim_at is not None:
@@ -113,14 +111,7 @@ def derive_job_status(
             # When it reached its terminal phase: the queue's finish time (the last ack *or* dead letter),
             # or now for a job that ends otherwise (deadline exceeded).
             completion_time = (_ts(stats.finished_at) if stats.finished else None) or format_time(now)
-        started = parse_time(start_time)
-        remaining = stats.pending + stats.in_flight + stats.retrying
-        if counts == prev.get("counts") and phase == prev_phase and "eta" in prev:
-            # Unchanged counters: keep the estimate, so an idle second writes nothing.
-            status["eta"] = prev["eta"]
-        elif phase == "Running" and started is not None and done > 0 and remaining > 0:
-            elapsed = max((now - started).total_seconds(), 1.0)
-            status["eta"] = format_time(now + timedelta(seconds=remaining * elapsed / done))
+        _eta(status, stats, prev, phase, parse_time(start_time), now)
     elif "counts" in prev:
         status["counts"] = prev["counts"]
         if "progress" in prev:
@@ -137,6 +128,45 @@ def derive_job_status(
     started_at, completed_at = parse_time(start_time), parse_time(completion_time)
     if started_at is not None and completed_at is not None:
         status["duration"] = human_duration((completed_at - started_at).total_seconds())
+
+
+def _counts(stats: JobStats, skipped_acks: int) -> dict[str, int]:
+    skipped = min(skipped_acks, stats.succeeded)
+    counts = {
+        "total": stats.total,
+        "pending": stats.pending,
+        "inFlight": stats.in_flight,
+        "succeeded": stats.succeeded - skipped,
+        "retrying": stats.retrying,
+        "deadLettered": stats.dead,
+    }
+    if skipped:
+        counts["skipped"] = skipped
+    return counts
+
+
+def _eta(
+    status: dict[str, Any],
+    stats: JobStats,
+    prev: Mapping[str, Any],
+    phase: str,
+    started: datetime | None,
+    now: datetime,
+) -> None:
+    if status["counts"] == prev.get("counts") and phase == prev.get("phase") and "eta" in prev:
+        # Unchanged counters: keep the estimate, so an idle second writes nothing.
+        status["eta"] = prev["eta"]
+        return
+    done = stats.succeeded + stats.dead
+    remaining = stats.pending + stats.in_flight + stats.retrying
+    if phase == "Running" and started is not None and done > 0 and remaining > 0:
+        elapsed = max((now - started).total_seconds(), 1.0)
+        status["eta"] = format_time(now + timedelta(seconds=remaining * elapsed / done))
+
+
+def _findings(status: dict[str, Any], facts: JobFacts, prev: Mapping[str, Any], phase: str) -> None:
+    """What the pass found beside the counters: seeds enqueued, throttled domains, skipped URLs, dead
+    letters, results. A list read from Redis replaces the previous one; one not read keeps it."""
     if facts.enqueued is not None:
         status["enqueued"] = facts.enqueued
     elif "enqueued" in prev:
@@ -169,106 +199,107 @@ def derive_job_status(
     if facts.retry_handled is not None:
         status["retryDeadLettersHandled"] = facts.retry_handled
 
-    known = stats is not None and stats.exists
-    # Nothing from Redis now (retention, an outage, lost data): the counts the status kept are the record.
-    dead = stats.dead if stats is not None and known else int((status.get("counts") or {}).get("deadLettered", 0))
-    conds: list[Cond] = []
+
+def _conditions(facts: JobFacts, phase: str, status: Mapping[str, Any], dead: int) -> tuple[list[Cond], str]:
+    """The job's conditions and the status message (the one Ready carries)."""
     problem = facts.problem
-    if problem is not None:
-        conds.append(Cond("Stalled", True, problem.reason, problem.message))
-    else:
-        conds.append(Cond("Stalled", False, "Reconciled", ""))
     if phase == "Succeeded":
-        total = stats.total if stats is not None and known else int((status.get("counts") or {}).get("total", 0))
-        skipped = int(status.get("counts", {}).get("skipped", 0))
-        msg = (
-            f"{total - dead - skipped} of {total} URLs scraped"
-            + (f", {skipped} skipped (robots.txt)" if skipped else "")
-            + (f", {dead} dead-lettered" if dead else "")
-        )
-        conds += [
-            Cond("Ready", True, "Succeeded", msg),
-            Cond("Reconciling", False, "Succeeded", ""),
-            Cond("Complete", True, "Succeeded", msg),
-            Cond("Failed", False, "Succeeded", ""),
-        ]
-        status["message"] = msg
+        msg = _succeeded_message(facts, status, dead)
+        health = healthy("Succeeded", msg, settled="Succeeded", stalled_by=problem)
+        outcome = [Cond(ConditionType.COMPLETE, True, "Succeeded", msg), Cond(ConditionType.FAILED, False, "Succeeded")]
     elif phase == "Failed":
         if facts.deadline_exceeded:
             reason, msg = "DeadlineExceeded", "the job ran longer than activeDeadlineSeconds"
         else:
             reason = "TasksDeadLettered"
             msg = f"{dead} URLs failed for good (more than the {facts.max_dead_letters} tolerated)"
-        conds += [
-            Cond("Ready", False, reason, msg),
-            Cond("Reconciling", False, reason, ""),
-            Cond("Complete", False, reason, ""),
-            Cond("Failed", True, reason, msg),
-        ]
         # kstatus (Flux) reads Stalled=True as "failed"; without it a failed job looks in progress forever.
-        conds[0] = Cond("Stalled", True, reason, msg)
-        status["message"] = msg
+        health = stalled(reason, msg)
+        outcome = [Cond(ConditionType.COMPLETE, False, reason), Cond(ConditionType.FAILED, True, reason, msg)]
     else:
-        if problem is not None:
-            reason, msg = problem.reason, problem.message
-        elif phase == "Suspended":
-            reason, msg = "Suspended", "the job is suspended: workers claim none of its tasks"
-        elif phase == "Queued":
-            reason, msg = "Queued", "tasks are queued, waiting for a worker"
-        elif phase == "Running":
-            reason, msg = "Running", "workers are processing the job"
-            if facts.throttled:
-                t = facts.throttled[0]
-                more = f" and {len(facts.throttled) - 1} more" if len(facts.throttled) > 1 else ""
-                msg += f"; circuit breaker open for {t.domain}{more} ({t.reason}): its tasks wait"
-        else:
-            reason, msg = "Pending", "the job is being prepared"
-        conds += [
-            Cond("Ready", False, reason, msg),
-            Cond("Reconciling", problem is None, reason, msg if problem is None else ""),
-            Cond("Complete", False, reason, ""),
-            Cond("Failed", False, reason, ""),
-        ]
-        status["message"] = msg
+        reason, msg = problem if problem is not None else _under_way(facts, phase)
+        health = stalled(reason, msg) if problem is not None else progressing(reason, msg)
+        outcome = [Cond(ConditionType.COMPLETE, False, reason), Cond(ConditionType.FAILED, False, reason)]
+    # Stalled first: the order a job's conditions have always had (another order is a rewrite of each).
+    conds = [health.stalled, health.ready, health.reconciling, *outcome]
     conds.append(
-        Cond("Suspended", True, "Suspended", "spec.suspend is true")
+        Cond(ConditionType.SUSPENDED, True, "Suspended", "spec.suspend is true")
         if facts.suspend and phase not in TERMINAL
-        else Cond("Suspended", False, "NotSuspended", "")
+        else Cond(ConditionType.SUSPENDED, False, "NotSuspended")
     )
     conds.append(
-        Cond("DeadLettered", True, "TasksDeadLettered", f"{dead} URLs dead-lettered; see status.deadLetters")
+        Cond(
+            ConditionType.DEAD_LETTERED, True, "TasksDeadLettered", f"{dead} URLs dead-lettered; see status.deadLetters"
+        )
         if dead
-        else Cond("DeadLettered", False, "NoDeadLetters", "")
+        else Cond(ConditionType.DEAD_LETTERED, False, "NoDeadLetters")
     )
     if facts.data_lost is not None:
-        # Sticky: merge_conditions keeps it on later passes (the data stays lost).
-        conds.append(Cond("DataLost", True, "RedisDataLost", facts.data_lost))
-        events.append(Transition("Warning", "DataLost", facts.data_lost))
-    status["conditions"] = merge_conditions(prev.get("conditions"), conds, generation=facts.generation, now=now)
+        conds.append(redis_data_lost(facts.data_lost))
+    return conds, msg
 
-    prev_stalled = get_condition(prev.get("conditions"), "Stalled")
+
+def _succeeded_message(facts: JobFacts, status: Mapping[str, Any], dead: int) -> str:
+    stats = facts.stats
+    total = stats.total if stats is not None and stats.exists else _count(status, "total")
+    skipped = _count(status, "skipped")
+    return (
+        f"{total - dead - skipped} of {total} URLs scraped"
+        + (f", {skipped} skipped (robots.txt)" if skipped else "")
+        + (f", {dead} dead-lettered" if dead else "")
+    )
+
+
+def _under_way(facts: JobFacts, phase: str) -> tuple[str, str]:
+    """(reason, message) of a job that is neither finished nor stuck."""
+    if phase == "Suspended":
+        return "Suspended", "the job is suspended: workers claim none of its tasks"
+    if phase == "Queued":
+        return "Queued", "tasks are queued, waiting for a worker"
+    if phase == "Running":
+        msg = "workers are processing the job"
+        if facts.throttled:
+            t = facts.throttled[0]
+            more = f" and {len(facts.throttled) - 1} more" if len(facts.throttled) > 1 else ""
+            msg += f"; circuit breaker open for {t.domain}{more} ({t.reason}): its tasks wait"
+        return "Running", msg
+    return "Pending", "the job is being prepared"
+
+
+def _transitions(
+    facts: JobFacts, prev: Mapping[str, Any], phase: str, status: Mapping[str, Any], dead: int
+) -> list[Transition]:
+    events: list[Transition] = []
+    if facts.data_lost is not None:
+        events.append(Transition("Warning", "DataLost", facts.data_lost))
+    prev_phase = prev.get("phase")
+    prev_stalled = get_condition(prev.get("conditions"), ConditionType.STALLED)
     first_pass = prev_phase is None and prev_stalled is None
     was_stuck = prev_stalled is not None and prev_stalled.get("status") == "True" and prev_phase not in TERMINAL
-    if problem is None and (first_pass or was_stuck):
+    if facts.problem is None and (first_pass or was_stuck):
         events.append(Transition("Normal", "Accepted", "spec is valid; the job is handed to its pool"))
     if phase != prev_phase:
-        if phase == "Succeeded":
-            events.append(Transition("Normal", "Completed", status["message"]))
-        elif phase == "Failed":
-            events.append(Transition("Warning", "Failed", status["message"]))
-        elif phase == "Queued":
-            total = stats.total if stats is not None else 0
-            events.append(Transition("Normal", "Enqueued", f"{total} tasks enqueued"))
-        elif phase == "Suspended":
-            events.append(Transition("Normal", "Suspended", "job suspended"))
-    prev_dead = int((prev.get("counts") or {}).get("deadLettered", 0))
+        events += _phase_transition(phase, status, facts.stats)
+    prev_dead = _count(prev, "deadLettered")
     if dead > prev_dead:
         events.append(
             Transition("Warning", "DeadLettered", f"{dead - prev_dead} more URLs dead-lettered ({dead} in all)")
         )
-    if problem is not None and (prev_stalled is None or prev_stalled.get("reason") != problem.reason):
-        events.append(Transition("Warning", problem.reason, problem.message))
-    return status, events
+    if facts.problem is not None:
+        events += warn_if_new(prev.get("conditions"), ConditionType.STALLED, *facts.problem)
+    return events
+
+
+def _phase_transition(phase: str, status: Mapping[str, Any], stats: JobStats | None) -> list[Transition]:
+    if phase == "Succeeded":
+        return [Transition("Normal", "Completed", status["message"])]
+    if phase == "Failed":
+        return [Transition("Warning", "Failed", status["message"])]
+    if phase == "Queued":
+        return [Transition("Normal", "Enqueued", f"{stats.total if stats is not None else 0} tasks enqueued")]
+    if phase == "Suspended":
+        return [Transition("Normal", "Suspended", "job suspended")]
+    return []
 
 
 def status_changed(current: Mapping[str, Any] | None, new: dict[str, Any]) -> bool:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trawl.api.naming import API_VERSION, FIELD_MANAGER, LABEL_MANAGED_BY, deployment_name, pool_selector, queue_prefix
-from trawl.api.scrapepool import DEFAULT_WORKER_IMAGE, RedisMode, ScrapePoolSpec
+from trawl.api.scrapepool import DEFAULT_WORKER_IMAGE, RedisMode, ScrapePoolSpec, WorkerSpec
 from trawl.jobspec.podfiles import SECRETS_DIR, SECRETS_DIR_ENV
 
 GRACE_MARGIN_SECONDS = 10
@@ -109,9 +109,72 @@ def worker_deployment(
 ) -> dict[str, Any]:
     """The Deployment object. ``replicas`` None leaves the field out so an apply never resets it."""
     worker = spec.worker
-    defaults = defaults or WorkerDefaults.from_env()
     selector = pool_selector(pool)
-    labels = {**(worker.pod_labels or {}), **selector}
+    deployment: dict[str, Any] = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": deployment_name(pool),
+            "namespace": namespace,
+            "labels": {**selector, LABEL_MANAGED_BY: FIELD_MANAGER},
+            "ownerReferences": [
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": "ScrapePool",
+                    "name": pool,
+                    "uid": pool_uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {
+            "selector": {"matchLabels": selector},
+            # Surge-only rollouts: a template change never takes capacity away mid-job.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 0}},
+            "template": {
+                "metadata": {
+                    "labels": {**(worker.pod_labels or {}), **selector},
+                    "annotations": {
+                        **(worker.pod_annotations or {}),
+                        "prometheus.io/scrape": "true",
+                        "prometheus.io/port": str(worker.metrics_port),
+                    },
+                },
+                "spec": _pod_spec(namespace, pool, spec, defaults or WorkerDefaults.from_env()),
+            },
+        },
+    }
+    if replicas is not None:
+        deployment["spec"]["replicas"] = replicas
+    return deployment
+
+
+def _pod_spec(namespace: str, pool: str, spec: ScrapePoolSpec, defaults: WorkerDefaults) -> dict[str, Any]:
+    worker = spec.worker
+    volumes, mounts = _volumes(worker)
+    pod_spec: dict[str, Any] = {
+        "containers": [_container(_env(namespace, pool, spec), mounts, worker, defaults)],
+        "terminationGracePeriodSeconds": worker.drain_seconds + GRACE_MARGIN_SECONDS,
+        "automountServiceAccountToken": False,
+        "securityContext": copy.deepcopy(worker.pod_security_context or DEFAULT_POD_SECURITY_CONTEXT),
+        "volumes": volumes,
+    }
+    pull_secrets = worker.image_pull_secrets if worker.image_pull_secrets is not None else defaults.image_pull_secrets
+    if pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": name} for name in dict.fromkeys(pull_secrets)]
+    if worker.node_selector:
+        pod_spec["nodeSelector"] = worker.node_selector
+    if worker.tolerations:
+        pod_spec["tolerations"] = [t.model_dump(exclude_none=True, by_alias=True) for t in worker.tolerations]
+    if worker.service_account_name:
+        pod_spec["serviceAccountName"] = worker.service_account_name
+    return pod_spec
+
+
+def _env(namespace: str, pool: str, spec: ScrapePoolSpec) -> list[dict[str, Any]]:
+    """The worker's environment: Redis, queue and worker settings, then the pool's own variables last."""
+    worker = spec.worker
     env = [
         *redis_env(spec),
         {"name": "TRAWL_QUEUE_PREFIX", "value": queue_prefix(namespace, pool, spec.redis.key_prefix)},
@@ -124,22 +187,33 @@ def worker_deployment(
     ]
     if worker.allowed_cidrs:
         env.append({"name": "TRAWL_ALLOWED_CIDRS", "value": ",".join(worker.allowed_cidrs)})
-    mounts: list[dict[str, Any]] = [{"name": "tmp", "mountPath": "/tmp"}]
-    volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {}}]
     if worker.secrets:
         env.append({"name": SECRETS_DIR_ENV, "value": SECRETS_DIR})
-        for i, secret in enumerate(dict.fromkeys(worker.secrets)):
-            # Volume names are ours (secret-<n>), so any Secret name fits the 63-character limit.
-            volumes.append({"name": f"secret-{i}", "secret": {"secretName": secret, "defaultMode": 0o440}})
-            mounts.append({"name": f"secret-{i}", "mountPath": f"{SECRETS_DIR}/{secret}", "readOnly": True})
-    # The pool's own volumes (e.g. a PersistentVolumeClaim a JsonLines sink writes to), in Kubernetes' shapes.
-    volumes += [v.model_dump(mode="json", by_alias=True, exclude_none=True) for v in worker.volumes or []]
-    mounts += [m.model_dump(mode="json", by_alias=True, exclude_none=True) for m in worker.volume_mounts or []]
     if worker.browser is not None:
         env += worker.browser.env()
     if worker.circuit_breaker is not None:
         env += worker.circuit_breaker.env()
     env += [{"name": e.name, "value": e.value} for e in worker.env or []]
+    return env
+
+
+def _volumes(worker: WorkerSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volumes, the container's mounts): its own /tmp, the Secrets it may read, the pool's own volumes."""
+    mounts: list[dict[str, Any]] = [{"name": "tmp", "mountPath": "/tmp"}]
+    volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {}}]
+    for i, secret in enumerate(dict.fromkeys(worker.secrets or [])):
+        # Volume names are ours (secret-<n>), so any Secret name fits the 63-character limit.
+        volumes.append({"name": f"secret-{i}", "secret": {"secretName": secret, "defaultMode": 0o440}})
+        mounts.append({"name": f"secret-{i}", "mountPath": f"{SECRETS_DIR}/{secret}", "readOnly": True})
+    # The pool's own volumes (e.g. a PersistentVolumeClaim a JsonLines sink writes to), in Kubernetes' shapes.
+    volumes += [v.model_dump(mode="json", by_alias=True, exclude_none=True) for v in worker.volumes or []]
+    mounts += [m.model_dump(mode="json", by_alias=True, exclude_none=True) for m in worker.volume_mounts or []]
+    return volumes, mounts
+
+
+def _container(
+    env: list[dict[str, Any]], mounts: list[dict[str, Any]], worker: WorkerSpec, defaults: WorkerDefaults
+) -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": "worker",
         "image": worker.image or defaults.image,
@@ -167,57 +241,4 @@ def worker_deployment(
         container["imagePullPolicy"] = worker.image_pull_policy
     if worker.resources is not None:
         container["resources"] = worker.resources.model_dump(exclude_none=True, by_alias=True)
-    pod_spec: dict[str, Any] = {
-        "containers": [container],
-        "terminationGracePeriodSeconds": worker.drain_seconds + GRACE_MARGIN_SECONDS,
-        "automountServiceAccountToken": False,
-        "securityContext": copy.deepcopy(worker.pod_security_context or DEFAULT_POD_SECURITY_CONTEXT),
-        "volumes": volumes,
-    }
-    pull_secrets = worker.image_pull_secrets if worker.image_pull_secrets is not None else defaults.image_pull_secrets
-    if pull_secrets:
-        pod_spec["imagePullSecrets"] = [{"name": name} for name in dict.fromkeys(pull_secrets)]
-    if worker.node_selector:
-        pod_spec["nodeSelector"] = worker.node_selector
-    if worker.tolerations:
-        pod_spec["tolerations"] = [t.model_dump(exclude_none=True, by_alias=True) for t in worker.tolerations]
-    if worker.service_account_name:
-        pod_spec["serviceAccountName"] = worker.service_account_name
-    deployment: dict[str, Any] = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {
-            "name": deployment_name(pool),
-            "namespace": namespace,
-            "labels": {**selector, LABEL_MANAGED_BY: FIELD_MANAGER},
-            "ownerReferences": [
-                {
-                    "apiVersion": API_VERSION,
-                    "kind": "ScrapePool",
-                    "name": pool,
-                    "uid": pool_uid,
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
-        },
-        "spec": {
-            "selector": {"matchLabels": selector},
-            # Surge-only rollouts: a template change never takes capacity away mid-job.
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 0}},
-            "template": {
-                "metadata": {
-                    "labels": labels,
-                    "annotations": {
-                        **(worker.pod_annotations or {}),
-                        "prometheus.io/scrape": "true",
-                        "prometheus.io/port": str(worker.metrics_port),
-                    },
-                },
-                "spec": pod_spec,
-            },
-        },
-    }
-    if replicas is not None:
-        deployment["spec"]["replicas"] = replicas
-    return deployment
+    return container

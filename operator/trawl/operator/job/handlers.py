@@ -1,0 +1,206 @@
+# kopf types handlers as Protocols listing every keyword it may pass; handlers that name only
+# what they use are correct at runtime (kopf passes **kwargs) but not those Protocols.
+# mypy: disable-error-code="arg-type"
+"""ScrapeJob's kopf registrations: create, update and resume, two timers (live and finished jobs), delete.
+
+Jobs are the many, fast-changing objects: their status is applied directly (kube.apply_status), not
+through kopf's patch, and derived from what this process last wrote. The function names are kopf's
+handler ids (see trawl.operator.handlers): they stay as they are.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+from redis.exceptions import RedisError
+
+from trawl.api.naming import API_VERSION, GROUP, VERSION
+from trawl.operator import clock, kube, metrics
+from trawl.operator.events import AGGREGATED, post_aggregated
+from trawl.operator.handlers import (
+    JOBS,
+    TIMER_BACKOFF_SECONDS,
+    connections,
+    forget_object,
+    object_lock,
+    post,
+    unexpected,
+)
+from trawl.redisconn.settings import RedisConfigError, RedisUnreachable
+
+from .oncomplete import settled as oncomplete_settled
+from .reconcile import cancel_job, delete_job_object, failed_job, reconcile_job
+from .status import TERMINAL, status_changed
+
+JOB_SYNC_SECONDS = float(os.environ.get("TRAWL_JOB_SYNC_SECONDS", "1"))
+
+_written: dict[str, dict[str, Any]] = {}  # ScrapeJob uid -> the status this process last applied
+# ScrapeJob uids cancelled by this process: no pass may touch Redis again. Bounded: only a pass
+# already waiting on the job's lock can come after its deletion, so recent uids are enough.
+_deleted: dict[str, None] = {}
+DELETED_REMEMBERED = 10000
+
+
+def _remember_deleted(uid: str) -> None:
+    _deleted[uid] = None
+    while len(_deleted) > DELETED_REMEMBERED:
+        del _deleted[next(iter(_deleted))]
+
+
+async def _job(
+    body: kopf.Body, patch: kopf.Patch, pool_index: kopf.Index[Any, Any], secret_index: kopf.Index[Any, Any]
+) -> None:
+    meta = body.metadata
+    started = time.monotonic()
+    async with object_lock(meta.uid):
+        if meta.uid in _deleted or meta.get("deletionTimestamp"):
+            # Deletion cancels the job in Redis; a pass after that would register it again.
+            return
+        # The operator is the only writer of a job's status, so what it last wrote is the current
+        # status; kopf's copy of the object can lag by many seconds under load, and deriving from it
+        # would repeat transitions (and their Events) already recorded.
+        current = _written.get(meta.uid) or dict(body.status)
+        generation = int(meta.get("generation") or 0)
+        try:
+            outcome = await reconcile_job(
+                name=meta.name,
+                namespace=meta.namespace or "",
+                uid=meta.uid,
+                generation=generation,
+                spec_raw=body.spec,
+                status=current,
+                annotations=meta.annotations,
+                pool_index=pool_index,
+                connections=connections,
+                now=clock.now(),
+                secrets=secret_index,
+            )
+        except Exception as exc:
+            outcome = failed_job(generation, current, clock.now(), *unexpected("ScrapeJob", meta, exc))
+        # Jobs are the many, fast-changing objects: their status is applied directly (see
+        # kube.apply_status), and Events are posted only once the write recording them was accepted.
+        if status_changed(current, outcome.status) and await _apply_job_status(meta, outcome.status):
+            _written[meta.uid] = outcome.status
+            metrics.STATUS_PATCHES.labels(kind="ScrapeJob").inc()
+            post(body, [e for e in outcome.events if e.reason not in AGGREGATED])
+            for event in (e for e in outcome.events if e.reason in AGGREGATED):
+                involved = {
+                    "apiVersion": API_VERSION,
+                    "kind": "ScrapeJob",
+                    "name": meta.name,
+                    "namespace": meta.namespace or "",
+                    "uid": meta.uid,
+                }
+                await post_aggregated(involved, event.reason, event.type, event.message)
+    metrics.record_job(meta.uid, meta.namespace or "", meta.name, str(body.spec.get("pool") or ""), outcome.status)
+    if any(e.reason == "RedisUnavailable" for e in outcome.events):
+        metrics.REDIS_ERRORS.labels(kind="ScrapeJob").inc()
+    metrics.RECONCILE_SECONDS.labels(kind="ScrapeJob").observe(time.monotonic() - started)
+    if outcome.delete_object:
+        try:
+            await delete_job_object(meta.namespace or "", meta.name)
+        except Exception as exc:  # the TTL timer tries again
+            unexpected("ScrapeJob", meta, exc)
+
+
+async def _apply_job_status(meta: Any, status: dict[str, Any]) -> bool:
+    """Write the status; False (with one log line, no traceback) if the API server did not take it:
+    the next timer pass derives and writes it again."""
+    try:
+        return await kube.apply_status(JOBS, "ScrapeJob", meta.namespace or "", meta.name, status)
+    except Exception as exc:
+        unexpected("ScrapeJob", meta, exc)
+        return False
+
+
+def _job_active(status: Mapping[str, Any], spec: Mapping[str, Any], **_: Any) -> bool:
+    if status.get("phase") not in TERMINAL:
+        return True
+    # Finished, but what comes after is not done yet: the onComplete hooks, an S3 manifest.
+    output = spec.get("output") or {}
+    results = status.get("results") or {}
+    # A manifest that failed is retried when the job is next reconciled (update, operator restart).
+    manifest_pending = output.get("sink") == "S3" and not results.get("manifest") and not results.get("manifestError")
+    return manifest_pending or not oncomplete_settled(status.get("onComplete"), spec)
+
+
+def _job_finished(status: Mapping[str, Any], **_: Any) -> bool:
+    return status.get("phase") in TERMINAL
+
+
+@kopf.on.create(GROUP, VERSION, JOBS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
+@kopf.on.update(GROUP, VERSION, JOBS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
+@kopf.on.resume(GROUP, VERSION, JOBS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
+async def job_changed(
+    body: kopf.Body, patch: kopf.Patch, pool_index: kopf.Index[Any, Any], secret_index: kopf.Index[Any, Any], **_: Any
+) -> None:
+    await _job(body, patch, pool_index, secret_index)
+
+
+@kopf.timer(
+    GROUP,
+    VERSION,
+    JOBS,
+    interval=JOB_SYNC_SECONDS,
+    when=_job_active,
+    errors=kopf.ErrorsMode.TEMPORARY,
+    backoff=TIMER_BACKOFF_SECONDS,
+)
+async def job_sync(
+    body: kopf.Body, patch: kopf.Patch, pool_index: kopf.Index[Any, Any], secret_index: kopf.Index[Any, Any], **_: Any
+) -> None:
+    await _job(body, patch, pool_index, secret_index)
+
+
+# Finished jobs: ttlSecondsAfterFinished, and a Redis that lost their data told within seconds (DataLost).
+@kopf.timer(
+    GROUP,
+    VERSION,
+    JOBS,
+    interval=5,
+    when=_job_finished,
+    errors=kopf.ErrorsMode.TEMPORARY,
+    backoff=TIMER_BACKOFF_SECONDS,
+)
+async def job_finished_sync(
+    body: kopf.Body, patch: kopf.Patch, pool_index: kopf.Index[Any, Any], secret_index: kopf.Index[Any, Any], **_: Any
+) -> None:
+    await _job(body, patch, pool_index, secret_index)
+
+
+@kopf.on.delete(GROUP, VERSION, JOBS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
+async def job_deleted(
+    body: kopf.Body,
+    retry: int,
+    pool_index: kopf.Index[Any, Any],
+    secret_index: kopf.Index[Any, Any],
+    logger: kopf.Logger,
+    **_: Any,
+) -> None:
+    meta = body.metadata
+    # Under the object's lock: a timer pass in flight finishes first, and none starts after (_deleted).
+    async with object_lock(meta.uid):
+        try:
+            outcome = await cancel_job(
+                namespace=meta.namespace or "",
+                uid=meta.uid,
+                spec_raw=body.spec,
+                pool_index=pool_index,
+                connections=connections,
+                secrets=secret_index,
+            )
+            _remember_deleted(meta.uid)
+            logger.info("ScrapeJob deleted: %s", outcome)
+            metrics.forget_job(meta.uid)
+        except (RedisUnreachable, RedisConfigError, RedisError, OSError) as exc:
+            if retry < 12:
+                raise kopf.TemporaryError(f"cannot cancel the job's tasks yet: {exc}", delay=5) from None
+            # A minute of trying: let the object go; retention still expires its keys.
+            _remember_deleted(meta.uid)
+            kopf.event(body, type="Warning", reason="CancelFailed", message=f"tasks left in Redis: {exc}")
+    forget_object(meta.uid)
+    _written.pop(meta.uid, None)
