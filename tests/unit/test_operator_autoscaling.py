@@ -112,7 +112,7 @@ def test_each_decision_is_logged_at_info_when_it_changes_and_at_debug_when_it_re
     )
     pods = {f"p{i}": (n, False) for i, n in enumerate([9, 1, 2, 3, 4, 5, 6, 7])}
     now = datetime.fromtimestamp(t, UTC)
-    caplog.set_level(logging.DEBUG, logger="trawl.operator.pool.scaling")
+    caplog.set_level(logging.DEBUG, logger="trawl.operator.autoscaling")
 
     def levels() -> list[tuple[int, str]]:
         out = [(r.levelno, r.getMessage()) for r in caplog.records]
