@@ -3,86 +3,26 @@
 Pure and deterministic: no clock, no I/O. Everything that must survive between calls is in
 :class:`ScalerState`, which the caller passes back unchanged on the next call.
 
-Rules, in the order they apply (each is covered by tests/unit/test_autoscale_policy.py):
+:func:`decide` runs named steps: the targets (:func:`_targets`: what the work asks for, bounded), the
+moves no weighing applies to (:func:`_bounds_and_zero`), then the upward (:func:`_up`) or the downward
+decision (:func:`_down`), and last the next state (:func:`_next_state`) and the :class:`Decision`.
 
-1. **Need.** Two answers, the larger counts. *Drain*: outstanding work ``W = ready + delayed due
-   soon + in flight`` plus ``T`` seconds of arrivals (λ) must be done within ``targetDrainSeconds``
-   (T) at μ tasks/s per worker: ``ceil((W + λ·T) / (μ·T))`` when the serving workers suffice
-   (within :data:`DRAIN_TOLERANCE` of a worker above a whole number it rounds down, as the HPA's
-   tolerance does: a pool at 95 % of one worker must not flap to two on a noisy poll); otherwise
-   workers not serving yet count only for ``T - startup``. *Arrivals*: the fewest workers
-   whose slots (``concurrency`` each, a slot finishing μ/concurrency tasks/s) keep the p95 queueing
-   wait of λ within one ``pollSeconds`` (M/M/c, Erlang C): a longer wait would be a backlog at the next
-   poll, which the drain answer sizes. μ is the per-worker throughput measured under saturation
-   (:mod:`trawl.autoscale.rates`: it ages toward the current work's ``concurrency / mean service
-   time`` between measurements), else that Little's-law value; with no measurement at all the answer
-   is a bounded guess: at most max(2 x current, current + 4), and no growth while pods asked for
-   earlier are still starting (they will bring the measurement). λ is a 15 s moving average, or the
-   last poll's rate where that is the better guess: the higher of the two while new tasks wait (a
-   burst is starting), the lower when nothing waits (the burst is absorbed; retries waiting for
-   their backoff keep the average).
-2. **Useful parallelism.** Never more workers than the work can keep busy: ``ceil(W / concurrency)``
-   plus the arrivals until a worker asked for at the next poll could serve (``pollSeconds`` + start-up:
-   only workers asked for now can take them), and never above the rate-limit ceiling the caller computes from
-   per-domain limits (the ceiling caps growth; it never removes workers that hold tasks).
-3. **In-flight is counted.** Workers holding tasks are never counted out while tasks wait for a worker
-   (ready), or while tasks may outlive the workers' SIGTERM drain (mean service time above a third of
-   ``drainSeconds``, or unknown): the answer is at least the number of busy workers. Retries waiting
-   for their backoff are not waiting for a worker: a failing site's retries must not pin the pool.
-4. **Failure guard.** While the failure rate exceeds ``failureRateThreshold`` (released below 80 %
-   of it), the answer never rises above the current replicas (nor below minReplicas): more workers
-   would only hit a failing target harder. Scaling down still works. A pool at zero may still activate
-   one worker (or minReplicas).
-5. **Up fast, down slow.** A higher answer applies at once. Downward the pool follows the highest
-   answer of the last ``scaleDownDelaySeconds`` (a sliding window, like the HPA's stabilization
-   window, but counted in the policy's own answers): nothing goes down until the answers cover a full
-   window after the last scale-up, and then every poll may step down to the window's highest answer,
-   so a pool whose tasks finish one by one shrinks poll by poll instead of once per delay. The
-   window holds what the work asked for; workers kept only because they hold tasks (rule 3) are a
-   floor outside it, so such a worker goes as soon as its last task ends. A step down must be worth
-   its Event (and its pod churn): it removes at least two workers (``MIN_DOWN_WORKERS``) and a fifth
-   of the pool (``MIN_DOWN_SHARE``), or takes it to its floor (minReplicas, or the one worker kept
-   before zero), and comes at least a quarter of the window (``DOWN_SPACING_SHARE``) after the
-   previous change; until then the steps add up into one. **A drained backlog releases the pool**:
-   answers given while a backlog waited were sized to drain it; at the second poll in a row without
-   one, only the answers given without a backlog (what the arrivals ask for) hold the pool, with no
-   full window owed. If the pool has to grow again within a window of such a release, the bursts
-   recur: releases stop until a whole window passes without a backlog, and the full window holds as
-   before.
-6. **Bounds.** ``minReplicas`` and ``maxReplicas`` are hard: below min goes up at once (also during the
-   failure guard), above max (after max was lowered) goes down at once.
-7. **Zero.** With ``minReplicas = 0`` the pool keeps one worker until it has seen no work for
-   ``idleSecondsBeforeZero``, then goes to zero; at zero, the first task activates one worker at once
-   (``minReplicas`` if higher), and later polls size the pool once that worker serves and measures
-   (a failing target is caught by the failure guard before the pool grows).
-8. **Cordon.** Where rule 3 keeps workers only because they hold tasks that may outlive the drain,
-   and a full window has passed with no backlog waiting, the workers beyond the window's highest answer
-   are cordoned (:attr:`Decision.cordon` says how many, :func:`choose_cordoned` which): they claim
-   nothing new and finish what they hold, so new tasks go to the others and a cordoned worker empties
-   and goes at the next step down (its pod-deletion-cost, its in-flight count, is then 0). Otherwise
-   every worker would keep receiving new long tasks, none would ever be idle, and the pool would hold
-   its size long after the work shrank. The cordon lifts as soon as the answers need those workers
-   again (or a backlog waits).
-9. **Packing.** Where tasks are longer than a poll (or their length is unknown), a worker lives as long
-   as the longest task it holds, so with no backlog new tasks go to the busiest workers, as few of them
-   as have free slots for the arrivals expected before another worker could serve (``pollSeconds`` +
-   start-up; at least one task), and the others are cordoned: idle ones stay empty instead of being
-   pinned for minutes by the one task that happened to land on each, and the least busy empty sooner.
-   The idle workers kept empty are not what the arrivals need, so they go at cost 0 without waiting
-   for the window's answers to fall (in a step worth its Event, as in rule 5).
-10. **Follow-up.** A scale-up made while at least one worker's slots of new tasks wait is looked at
-   again after ``FOLLOW_UP_SECONDS`` instead of ``pollSeconds`` (:attr:`Decision.follow_up`; once, not
-   again from the follow-up): a burst that is still arriving gets its remaining workers four seconds
-   sooner. Smaller backlogs wait for the next regular poll (each follow-up that scales is one more
-   change). A hold that waits for the first results of new work (rule 4's companion: no growth on work
-   nobody has tried) is looked at again every ``FOLLOW_UP_SECONDS`` until they come, so new work is
-   sized as soon as its first results are in, whatever ``pollSeconds`` is; for at most ``pollSeconds``
-   plus the pods' start-up, then at the regular polls (results slower than that gain nothing from a
-   look every second, and a pool whose pods cannot start is not looked at every second for ever).
-11. **Burst.** Between polls the controller's timer reads the pool's enqueue counter every second and
-   passes at once when a worker's slots of new tasks arrived beyond the measured rate and its noise
-   (:mod:`trawl.autoscale.schedule`, which also holds rule 10's timing): a burst enqueued just after a
-   poll is sized a second later, not a poll later.
+Rules, in the order they apply (each is covered by tests/unit/test_autoscale_policy.py; each rule's
+text is the docstring of the function named first):
+
+1. **Need**: :func:`_need` (its drain answer :func:`_drain_workers`, its arrivals answer
+   :func:`_arrival_workers`).
+2. **Useful parallelism**: :func:`_useful`; the rate-limit ceiling in :func:`_targets`.
+3. **In-flight is counted**: :func:`_busy_floor`.
+4. **Failure guard**: :func:`_up`; engaged and released by :func:`_failure_guard`.
+5. **Up fast, down slow**: :func:`_down`; its window :func:`_window`, kept by :func:`_next_state`.
+6. **Bounds**: :func:`_bounds_and_zero`; applied to the targets by :func:`_bounded`.
+7. **Zero**: :func:`_bounds_and_zero`; the worker kept before zero by :func:`_floor`.
+8. **Cordon**: :func:`_cordon`.
+9. **Packing**: :func:`_packing`; its step down in :func:`_down`.
+10. **Follow-up**: :func:`_follow_up`; the hold for first results in :func:`_first_results_hold`.
+11. **Burst**: outside the policy, :meth:`trawl.autoscale.schedule.PassSchedule.burst_due` (the rule is
+    in that module's docstring, with rule 10's timing).
 """
 
 from __future__ import annotations
@@ -206,6 +146,35 @@ class Decision:
         return self.at_max or self.rate_limited
 
 
+@dataclass(frozen=True, slots=True)
+class _Targets:
+    """What this poll's work asks for, bounded: the answers the upward and downward decisions weigh."""
+
+    need: int  # the work alone (rules 1 and 2), before the ceiling, the busy floor and the bounds
+    why: str  # the need's reason, the tail of every reason
+    demand: int  # the work's answer (need under the rate-limit ceiling), bounded: what the window holds
+    target: int  # the demand raised to the busy workers' floor (rule 3), bounded
+    floor: int  # the fewest workers: minReplicas, or the one worker kept before zero (rule 7)
+    to_zero: bool  # idle long enough to go to zero (rule 7)
+    at_max: bool  # the target exceeded maxReplicas before the bounds
+    rate_limited: bool  # the need exceeded the rate-limit ceiling
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class _Move:
+    """What one step decided; :func:`decide` turns it into the :class:`Decision` and the next state."""
+
+    desired: int
+    action: Action
+    reason: str
+    release: bool = False  # a drained backlog released the pool (rule 5)
+    cordon: int = 0  # workers to stop claiming (rules 8 and 9)
+    look_again: bool = False  # a hold for first results asks for a follow-up (rule 10)
+    untried_since: float | None = None  # since when the pool holds for new work's first results (rule 10)
+    notes: tuple[str, ...] = ()  # notes that come before the targets' ones
+
+
 def _capacity(obs: Observation) -> tuple[float | None, str]:
     if obs.per_worker_throughput is not None and obs.per_worker_throughput > 0:
         return obs.per_worker_throughput, f"{obs.per_worker_throughput:.3g}/s per worker measured"
@@ -260,17 +229,63 @@ def _arrival_workers(obs: Observation, lam: float, mu: float, budget: float) -> 
     return n
 
 
+def _drain_workers(spec: AutoscalingSpec, obs: Observation, mu: float, lam: float) -> int:
+    """Rule 1's drain answer: workers that finish the outstanding work and ``targetDrainSeconds`` of
+    arrivals within ``targetDrainSeconds``."""
+    t = float(spec.target_drain_seconds)
+    # Work to finish within T: the backlog plus T seconds of arrivals.
+    demand = obs.work + lam * t
+    serving = obs.current_replicas if obs.serving_workers is None else min(obs.serving_workers, obs.current_replicas)
+    drain = demand / (mu * t)  # workers that finish it in exactly T
+    if drain <= serving + DRAIN_TOLERANCE:
+        # Within a tenth of a worker of a whole number, the lower one: T is a target, not a deadline,
+        # and a pool at 95 % of one worker must not flap to two on every noisy poll.
+        return max(1, math.ceil(drain - DRAIN_TOLERANCE))
+    # Pods not serving yet lose their start-up time from the drain window (at most 3/4 of it).
+    late = t - min(obs.startup_seconds, 0.75 * t)
+    return serving + math.ceil((demand - serving * mu * t) / (mu * late) - 1e-9)
+
+
+def _useful(spec: AutoscalingSpec, obs: Observation, lam: float) -> int:
+    """**Rule 2, useful parallelism.** Never more workers than the work can keep busy:
+    ``ceil(W / concurrency)`` plus the arrivals until a worker asked for at the next poll could serve
+    (``pollSeconds`` + start-up: only workers asked for now can take them), and never above the
+    rate-limit ceiling the caller computes from per-domain limits (the ceiling caps growth; it never
+    removes workers that hold tasks).
+
+    This is the first half, which bounds :func:`_need`; :func:`_targets` applies the ceiling, before
+    the busy workers' floor (rule 3)."""
+    # Workers beyond ceil(work / slots) would sit idle: the most this backlog can use right now, plus
+    # the tasks that arrive before a worker asked for at the next poll could serve.
+    return math.ceil((obs.work + lam * _arrivals_horizon(spec, obs)) / obs.concurrency - 1e-9)
+
+
 def _need(spec: AutoscalingSpec, obs: Observation) -> tuple[int, str]:
-    """Workers the work asks for, bounded by useful parallelism but not yet by min/max."""
+    """**Rule 1, need.** Two answers, the larger counts. *Drain*: outstanding work ``W = ready + delayed
+    due soon + in flight`` plus ``T`` seconds of arrivals (λ) must be done within ``targetDrainSeconds``
+    (T) at μ tasks/s per worker: ``ceil((W + λ·T) / (μ·T))`` when the serving workers suffice
+    (within :data:`DRAIN_TOLERANCE` of a worker above a whole number it rounds down, as the HPA's
+    tolerance does: a pool at 95 % of one worker must not flap to two on a noisy poll); otherwise
+    workers not serving yet count only for ``T - startup``. *Arrivals*: the fewest workers
+    whose slots (``concurrency`` each, a slot finishing μ/concurrency tasks/s) keep the p95 queueing
+    wait of λ within one ``pollSeconds`` (M/M/c, Erlang C): a longer wait would be a backlog at the next
+    poll, which the drain answer sizes. μ is the per-worker throughput measured under saturation
+    (:mod:`trawl.autoscale.rates`: it ages toward the current work's ``concurrency / mean service
+    time`` between measurements), else that Little's-law value; with no measurement at all the answer
+    is a bounded guess: at most max(2 x current, current + 4), and no growth while pods asked for
+    earlier are still starting (they will bring the measurement). λ is a 15 s moving average, or the
+    last poll's rate where that is the better guess: the higher of the two while new tasks wait (a
+    burst is starting), the lower when nothing waits (the burst is absorbed; retries waiting for
+    their backoff keep the average).
+
+    Returns the workers the work asks for, bounded by useful parallelism (rule 2) but not yet by
+    min/max, and the reason."""
     work = obs.work
     if work == 0 and obs.arrival_rate <= 0:
         return 0, "no work"
     mu, how = _capacity(obs)
     lam = _arrival_rate(obs)
-    # Workers beyond ceil(work / slots) would sit idle: the most this backlog can use right now, plus
-    # the tasks that arrive before a worker asked for at the next poll could serve (only workers asked
-    # for now can take those).
-    useful = math.ceil((work + lam * _arrivals_horizon(spec, obs)) / obs.concurrency - 1e-9)
+    useful = _useful(spec, obs, lam)
     if mu is None:
         starting = obs.serving_workers is not None and obs.serving_workers < obs.current_replicas
         bound = (
@@ -279,249 +294,219 @@ def _need(spec: AutoscalingSpec, obs: Observation) -> tuple[int, str]:
         bound = max(bound, 1)
         need = min(useful, bound)
         return need, f"{how}: bounded guess {need} for {work} tasks ({obs.concurrency} slots each)"
-    t = float(spec.target_drain_seconds)
-    # Work to finish within T: the backlog plus T seconds of arrivals.
-    demand = work + lam * t
-    serving = obs.current_replicas if obs.serving_workers is None else min(obs.serving_workers, obs.current_replicas)
-    drain = demand / (mu * t)  # workers that finish it in exactly T
-    if drain <= serving + DRAIN_TOLERANCE:
-        # Within a tenth of a worker of a whole number, the lower one: T is a target, not a deadline,
-        # and a pool at 95 % of one worker must not flap to two on every noisy poll.
-        need = max(1, math.ceil(drain - DRAIN_TOLERANCE))
-    else:
-        # Pods not serving yet lose their start-up time from the drain window (at most 3/4 of it).
-        late = t - min(obs.startup_seconds, 0.75 * t)
-        need = serving + math.ceil((demand - serving * mu * t) / (mu * late) - 1e-9)
     # The arrivals alone: as many workers as keep their queueing wait within one poll at p95 (a longer
-    # wait is a backlog at the next poll, which the drain sizing above answers).
+    # wait is a backlog at the next poll, which the drain sizing answers).
     steady = _arrival_workers(obs, lam, mu, float(spec.poll_seconds))
-    need = min(useful, max(need, steady))
+    need = min(useful, max(_drain_workers(spec, obs, mu, lam), steady))
     return need, (
         f"{work} tasks (ready {obs.ready}, due {obs.delayed_due_soon}, in flight {obs.in_flight}), "
-        f"{lam:.3g}/s arriving, {how}: {need} workers drain it within {t:g}s"
+        f"{lam:.3g}/s arriving, {how}: {need} workers drain it within {float(spec.target_drain_seconds):g}s"
     )
 
 
-def _to_pack(obs: Observation, lookahead: float) -> tuple[int, int]:
-    """Workers to cordon for packing (rule 9), and how many of them are idle. A worker lives as long as
-    its longest task, so new tasks go to the free slots of the busiest workers, as few of them as hold
-    the arrivals expected before another worker could serve (``lookahead`` tasks, at least one); the
-    rest stop claiming: idle ones stay empty and go at cost 0, the least busy empty sooner. Only workers
-    that report their load can be cordoned, so without loads nothing is packed."""
-    loads = sorted(obs.worker_loads, reverse=True)
-    need = max(1.0, lookahead)
-    spare, keep = 0, 0
-    while keep < len(loads) and spare < need:
-        spare += max(0, obs.concurrency - loads[keep])
-        keep += 1
-    return len(loads) - keep, sum(1 for load in loads[keep:] if load == 0)
+def _may_outlive_drain(obs: Observation) -> bool:
+    """Whether tasks may outlive the workers' SIGTERM drain: their mean service time is above
+    :data:`DRAIN_SAFE_SHARE` of ``drainSeconds``, or unknown (rules 3 and 8)."""
+    return obs.mean_service_seconds is None or obs.mean_service_seconds > DRAIN_SAFE_SHARE * obs.drain_seconds
 
 
-def _arrivals_horizon(spec: AutoscalingSpec, obs: Observation) -> float:
-    """Seconds of arrivals that only the workers asked for now can serve: until the next poll, plus the
-    start-up of a worker asked for then."""
-    return float(spec.poll_seconds) + obs.startup_seconds
+def _busy_floor(obs: Observation) -> int:
+    """**Rule 3, in-flight is counted.** Workers holding tasks are never counted out while tasks wait for
+    a worker (ready), or while tasks may outlive the workers' SIGTERM drain (mean service time above a
+    third of ``drainSeconds``, or unknown): the answer is at least the number of busy workers. Retries
+    waiting for their backoff are not waiting for a worker: a failing site's retries must not pin the
+    pool.
+
+    Returns that floor (delayed tasks due soon wait for their time, not for a worker: they are in the
+    drain answer's work)."""
+    if obs.in_flight <= 0:
+        return 0
+    protect = math.ceil(obs.in_flight / obs.concurrency)
+    if obs.ready > 0 or _may_outlive_drain(obs):
+        protect = max(protect, obs.busy_workers)
+    return protect
 
 
-def _min_step(current: int) -> int:
-    """The smallest step down worth its Event: MIN_DOWN_WORKERS and a fifth of the pool (rule 5)."""
-    return max(MIN_DOWN_WORKERS, math.ceil(MIN_DOWN_SHARE * current - 1e-9))
+def _idle_since(obs: Observation, st: ScalerState) -> float | None:
+    """Since when no work was seen (None: work now), the clock of rule 7."""
+    if obs.work != 0:
+        return None
+    return st.idle_since if st.idle_since is not None else obs.now
 
 
-def _worth_a_step(current: int, step: int) -> bool:
-    return step >= _min_step(current)
-
-
-def choose_cordoned(workers: Mapping[str, int], count: int, previous: Collection[str] = ()) -> frozenset[str]:
-    """Which ``count`` workers (id -> in-flight tasks, draining ones left out) stop claiming: idle ones
-    first (the next step down removes them), then those cordoned before (their tasks only run out),
-    then the least busy. Pure; ``count`` is :attr:`Decision.cordon`."""
-    if count <= 0:
-        return frozenset()
-    ranked = sorted(workers, key=lambda w: (workers[w] > 0, w not in previous, workers[w], w))
-    return frozenset(ranked[:count])
-
-
-def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = None) -> Decision:
-    """The desired replicas for one poll; pass ``Decision.state`` back on the next call."""
-    st = state or ScalerState()
-    current = obs.current_replicas
-    now = obs.now
-    if not spec.enabled:
-        return Decision(current, current, Action.DISABLED, "autoscaling disabled", st)
-
+def _floor(spec: AutoscalingSpec, obs: Observation, idle_since: float | None) -> tuple[int, bool]:
+    """The fewest workers, and whether the pool is idle long enough to go to zero (rule 7): minReplicas;
+    with minReplicas 0, one worker until no work was seen for ``idleSecondsBeforeZero`` (and one on the
+    first task)."""
+    if spec.min_replicas != 0:
+        return spec.min_replicas, False
     work = obs.work
-    idle_since = (st.idle_since if st.idle_since is not None else now) if work == 0 else None
+    idle_for = obs.now - idle_since if idle_since is not None else 0.0
+    if work > 0 or idle_since is None or idle_for < spec.idle_seconds_before_zero:
+        return (1 if (work > 0 or obs.current_replicas > 0) else 0), False
+    return 0, True
 
-    fr = obs.failure_rate
-    if fr is None:
-        guard = st.guard_active
-    elif st.guard_active:
-        guard = fr >= spec.failure_rate_threshold * GUARD_RELEASE_SHARE
-    else:
-        guard = fr > spec.failure_rate_threshold
 
+def _bounded(spec: AutoscalingSpec, floor: int, answer: int) -> int:
+    """``answer`` within the floor and ``maxReplicas`` (rule 6)."""
+    return max(floor, min(spec.max_replicas, answer))
+
+
+def _targets(spec: AutoscalingSpec, obs: Observation, idle_since: float | None) -> _Targets:
+    """What this poll's work asks for (rules 1 and 2), under the rate-limit ceiling (rule 2), raised to
+    the busy workers' floor (rule 3) and bounded (rules 6 and 7). The ceiling caps the work's answer
+    before the floor, so it never removes workers that hold tasks."""
+    current = obs.current_replicas
     need, why = _need(spec, obs)
     notes: list[str] = []
-    target = need
-    if work == 0 and target > current:
+    answer = need
+    if obs.work == 0 and answer > current:
         # Nothing outstanding means the workers keep up with arrivals: a smoothed arrival rate left
         # over from a finished burst must not grow an idle pool.
-        target = current
+        answer = current
         why = f"no work outstanding: {current} workers keep up ({why})"
     rate_limited = False
-    if obs.rate_limit_ceiling_replicas is not None and target > obs.rate_limit_ceiling_replicas:
-        target = obs.rate_limit_ceiling_replicas
+    if obs.rate_limit_ceiling_replicas is not None and answer > obs.rate_limit_ceiling_replicas:
+        answer = obs.rate_limit_ceiling_replicas
         rate_limited = True
-        notes.append(f"capped at {target} by per-domain rate limits")
-
-    demand = target  # what the work asks for; the scale-down window is kept over these answers
-    # Rule 3: workers holding tasks stay while tasks wait for a worker or while tasks may outlive the drain
-    # (delayed tasks due soon wait for their time, not for a worker: they are in the drain answer's work).
-    backlog = obs.ready + obs.delayed_due_soon
-    long_tasks = obs.mean_service_seconds is None or obs.mean_service_seconds > DRAIN_SAFE_SHARE * obs.drain_seconds
-    protect = 0
-    if obs.in_flight > 0:
-        protect = math.ceil(obs.in_flight / obs.concurrency)
-        if obs.ready > 0 or long_tasks:
-            protect = max(protect, obs.busy_workers)
-    if protect > target:
-        target = protect
+        notes.append(f"capped at {answer} by per-domain rate limits")
+    target = answer  # the answer is what the work asks for; the scale-down window is kept over these
+    busy = _busy_floor(obs)
+    if busy > target:
+        target = busy
         notes.append(f"{obs.busy_workers} workers hold {obs.in_flight} tasks")
-
     at_max = target > spec.max_replicas
-    lo = spec.min_replicas
-    to_zero = False
-    if lo == 0:
-        idle_for = now - idle_since if idle_since is not None else 0.0
-        if work > 0 or idle_since is None or idle_for < spec.idle_seconds_before_zero:
-            # Keep one worker until idle long enough (and activate one on the first task).
-            lo = 1 if (work > 0 or current > 0) else 0
-        else:
-            to_zero = True
-    target = max(lo, min(spec.max_replicas, target))
-    demand = max(lo, min(spec.max_replicas, demand))
+    floor, to_zero = _floor(spec, obs, idle_since)
     if at_max:
         notes.append(f"at maxReplicas {spec.max_replicas}")
+    return _Targets(
+        need=need,
+        why=why,
+        demand=_bounded(spec, floor, answer),
+        target=_bounded(spec, floor, target),
+        floor=floor,
+        to_zero=to_zero,
+        at_max=at_max,
+        rate_limited=rate_limited,
+        notes=tuple(notes),
+    )
 
-    def done(
-        desired: int,
-        action: Action,
-        reason: str,
-        release: bool = False,
-        cordon: int = 0,
-        look_again: bool = False,
-        untried_since: float | None = None,
-    ) -> Decision:
-        changed = desired != current
-        here = (now,) if obs.backlog > 0 else ()
-        window = float(spec.scale_down_delay_seconds)
-        released_at, suspended = st.released_at, st.release_suspended
-        if release:
-            released_at = now
-        elif desired > current and released_at is not None and now - released_at < window:
-            suspended = True  # back up within a window of a release: bursts recur, hold full windows
-        elif not here and not any(t > now - window for t in st.backlog_polls):
-            suspended = False  # a whole window without a backlog: the bursts no longer recur
-        if desired > current:  # a scale-up starts a new window
-            answers: tuple[tuple[float, int], ...] = ((now, demand),)
-            backlog_polls: tuple[float, ...] = here
-            since = now
-        else:
-            answers = (*((t, a) for t, a in st.answers if t > now - window), (now, demand))
-            backlog_polls = (*(t for t in st.backlog_polls if t > now - window), *here)
-            since = st.answers_since if st.answers_since is not None else now
-        new_state = replace(
-            st,
-            follow_up=look_again or (desired > current and obs.ready >= obs.concurrency and not st.follow_up),
-            last_change_at=now if changed else st.last_change_at,
-            answers=answers,
-            answers_since=since,
-            backlog_polls=backlog_polls,
-            released_at=released_at,
-            release_suspended=suspended,
-            idle_since=idle_since,
-            guard_active=guard,
-            untried_since=untried_since,
-        )
-        extra = "; ".join(notes)
-        full = f"{reason}; {extra}" if extra else reason
-        return Decision(
-            desired=desired,
-            current=current,
-            action=action,
-            reason=full[:1024],
-            state=new_state,
-            need=need,
-            at_max=at_max,
-            rate_limited=rate_limited,
-            failure_guard=guard,
-            notes=tuple(notes),
-            cordon=cordon,
-        )
 
-    fr_txt = f"{fr:.0%}" if fr is not None else "unknown"
+def _failure_guard(spec: AutoscalingSpec, failure_rate: float | None, active: bool) -> bool:
+    """Whether rule 4's failure guard holds: engaged above ``failureRateThreshold``, released below
+    :data:`GUARD_RELEASE_SHARE` of it; unchanged while no attempt finished."""
+    if failure_rate is None:
+        return active
+    if active:
+        return failure_rate >= spec.failure_rate_threshold * GUARD_RELEASE_SHARE
+    return failure_rate > spec.failure_rate_threshold
+
+
+def _bounds_and_zero(
+    spec: AutoscalingSpec, obs: Observation, targets: _Targets, idle_since: float | None
+) -> _Move | None:
+    """**Rule 6, bounds.** ``minReplicas`` and ``maxReplicas`` are hard: below min goes up at once (also
+    during the failure guard), above max (after max was lowered) goes down at once.
+
+    **Rule 7, zero.** With ``minReplicas = 0`` the pool keeps one worker until it has seen no work for
+    ``idleSecondsBeforeZero``, then goes to zero; at zero, the first task activates one worker at once
+    (``minReplicas`` if higher), and later polls size the pool once that worker serves and measures
+    (a failing target is caught by the failure guard before the pool grows).
+
+    The moves no weighing applies to: from zero, above max, to zero (None: none of them). Below min
+    the bounded target is above the pool, and :func:`_up` grows it whatever the guard."""
+    current, work = obs.current_replicas, obs.work
     if current == 0:
         if work > 0:
             # One worker first: nothing is known yet about how the new work's targets respond, so
             # sizing waits for the next poll's measurement (and the failure guard) before growing.
             desired = max(1, spec.min_replicas)
-            return done(desired, Action.ACTIVATE, f"activating: {work} tasks waiting and no workers; {why}")
+            return _Move(desired, Action.ACTIVATE, f"activating: {work} tasks waiting and no workers; {targets.why}")
         if spec.min_replicas > 0:
-            return done(spec.min_replicas, Action.SCALE_UP, f"scaling up to minReplicas {spec.min_replicas}")
-        return done(0, Action.HOLD, "idle at zero")
-
+            return _Move(spec.min_replicas, Action.SCALE_UP, f"scaling up to minReplicas {spec.min_replicas}")
+        return _Move(0, Action.HOLD, "idle at zero")
     if current > spec.max_replicas:
         # maxReplicas is a hard limit (it was lowered): no delay; the drain covers busy workers.
-        return done(spec.max_replicas, Action.SCALE_DOWN, f"scaling down {current}→{spec.max_replicas}: maxReplicas")
+        return _Move(spec.max_replicas, Action.SCALE_DOWN, f"scaling down {current}→{spec.max_replicas}: maxReplicas")
+    if targets.to_zero and obs.in_flight == 0:
+        now = obs.now
+        return _Move(0, Action.SCALE_TO_ZERO, f"no work for {now - (idle_since or now):.0f}s: scaling to zero")
+    return None
 
-    if to_zero and obs.in_flight == 0:
-        return done(0, Action.SCALE_TO_ZERO, f"no work for {now - (idle_since or now):.0f}s: scaling to zero")
 
-    if target > current:
-        # Work without results yet: nothing runs, or the pool was idle on the last poll, so what runs
-        # was claimed since (a worker's first claim of a new job can land just before this poll).
-        was_idle = st.idle_since is not None
-        untried = obs.recent_attempts == 0 and obs.ready > 0 and (obs.in_flight == 0 or was_idle)
-        if untried and not guard and current >= max(1, spec.min_replicas):
-            # The running workers' results first (looked at again a second later), so a target that
-            # fails fast engages the failure guard before the pool grows into it.
-            notes.insert(0, f"need {target}")
-            since = st.untried_since if st.untried_since is not None else now
-            return done(
-                current,
-                Action.HOLD,
-                f"holding at {current}: {obs.ready} new tasks without results yet, sizing once they have",
-                # Every second until results come (a long pollSeconds must not wait), for as long as a
-                # first result can take to come from a pod started now; after that the regular polls.
-                look_again=now - since < float(spec.poll_seconds) + obs.startup_seconds,
-                untried_since=since,
-            )
-        recent_bad = (
-            obs.recent_attempts is not None
-            and obs.recent_attempts > 0
-            and (obs.recent_failed or 0) / obs.recent_attempts > spec.failure_rate_threshold * GUARD_RELEASE_SHARE
+def _first_results_hold(spec: AutoscalingSpec, obs: Observation, st: ScalerState, guard: bool) -> _Move | None:
+    """Rule 4's companion (no growth on work nobody has tried): while new tasks wait and no attempt has
+    finished, the pool holds for the running workers' first results, so a target that fails fast engages
+    the failure guard before the pool grows into it; looked at again as rule 10 says."""
+    current = obs.current_replicas
+    # Work without results yet: nothing runs, or the pool was idle on the last poll, so what runs
+    # was claimed since (a worker's first claim of a new job can land just before this poll).
+    was_idle = st.idle_since is not None
+    untried = obs.recent_attempts == 0 and obs.ready > 0 and (obs.in_flight == 0 or was_idle)
+    if not untried or guard or current < max(1, spec.min_replicas):
+        return None
+    since = st.untried_since if st.untried_since is not None else obs.now
+    return _Move(
+        current,
+        Action.HOLD,
+        f"holding at {current}: {obs.ready} new tasks without results yet, sizing once they have",
+        # Every second until results come (a long pollSeconds must not wait), for as long as a
+        # first result can take to come from a pod started now; after that the regular polls.
+        look_again=obs.now - since < float(spec.poll_seconds) + obs.startup_seconds,
+        untried_since=since,
+    )
+
+
+def _up(spec: AutoscalingSpec, obs: Observation, st: ScalerState, targets: _Targets, guard: bool) -> _Move:
+    """**Rule 4, failure guard.** While the failure rate exceeds ``failureRateThreshold`` (released below
+    80 % of it), the answer never rises above the current replicas (nor below minReplicas): more workers
+    would only hit a failing target harder. Scaling down still works. A pool at zero may still activate
+    one worker (or minReplicas).
+
+    The upward decision (the target is above the pool): the holds of rule 4 and its companions, else
+    the target at once (rule 5: up fast). A hold notes the need it holds below."""
+    current, target = obs.current_replicas, targets.target
+    held = (f"need {target}",)
+    first_results = _first_results_hold(spec, obs, st, guard)
+    if first_results is not None:
+        return replace(first_results, notes=held)
+    recent_bad = (
+        obs.recent_attempts is not None
+        and obs.recent_attempts > 0
+        and (obs.recent_failed or 0) / obs.recent_attempts > spec.failure_rate_threshold * GUARD_RELEASE_SHARE
+    )
+    if recent_bad and not guard and current >= max(1, spec.min_replicas):
+        # The poll's own attempts failed above the guard's release level: the smoothed rate may
+        # still carry earlier successes (and slow failures show late), so do not grow on this poll.
+        reason = f"holding at {current}: {obs.recent_failed} of the last poll's {obs.recent_attempts} attempts failed"
+        return _Move(current, Action.HOLD, reason, notes=held)
+    if guard and current >= spec.min_replicas:
+        fr = obs.failure_rate
+        fr_txt = f"{fr:.0%}" if fr is not None else "unknown"
+        return _Move(
+            current,
+            Action.FAILURE_GUARD,
+            f"holding at {current}: failure rate {fr_txt} above {spec.failure_rate_threshold:.0%}, "
+            "more workers would only hit a failing target harder",
+            notes=held,
         )
-        if recent_bad and not guard and current >= max(1, spec.min_replicas):
-            # The poll's own attempts failed above the guard's release level: the smoothed rate may
-            # still carry earlier successes (and slow failures show late), so do not grow on this poll.
-            notes.insert(0, f"need {target}")
-            return done(
-                current,
-                Action.HOLD,
-                f"holding at {current}: {obs.recent_failed} of the last poll's {obs.recent_attempts} attempts failed",
-            )
-        if guard and current >= spec.min_replicas:
-            notes.insert(0, f"need {target}")
-            return done(
-                current,
-                Action.FAILURE_GUARD,
-                f"holding at {current}: failure rate {fr_txt} above {spec.failure_rate_threshold:.0%}, "
-                "more workers would only hit a failing target harder",
-            )
-        return done(target, Action.SCALE_UP, f"scaling up {current}→{target}: {why}")
+    return _Move(target, Action.SCALE_UP, f"scaling up {current}→{target}: {targets.why}")
 
-    # target <= current: follow the highest answer of a full window after the last scale-up.
+
+@dataclass(frozen=True, slots=True)
+class _Window:
+    """Rule 5's window at one poll."""
+
+    answers: tuple[int, ...]  # the answers that hold the pool (those given while a drained backlog waited left out)
+    wait: float  # seconds until the window lets the pool step down (<= 0: now)
+    drained: bool  # a drained backlog releases the pool at this poll
+
+
+def _window(spec: AutoscalingSpec, obs: Observation, st: ScalerState) -> _Window:
+    """The answers of the last ``scaleDownDelaySeconds`` and how long until they allow a step down: a
+    full window of answers after the last scale-up (or a restart), and a window after the last answer
+    that needed the whole pool; a drained backlog releases the pool from both (rule 5)."""
+    now, current = obs.now, obs.current_replicas
     delay = float(spec.scale_down_delay_seconds)
     recent = [(t, a) for t, a in st.answers if t > now - delay]
     since = st.answers_since if st.answers_since is not None else now
@@ -544,34 +529,103 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
     high = [t for t, a in recent if a >= current]
     if high:
         wait = max(wait, max(high) + delay - now)
-    # Rule 9: tasks longer than a poll pin the worker they land on; fill the busiest workers first.
-    packed = packed_idle = 0
+    return _Window(tuple(a for _, a in recent), wait, drained)
+
+
+def _packing(spec: AutoscalingSpec, obs: Observation) -> tuple[int, int]:
+    """**Rule 9, packing.** Where tasks are longer than a poll (or their length is unknown), a worker
+    lives as long as the longest task it holds, so with no backlog new tasks go to the busiest workers,
+    as few of them as have free slots for the arrivals expected before another worker could serve
+    (``pollSeconds`` + start-up; at least one task), and the others are cordoned: idle ones stay empty
+    instead of being pinned for minutes by the one task that happened to land on each, and the least
+    busy empty sooner. The idle workers kept empty are not what the arrivals need, so they go at cost 0
+    without waiting for the window's answers to fall (in a step worth its Event, as in rule 5).
+
+    Returns the workers to cordon for packing, and how many of them are idle (:func:`_down` steps
+    those down). Only workers that report their load can be cordoned, so without loads nothing is
+    packed."""
     pinning = obs.mean_service_seconds is None or obs.mean_service_seconds > float(spec.poll_seconds)
-    if pinning and backlog == 0:
-        lookahead = _arrival_rate(obs) * _arrivals_horizon(spec, obs)
-        packed, packed_idle = _to_pack(obs, lookahead)
-    cordon = packed
-    # A step down comes a quarter of the window after the previous change (rule 5).
-    spaced = st.last_change_at is None or now - st.last_change_at >= DOWN_SPACING_SHARE * delay
-    # Rule 8: with tasks that may outlive the drain, workers the window's answers no longer need (kept
-    # by rule 3 because they hold tasks) stop claiming, so new tasks go to the others and they empty;
-    # an empty one goes at the next step down. (choose_cordoned takes idle workers first, so the two
-    # counts combine as their maximum.)
-    if long_tasks and backlog == 0 and wait <= 0:
-        keep = max(lo, max([a for _, a in recent] + [demand]))
-        cordon = max(cordon, current - keep)
+    if not pinning or obs.backlog != 0:
+        return 0, 0
+    loads = sorted(obs.worker_loads, reverse=True)
+    need = max(1.0, _arrival_rate(obs) * _arrivals_horizon(spec, obs))
+    spare, keep = 0, 0
+    while keep < len(loads) and spare < need:
+        spare += max(0, obs.concurrency - loads[keep])
+        keep += 1
+    return len(loads) - keep, sum(1 for load in loads[keep:] if load == 0)
+
+
+def _cordon(obs: Observation, targets: _Targets, window: _Window) -> int:
+    """**Rule 8, cordon.** Where rule 3 keeps workers only because they hold tasks that may outlive the
+    drain, and a full window has passed with no backlog waiting, the workers beyond the window's highest
+    answer are cordoned (:attr:`Decision.cordon` says how many, :func:`choose_cordoned` which): they claim
+    nothing new and finish what they hold, so new tasks go to the others and a cordoned worker empties
+    and goes at the next step down (its pod-deletion-cost, its in-flight count, is then 0). Otherwise
+    every worker would keep receiving new long tasks, none would ever be idle, and the pool would hold
+    its size long after the work shrank. The cordon lifts as soon as the answers need those workers
+    again (or a backlog waits).
+
+    Returns how many (0 where the rule does not apply). :func:`choose_cordoned` takes idle workers
+    first, so this count and packing's (rule 9) combine as their maximum."""
+    if not _may_outlive_drain(obs) or obs.backlog != 0 or window.wait > 0:
+        return 0
+    keep = max(targets.floor, max((*window.answers, targets.demand)))
+    return obs.current_replicas - keep
+
+
+def _arrivals_horizon(spec: AutoscalingSpec, obs: Observation) -> float:
+    """Seconds of arrivals that only the workers asked for now can serve: until the next poll, plus the
+    start-up of a worker asked for then."""
+    return float(spec.poll_seconds) + obs.startup_seconds
+
+
+def _min_step(current: int) -> int:
+    """The smallest step down worth its Event: MIN_DOWN_WORKERS and a fifth of the pool (rule 5)."""
+    return max(MIN_DOWN_WORKERS, math.ceil(MIN_DOWN_SHARE * current - 1e-9))
+
+
+def _worth_a_step(current: int, step: int) -> bool:
+    return step >= _min_step(current)
+
+
+def _down(spec: AutoscalingSpec, obs: Observation, st: ScalerState, targets: _Targets) -> _Move:
+    """**Rule 5, up fast, down slow.** A higher answer applies at once. Downward the pool follows the
+    highest answer of the last ``scaleDownDelaySeconds`` (a sliding window, like the HPA's stabilization
+    window, but counted in the policy's own answers): nothing goes down until the answers cover a full
+    window after the last scale-up, and then every poll may step down to the window's highest answer,
+    so a pool whose tasks finish one by one shrinks poll by poll instead of once per delay. The
+    window holds what the work asked for; workers kept only because they hold tasks (rule 3) are a
+    floor outside it, so such a worker goes as soon as its last task ends. A step down must be worth
+    its Event (and its pod churn): it removes at least two workers (``MIN_DOWN_WORKERS``) and a fifth
+    of the pool (``MIN_DOWN_SHARE``), or takes it to its floor (minReplicas, or the one worker kept
+    before zero), and comes at least a quarter of the window (``DOWN_SPACING_SHARE``) after the
+    previous change; until then the steps add up into one. **A drained backlog releases the pool**:
+    answers given while a backlog waited were sized to drain it; at the second poll in a row without
+    one, only the answers given without a backlog (what the arrivals ask for) hold the pool, with no
+    full window owed. If the pool has to grow again within a window of such a release, the bursts
+    recur: releases stop until a whole window passes without a backlog, and the full window holds as
+    before.
+
+    The downward decision (the target is not above the pool), with its cordon (rules 8 and 9)."""
+    current, target, why = obs.current_replicas, targets.target, targets.why
+    delay = float(spec.scale_down_delay_seconds)
+    window = _window(spec, obs, st)
+    packed, packed_idle = _packing(spec, obs)
+    cordon = max(packed, _cordon(obs, targets, window))
+    spaced = st.last_change_at is None or obs.now - st.last_change_at >= DOWN_SPACING_SHARE * delay
     if target == current:
-        return done(current, Action.HOLD, f"steady at {current}: {why}", cordon=cordon)
-    if wait <= 0:
+        return _Move(current, Action.HOLD, f"steady at {current}: {why}", cordon=cordon)
+    if window.wait <= 0:
         # Busy workers are a floor, not an answer: one whose last long task ends goes at once when
         # the demand of the whole window did not need it. (target = this poll's demand or that floor.)
-        peak = max([a for _, a in recent] + [target])
+        peak = max((*window.answers, target))
         step = current - peak
-        if spaced and (peak <= lo or _worth_a_step(current, step)):
-            basis = "backlog drained, the arrivals' answers" if drained else "highest answer"
+        if spaced and (peak <= targets.floor or _worth_a_step(current, step)):
+            basis = "backlog drained, the arrivals' answers" if window.drained else "highest answer"
             reason = f"scaling down {current}→{peak}: {basis} of the last {delay:g}s; {why}"
-            return done(peak, Action.SCALE_DOWN, reason, release=drained, cordon=cordon)
-        return done(
+            return _Move(peak, Action.SCALE_DOWN, reason, release=window.drained, cordon=cordon)
+        return _Move(
             current,
             Action.SCALE_DOWN_PENDING,
             f"holding at {current}, {peak} would do: a step of {step} waits until it removes "
@@ -584,10 +638,124 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
     to = max(target, current - packed_idle)
     if spaced and _worth_a_step(current, current - to):
         reason = f"scaling down {current}→{to}: {current - to} idle workers not needed; {why}"
-        return done(to, Action.SCALE_DOWN, reason, cordon=packed - (current - to))
-    return done(
+        return _Move(to, Action.SCALE_DOWN, reason, cordon=packed - (current - to))
+    return _Move(
         current,
         Action.SCALE_DOWN_PENDING,
-        f"holding at {current}, {target} would do: scale-down in {wait:.0f}s if it stays lower; {why}",
+        f"holding at {current}, {target} would do: scale-down in {window.wait:.0f}s if it stays lower; {why}",
         cordon=cordon,
+    )
+
+
+def _follow_up(obs: Observation, st: ScalerState, move: _Move) -> bool:
+    """**Rule 10, follow-up.** A scale-up made while at least one worker's slots of new tasks wait is
+    looked at again after ``FOLLOW_UP_SECONDS`` instead of ``pollSeconds`` (:attr:`Decision.follow_up`;
+    once, not again from the follow-up): a burst that is still arriving gets its remaining workers four
+    seconds sooner. Smaller backlogs wait for the next regular poll (each follow-up that scales is one
+    more change). A hold that waits for the first results of new work (rule 4's companion: no growth on
+    work nobody has tried) is looked at again every ``FOLLOW_UP_SECONDS`` until they come, so new work
+    is sized as soon as its first results are in, whatever ``pollSeconds`` is; for at most
+    ``pollSeconds`` plus the pods' start-up, then at the regular polls (results slower than that gain
+    nothing from a look every second, and a pool whose pods cannot start is not looked at every second
+    for ever).
+
+    Whether the next call is such a follow-up (the hold's own timing: :func:`_first_results_hold`)."""
+    scaled_into_burst = move.desired > obs.current_replicas and obs.ready >= obs.concurrency
+    return move.look_again or (scaled_into_burst and not st.follow_up)
+
+
+def _released(spec: AutoscalingSpec, obs: Observation, st: ScalerState, move: _Move) -> tuple[float | None, bool]:
+    """When a drained backlog last released the pool, and whether releases are suspended because the
+    bursts recur (rule 5)."""
+    now = obs.now
+    window = float(spec.scale_down_delay_seconds)
+    if move.release:
+        return now, st.release_suspended
+    if move.desired > obs.current_replicas and st.released_at is not None and now - st.released_at < window:
+        return st.released_at, True  # back up within a window of a release: bursts recur, hold full windows
+    if obs.backlog <= 0 and not any(t > now - window for t in st.backlog_polls):
+        return st.released_at, False  # a whole window without a backlog: the bursts no longer recur
+    return st.released_at, st.release_suspended
+
+
+def _next_state(
+    spec: AutoscalingSpec,
+    obs: Observation,
+    st: ScalerState,
+    move: _Move,
+    *,
+    demand: int,
+    idle_since: float | None,
+    guard: bool,
+) -> ScalerState:
+    """What the next call needs: the window's answers (``demand``) and the polls a backlog waited at,
+    both restarted by a scale-up (rule 5), the release (rule 5), the idle clock (rule 7), the failure
+    guard (rule 4) and the follow-up (rule 10)."""
+    now = obs.now
+    window = float(spec.scale_down_delay_seconds)
+    here = (now,) if obs.backlog > 0 else ()
+    if move.desired > obs.current_replicas:  # a scale-up starts a new window
+        answers: tuple[tuple[float, int], ...] = ((now, demand),)
+        backlog_polls: tuple[float, ...] = here
+        since = now
+    else:
+        answers = (*((t, a) for t, a in st.answers if t > now - window), (now, demand))
+        backlog_polls = (*(t for t in st.backlog_polls if t > now - window), *here)
+        since = st.answers_since if st.answers_since is not None else now
+    released_at, suspended = _released(spec, obs, st, move)
+    return replace(
+        st,
+        follow_up=_follow_up(obs, st, move),
+        last_change_at=now if move.desired != obs.current_replicas else st.last_change_at,
+        answers=answers,
+        answers_since=since,
+        backlog_polls=backlog_polls,
+        released_at=released_at,
+        release_suspended=suspended,
+        idle_since=idle_since,
+        guard_active=guard,
+        untried_since=move.untried_since,
+    )
+
+
+def choose_cordoned(workers: Mapping[str, int], count: int, previous: Collection[str] = ()) -> frozenset[str]:
+    """Which ``count`` workers (id -> in-flight tasks, draining ones left out) stop claiming: idle ones
+    first (the next step down removes them), then those cordoned before (their tasks only run out),
+    then the least busy. Pure; ``count`` is :attr:`Decision.cordon`."""
+    if count <= 0:
+        return frozenset()
+    ranked = sorted(workers, key=lambda w: (workers[w] > 0, w not in previous, workers[w], w))
+    return frozenset(ranked[:count])
+
+
+def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = None) -> Decision:
+    """The desired replicas for one poll; pass ``Decision.state`` back on the next call.
+
+    The targets first; then a move no weighing applies to (bounds, zero), else the upward or the
+    downward decision; then the next state and the Decision, with the targets' notes."""
+    st = state or ScalerState()
+    current = obs.current_replicas
+    if not spec.enabled:
+        return Decision(current, current, Action.DISABLED, "autoscaling disabled", st)
+    idle_since = _idle_since(obs, st)
+    guard = _failure_guard(spec, obs.failure_rate, st.guard_active)
+    targets = _targets(spec, obs, idle_since)
+    move = _bounds_and_zero(spec, obs, targets, idle_since)
+    if move is None:
+        move = _up(spec, obs, st, targets, guard) if targets.target > current else _down(spec, obs, st, targets)
+    notes = (*move.notes, *targets.notes)
+    extra = "; ".join(notes)
+    reason = f"{move.reason}; {extra}" if extra else move.reason
+    return Decision(
+        desired=move.desired,
+        current=current,
+        action=move.action,
+        reason=reason[:1024],
+        state=_next_state(spec, obs, st, move, demand=targets.demand, idle_since=idle_since, guard=guard),
+        need=targets.need,
+        at_max=targets.at_max,
+        rate_limited=targets.rate_limited,
+        failure_guard=guard,
+        notes=notes,
+        cordon=move.cordon,
     )
