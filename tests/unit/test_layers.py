@@ -64,7 +64,9 @@ def test_no_module_imports_a_private_name_of_another_package() -> None:
                 source = node.module or ""
             if not source.startswith("trawl"):
                 continue
-            source_package = source if (PACKAGE.parent / source.replace(".", "/")).is_dir() else source.rpartition(".")[0]
+            source_package = (
+                source if (PACKAGE.parent / source.replace(".", "/")).is_dir() else source.rpartition(".")[0]
+            )
             for alias in node.names:
                 if alias.name.startswith("_") and not alias.name.startswith("__") and source_package != own:
                     found.append(f"{module}: from {source} import {alias.name}")
