@@ -149,16 +149,16 @@ def site_first_fetches(node: Any, since: float) -> dict[str, float]:
 
 
 def measure(node: Any, tasks: int, max_replicas: int, timeout: float) -> tuple[Series, float | None]:
-    from e2e_node import wait_for
     from scenarios import FAST, SLOW_SITE, job, job_status, worker_pods
 
     from conftest import NAMESPACE, pool_object
     from trawl.autoscale.startup import pod_startup
+    from waits import wait_for
 
     pool = pool_object(POOL)
     pool["spec"]["autoscaling"] = autoscaling(max_replicas)
     node.apply([pool])
-    wait_for("the pool observed", lambda: (node.get("scrapepool", POOL, NAMESPACE) or {}).get("status"), 120)
+    wait_for("the pool observed", lambda: (node.get("scrapepool", POOL, NAMESPACE) or {}).get("status"), 120, 1.0)
     urls = [f"{SLOW_SITE}/product/{i % 100 + 1}.html?calib={i}" for i in range(tasks)]
     series = Series([], [], [], [], [])
     since = time.time()

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import socket
+import subprocess
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 
 from skip_check import register as register_skip_check
+from trawl.dev import procs
 from trawl.dev.redis_server import RedisServer
 from trawl.redisconn.client import connect
 
@@ -58,6 +61,22 @@ async def redis_client(redis_server: RedisServer) -> AsyncIterator[aioredis.Redi
         yield client
     finally:
         await client.aclose()
+
+
+@pytest.fixture(scope="module")
+def site_options() -> dict[str, Any]:
+    """Arguments of Bookstore laid over those of the layer's bookstore fixture (sites.py); none here. A test
+    module that needs another shape of the site overrides this fixture."""
+    return {}
+
+
+@pytest.fixture
+def workers() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Worker processes a test starts (worker_procs.start_worker appends them here): all stopped at its end."""
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for proc in started:
+        procs.stop(proc, timeout=10)
 
 
 _LAYERS = {

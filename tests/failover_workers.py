@@ -1,59 +1,28 @@
 """Real `trawl worker` processes against a Redis that fails over (the rediscluster and redissentinel
-layers): start them, submit a job straight to the queue, wait for it through the failover, and read what
-they wrote. A conftest imports the ``workers`` fixture (``from failover_workers import workers``)."""
+layers): how they are started (worker_procs.start_worker with WORKER_OPTIONS, into the ``workers`` fixture
+of tests/conftest.py), a job submitted straight to the queue, waited for through the failover, and what
+they wrote."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import subprocess
-import sys
-import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
 import redis.asyncio as aioredis
 
 from trawl.api.scrapejob import ScrapeJobSpec
-from trawl.dev import procs
 from trawl.dev.bookstore import PRODUCT_FIELDS
 from trawl.jobspec.wire import build_job_config
 from trawl.queue import Queue
 from trawl.queue.keys import Keys
+from waits import wait_for_async
 
 HOST = "127.0.0.2"  # the fixture site's address: the workers may fetch from it and nothing else
-
-
-@pytest.fixture
-def workers() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for proc in started:
-        procs.stop(proc, timeout=10)
-
-
-def start_worker(
-    started: list[subprocess.Popen[bytes]],
-    redis_args: list[str],
-    prefix: str,
-    name: str,
-    log_dir: Path,
-    metrics_port: int = 0,
-) -> subprocess.Popen[bytes]:
-    """`trawl worker` on the job's host only, with short leases and drains; ``redis_args`` say which Redis."""
-    argv = [
-        sys.executable, "-m", "trawl.cli", "worker", *redis_args,
-        "--prefix", prefix, "--allowed-cidrs", f"{HOST}/32", "--worker-id", name, "--lease-seconds", "6",
-        "--concurrency", "8", "--drain-seconds", "5", "--parse-processes", "0",
-        "--metrics-port", str(metrics_port), "--metrics-address", "127.0.0.1",
-    ]  # fmt: skip
-    proc = procs.start(argv, log_path=log_dir / f"{name}.log")
-    started.append(proc)
-    return proc
+# How these layers run `trawl worker` (worker_procs.start_worker's options): on the site's host only, leases
+# as short as submit's queue gives, no parser processes.
+WORKER_OPTIONS: dict[str, Any] = {"allowed": f"{HOST}/32", "lease": 6, "parse_processes": 0}
 
 
 async def submit(redis: aioredis.Redis, prefix: str, urls: list[str]) -> tuple[str, Queue]:
@@ -74,15 +43,13 @@ async def submit(redis: aioredis.Redis, prefix: str, urls: list[str]) -> tuple[s
 
 
 async def wait_finished(queue: Queue, job_id: str, limit: float) -> None:
-    deadline = time.monotonic() + limit
-    while True:
-        try:
-            if (await queue.job_stats(job_id)).finished:
-                return
-        except Exception:  # the test's own client during a failover: ask again
-            pass
-        assert time.monotonic() < deadline, await queue.job_stats(job_id)
-        await asyncio.sleep(0.2)
+    async def finished() -> bool:
+        return (await queue.job_stats(job_id)).finished
+
+    # Errors are the test's own client during a failover: ask again.
+    await wait_for_async(
+        f"job {job_id} to finish", finished, limit, 0.2, diag=lambda: queue.job_stats(job_id), retry_on=(Exception,)
+    )
 
 
 def duplicate_records(port: int) -> int:

@@ -8,6 +8,8 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
+from trawl.dev.bookstore import Renderer, catalog
+from trawl.dev.jsbookstore import Hits, build_app
 from trawl.worker.browser.settings import find_chromium
 
 SITE_HOST = "127.0.0.2"  # the fixture site: allowed explicitly, as the other worker tests allow theirs
@@ -36,6 +38,19 @@ async def serve(app: web.Application, host: str) -> tuple[web.AppRunner, str]:
     assert server is not None
     port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     return runner, f"http://{host}:{port}"
+
+
+@pytest.fixture
+async def js_site() -> AsyncIterator[tuple[str, Renderer, Hits]]:
+    """The bookstore's listings three ways (trawl.dev.jsbookstore) in this process, on SITE_HOST: its URL, its
+    pages' renderer and the paths it was asked for."""
+    renderer = Renderer(catalog(3, 10, 5))  # 6 listings of 5 products: small, the machine is shared
+    hits = Hits()
+    runner, url = await serve(build_app(renderer, hits), SITE_HOST)
+    try:
+        yield url, renderer, hits
+    finally:
+        await runner.cleanup()
 
 
 @pytest.fixture

@@ -9,18 +9,17 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
-from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from trawl.api.render import RenderSpec
 from trawl.api.scrapejob import ScrapeJobSpec
-from trawl.dev.bookstore import Renderer, catalog
-from trawl.dev.jsbookstore import LISTING_FIELDS, Hits, build_app, listing_paths
+from trawl.dev.bookstore import Renderer
+from trawl.dev.jsbookstore import LISTING_FIELDS, Hits, listing_paths
 from trawl.egress.addresses import parse_networks
 from trawl.jobspec.wire import build_job_config
 from trawl.queue import Queue
@@ -29,27 +28,12 @@ from trawl.worker.browser.metrics import BrowserMetrics
 from trawl.worker.browser.pool import BrowserPool
 from trawl.worker.browser.settings import BrowserSettings
 from trawl.worker.runner import Worker, WorkerConfig
+from waits import wait_for_async
 
 PREFIX = "trawl:{test/render}"
 SITE_HOST = "127.0.0.2"  # the fixture site: allowed explicitly, as the other worker tests allow theirs
 ALLOWED = [f"{SITE_HOST}/32"]  # the protected server's 127.0.0.3 is NOT allowed
 POLITE = {"requestsPerSecond": 1000, "maxConcurrencyPerDomain": 8}
-
-
-@pytest.fixture
-async def site() -> AsyncIterator[tuple[str, Renderer, Hits]]:
-    renderer = Renderer(catalog(3, 10, 5))  # 6 listings of 5 products: small, the machine is shared
-    hits = Hits()
-    runner = web.AppRunner(build_app(renderer, hits), access_log=None)
-    await runner.setup()
-    tcp = web.TCPSite(runner, SITE_HOST, 0)
-    await tcp.start()
-    assert tcp._server is not None
-    port = tcp._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://{SITE_HOST}:{port}", renderer, hits
-    finally:
-        await runner.cleanup()
 
 
 async def run_job(
@@ -76,12 +60,14 @@ async def run_job(
     worker.renderer.settings = BrowserSettings(pages_per_browser=pages)
     runner = asyncio.create_task(worker.run())
     watcher = asyncio.create_task(during(worker)) if during is not None else None
+
+    async def finished() -> bool:
+        return (await queue.job_stats(job_id)).finished
+
     try:
-        deadline = time.monotonic() + wait_seconds
-        while not (await queue.job_stats(job_id)).finished:
-            assert time.monotonic() < deadline, await queue.job_stats(job_id)
-            assert not runner.done(), runner
-            await asyncio.sleep(0.05)
+        await wait_for_async(
+            "the job to finish", finished, wait_seconds, 0.05, diag=lambda: queue.job_stats(job_id), runner=runner
+        )
     finally:
         if watcher is not None:
             watcher.cancel()
@@ -102,9 +88,9 @@ def by_listing(records: list[dict[str, Any]], flavour: str) -> dict[str, dict[st
 
 
 async def test_script_built_and_xhr_fed_lists_yield_the_static_records(
-    site: tuple[str, Renderer, Hits], redis_client: aioredis.Redis
+    js_site: tuple[str, Renderer, Hits], redis_client: aioredis.Redis
 ) -> None:
-    base, renderer, _hits = site
+    base, renderer, _hits = js_site
     extract = {"fields": LISTING_FIELDS}
     results = {}
     for flavour, render in (
@@ -133,11 +119,11 @@ async def test_script_built_and_xhr_fed_lists_yield_the_static_records(
 
 
 async def test_page_scripts_cannot_reach_loopback_or_metadata(
-    site: tuple[str, Renderer, Hits],
+    js_site: tuple[str, Renderer, Hits],
     protected: tuple[str, list[str]],
     redis_client: aioredis.Redis,
 ) -> None:
-    base, _renderer, _hits = site
+    base, _renderer, _hits = js_site
     target, protected_hits = protected
     url = f"{base}/hostile/ssrf.html?target={target}"
     job_id, queue, worker, records = await run_job(
@@ -162,9 +148,9 @@ async def test_page_scripts_cannot_reach_loopback_or_metadata(
 
 
 async def test_never_idle_page_ends_at_its_time_cap(
-    site: tuple[str, Renderer, Hits], redis_client: aioredis.Redis
+    js_site: tuple[str, Renderer, Hits], redis_client: aioredis.Redis
 ) -> None:
-    base, _renderer, hits = site
+    base, _renderer, hits = js_site
     cap = 3.0
     started = time.monotonic()
     job_id, queue, _worker, records = await run_job(
@@ -185,8 +171,8 @@ async def test_never_idle_page_ends_at_its_time_cap(
     assert time.monotonic() - started < 60
 
 
-async def test_a_browser_crash_loses_no_task(site: tuple[str, Renderer, Hits], redis_client: aioredis.Redis) -> None:
-    base, renderer, _hits = site
+async def test_a_browser_crash_loses_no_task(js_site: tuple[str, Renderer, Hits], redis_client: aioredis.Redis) -> None:
+    base, renderer, _hits = js_site
     urls = [base + p for p in listing_paths(renderer, "js")]
     killed: list[int] = []
 
@@ -229,9 +215,9 @@ async def test_a_browser_crash_loses_no_task(site: tuple[str, Renderer, Hits], r
 
 
 async def test_blocked_resource_types_are_never_requested_and_a_browser_over_its_memory_is_replaced(
-    site: tuple[str, Renderer, Hits],
+    js_site: tuple[str, Renderer, Hits],
 ) -> None:
-    base, _renderer, hits = site
+    base, _renderer, hits = js_site
     registry = CollectorRegistry()
     # a ceiling every browser is over: each render's memory check retires the browser it ran in
     pool = BrowserPool(
@@ -256,13 +242,13 @@ async def test_blocked_resource_types_are_never_requested_and_a_browser_over_its
 
 
 async def test_without_a_usable_sandbox_chromium_is_started_again_without_it(
-    site: tuple[str, Renderer, Hits], monkeypatch: pytest.MonkeyPatch
+    js_site: tuple[str, Renderer, Hits], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Where Chromium's sandbox cannot start (here: root, as under a seccomp profile that forbids user
     namespaces), the first launch fails, the worker says so and runs Chromium with --no-sandbox."""
     from trawl.worker.browser import settings as render_settings
 
-    base, renderer, _hits = site
+    base, renderer, _hits = js_site
     monkeypatch.setattr(render_settings, "needs_no_sandbox", lambda: False)  # first try with the sandbox
     registry = CollectorRegistry()
     pool = BrowserPool(parse_networks(ALLOWED), BrowserSettings(), BrowserMetrics(registry))
@@ -277,9 +263,9 @@ async def test_without_a_usable_sandbox_chromium_is_started_again_without_it(
 
 
 async def test_only_matching_urls_go_through_the_browser(
-    site: tuple[str, Renderer, Hits], redis_client: aioredis.Redis
+    js_site: tuple[str, Renderer, Hits], redis_client: aioredis.Redis
 ) -> None:
-    base, renderer, _hits = site
+    base, renderer, _hits = js_site
     static, js = base + listing_paths(renderer, "static")[0], base + listing_paths(renderer, "js")[0]
     _job_id, _queue, _worker, records = await run_job(
         redis_client,

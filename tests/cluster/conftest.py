@@ -9,16 +9,13 @@ from typing import Any
 import pytest
 from kube_fixtures import control_plane, namespace, operator, supervisor
 
+from sites import bookstore_fixture
+
 __all__ = ["control_plane", "namespace", "operator", "supervisor"]
 
 
-@pytest.fixture
-def bookstore() -> Iterator[Any]:
-    """The bookstore fixture site on a loopback port (4 categories x 25 books, hostile endpoints)."""
-    from trawl.dev.bookstore import Bookstore
-
-    with Bookstore() as site:
-        yield site
+# The bookstore fixture site on a loopback port (4 categories x 25 books, hostile endpoints).
+bookstore = bookstore_fixture("function", name="bookstore")
 
 
 @pytest.fixture

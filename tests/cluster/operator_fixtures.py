@@ -1,17 +1,14 @@
-"""Shared helpers of the operator's cluster tests: the operator as its ServiceAccount, objects, waits."""
+"""Shared helpers of the operator's cluster tests: the operator as its ServiceAccount, objects, Kubernetes reads."""
 
 from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from trawl.dev.controlplane import ControlPlane
-
-POLL = 0.25
 
 
 def apply(cp: ControlPlane, *objs: dict[str, Any], namespace: str | None = None) -> None:
@@ -28,18 +25,6 @@ def get(cp: ControlPlane, kind: str, name: str, namespace: str) -> dict[str, Any
 def exists(cp: ControlPlane, kind: str, name: str, namespace: str) -> bool:
     out = cp.kubectl("get", kind, name, "-n", namespace, "-o", "name", check=False)
     return out.returncode == 0
-
-
-def wait_for(what: str, fn: Callable[[], Any], timeout: float = 60.0, diag: Callable[[], str] | None = None) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(POLL)
-    extra = f"\n{diag()}" if diag else ""
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last={last!r}{extra}")
 
 
 def condition(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:

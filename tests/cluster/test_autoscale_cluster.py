@@ -6,18 +6,18 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 from metrics_page import Scrape
-from operator_fixtures import apply, condition, events_for, exists, get, job, pool, wait_for
+from operator_fixtures import apply, condition, events_for, exists, get, job, pool
 
 from trawl.api.naming import pool_selector
 from trawl.dev.bookstore import Bookstore
 from trawl.dev.controlplane import ControlPlane
 from trawl.dev.redis_server import RedisServer
+from waits import wait_for
 
 # Politeness out of the way: these tests are about the autoscaler, not the rate limiter.
 FAST = {"politeness": {"requestsPerSecond": 10000, "maxConcurrencyPerDomain": 1000, "respectRobotsTxt": False}}
@@ -75,11 +75,10 @@ def let_passes(operator: Any, count: int, what: str) -> None:
     wait_for(f"{count} pool passes ({what})", lambda: pool_passes(operator) >= start + count, timeout=120)
 
 
-@pytest.fixture
-def slow_site() -> Iterator[Bookstore]:
+@pytest.fixture(scope="module")
+def site_options() -> dict[str, Any]:
     """The bookstore answering in 50 ms, so 2,000 tasks are more than one worker drains in 5 s."""
-    with Bookstore(latency=0.05) as site:
-        yield site
+    return {"latency": 0.05}
 
 
 def test_backlog_scales_up_fast_then_down_to_zero_and_failures_hold(
@@ -87,10 +86,9 @@ def test_backlog_scales_up_fast_then_down_to_zero_and_failures_hold(
     namespace: str,
     operator: Any,
     supervisor: Any,
-    slow_site: Bookstore,
+    bookstore: Bookstore,
     redis_server: RedisServer,
 ) -> None:
-    bookstore = slow_site
     autoscaling = {
         "minReplicas": 0,
         "maxReplicas": 4,
@@ -238,7 +236,7 @@ def test_busy_pods_the_work_no_longer_needs_are_cordoned_then_removed_without_in
     namespace: str,
     operator: Any,
     supervisor: Any,
-    slow_site: Bookstore,
+    bookstore: Bookstore,
     redis_server: RedisServer,
 ) -> None:
     """Two or three pods each hold a task of 12-60 s (the burst's fetch timeout is 90 s) and a trickle of
@@ -271,8 +269,8 @@ def test_busy_pods_the_work_no_longer_needs_are_cordoned_then_removed_without_in
     # One pod's long task ends long before the others, which outlast a slow operator's cordon and scale-down.
     for k, seconds in enumerate((60, 12, 40)):
         long_ids.append((1 + 4 * k, seconds))
-        urls += [f"{slow_site.url}/product/{1 + 4 * k}.html?delay={seconds}"]
-        urls += [f"{slow_site.url}/product/{2 + 4 * k + i}.html?delay=4" for i in range(3)]
+        urls += [f"{bookstore.url}/product/{1 + 4 * k}.html?delay={seconds}"]
+        urls += [f"{bookstore.url}/product/{2 + 4 * k + i}.html?delay=4" for i in range(3)]
     key = f"trawl:{{{namespace}/cordon}}:cd"
     client = redis.Redis.from_url(redis_server.url)
     cordoned: list[tuple[float, set[str]]] = []
@@ -288,7 +286,7 @@ def test_busy_pods_the_work_no_longer_needs_are_cordoned_then_removed_without_in
         while not halt.is_set():
             if time.monotonic() >= next_task:
                 n, next_task = n + 1, next_task + 4.0
-                page = f"{slow_site.url}/product/{20 + n}.html?delay=1"
+                page = f"{bookstore.url}/product/{20 + n}.html?delay=1"
                 apply(control_plane, job(f"t{n}", "cordon", [page], **FAST), namespace=namespace)
             members = {m.decode() for m in client.smembers(key)}
             if members:
@@ -329,7 +327,7 @@ def test_busy_pods_the_work_no_longer_needs_are_cordoned_then_removed_without_in
         )
     assert cordoned[0][0] > t0
     assert running.get("succeeded", 0) < len(urls), running
-    fetched = Counter(e.path for e in slow_site.entries() if e.path.startswith("/product/"))
+    fetched = Counter(e.path for e in bookstore.entries() if e.path.startswith("/product/"))
     assert all(n == 1 for n in fetched.values()), fetched  # nothing interrupted and run again
     assert all(fetched[f"/product/{i}.html?delay={d}"] == 1 for i, d in long_ids), fetched
     scaled = [e["message"] for e in events_for(control_plane, namespace, "cordon") if e["reason"] == "Scaled"]
@@ -341,7 +339,7 @@ def test_a_burst_of_tasks_brings_the_pass_forward(
     namespace: str,
     operator: Any,
     supervisor: Any,
-    slow_site: Bookstore,
+    bookstore: Bookstore,
     redis_server: RedisServer,
 ) -> None:
     """Policy rule 11 in the operator: a pool polled every 60 s gets a job of 2,000 URLs; the pool timer's
@@ -360,7 +358,7 @@ def test_a_burst_of_tasks_brings_the_pass_forward(
     apply(control_plane, pool("burst", redis_server.url, autoscaling=autoscaling, worker=worker), namespace=namespace)
     wait_for("one worker serving", lambda: supervisor.live(namespace, "burst-workers") == 1, timeout=40)
     with ReplicaRecorder(control_plane, namespace, "burst-workers") as rec:
-        ranges = [{"template": slow_site.url + "/product/1.html?copy={n}", "start": 1, "end": 2000}]
+        ranges = [{"template": bookstore.url + "/product/1.html?copy={n}", "start": 1, "end": 2000}]
         applied = time.monotonic()
         apply(control_plane, job("burst", "burst", [], urlRanges=ranges, **FAST), namespace=namespace)
         # The creation pass was at `created` or later: no scheduled pass comes before created + 59.5 s.

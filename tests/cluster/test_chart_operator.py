@@ -12,12 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from operator_fixtures import apply, get, job, pool, wait_complete, wait_for
+from operator_fixtures import apply, get, job, pool, wait_complete
 
 from helm_chart import dump_all, operator_deployment, operator_rbac_objects, render, service_account_name
 from trawl.dev.controlplane import ControlPlane
 from trawl.dev.operator_process import OperatorProcess
 from trawl.dev.redis_server import RedisServer
+from waits import wait_for
 
 
 @pytest.fixture(params=["cluster-wide", "namespaced"])

@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from operator_fixtures import apply, condition, exists, get, job, pool, wait_complete, wait_for
+from operator_fixtures import apply, condition, exists, get, job, pool, wait_complete
 
 from trawl.dev.bookstore import PRODUCT_FIELDS
 from trawl.dev.controlplane import ControlPlane
 from trawl.dev.redis_server import RedisServer
+from waits import wait_for
 
 
 def test_pvc_backed_json_lines_writes_the_file_status_names(

@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from metrics_page import Scrape, scrape_url
-from operator_fixtures import apply, exists, get, job, pool, wait_complete, wait_for
+from operator_fixtures import apply, exists, get, job, pool, wait_complete
 
 from trawl.dev.controlplane import ControlPlane
 from trawl.dev.redis_server import RedisServer
+from waits import wait_for
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "charts/trawl/dashboards/trawl-dashboard.json"
 

@@ -13,10 +13,11 @@ import secrets
 import time
 from typing import Any
 
-from operator_fixtures import WebhookReceiver, apply, exists, get, job, pool, wait_complete, wait_for
+from operator_fixtures import WebhookReceiver, apply, exists, get, job, pool, wait_complete
 
 from trawl.dev.controlplane import ControlPlane
 from trawl.dev.redis_server import RedisServer
+from waits import wait_for
 
 
 def test_on_complete_webhook_and_job(

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from operator_fixtures import apply, condition, events_for, exists, get, job, pool, wait_for
+from operator_fixtures import apply, condition, events_for, exists, get, job, pool
 
 from trawl.dev.controlplane import ControlPlane
 from trawl.dev.redis_server import RedisServer
+from waits import wait_for
 
 
 def test_pool_creates_worker_deployment_and_reports_ready(

@@ -25,13 +25,14 @@ from typing import Any
 import kubernetes
 import pytest
 import yaml
-from operator_fixtures import apply, get, job, pool, wait_complete, wait_for
+from operator_fixtures import apply, get, job, pool, wait_complete
 
 from trawl.dev.bookstore import Bookstore
 from trawl.dev.controlplane import ControlPlane
 from trawl.dev.operator_process import OperatorProcess, rbac_objects
 from trawl.dev.redis_server import RedisServer
 from trawl.operator.leader import LeaderElector, parse_micro_time
+from waits import wait_for
 
 LEASE_SECONDS = 6
 RENEW_SECONDS = 1.0

@@ -7,12 +7,13 @@ import time
 from typing import Any
 
 import redis
-from operator_fixtures import apply, condition, events_for, exists, get, job, pool, wait_complete, wait_for
+from operator_fixtures import apply, condition, events_for, exists, get, job, pool, wait_complete
 
 from trawl.dev.bookstore import PRODUCT_FIELDS, PRODUCT_XPATH_FIELD
 from trawl.dev.controlplane import ControlPlane
 from trawl.dev.redis_server import RedisServer
 from trawl.queue.keys import Keys
+from waits import wait_for
 
 
 def _phase(cp: ControlPlane, name: str, ns: str) -> str | None:

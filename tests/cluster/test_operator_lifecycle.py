@@ -10,13 +10,14 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio as aioredis
-from operator_fixtures import apply, condition, events_for, exists, get, job, pool, wait_for
+from operator_fixtures import apply, condition, events_for, exists, get, job, pool
 
 from trawl.dev.controlplane import ControlPlane
 from trawl.dev.operator_process import OperatorProcess
 from trawl.dev.redis_server import RedisServer
 from trawl.queue import Queue
 from trawl.queue.keys import Keys
+from waits import wait_for
 
 
 def _stats(redis_url: str, namespace: str, pool_name: str, uid: str) -> Any:

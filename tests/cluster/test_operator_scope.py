@@ -7,11 +7,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from operator_fixtures import apply, condition, events_for, exists, get, job, pool, wait_complete, wait_for
+from operator_fixtures import apply, condition, events_for, exists, get, job, pool, wait_complete
 
 from trawl.dev.controlplane import ControlPlane, find_assets
 from trawl.dev.operator_process import OperatorProcess, rbac_objects
 from trawl.dev.redis_server import RedisServer
+from waits import wait_for
 
 
 def _secret(name: str, namespace: str, **data: str) -> dict[str, Any]:

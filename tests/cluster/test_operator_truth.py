@@ -8,11 +8,12 @@ import json
 import random
 from typing import Any
 
-from operator_fixtures import apply, condition, events_for, exists, get, job, pool, wait_for
+from operator_fixtures import apply, condition, events_for, exists, get, job, pool
 
 from trawl.dev.bookstore import Bookstore
 from trawl.dev.controlplane import ControlPlane
 from trawl.dev.redis_server import RedisServer
+from waits import wait_for
 
 UNREACHABLE_REDIS = "redis://127.0.0.1:1"  # a port nothing listens on: pools are Stalled, not broken
 STATUS_BOUND = 60.0  # generous: the machine is shared; the operator's passes run every second

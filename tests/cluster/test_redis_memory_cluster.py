@@ -17,11 +17,12 @@ from typing import Any
 
 import redis
 from metrics_page import Scrape
-from operator_fixtures import apply, condition, events_for, get, job, pool, wait_complete, wait_for
+from operator_fixtures import apply, condition, events_for, get, job, pool, wait_complete
 
 from trawl.dev.controlplane import ControlPlane
 from trawl.dev.redis_server import RedisServer
 from trawl.queue.keys import Keys
+from waits import wait_for
 
 URLS = 30
 

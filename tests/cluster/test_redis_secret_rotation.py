@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 import redis
-from operator_fixtures import apply, events_for, get, job, pool, wait_for
+from operator_fixtures import apply, events_for, get, job, pool
 
 from trawl.dev.bookstore import Bookstore
 from trawl.dev.controlplane import ControlPlane
 from trawl.dev.redis_server import RedisServer
+from waits import wait_for
 
 OLD, NEW = "old-pass-1", "new-pass-2"
 

@@ -8,11 +8,12 @@ import json
 import secrets
 from typing import Any
 
-from operator_fixtures import WebhookReceiver, apply, condition, exists, get, job, pool, wait_complete, wait_for
+from operator_fixtures import WebhookReceiver, apply, condition, exists, get, job, pool, wait_complete
 
 from trawl.dev.bookstore import PRODUCT_FIELDS
 from trawl.dev.controlplane import ControlPlane
 from trawl.dev.redis_server import RedisServer
+from waits import wait_for
 
 
 def test_webhook_signed_with_a_mounted_secret_and_unmounted_secret_stalls(

@@ -20,9 +20,10 @@ from typing import Any
 
 import pytest
 import yaml
-from e2e_node import HACK, IMAGE, KIND_DIR, ROOT, RealNode, missing_prerequisites, read_env, run, wait_for
+from e2e_node import HACK, IMAGE, KIND_DIR, ROOT, RealNode, missing_prerequisites, read_env, run
 
 from helm_chart import helm_binary
+from waits import wait_for
 
 NAMESPACE = "trawl-system"
 SITE_NAMESPACE = "trawl-e2e-site"
@@ -182,5 +183,6 @@ def release(realnode: RealNode) -> Iterator[RealNode]:
         "the e2e pool to be observed",
         lambda: (node.get("scrapepool", POOL, NAMESPACE) or {}).get("status", {}).get("observedGeneration") == 1,
         120,
+        1.0,
     )
     yield node

@@ -12,11 +12,10 @@ import os
 import shutil
 import signal
 import subprocess
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 HACK = ROOT / "hack" / "realnode"
@@ -26,7 +25,6 @@ CACHE = Path(
 )
 KUBE_VERSION = "v1.35.4"
 IMAGE = "ghcr.io/trawl-dev/trawl:e2e"
-T = TypeVar("T")
 
 
 def coredns_dir() -> Path:
@@ -100,19 +98,6 @@ def run(
     if check and proc.returncode != 0:
         raise CommandFailed(f"{' '.join(args[:6])}... exited {proc.returncode}:\n{stdout[-3000:]}\n{stderr[-3000:]}")
     return stdout
-
-
-def wait_for(what: str, probe: Callable[[], T | None], timeout: float, interval: float = 1.0) -> T:
-    """Poll ``probe`` until it returns something truthy; fail with ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while True:
-        last = probe()
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
-        time.sleep(interval)
 
 
 @dataclass

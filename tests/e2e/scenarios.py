@@ -15,10 +15,11 @@ from types import TracebackType
 from typing import Any
 
 import kubernetes
-from e2e_node import RealNode, condition, pod_ready, wait_for
+from e2e_node import RealNode, condition, pod_ready
 
 from trawl.api.naming import POD_DELETION_COST
 from trawl.dev.bookstore import PRODUCT_FIELDS, PRODUCT_XPATH_FIELD, catalog, expected_record
+from waits import wait_for
 
 NAMESPACE = "trawl-system"
 SITE = "http://bookstore.trawl-e2e-site.svc.cluster.local:8080"

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from e2e_node import IMAGE, ROOT, CommandFailed, RealNode, pod_ready, wait_for
+from e2e_node import IMAGE, ROOT, CommandFailed, RealNode, pod_ready
 from scenarios import (
     FAST,
     SITE,
@@ -37,6 +37,7 @@ from scenarios import (
 )
 
 from conftest import CHART_POOL, NAMESPACE, POOL, RELEASE, hostpath_volume, pool_object
+from waits import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

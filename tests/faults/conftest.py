@@ -9,7 +9,7 @@ import pytest
 import redis.asyncio as aioredis
 from fault_harness import HOST, Workers
 
-from trawl.dev.bookstore import Bookstore
+from sites import bookstore_fixture
 from trawl.dev.redis_server import RedisServer
 
 
@@ -21,10 +21,7 @@ def workers_factory(tmp_path: Path) -> Iterator[list[Workers]]:
         w.stop_all()
 
 
-@pytest.fixture
-def site() -> Iterator[Bookstore]:
-    with Bookstore(host=HOST, latency=0.25) as bookstore:
-        yield bookstore
+site = bookstore_fixture("function", host=HOST, latency=0.25)
 
 
 @pytest.fixture

@@ -4,12 +4,9 @@ test ends with (exactly one record or one dead letter per URL, duplicate fetches
 
 from __future__ import annotations
 
-import asyncio
 import json
 import signal
 import subprocess
-import sys
-import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -25,6 +22,7 @@ from trawl.dev.redis_server import RedisServer
 from trawl.jobspec.wire import build_job_config
 from trawl.queue import Queue
 from trawl.queue.keys import Keys
+from worker_procs import start_worker
 
 PREFIX = "trawl:{faults/pool}"
 HOST = "127.0.0.3"
@@ -42,15 +40,10 @@ class Workers:
 
     def start(self, pod: str, *, concurrency: int = 4, lease: float | None = None) -> subprocess.Popen[bytes]:
         self.runs[pod] += 1
-        argv = [
-            sys.executable, "-m", "trawl.cli", "worker", "--redis-url", self.redis.url, "--prefix", PREFIX,
-            "--allowed-cidrs", f"{HOST}/32", "--worker-id", pod,
-            "--lease-seconds", str(lease or self.lease_seconds), "--concurrency", str(concurrency),
-            "--drain-seconds", "3",
-        ]  # fmt: skip
-        proc = procs.start(argv, log_path=self.log_dir / f"{pod}.{self.runs[pod]}.log")
-        self.started.append(proc)
-        return proc
+        return start_worker(
+            self.started, ["--redis-url", self.redis.url], PREFIX, pod, self.log_dir, allowed=f"{HOST}/32",
+            lease=lease or self.lease_seconds, concurrency=concurrency, drain=3, log_name=f"{pod}.{self.runs[pod]}",
+        )  # fmt: skip
 
     def stop_all(self) -> None:
         for proc in self.started:
@@ -84,21 +77,6 @@ async def submit(redis: aioredis.Redis, urls: list[str], *, lease_seconds: float
     await queue.enqueue(job_id, parsed.seed_urls(), start_index=0)
     await queue.mark_enqueue_done(job_id)
     return Job(job_id, queue, urls)
-
-
-async def wait_for(check: Any, limit: float, what: str, interval: float = 0.1) -> Any:
-    """Poll ``check`` (async, returns a truthy value when done; errors while Redis is down are retried)."""
-    deadline = time.monotonic() + limit
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = await check()
-            if last:
-                return last
-        except Exception as exc:  # Redis restarting: keep polling
-            last = exc
-        await asyncio.sleep(interval)
-    raise AssertionError(f"timed out after {limit:.0f} s waiting for {what}; last: {last!r}")
 
 
 async def records(redis: aioredis.Redis, job_id: str) -> list[dict[str, Any]]:

@@ -27,7 +27,9 @@ from trawl.queue import Queue
 from trawl.queue.keys import Keys
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "cluster"))
-from operator_fixtures import apply, events_for, get, job, pool, wait_for
+from operator_fixtures import apply, events_for, get, job, pool
+
+from waits import wait_for
 
 NAMESPACE = "faults"
 N = 100  # URLs per job: the bookstore's products, about 15 s of work at the site's latency and concurrency 2
@@ -134,7 +136,7 @@ def _per_url(s: dict[str, Any], uid: str, urls: list[str]) -> tuple[int, int]:
 def test_api_server_outage_status_catches_up_within_seconds(stack: dict[str, Any]) -> None:
     cp, ns, op = stack["cp"], stack["ns"], stack["operator"]
     uid, urls = _start_job(stack, N)
-    wait_for("progress", lambda: (_status(cp, ns).get("counts") or {}).get("succeeded", 0) >= 4, 120, op.log_tail)
+    wait_for("progress", lambda: (_status(cp, ns).get("counts") or {}).get("succeeded", 0) >= 4, 120, diag=op.log_tail)
     cp.stop_apiserver()
     # The workers keep going while nobody can write status.
     before = _redis_stats(stack["redis"].url, ns, uid).succeeded
@@ -148,9 +150,9 @@ def test_api_server_outage_status_catches_up_within_seconds(stack: dict[str, Any
         shown = (_status(cp, ns).get("counts") or {}).get("succeeded", 0)
         return shown >= min(done, target)  # status shows at least what was done before it came back
 
-    wait_for("status to catch up", caught_up, 120, op.log_tail)
+    wait_for("status to catch up", caught_up, 120, diag=op.log_tail)
     converged = time.monotonic() - back
-    wait_for("Succeeded", lambda: _status(cp, ns).get("phase") == "Succeeded", 180, op.log_tail)
+    wait_for("Succeeded", lambda: _status(cp, ns).get("phase") == "Succeeded", 180, diag=op.log_tail)
     terminal = time.monotonic() - back
     status = _status(cp, ns)
     assert status["counts"]["succeeded"] == status["counts"]["total"] == N
@@ -165,7 +167,7 @@ def test_api_server_outage_status_catches_up_within_seconds(stack: dict[str, Any
 def test_operator_sigkill_mid_run_loses_and_duplicates_nothing(stack: dict[str, Any]) -> None:
     cp, ns, op = stack["cp"], stack["ns"], stack["operator"]
     uid, urls = _start_job(stack, N)
-    wait_for("progress", lambda: (_status(cp, ns).get("counts") or {}).get("succeeded", 0) >= 4, 120, op.log_tail)
+    wait_for("progress", lambda: (_status(cp, ns).get("counts") or {}).get("succeeded", 0) >= 4, 120, diag=op.log_tail)
     op.kill()
     op.start()
     back = time.monotonic()
@@ -174,9 +176,9 @@ def test_operator_sigkill_mid_run_loses_and_duplicates_nothing(stack: dict[str, 
         shown = (_status(cp, ns).get("counts") or {}).get("succeeded", 0)
         return shown >= _redis_stats(stack["redis"].url, ns, uid).succeeded - 4  # within a batch of the queue
 
-    wait_for("status to catch up", truthful, 120, op.log_tail)
+    wait_for("status to catch up", truthful, 120, diag=op.log_tail)
     converged = time.monotonic() - back
-    wait_for("Succeeded", lambda: _status(cp, ns).get("phase") == "Succeeded", 180, op.log_tail)
+    wait_for("Succeeded", lambda: _status(cp, ns).get("phase") == "Succeeded", 180, diag=op.log_tail)
     terminal = time.monotonic() - back
     status = _status(cp, ns)
     assert status["counts"]["succeeded"] == status["counts"]["total"] == N
@@ -192,10 +194,10 @@ def test_redis_restart_no_persistence_every_object_says_data_lost(stack: dict[st
     back; the running job ends again with one record per URL."""
     cp, ns, op, server = stack["cp"], stack["ns"], stack["operator"], stack["redis"]
     _done_uid, _ = _start_job(stack, 10, name="done", first=1)
-    wait_for("done Succeeded", lambda: _status(cp, ns, "done").get("phase") == "Succeeded", 180, op.log_tail)
+    wait_for("done Succeeded", lambda: _status(cp, ns, "done").get("phase") == "Succeeded", 180, diag=op.log_tail)
     before = _status(cp, ns, "done")
     uid, urls = _start_job(stack, 60, name="j", first=11)
-    wait_for("progress", lambda: (_status(cp, ns).get("counts") or {}).get("succeeded", 0) >= 4, 120, op.log_tail)
+    wait_for("progress", lambda: (_status(cp, ns).get("counts") or {}).get("succeeded", 0) >= 4, 120, diag=op.log_tail)
     procs.stop(server.proc, sig=9, timeout=10)
     restarted = restartable_redis(server.workdir, port=server.port, aof=False)
     stack["redis"] = restarted
@@ -212,7 +214,7 @@ def test_redis_restart_no_persistence_every_object_says_data_lost(stack: dict[st
         "DataLost everywhere",
         lambda: lost("scrapejob", "done") and lost("scrapejob", "j") and lost("scrapepool", "p"),
         60,
-        op.log_tail,
+        diag=op.log_tail,
     )
     told = time.monotonic() - back
     done = _status(cp, ns, "done")
@@ -221,7 +223,7 @@ def test_redis_restart_no_persistence_every_object_says_data_lost(stack: dict[st
     for name in ("done", "j", "p"):
         warnings = [e for e in events_for(cp, ns, name) if e.get("reason") == "DataLost"]
         assert len(warnings) == 1 and warnings[0]["type"] == "Warning", (name, warnings)
-    wait_for("j Succeeded again", lambda: _status(cp, ns).get("phase") == "Succeeded", 180, op.log_tail)
+    wait_for("j Succeeded again", lambda: _status(cp, ns).get("phase") == "Succeeded", 180, diag=op.log_tail)
     terminal = time.monotonic() - back
     lost_n, dup = _per_url(stack, uid, urls)
     print(f"\nFAULT-REPORT redis-no-persistence-operator: told_s={told:.1f} terminal_s={terminal:.1f} "

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aioredis
-from fault_harness import Job, Workers, ledger, restartable_redis, wait_for
+from fault_harness import Job, Workers, ledger, restartable_redis
 
 from trawl.dev import procs
 from trawl.dev.bookstore import Bookstore
@@ -21,6 +21,7 @@ from trawl.operator.events import Transition
 from trawl.operator.job.reconcile import reconcile_job
 from trawl.queue import Queue
 from trawl.queue.keys import Keys
+from waits import wait_for_async
 
 NAMESPACE, POOL = "faults", "pool"
 PREFIX = "trawl:{faults/pool}"
@@ -78,12 +79,20 @@ async def test_redis_restart_without_persistence_is_told_on_every_job(
         workers_factory.append(w)
         w.start("pod-a")
         done = Reconciler("done", "uid-done", job_spec(site, 1, 20), server.url, connections)
-        await wait_for(lambda: _phase(done, "Succeeded"), 120, "the first job to succeed")
+        await wait_for_async(
+            "the first job to succeed", lambda: _phase(done, "Succeeded"), 120, 0.1, retry_on=(Exception,)
+        )
         before = dict(done.status)
         assert before["results"]["count"] == 20
 
         running = Reconciler("running", "uid-running", job_spec(site, 21, 40), server.url, connections)
-        await wait_for(lambda: _records_at_least(client, running, 6, running.run), 60, "the second job's records")
+        await wait_for_async(
+            "the second job's records",
+            lambda: _records_at_least(client, running, 6, running.run),
+            60,
+            0.1,
+            retry_on=(Exception,),
+        )
         procs.stop(server.proc, sig=signal.SIGKILL, timeout=10)  # type: ignore[arg-type]
         server = restartable_redis(data, port=server.port, aof=False)
         restarted = time.monotonic()
@@ -93,7 +102,7 @@ async def test_redis_restart_without_persistence_is_told_on_every_job(
             await running.run()
             return done.condition("DataLost") is not None and running.condition("DataLost") is not None
 
-        await wait_for(told, 30, "DataLost on both jobs", interval=1.0)
+        await wait_for_async("DataLost on both jobs", told, 30, 1.0, retry_on=(Exception,))
         told_after = time.monotonic() - restarted
         # The finished job keeps its status and counts and says its results are gone; one Warning Event.
         assert done.status["phase"] == "Succeeded"
@@ -102,7 +111,9 @@ async def test_redis_restart_without_persistence_is_told_on_every_job(
         assert [e.reason for e in done.events].count("DataLost") == 1
         # The running job says what was lost and runs again to the end: one record per URL in the new data.
         assert [e.reason for e in running.events].count("DataLost") == 1
-        await wait_for(lambda: _phase(running, "Succeeded"), 120, "the second job to succeed again")
+        await wait_for_async(
+            "the second job to succeed again", lambda: _phase(running, "Succeeded"), 120, 0.1, retry_on=(Exception,)
+        )
         terminal_after = time.monotonic() - restarted
         await done.run()
         assert [e.reason for e in done.events].count("DataLost") == 1  # told once, the condition stays

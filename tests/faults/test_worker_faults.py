@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
-from fault_harness import Job, Workers, ledger, records, restartable_redis, submit, wait_for
+from fault_harness import Job, Workers, ledger, records, restartable_redis, submit
 
 from trawl.dev import procs
 from trawl.dev.bookstore import Bookstore
 from trawl.dev.redis_server import RedisServer
 from trawl.queue.keys import pod_of
+from waits import wait_for_async
 
 URLS = 40
 
@@ -53,12 +54,14 @@ async def test_worker_sigkill_another_pod_finishes_the_job(
     workers_factory.append(w)
     job = await submit(shared_redis, product_urls(site), lease_seconds=3)
     victim = w.start("pod-a")
-    await wait_for(lambda: records_at_least(shared_redis, job, 6), 60, "first records")
+    await wait_for_async(
+        "first records", lambda: records_at_least(shared_redis, job, 6), 60, 0.1, retry_on=(Exception,)
+    )
     procs.stop(victim, sig=signal.SIGKILL)
     killed_at = time.monotonic()
     w.start("pod-b")
-    await wait_for(lambda: job.queue.job_stats(job.job_id), 5, "stats")
-    await wait_for(lambda: _finished(job), 120, "the job to finish")
+    await wait_for_async("stats", lambda: job.queue.job_stats(job.job_id), 5, 0.1, retry_on=(Exception,))
+    await wait_for_async("the job to finish", lambda: _finished(job), 120, 0.1, retry_on=(Exception,))
     terminal = time.monotonic() - killed_at
     await finished_truthfully(job)
     book = await ledger(shared_redis, job, site)
@@ -81,12 +84,16 @@ async def test_same_pod_restart_returns_the_dead_processs_leases_at_once(
     workers_factory.append(w)
     job = await submit(shared_redis, product_urls(site), lease_seconds=lease)
     first = w.start("pod-r")
-    await wait_for(lambda: records_at_least(shared_redis, job, 6), 60, "first records")
-    old = await wait_for(lambda: incarnations(shared_redis, job, "pod-r"), 30, "leases of pod-r")
+    await wait_for_async(
+        "first records", lambda: records_at_least(shared_redis, job, 6), 60, 0.1, retry_on=(Exception,)
+    )
+    old = await wait_for_async(
+        "leases of pod-r", lambda: incarnations(shared_redis, job, "pod-r"), 30, 0.1, retry_on=(Exception,)
+    )
     procs.stop(first, sig=signal.SIGKILL)
     restarted_at = time.time()
     w.start("pod-r")
-    await wait_for(lambda: _finished(job), 120, "the job to finish")
+    await wait_for_async("the job to finish", lambda: _finished(job), 120, 0.1, retry_on=(Exception,))
     await finished_truthfully(job)
     fin = float(await shared_redis.hget(job.queue.keys.job(job.job_id), "fin"))
     lost_events = [e for _, e in await job.queue.events() if e["type"] == "workerlost"]
@@ -111,7 +118,7 @@ async def test_sigstop_past_the_lease_then_resumed_writes_nothing_twice(
     async def holding() -> bool:
         return len(await incarnations(shared_redis, job, "pod-s")) == 1 and await records_at_least(shared_redis, job, 4)
 
-    await wait_for(holding, 60, "pod-s to hold leases")
+    await wait_for_async("pod-s to hold leases", holding, 60, 0.1, retry_on=(Exception,))
     procs.signal_group(frozen, signal.SIGSTOP)
     stopped_at = time.monotonic()
     w.start("pod-t")
@@ -119,8 +126,8 @@ async def test_sigstop_past_the_lease_then_resumed_writes_nothing_twice(
     async def reaped() -> bool:
         return any(e["type"] == "workerlost" and pod_of(e["worker"]) == "pod-s" for _, e in await job.queue.events())
 
-    await wait_for(reaped, 60, "pod-s's leases to expire and be returned")
-    await wait_for(lambda: _finished(job), 120, "the job to finish")
+    await wait_for_async("pod-s's leases to expire and be returned", reaped, 60, 0.1, retry_on=(Exception,))
+    await wait_for_async("the job to finish", lambda: _finished(job), 120, 0.1, retry_on=(Exception,))
     terminal = time.monotonic() - stopped_at
     procs.signal_group(frozen, signal.SIGCONT)  # the zombie wakes up: its late acks must not count
     assert procs.stop(frozen, timeout=20) == 0
@@ -146,11 +153,11 @@ async def test_redis_restart_with_aof_mid_job(
         workers_factory.append(w)
         job = await submit(client, product_urls(site), lease_seconds=lease)
         w.start("pod-a")
-        await wait_for(lambda: records_at_least(client, job, 8), 60, "first records")
+        await wait_for_async("first records", lambda: records_at_least(client, job, 8), 60, 0.1, retry_on=(Exception,))
         procs.stop(server.proc, sig=sig, timeout=10)  # type: ignore[arg-type]
         server = restartable_redis(data, port=server.port, aof=True)
         recovered_at = time.time()
-        await wait_for(lambda: _finished(job), 120, "the job to finish")
+        await wait_for_async("the job to finish", lambda: _finished(job), 120, 0.1, retry_on=(Exception,))
         fin = float(await client.hget(job.queue.keys.job(job.job_id), "fin"))
         await finished_truthfully(job)
         book = await ledger(client, job, site)

@@ -6,21 +6,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import yaml
 
 from trawl.dev.bookstore import PRODUCT_FIELDS, Bookstore
 
 TRAWL = [sys.executable, "-m", "trawl.cli"]
-
-
-@pytest.fixture(scope="module")
-def site() -> Iterator[Bookstore]:
-    with Bookstore(host="127.0.0.2") as store:
-        yield store
 
 
 def _manifest(tmp_path: Path, spec: dict[str, object]) -> Path:

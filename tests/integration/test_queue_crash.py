@@ -7,7 +7,6 @@ import asyncio
 import random
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -17,6 +16,7 @@ import redis.asyncio as aioredis
 from trawl.dev import procs
 from trawl.dev.redis_server import RedisServer
 from trawl.queue import JobConfig, Queue
+from worker_procs import start_loadgen
 
 PREFIX = "trawl:{crash/pool}"
 TASKS = 10_000
@@ -24,31 +24,14 @@ RESULTS = "crash:results"
 CLAIMS = "crash:claims"
 
 
-def start_worker(server: RedisServer, worker_id: str, log_dir: Path) -> subprocess.Popen[bytes]:
-    argv = [
-        sys.executable,
-        "-m",
-        "trawl.queue.loadgen",
-        "--url",
-        server.url,
-        "--prefix",
-        PREFIX,
-        "--worker-id",
-        worker_id,
-        "--batch",
-        "25",
-        "--task-seconds",
-        "0.04",
-        "--lease",
-        "2",
-        "--max-stalls",
-        "1000",
-        "--results-key",
-        RESULTS,
-        "--claims-key",
-        CLAIMS,
-    ]
-    return procs.start(argv, log_path=log_dir / f"{worker_id}.log")
+LOADGEN = {
+    "batch": 25,
+    "task_seconds": 0.04,
+    "lease": 2,
+    "max_stalls": 1000,
+    "results_key": RESULTS,
+    "claims_key": CLAIMS,
+}
 
 
 async def test_sigkilled_workers_lose_nothing(
@@ -66,7 +49,7 @@ async def test_sigkilled_workers_lose_nothing(
     try:
         for _ in range(3):
             incarnation += 1
-            live[f"w{incarnation}"] = start_worker(redis_server, f"w{incarnation}", tmp_path)
+            live[f"w{incarnation}"] = start_loadgen(redis_server.url, PREFIX, f"w{incarnation}", tmp_path, **LOADGEN)
         deadline = time.monotonic() + 150
         while time.monotonic() < deadline:
             stats = await q.job_stats("crash-job")
@@ -78,7 +61,9 @@ async def test_sigkilled_workers_lose_nothing(
                 procs.stop(live.pop(victim), sig=signal.SIGKILL)
                 killed.add(victim)
                 incarnation += 1
-                live[f"w{incarnation}"] = start_worker(redis_server, f"w{incarnation}", tmp_path)
+                live[f"w{incarnation}"] = start_loadgen(
+                    redis_server.url, PREFIX, f"w{incarnation}", tmp_path, **LOADGEN
+                )
             else:
                 await asyncio.sleep(0.1)
         stats = await q.job_stats("crash-job")

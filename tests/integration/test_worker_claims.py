@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
-from async_waits import until
 
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.dev.bookstore import Bookstore
@@ -17,6 +16,7 @@ from trawl.jobspec.wire import build_job_config
 from trawl.queue import Queue
 from trawl.queue.keys import Keys
 from trawl.worker.runner import Worker, WorkerConfig
+from waits import wait_for_async
 
 PREFIX = "trawl:{test/claims}"
 ALLOWED = ["127.0.0.2/32"]
@@ -24,16 +24,13 @@ PAGES = 12
 
 
 @pytest.fixture(scope="module")
-def slow_site() -> Iterator[Bookstore]:
+def site_options() -> dict[str, Any]:
     # Every page takes 0.3 s, so tasks wait in the worker's buffer long enough to be seen there.
-    with Bookstore(host="127.0.0.2", categories=1, books_per_category=PAGES, latency=0.3) as store:
-        yield store
+    return {"categories": 1, "books_per_category": PAGES, "latency": 0.3}
 
 
-async def test_buffered_tasks_are_held_then_given_back_on_stop(
-    slow_site: Bookstore, redis_client: aioredis.Redis
-) -> None:
-    job = ScrapeJobSpec.model_validate({"pool": "p", "urls": [slow_site.product_url(i) for i in range(1, PAGES + 1)]})
+async def test_buffered_tasks_are_held_then_given_back_on_stop(site: Bookstore, redis_client: aioredis.Redis) -> None:
+    job = ScrapeJobSpec.model_validate({"pool": "p", "urls": [site.product_url(i) for i in range(1, PAGES + 1)]})
     job_id = uuid.uuid4().hex[:12]
     queue = Queue(redis_client, PREFIX, lease_seconds=10)
     await queue.register_job(build_job_config(job_id, job, None))
@@ -51,14 +48,15 @@ async def test_buffered_tasks_are_held_then_given_back_on_stop(
     )  # fmt: skip
     runner = asyncio.create_task(worker.run())
     try:
-        await until(lambda: len(worker._buffer) >= 7)
+        await wait_for_async("the condition", lambda: len(worker._buffer) >= 7, 30, 0.02)
         assert len(worker._inflight) <= 2  # never more running than the concurrency
         held = worker.held()
         assert len(held) == worker.in_flight >= 9  # buffered tasks count as held: heartbeats keep them
         # A heartbeat with that list returns nothing as an orphan: every buffered lease stays.
         await worker._heartbeat(draining=False)
         assert (await queue.job_stats(job_id)).in_flight == worker.in_flight
-        await until(lambda: worker.processed >= 3)  # buffered tasks start as slots free
+        # buffered tasks start as slots free
+        await wait_for_async("the condition", lambda: worker.processed >= 3, 30, 0.02)
     finally:
         worker.request_stop()
         await asyncio.wait_for(runner, 60)
@@ -74,10 +72,8 @@ async def test_buffered_tasks_are_held_then_given_back_on_stop(
     assert all(v.decode().split("|")[3] == "0" for v in raw)  # "<claimed>|<task>|<attempts>|<stalls>|..."
 
 
-async def test_auto_claims_fill_the_slots_at_small_concurrency(
-    slow_site: Bookstore, redis_client: aioredis.Redis
-) -> None:
-    job = ScrapeJobSpec.model_validate({"pool": "p", "urls": [slow_site.product_url(i) for i in range(1, PAGES + 1)]})
+async def test_auto_claims_fill_the_slots_at_small_concurrency(site: Bookstore, redis_client: aioredis.Redis) -> None:
+    job = ScrapeJobSpec.model_validate({"pool": "p", "urls": [site.product_url(i) for i in range(1, PAGES + 1)]})
     job_id = uuid.uuid4().hex[:12]
     queue = Queue(redis_client, PREFIX, lease_seconds=10)
     await queue.register_job(build_job_config(job_id, job, None))
@@ -91,10 +87,10 @@ async def test_auto_claims_fill_the_slots_at_small_concurrency(
     )
     runner = asyncio.create_task(worker.run())
     try:
-        await until(lambda: (worker.metrics.claims._value.get() or 0) >= 8)
+        await wait_for_async("the condition", lambda: (worker.metrics.claims._value.get() or 0) >= 8, 30, 0.02)
         # The first claim asked for all 8 slots at once (a quarter of the concurrency was 2 per claim).
         assert worker.metrics.claim_calls.labels("tasks")._value.get() == 1
-        await until(lambda: worker.processed >= 1)
+        await wait_for_async("the condition", lambda: worker.processed >= 1, 30, 0.02)
     finally:
         worker.request_stop()
         await asyncio.wait_for(runner, 60)

@@ -6,20 +6,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
-from async_waits import until
 
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.dev.bookstore import Bookstore
 from trawl.jobspec.wire import build_job_config
 from trawl.queue import Queue, WorkerCordoned
 from trawl.queue.keys import Keys
+from trawl.queue.model import JobStats
 from trawl.worker.runner import Worker, WorkerConfig
+from waits import wait_for_async
 
 PREFIX = "trawl:{test/cordon}"
 ALLOWED = ["127.0.0.2/32"]
@@ -27,9 +28,8 @@ PAGES = 24
 
 
 @pytest.fixture(scope="module")
-def site() -> Iterator[Bookstore]:
-    with Bookstore(host="127.0.0.2", categories=1, books_per_category=PAGES, latency=0.05) as store:
-        yield store
+def site_options() -> dict[str, Any]:
+    return {"categories": 1, "books_per_category": PAGES, "latency": 0.05}
 
 
 async def test_heartbeat_reply_says_whether_the_pod_is_cordoned(redis_client: aioredis.Redis) -> None:
@@ -99,7 +99,7 @@ async def _two_workers(
 
 
 @pytest.fixture
-async def workers(redis_client: aioredis.Redis) -> AsyncIterator[tuple[Queue, Worker, Worker]]:
+async def pod_workers(redis_client: aioredis.Redis) -> AsyncIterator[tuple[Queue, Worker, Worker]]:
     async with _two_workers(redis_client, heartbeat_seconds=0.2, lease_seconds=10) as three:
         yield three
 
@@ -114,19 +114,20 @@ async def _job(queue: Queue, site: Bookstore) -> str:
 
 
 async def _finished(queue: Queue, job_id: str) -> None:
-    deadline = time.monotonic() + 60
-    while not (stats := await queue.job_stats(job_id)).finished:
-        assert time.monotonic() < deadline, stats
-        await asyncio.sleep(0.05)
+    async def finished() -> JobStats | None:
+        stats = await queue.job_stats(job_id)
+        return stats if stats.finished else None
+
+    stats = await wait_for_async("the job to finish", finished, 60, 0.05, diag=lambda: queue.job_stats(job_id))
     assert stats.succeeded == PAGES
 
 
 async def test_a_cordoned_worker_claims_nothing_and_resumes_when_uncordoned(
-    site: Bookstore, workers: tuple[Queue, Worker, Worker]
+    site: Bookstore, pod_workers: tuple[Queue, Worker, Worker]
 ) -> None:
-    queue, a, b = workers
+    queue, a, b = pod_workers
     await queue.set_cordoned({"pod-a"}, 60)
-    await until(lambda: a.cordoned)
+    await wait_for_async("the condition", lambda: a.cordoned, 30, 0.02)
     assert not b.cordoned
     await _finished(queue, await _job(queue, site))
     # processed counts attempts: a fetch failed under load and retried counts twice (results are exact:
@@ -134,24 +135,24 @@ async def test_a_cordoned_worker_claims_nothing_and_resumes_when_uncordoned(
     assert a.processed == 0 and b.processed >= PAGES  # b claimed everything
     b_before = b.processed
     await queue.set_cordoned(set(), 60)  # the autoscaler lifts the cordon
-    await until(lambda: not a.cordoned)
+    await wait_for_async("the condition", lambda: not a.cordoned, 30, 0.02)
     # b cordoned now, so the next job shows a claiming again (with both free, b may claim it whole first)
     await queue.set_cordoned({"pod-b"}, 60)
-    await until(lambda: b.cordoned)
+    await wait_for_async("the condition", lambda: b.cordoned, 30, 0.02)
     assert not a.cordoned
     await _finished(queue, await _job(queue, site))
     assert a.processed >= PAGES and b.processed == b_before
 
 
 async def test_a_cordon_the_operator_stops_writing_expires(
-    site: Bookstore, workers: tuple[Queue, Worker, Worker]
+    site: Bookstore, pod_workers: tuple[Queue, Worker, Worker]
 ) -> None:
-    queue, a, b = workers
+    queue, a, b = pod_workers
     await queue.set_cordoned({"pod-a"}, 1.0)
-    await until(lambda: a.cordoned)
-    await until(lambda: not a.cordoned, within=10)  # nobody wrote it again: the set expired
+    await wait_for_async("the condition", lambda: a.cordoned, 30, 0.02)
+    await wait_for_async("the condition", lambda: not a.cordoned, 10, 0.02)  # nobody wrote it again: the set expired
     await queue.set_cordoned({"pod-b"}, 60)  # so that the job shows a claiming again (see above)
-    await until(lambda: b.cordoned)
+    await wait_for_async("the condition", lambda: b.cordoned, 30, 0.02)
     await _finished(queue, await _job(queue, site))
     assert a.processed >= PAGES and b.processed == 0
 
@@ -165,7 +166,8 @@ async def test_a_worker_stops_claiming_at_its_next_claim_not_its_next_heartbeat(
         async def first_beats() -> bool:
             return all([await redis_client.hexists(Keys(PREFIX).worker_info, w.worker_id) for w in (a, b)])
 
-        await until(first_beats)  # both first heartbeats came and went: the next ones are a minute away
+        # both first heartbeats came and went: the next ones are a minute away
+        await wait_for_async("the condition", first_beats, 30, 0.02)
         await queue.set_cordoned({"pod-a"}, 60)
         await _finished(queue, await _job(queue, site))
         assert a.processed == 0 and b.processed >= PAGES

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 import redis.asyncio as aioredis
 
 from trawl.api.scrapejob import ScrapeJobSpec
@@ -23,15 +20,10 @@ from trawl.queue.notes import JobNotes
 from trawl.worker.extract import ExtractOptions, Extractor
 from trawl.worker.runner import Worker, WorkerConfig
 from trawl.worker.urls import CrawlPolicy, canonicalize
+from waits import wait_for_async
 
 PREFIX = "trawl:{test/books}"
 ALLOWED = ["127.0.0.2/32"]
-
-
-@pytest.fixture(scope="module")
-def site() -> Iterator[Bookstore]:
-    with Bookstore(host="127.0.0.2") as store:
-        yield store
 
 
 async def run_job(
@@ -51,12 +43,14 @@ async def run_job(
         Keys(PREFIX),
     )
     runner = asyncio.create_task(worker.run())
+
+    async def finished() -> bool:
+        return (await queue.job_stats(job_id)).finished
+
     try:
-        deadline = time.monotonic() + wait_seconds
-        while not (await queue.job_stats(job_id)).finished:
-            assert time.monotonic() < deadline, await queue.job_stats(job_id)
-            assert not runner.done(), runner
-            await asyncio.sleep(0.05)
+        await wait_for_async(
+            "the job to finish", finished, wait_seconds, 0.05, diag=lambda: queue.job_stats(job_id), runner=runner
+        )
     finally:
         worker.request_stop()
         await asyncio.wait_for(runner, 30)

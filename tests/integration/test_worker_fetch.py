@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -15,12 +14,6 @@ from trawl.worker.fetch import Fetcher, FetchError, FetchLimits
 
 # The site listens on 127.0.0.2 and only that address is allowed: 127.0.0.1 (and localhost) stay blocked.
 ALLOWED = parse_networks(["127.0.0.2/32"])
-
-
-@pytest.fixture(scope="module")
-def site() -> Iterator[Bookstore]:
-    with Bookstore(host="127.0.0.2") as store:
-        yield store
 
 
 async def _fetch_error(url: str, limits: FetchLimits = FetchLimits()) -> FetchError:

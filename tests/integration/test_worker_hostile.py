@@ -10,10 +10,8 @@ import itertools
 import json
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 import redis.asyncio as aioredis
 
 from trawl.api.scrapejob import ScrapeJobSpec
@@ -26,12 +24,6 @@ from trawl.worker.runner import Worker, WorkerConfig
 
 PREFIX = "trawl:{test/hostile}"
 ALLOWED = ["127.0.0.2/32"]
-
-
-@pytest.fixture(scope="module")
-def site() -> Iterator[Bookstore]:
-    with Bookstore(host="127.0.0.2") as store:
-        yield store
 
 
 async def _run(

@@ -8,11 +8,10 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
-from async_waits import until
 
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.dev import procs
@@ -21,15 +20,15 @@ from trawl.jobspec.wire import build_job_config
 from trawl.queue import Queue
 from trawl.queue.keys import Keys
 from trawl.worker.runner import Worker, WorkerConfig
+from waits import wait_for_async
 
 PREFIX = "trawl:{test/live}"
 ALLOWED = ["127.0.0.2/32"]
 
 
 @pytest.fixture(scope="module")
-def site() -> Iterator[Bookstore]:
-    with Bookstore(host="127.0.0.2", categories=1, books_per_category=12) as store:
-        yield store
+def site_options() -> dict[str, Any]:
+    return {"categories": 1, "books_per_category": 12}
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -55,7 +54,7 @@ async def test_livez_fails_while_the_event_loop_is_stuck(redis_client: aioredis.
     runner = asyncio.create_task(worker.run())
     base = f"http://127.0.0.1:{port}"
     try:
-        await until(lambda: worker.metrics.__dict__.get("_server") is not None, poll=0.05)
+        await wait_for_async("the condition", lambda: worker.metrics.__dict__.get("_server") is not None, 30, 0.05)
         assert await asyncio.to_thread(_get, base + "/livez") == (200, "ok\n")
         seen: dict[str, tuple[int, str]] = {}
 
@@ -75,7 +74,8 @@ async def test_livez_fails_while_the_event_loop_is_stuck(redis_client: aioredis.
         status, body = seen["livez"]
         assert status == 503 and "event loop has not run" in body
         assert seen["metrics"][0] == 200  # what the readiness probe sees is no proof of life
-        await until(lambda: _get(base + "/livez")[0] == 200, poll=0.05)  # alive again once the loop runs
+        # alive again once the loop runs
+        await wait_for_async("the condition", lambda: _get(base + "/livez")[0] == 200, 30, 0.05)
     finally:
         worker.request_stop()
         await asyncio.wait_for(runner, 30)

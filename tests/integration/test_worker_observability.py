@@ -6,7 +6,7 @@ import asyncio
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
@@ -22,12 +22,6 @@ from trawl.queue.keys import Keys
 from trawl.worker.runner import Worker, WorkerConfig
 
 PREFIX = "trawl:{test/obs}"
-
-
-@pytest.fixture(scope="module")
-def site() -> Iterator[Bookstore]:
-    with Bookstore(host="127.0.0.2") as store:
-        yield store
 
 
 @pytest.fixture

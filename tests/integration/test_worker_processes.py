@@ -5,14 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import redis.asyncio as aioredis
 
 from trawl.api.scrapejob import ScrapeJobSpec
@@ -22,29 +19,10 @@ from trawl.dev.redis_server import RedisServer
 from trawl.jobspec.wire import build_job_config
 from trawl.queue import Queue
 from trawl.queue.keys import Keys
+from waits import wait_for_async
+from worker_procs import start_worker
 
 PREFIX = "trawl:{test/procs}"
-
-
-@pytest.fixture
-def workers(tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for proc in started:
-        procs.stop(proc, timeout=10)
-
-
-def start_worker(
-    started: list[subprocess.Popen[bytes]], redis: RedisServer, name: str, log_dir: Path, **opts: Any
-) -> subprocess.Popen[bytes]:
-    argv = [
-        sys.executable, "-m", "trawl.cli", "worker", "--redis-url", redis.url, "--prefix", PREFIX,
-        "--allowed-cidrs", "127.0.0.2/32", "--worker-id", name, "--lease-seconds", "10",
-        "--concurrency", str(opts.get("concurrency", 8)), "--drain-seconds", str(opts.get("drain", 5)),
-    ]  # fmt: skip
-    proc = procs.start(argv, log_path=log_dir / f"{name}.log")
-    started.append(proc)
-    return proc
 
 
 async def submit(redis: aioredis.Redis, spec: dict[str, Any]) -> tuple[str, Queue]:
@@ -58,10 +36,10 @@ async def submit(redis: aioredis.Redis, spec: dict[str, Any]) -> tuple[str, Queu
 
 
 async def wait_finished(queue: Queue, job_id: str, limit: float) -> None:
-    deadline = time.monotonic() + limit
-    while not (await queue.job_stats(job_id)).finished:
-        assert time.monotonic() < deadline, await queue.job_stats(job_id)
-        await asyncio.sleep(0.1)
+    async def finished() -> bool:
+        return (await queue.job_stats(job_id)).finished
+
+    await wait_for_async(f"job {job_id} to finish", finished, limit, 0.1, diag=lambda: queue.job_stats(job_id))
 
 
 async def records(redis: aioredis.Redis, job_id: str) -> list[dict[str, Any]]:
@@ -86,8 +64,8 @@ async def test_two_workers_share_a_domain_rate_limit(
                 "politeness": {"requestsPerSecond": 5, "maxConcurrencyPerDomain": 4},
             },
         )
-        a = start_worker(workers, redis_server, "rate-a", tmp_path)
-        b = start_worker(workers, redis_server, "rate-b", tmp_path)
+        a = start_worker(workers, ["--redis-url", redis_server.url], PREFIX, "rate-a", tmp_path)
+        b = start_worker(workers, ["--redis-url", redis_server.url], PREFIX, "rate-b", tmp_path)
         await wait_finished(queue, job_id, 40)
         entries = site.entries()
         times = sorted(e.time for e in entries)  # every request, robots.txt included
@@ -118,7 +96,7 @@ async def test_sigterm_mid_crawl_drains_and_nothing_is_lost_or_repeated(
                 "politeness": {"requestsPerSecond": 1000, "maxConcurrencyPerDomain": 8},
             },
         )
-        first = start_worker(workers, redis_server, "drain-a", tmp_path, drain=5)
+        first = start_worker(workers, ["--redis-url", redis_server.url], PREFIX, "drain-a", tmp_path, drain=5)
         deadline = time.monotonic() + 30
         while len(await records(redis_client, job_id)) < 20:
             assert time.monotonic() < deadline and first.poll() is None
@@ -129,7 +107,7 @@ async def test_sigterm_mid_crawl_drains_and_nothing_is_lost_or_repeated(
         assert procs.stop(first, timeout=15) == 0  # SIGTERM: exit 0...
         assert time.monotonic() - started < 5 + 1  # ...within the grace period
         assert (await queue.job_stats(job_id)).in_flight == 0  # nothing left leased to the gone worker
-        start_worker(workers, redis_server, "drain-b", tmp_path, drain=5)
+        start_worker(workers, ["--redis-url", redis_server.url], PREFIX, "drain-b", tmp_path, drain=5)
         await wait_finished(queue, job_id, 90)
     recs = await records(redis_client, job_id)
     urls = [r["url"] for r in recs]
@@ -152,7 +130,9 @@ async def test_sigterm_releases_what_cannot_finish_in_the_grace_period(
                 "politeness": {"requestsPerSecond": 1000, "maxConcurrencyPerDomain": 8, "respectRobotsTxt": False},
             },
         )
-        first = start_worker(workers, redis_server, "slow-a", tmp_path, drain=2, concurrency=8)
+        first = start_worker(
+            workers, ["--redis-url", redis_server.url], PREFIX, "slow-a", tmp_path, drain=2, concurrency=8
+        )
         deadline = time.monotonic() + 20
         while (await queue.job_stats(job_id)).in_flight < 8:
             assert time.monotonic() < deadline
@@ -162,7 +142,7 @@ async def test_sigterm_releases_what_cannot_finish_in_the_grace_period(
         assert time.monotonic() - started < 2 + 1.5
         stats = await queue.job_stats(job_id)
         assert stats.in_flight == 0 and stats.pending == 12 and stats.succeeded == 0  # all given back at once
-        start_worker(workers, redis_server, "slow-b", tmp_path, drain=10, concurrency=12)
+        start_worker(workers, ["--redis-url", redis_server.url], PREFIX, "slow-b", tmp_path, drain=10, concurrency=12)
         await wait_finished(queue, job_id, 40)
     recs = await records(redis_client, job_id)
     assert sorted(r["url"] for r in recs) == sorted(site.product_url(i) for i in range(1, 13))

@@ -11,11 +11,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Iterator
 
 import pytest
 import redis.asyncio as aioredis
-from async_waits import until
 from redis.exceptions import OutOfMemoryError
 
 from trawl.api.scrapejob import ScrapeJobSpec
@@ -25,15 +23,10 @@ from trawl.queue import JobConfig, Queue
 from trawl.queue.keys import Keys
 from trawl.redisconn.memory import read_memory
 from trawl.worker.runner import Worker, WorkerConfig
+from waits import wait_for_async
 
 PREFIX = "trawl:{test/full}"
 PAGES = 60
-
-
-@pytest.fixture(scope="module")
-def site() -> Iterator[Bookstore]:
-    with Bookstore(host="127.0.0.2") as store:
-        yield store
 
 
 async def test_a_full_redis_holds_the_work_then_every_url_lands_once(
@@ -63,8 +56,8 @@ async def test_a_full_redis_holds_the_work_then_every_url_lands_once(
         return any("maxmemory" in str(getattr(r, "error", "")) for r in caplog.records)
 
     try:
-        await until(
-            lambda: _succeeded_at_least(queue, job_id, PAGES // 3), what="a third of the job", runner=runner, within=60
+        await wait_for_async(
+            "a third of the job", lambda: _succeeded_at_least(queue, job_id, PAGES // 3), 60, 0.02, runner=runner
         )
         memory = await read_memory(redis_client)
         assert memory is not None and memory.limit == 0
@@ -72,11 +65,11 @@ async def test_a_full_redis_holds_the_work_then_every_url_lands_once(
         await redis_client.config_set("maxmemory", str(memory.used // 2))  # full now, mid-job
         full = await read_memory(redis_client)
         assert full is not None and full.full
-        await until(refused, what="the worker to meet the full Redis", runner=runner, within=60)
+        await wait_for_async("the worker to meet the full Redis", refused, 60, 0.02, runner=runner)
         stalled_at = (await queue.job_stats(job_id)).succeeded
         assert stalled_at < PAGES
         await redis_client.config_set("maxmemory", "0")  # room again
-        await until(lambda: _finished(queue, job_id), what="the job to finish", runner=runner, within=60)
+        await wait_for_async("the job to finish", lambda: _finished(queue, job_id), 60, 0.02, runner=runner)
     finally:
         await redis_client.config_set("maxmemory", "0")
         worker.request_stop()

@@ -11,13 +11,10 @@ import asyncio
 import json
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import redis.asyncio as aioredis
-from async_waits import until
 
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.dev.bookstore import Bookstore
@@ -26,16 +23,11 @@ from trawl.queue import Queue
 from trawl.queue.keys import Keys
 from trawl.queue.notes import JobNotes
 from trawl.worker.runner import Worker, WorkerConfig
+from waits import wait_for_async
 
 PREFIX = "trawl:{test/sinkfail}"
 ALLOWED = ["127.0.0.2/32"]
 PAGES = 12
-
-
-@pytest.fixture(scope="module")
-def site() -> Iterator[Bookstore]:
-    with Bookstore(host="127.0.0.2") as store:
-        yield store
 
 
 async def _start(
@@ -78,18 +70,16 @@ async def test_a_sink_outage_costs_no_refetch_and_loses_no_record(
     notes = JobNotes(redis_client, Keys(PREFIX).job)
     try:
         # The outage: every page is fetched, no record can be written, and the job says why.
-        trouble = await until(
-            lambda: notes.sink_trouble(job_id), what="the sink note", runner=runner, within=60, poll=0.05
-        )
+        trouble = await wait_for_async("the sink note", lambda: notes.sink_trouble(job_id), 60, 0.05, runner=runner)
         assert "json lines write failed" in trouble.message
-        await until(
+        await wait_for_async(
+            "every page fetched and retried",
             lambda: (
                 sum(_fetches(site, before).values()) == PAGES and worker.metrics.sink_retries._value.get() >= 3 * PAGES
             ),
-            what="every page fetched and retried",
+            60,
+            0.05,
             runner=runner,
-            within=60,
-            poll=0.05,
         )
         stats = await queue.job_stats(job_id)
         assert (stats.succeeded, stats.dead, stats.in_flight) == (0, 0, PAGES)  # held, not given back
@@ -98,7 +88,7 @@ async def test_a_sink_outage_costs_no_refetch_and_loses_no_record(
         assert worker.metrics.in_flight._value.get() == worker.in_flight == PAGES
 
         blocker.unlink()  # the sink recovers
-        await until(lambda: _finished(queue, job_id), what="the job to finish", runner=runner, within=60, poll=0.05)
+        await wait_for_async("the job to finish", lambda: _finished(queue, job_id), 60, 0.05, runner=runner)
     finally:
         worker.request_stop()
         await asyncio.wait_for(runner, 30)
@@ -125,11 +115,9 @@ async def test_a_permanently_failing_sink_dead_letters_with_its_reason(
     )
     notes = JobNotes(redis_client, Keys(PREFIX).job)
     try:
-        trouble = await until(
-            lambda: notes.sink_trouble(job_id), what="the sink note", runner=runner, within=60, poll=0.05
-        )
+        trouble = await wait_for_async("the sink note", lambda: notes.sink_trouble(job_id), 60, 0.05, runner=runner)
         assert "refused" in trouble.message
-        await until(lambda: _finished(queue, job_id), what="the job to finish", runner=runner, within=60, poll=0.05)
+        await wait_for_async("the job to finish", lambda: _finished(queue, job_id), 60, 0.05, runner=runner)
     finally:
         worker.request_stop()
         await asyncio.wait_for(runner, 30)

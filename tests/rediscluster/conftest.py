@@ -16,9 +16,7 @@ from trawl.redisconn.client import connect
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "cluster"))
 from kube_fixtures import control_plane, namespace, operator, supervisor
 
-from failover_workers import workers
-
-__all__ = ["control_plane", "namespace", "operator", "supervisor", "workers"]
+__all__ = ["control_plane", "namespace", "operator", "supervisor"]
 
 
 @pytest.fixture(scope="session")

@@ -16,3 +16,8 @@ def pool_on_master(cluster: LocalRedisCluster, port: int, namespace: str = "rc",
         if owner.owns(key_slot(pool_prefix(namespace, name).encode())):
             return name
     raise LookupError(f"no pool name lands on master {port}")
+
+
+def worker_redis_args(cluster: LocalRedisCluster) -> list[str]:
+    """How `trawl worker` is told to use the cluster."""
+    return ["--redis-url", cluster.url, "--redis-cluster"]

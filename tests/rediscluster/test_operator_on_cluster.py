@@ -11,7 +11,7 @@ from collections import Counter
 from typing import Any
 
 import redis.asyncio as aioredis
-from operator_fixtures import apply, condition, get, job, pool, wait_complete, wait_for
+from operator_fixtures import apply, condition, get, job, pool, wait_complete
 from rcluster_helpers import pool_on_master
 from redis.crc import key_slot
 from typer.testing import CliRunner
@@ -22,6 +22,7 @@ from trawl.dev.bookstore import PRODUCT_FIELDS, Bookstore
 from trawl.dev.procs import free_port
 from trawl.dev.redis_cluster import LocalRedisCluster
 from trawl.queue.sharded import ShardedQueue
+from waits import wait_for
 
 
 def cli(cp: Any, namespace: str, *args: str) -> Any:
@@ -76,7 +77,7 @@ async def test_cluster_pool_job_completes_over_a_master_failover(
             status = get(cp, "scrapejob", "books", namespace).get("status") or {}
             return int((status.get("counts") or {}).get("succeeded") or 0)
 
-        wait_for("a quarter of the job done", lambda: done_count() >= 20, 120, lambda: diag(operator, supervisor))
+        wait_for("a quarter of the job done", lambda: done_count() >= 20, 120, diag=lambda: diag(operator, supervisor))
         assert done_count() < 80
         redis_cluster.kill(master.port)
         try:
@@ -139,7 +140,7 @@ async def test_a_cluster_pool_whose_master_and_replica_lost_the_data_says_data_l
             status = get(cp, "scrapejob", "books", namespace).get("status") or {}
             return int((status.get("counts") or {}).get("succeeded") or 0)
 
-        wait_for("some progress", lambda: succeeded() >= 5, 120, lambda: diag(operator, supervisor))
+        wait_for("some progress", lambda: succeeded() >= 5, 120, diag=lambda: diag(operator, supervisor))
         redis_cluster.command(master.port, "FLUSHALL")
 
         def lost(kind: str, obj_name: str) -> bool:
@@ -149,7 +150,7 @@ async def test_a_cluster_pool_whose_master_and_replica_lost_the_data_says_data_l
             "DataLost on the job and the pool",
             lambda: lost("scrapejob", "books") and lost("scrapepool", name),
             60,
-            lambda: diag(operator, supervisor),
+            diag=lambda: diag(operator, supervisor),
         )
         wait_complete(cp, "books", namespace, 180, lambda: diag(operator, supervisor))
     res = await asyncio.to_thread(cli, cp, namespace, "results", "books")

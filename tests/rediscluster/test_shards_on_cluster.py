@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -19,13 +18,13 @@ from redis.crc import key_slot
 
 from failover_workers import HOST
 from trawl.api.scrapejob import ScrapeJobSpec
-from trawl.dev import procs
 from trawl.dev.bookstore import PRODUCT_FIELDS, Bookstore
 from trawl.dev.redis_cluster import LocalRedisCluster
 from trawl.jobspec.wire import build_job_config
 from trawl.queue import JobConfig, RetryPolicy, WorkerCordoned
 from trawl.queue.keys import pool_prefix
 from trawl.queue.sharded import ShardedQueue, shard_of
+from worker_procs import start_worker
 
 
 def masters_of(cluster: LocalRedisCluster, q: ShardedQueue) -> list[int]:
@@ -137,12 +136,10 @@ async def test_workers_crawl_a_site_over_three_shards_every_page_once(
         await q.enqueue(job_id, spec.seed_urls(), start_index=0)
         await q.mark_enqueue_done(job_id)
         for n in range(2):
-            argv = [
-                sys.executable, "-m", "trawl.cli", "worker", "--redis-url", redis_cluster.url, "--redis-cluster",
-                "--redis-shards", "3", "--prefix", prefix, "--allowed-cidrs", f"{HOST}/32",
-                "--worker-id", f"shard-{n}", "--lease-seconds", "10", "--concurrency", "8", "--parse-processes", "0",
-            ]  # fmt: skip
-            workers.append(procs.start(argv, log_path=tmp_path / f"shard-{n}.log"))
+            redis_args = ["--redis-url", redis_cluster.url, "--redis-cluster", "--redis-shards", "3"]
+            start_worker(
+                workers, redis_args, prefix, f"shard-{n}", tmp_path, allowed=f"{HOST}/32", drain=None, parse_processes=0
+            )
         deadline = time.monotonic() + 120
         while not (await q.job_stats(job_id)).finished:
             assert time.monotonic() < deadline, await q.job_stats(job_id)

@@ -12,30 +12,17 @@ from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aioredis
-from rcluster_helpers import pool_on_master
+from rcluster_helpers import pool_on_master, worker_redis_args
 from redis.crc import key_slot
 
-import failover_workers
-from failover_workers import HOST, duplicate_records, records, submit, wait_finished
+from failover_workers import HOST, WORKER_OPTIONS, duplicate_records, records, submit, wait_finished
 from trawl.dev import procs
 from trawl.dev.bookstore import Bookstore
 from trawl.dev.redis_cluster import LocalRedisCluster
 from trawl.queue.keys import pool_prefix
+from worker_procs import start_worker
 
 NS = "rcw"
-
-
-def start_worker(
-    started: list[subprocess.Popen[bytes]],
-    cluster: LocalRedisCluster,
-    prefix: str,
-    name: str,
-    log_dir: Path,
-    metrics_port: int = 0,
-) -> subprocess.Popen[bytes]:
-    return failover_workers.start_worker(
-        started, ["--redis-url", cluster.url, "--redis-cluster"], prefix, name, log_dir, metrics_port
-    )
 
 
 async def test_two_pools_on_two_masters_drain_with_exact_counts(
@@ -52,7 +39,15 @@ async def test_two_pools_on_two_masters_drain_with_exact_counts(
             for n, prefix in enumerate(prefixes)
         ]
         for n, prefix in enumerate(prefixes):
-            start_worker(workers, redis_cluster, prefix, f"drain-{n}", tmp_path)
+            start_worker(
+                workers,
+                worker_redis_args(redis_cluster),
+                prefix,
+                f"drain-{n}",
+                tmp_path,
+                metrics_port=0,
+                **WORKER_OPTIONS,
+            )
         for job_id, queue in jobs:
             await wait_finished(queue, job_id, 90)
         fetched = Counter(e.path for e in site.entries() if e.path != "/robots.txt")
@@ -83,7 +78,15 @@ async def test_master_killed_mid_job_replica_takes_over_and_no_record_is_lost(
         job_id, queue = await submit(cluster_client, prefix, urls)
         ports = procs.free_ports(2)
         for n in range(2):
-            start_worker(workers, redis_cluster, prefix, f"failover-{n}", tmp_path, metrics_port=ports[n])
+            start_worker(
+                workers,
+                worker_redis_args(redis_cluster),
+                prefix,
+                f"failover-{n}",
+                tmp_path,
+                metrics_port=ports[n],
+                **WORKER_OPTIONS,
+            )
         deadline = time.monotonic() + 60
         while (await queue.job_stats(job_id)).succeeded < 25:
             assert time.monotonic() < deadline

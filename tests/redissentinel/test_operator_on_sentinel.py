@@ -11,7 +11,7 @@ from collections import Counter
 from typing import Any
 
 import redis.asyncio as aioredis
-from operator_fixtures import apply, condition, get, job, pool, wait_complete, wait_for
+from operator_fixtures import apply, condition, get, job, pool, wait_complete
 from rsentinel_helpers import MASTER_NAME
 from typer.testing import CliRunner
 
@@ -19,6 +19,7 @@ from trawl.cli import app
 from trawl.dev.bookstore import PRODUCT_FIELDS, Bookstore
 from trawl.dev.procs import free_port
 from trawl.dev.redis_sentinel import LocalRedisSentinel
+from waits import wait_for
 
 
 def cli(cp: Any, namespace: str, *args: str) -> Any:
@@ -79,7 +80,7 @@ async def test_sentinel_pool_job_completes_over_a_master_failover(
             status = get(cp, "scrapejob", "books", namespace).get("status") or {}
             return int((status.get("counts") or {}).get("succeeded") or 0)
 
-        wait_for("a quarter of the job done", lambda: done_count() >= 20, 120, lambda: diag(operator, supervisor))
+        wait_for("a quarter of the job done", lambda: done_count() >= 20, 120, diag=lambda: diag(operator, supervisor))
         assert done_count() < 80
         redis_sentinel.kill(master)
         try:

@@ -12,28 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aioredis
-from rsentinel_helpers import MASTER_NAME
+from rsentinel_helpers import worker_redis_args
 
-import failover_workers
-from failover_workers import HOST, duplicate_records, records, submit, wait_finished
+from failover_workers import HOST, WORKER_OPTIONS, duplicate_records, records, submit, wait_finished
 from trawl.dev import procs
 from trawl.dev.bookstore import Bookstore
 from trawl.dev.redis_sentinel import LocalRedisSentinel
 from trawl.queue.keys import pool_prefix
+from worker_procs import start_worker
 
 NS = "rsw"
-
-
-def start_worker(
-    started: list[subprocess.Popen[bytes]],
-    deployment: LocalRedisSentinel,
-    prefix: str,
-    name: str,
-    log_dir: Path,
-    metrics_port: int = 0,
-) -> subprocess.Popen[bytes]:
-    redis_args = ["--redis-sentinels", ",".join(deployment.sentinel_addresses), "--redis-sentinel-master", MASTER_NAME]
-    return failover_workers.start_worker(started, redis_args, prefix, name, log_dir, metrics_port)
 
 
 async def test_a_job_drains_through_the_sentinels_with_exact_counts(
@@ -46,7 +34,9 @@ async def test_a_job_drains_through_the_sentinels_with_exact_counts(
     with Bookstore(host=HOST) as site:
         urls = [site.product_url(i) for i in range(1, 41)]
         job_id, queue = await submit(sentinel_client, prefix, urls)
-        start_worker(workers, redis_sentinel, prefix, "drain-0", tmp_path)
+        start_worker(
+            workers, worker_redis_args(redis_sentinel), prefix, "drain-0", tmp_path, metrics_port=0, **WORKER_OPTIONS
+        )
         await wait_finished(queue, job_id, 90)
         fetched = Counter(e.path for e in site.entries() if e.path != "/robots.txt")
         expected = site.expected()
@@ -73,7 +63,15 @@ async def test_master_killed_mid_job_replica_promoted_and_no_record_is_lost(
         job_id, queue = await submit(sentinel_client, prefix, urls)
         ports = procs.free_ports(2)
         for n in range(2):
-            start_worker(workers, redis_sentinel, prefix, f"failover-{n}", tmp_path, metrics_port=ports[n])
+            start_worker(
+                workers,
+                worker_redis_args(redis_sentinel),
+                prefix,
+                f"failover-{n}",
+                tmp_path,
+                metrics_port=ports[n],
+                **WORKER_OPTIONS,
+            )
         deadline = time.monotonic() + 60
         while (await queue.job_stats(job_id)).succeeded < 25:
             assert time.monotonic() < deadline

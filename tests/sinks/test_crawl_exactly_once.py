@@ -11,16 +11,13 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
-import pytest
 import redis.asyncio as aioredis
 from minio import Minio
 
@@ -37,41 +34,20 @@ from trawl.queue.keys import pod_of
 from trawl.sinks import s3 as s3sink
 from trawl.sinks.postgres import ensure_table, target_from_spec
 from trawl.sinks.s3 import S3Target
+from waits import wait_for_async
+from worker_procs import start_worker
 
 PREFIX = "trawl:{test/sinkcrawl}"
 OUTAGE_SECONDS = 30
 
 
-@pytest.fixture
-def workers() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for proc in started:
-        procs.stop(proc, timeout=10)
-
-
-def start_worker(
-    started: list[subprocess.Popen[bytes]],
-    redis: RedisServer,
-    pg: PostgresServer,
-    s3: S3Server,
-    name: str,
-    log_dir: Path,
-) -> subprocess.Popen[bytes]:
-    argv = [
-        sys.executable, "-m", "trawl.cli", "worker", "--redis-url", redis.url, "--prefix", PREFIX,
-        "--allowed-cidrs", "127.0.0.2/32", "--worker-id", name, "--lease-seconds", "10",
-        "--concurrency", "8", "--drain-seconds", "5",
-    ]  # fmt: skip
+def sink_env(pg: PostgresServer, s3: S3Server) -> dict[str, str]:
     # The password as the pool's mounted Secret would give it (the env fallback of read_secret).
-    env = dict(os.environ) | {
+    return dict(os.environ) | {
         secret_env_name("pg", "password"): pg.password,
         secret_env_name("s3", "id"): s3.access_key,
         secret_env_name("s3", "secret"): s3.secret_key,
     }
-    proc = procs.start(argv, log_path=log_dir / f"{name}.log", env=env)
-    started.append(proc)
-    return proc
 
 
 async def count_rows(pg: PostgresServer, table: str, job_id: str) -> tuple[int, int]:
@@ -86,10 +62,12 @@ async def count_rows(pg: PostgresServer, table: str, job_id: str) -> tuple[int, 
 
 
 async def wait_rows(pg: PostgresServer, table: str, job_id: str, at_least: int, limit: float) -> None:
-    deadline = time.monotonic() + limit
-    while (await count_rows(pg, table, job_id))[0] < at_least:
-        assert time.monotonic() < deadline, await count_rows(pg, table, job_id)
-        await asyncio.sleep(0.2)
+    async def enough() -> bool:
+        return (await count_rows(pg, table, job_id))[0] >= at_least
+
+    await wait_for_async(
+        f"{at_least} rows of job {job_id}", enough, limit, 0.2, diag=lambda: count_rows(pg, table, job_id)
+    )
 
 
 def crawl(site: Bookstore, output: dict[str, Any]) -> ScrapeJobSpec:
@@ -168,8 +146,12 @@ async def test_crawls_land_exactly_once_through_an_outage_and_a_sigkill(
         s3_job = await submit(queue, s3_spec)
         expected_pages = 1 + 8 * 5 + 2000  # home, 5 listing pages per category, products
 
-        a = start_worker(workers, redis_server, pg_server, s3_server, "sink-a", tmp_path)
-        start_worker(workers, redis_server, pg_server, s3_server, "sink-b", tmp_path)
+        a = start_worker(
+            workers, ["--redis-url", redis_server.url], PREFIX, "sink-a", tmp_path, env=sink_env(pg_server, s3_server)
+        )
+        start_worker(
+            workers, ["--redis-url", redis_server.url], PREFIX, "sink-b", tmp_path, env=sink_env(pg_server, s3_server)
+        )
 
         # 1. both servers go away for 30 s mid-crawl
         await wait_rows(pg_server, table, pg_job, 200, 120)
@@ -202,7 +184,9 @@ async def test_crawls_land_exactly_once_through_an_outage_and_a_sigkill(
         # waiting for a slot, running, or fetched with the record waiting for the sinks.
         ids = [m.decode() for m in await redis_client.zrange(queue.keys.worker_deadlines, 0, -1)]
         held = sum([await redis_client.hlen(queue.keys.worker(w)) for w in ids if pod_of(w) == "sink-a"])
-        start_worker(workers, redis_server, pg_server, s3_server, "sink-c", tmp_path)
+        start_worker(
+            workers, ["--redis-url", redis_server.url], PREFIX, "sink-c", tmp_path, env=sink_env(pg_server, s3_server)
+        )
 
         deadline = time.monotonic() + 300
         for job in (pg_job, s3_job):

@@ -30,12 +30,15 @@ import html
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from . import procs
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 MAX_DELAY_SECONDS = 120.0  # ?delay= on any page, bounded
 
@@ -257,19 +260,45 @@ def build_app(
     robots_txt: str = ROBOTS_TXT,
     robots_fail: int = 0,
 ) -> object:
+    """The site as an aiohttp application: the shop's pages, then the hostile endpoints, every request written
+    to ``access_log`` (when given) and answered ``?delay=`` seconds late."""
     from aiohttp import web
 
-    cat = renderer.cat
-    by_slug = {slugify(c): c for c in cat.categories}
     log_file = open(access_log, "a", buffering=1) if access_log else None  # noqa: SIM115 - lives with the app
-    counters: dict[str, int] = {}
-    bomb_gzip = gzip.compress(b"\0" * (64 * 1024 * 1024), compresslevel=9)
-    try:
-        import brotli
+    hits = _Hits()
+    app = web.Application(middlewares=[_log_requests(log_file), _delay_requests()])
+    _add_shop(app, renderer, hits, latency=latency, robots_txt=robots_txt, robots_fail=robots_fail)
+    _add_hostile(app, hits, redirect_port=redirect_port)
+    app.router.add_get("/_hits", hits.report)
+    if log_file is not None:
 
-        bomb_br = brotli.compress(b"\0" * (64 * 1024 * 1024), quality=5)
-    except ImportError:  # pragma: no cover
-        bomb_br = b""
+        async def close_log(_app: object) -> None:
+            log_file.close()
+
+        app.on_cleanup.append(close_log)
+    return app
+
+
+class _Hits:
+    """Requests counted per endpoint and ``?id=`` (robots.txt, /hostile/429, /hostile/503); ``/_hits`` shows them."""
+
+    def __init__(self) -> None:
+        self.counters: dict[str, int] = {}
+
+    def hit(self, request: web.Request, name: str) -> int:
+        key = f"{name}:{request.query.get('id', '')}"
+        self.counters[key] = self.counters.get(key, 0) + 1
+        return self.counters[key]
+
+    async def report(self, request: web.Request) -> web.Response:
+        from aiohttp import web
+
+        return web.json_response(self.counters)
+
+
+def _log_requests(log_file: TextIO | None) -> Any:
+    """The access log's middleware: one line per request (arrival time, method, path, status, User-Agent)."""
+    from aiohttp import web
 
     @web.middleware
     async def log_requests(request: web.Request, handler: object) -> web.StreamResponse:
@@ -287,10 +316,42 @@ def build_app(
                 ua = request.headers.get("User-Agent", "-").replace(" ", "_")
                 log_file.write(f"{arrived:.6f} {request.method} {request.path_qs} {status} {ua}\n")
 
-    def html_response(text: str | None) -> web.Response:
-        if text is None:
-            raise web.HTTPNotFound(text="not found")
-        return web.Response(text=text, content_type="text/html")
+    return log_requests
+
+
+def _delay_requests() -> Any:
+    """``?delay=S`` on any page: the answer comes ``S`` seconds later (at most ``MAX_DELAY_SECONDS``)."""
+    from aiohttp import web
+
+    @web.middleware
+    async def delay_requests(request: web.Request, handler: object) -> web.StreamResponse:
+        try:
+            delay = min(max(float(request.query.get("delay", "0")), 0.0), MAX_DELAY_SECONDS)
+        except ValueError:
+            delay = 0.0
+        if delay:
+            await asyncio.sleep(delay)
+        resp: web.StreamResponse = await handler(request)  # type: ignore[operator]
+        return resp
+
+    return delay_requests
+
+
+def _html_response(text: str | None) -> web.Response:
+    from aiohttp import web
+
+    if text is None:
+        raise web.HTTPNotFound(text="not found")
+    return web.Response(text=text, content_type="text/html")
+
+
+def _add_shop(
+    app: web.Application, renderer: Renderer, hits: _Hits, *, latency: float, robots_txt: str, robots_fail: int
+) -> None:
+    """The shop: home, listings and product pages (each ``latency`` seconds late), robots.txt, /private/."""
+    from aiohttp import web
+
+    by_slug = {slugify(c): c for c in renderer.cat.categories}
 
     async def pause() -> None:
         if latency > 0:
@@ -298,26 +359,52 @@ def build_app(
 
     async def home(request: web.Request) -> web.Response:
         await pause()
-        return html_response(renderer.home())
+        return _html_response(renderer.home())
 
     async def listing(request: web.Request) -> web.Response:
         await pause()
         category = by_slug.get(request.match_info["slug"])
         if category is None:
             raise web.HTTPNotFound()
-        return html_response(renderer.listing(category, int(request.match_info["n"])))
+        return _html_response(renderer.listing(category, int(request.match_info["n"])))
 
     async def product(request: web.Request) -> web.Response:
         await pause()
-        return html_response(renderer.product(int(request.match_info["id"])))
+        return _html_response(renderer.product(int(request.match_info["id"])))
 
     async def robots(request: web.Request) -> web.Response:
-        if hit(request, "robots") <= robots_fail:  # the first robots_fail requests: a server error
+        if hits.hit(request, "robots") <= robots_fail:  # the first robots_fail requests: a server error
             return web.Response(status=503, text="robots.txt unavailable")
         return web.Response(text=robots_txt, content_type="text/plain")
 
     async def private(request: web.Request) -> web.Response:
-        return html_response(_page("Secret", "<h1>Staff only</h1>", ""))
+        return _html_response(_page("Secret", "<h1>Staff only</h1>", ""))
+
+    app.router.add_get("/", home)
+    app.router.add_get("/index.html", home)
+    app.router.add_get("/robots.txt", robots)
+    app.router.add_get(r"/category/{slug}/page-{n:\d+}.html", listing)
+    app.router.add_get(r"/product/{id:\d+}.html", product)
+    app.router.add_get("/private/{name}", private)
+
+
+def _add_hostile(app: web.Application, hits: _Hits, *, redirect_port: int) -> None:
+    """The hostile endpoints (``/hostile/...``, the module's docstring lists them)."""
+    app.router.add_get("/hostile/redirect/{kind}", _redirect_handler(redirect_port))
+    app.router.add_get("/hostile/bomb/{kind}", _bomb_handler())
+    app.router.add_get("/hostile/huge", _huge)
+    app.router.add_get("/hostile/drip", _drip)
+    app.router.add_get("/hostile/429", _too_many_handler(hits))
+    app.router.add_get("/hostile/503", _unavailable_handler(hits))
+    app.router.add_get("/hostile/404", _not_found)
+    app.router.add_get("/hostile/deep", _deep)
+    app.router.add_get("/hostile/charset/{kind}", _charset)
+    app.router.add_get("/hostile/headers", _echo_headers)
+
+
+def _redirect_handler(redirect_port: int) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """``/hostile/redirect/<kind>``: 302 to an internal address (or to ``?url=`` for ``to``)."""
+    from aiohttp import web
 
     def port_of(request: web.Request) -> int:
         return redirect_port or (request.url.port or 80)
@@ -341,108 +428,117 @@ def build_app(
             raise web.HTTPNotFound()
         return web.Response(status=302, headers={"Location": location})
 
+    return redirect
+
+
+def _bomb_handler() -> Callable[[web.Request], Awaitable[web.Response]]:
+    """``/hostile/bomb/<gzip|br>``: 64 MiB of zeros compressed (made once, when the app is built)."""
+    from aiohttp import web
+
+    bomb_gzip = gzip.compress(b"\0" * (64 * 1024 * 1024), compresslevel=9)
+    try:
+        import brotli
+
+        bomb_br = brotli.compress(b"\0" * (64 * 1024 * 1024), quality=5)
+    except ImportError:  # pragma: no cover
+        bomb_br = b""
+
     async def bomb(request: web.Request) -> web.Response:
         if request.match_info["kind"] == "br":
             return web.Response(body=bomb_br, headers={"Content-Encoding": "br", "Content-Type": "text/html"})
         return web.Response(body=bomb_gzip, headers={"Content-Encoding": "gzip", "Content-Type": "text/html"})
 
-    async def huge(request: web.Request) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "text/html"})
-        if request.query.get("length") == "1":
-            resp.content_length = 64 * 1024 * 1024
-        await resp.prepare(request)
-        block = b"<p>" + b"x" * 65530 + b"</p>"
-        try:
-            for _ in range(1024):
-                await resp.write(block)
-        except (ConnectionResetError, RuntimeError):
-            pass
-        return resp
+    return bomb
 
-    async def drip(request: web.Request) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "text/html"})
-        resp.content_length = 120
-        await resp.prepare(request)
-        try:
-            for _ in range(120):
-                await resp.write(b"x")
-                await asyncio.sleep(1.0)
-        except (ConnectionResetError, RuntimeError):
-            pass
-        return resp
 
-    def hit(request: web.Request, name: str) -> int:
-        key = f"{name}:{request.query.get('id', '')}"
-        counters[key] = counters.get(key, 0) + 1
-        return counters[key]
+async def _huge(request: web.Request) -> web.StreamResponse:
+    """64 MiB of HTML (``?length=1``: announced in Content-Length)."""
+    from aiohttp import web
+
+    resp = web.StreamResponse(headers={"Content-Type": "text/html"})
+    if request.query.get("length") == "1":
+        resp.content_length = 64 * 1024 * 1024
+    await resp.prepare(request)
+    block = b"<p>" + b"x" * 65530 + b"</p>"
+    try:
+        for _ in range(1024):
+            await resp.write(block)
+    except (ConnectionResetError, RuntimeError):
+        pass
+    return resp
+
+
+async def _drip(request: web.Request) -> web.StreamResponse:
+    """120 bytes, one a second."""
+    from aiohttp import web
+
+    resp = web.StreamResponse(headers={"Content-Type": "text/html"})
+    resp.content_length = 120
+    await resp.prepare(request)
+    try:
+        for _ in range(120):
+            await resp.write(b"x")
+            await asyncio.sleep(1.0)
+    except (ConnectionResetError, RuntimeError):
+        pass
+    return resp
+
+
+def _too_many_handler(hits: _Hits) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """429 with ``Retry-After`` (``?after=``, 2 by default) the first ``?times=`` times per ``?id=``."""
+    from aiohttp import web
 
     async def too_many(request: web.Request) -> web.Response:
-        if hit(request, "429") <= int(request.query.get("times", "1")):
+        if hits.hit(request, "429") <= int(request.query.get("times", "1")):
             return web.Response(status=429, text="slow down", headers={"Retry-After": request.query.get("after", "2")})
-        return html_response(_page("Recovered", "<h1>OK after 429</h1>", ""))
+        return _html_response(_page("Recovered", "<h1>OK after 429</h1>", ""))
+
+    return too_many
+
+
+def _unavailable_handler(hits: _Hits) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """503 the first ``?fail=`` times per ``?id=`` (2 by default), then a page."""
+    from aiohttp import web
 
     async def unavailable(request: web.Request) -> web.Response:
-        if hit(request, "503") <= int(request.query.get("fail", "2")):
+        if hits.hit(request, "503") <= int(request.query.get("fail", "2")):
             return web.Response(status=503, text="unavailable")
-        return html_response(_page("Recovered", "<h1>OK after 503</h1>", ""))
+        return _html_response(_page("Recovered", "<h1>OK after 503</h1>", ""))
 
-    async def not_found(request: web.Request) -> web.Response:
-        raise web.HTTPNotFound(text="gone")
+    return unavailable
 
-    async def deep(request: web.Request) -> web.Response:
-        n = min(int(request.query.get("n", "200000")), 1_000_000)
-        body = "<html><head><title>deep</title></head><body>" + "<div>" * n + "x" + "</div>" * n + "</body></html>"
-        return web.Response(body=body.encode(), content_type="text/html")
 
-    async def charset(request: web.Request) -> web.Response:
-        kind = request.match_info["kind"]
-        if kind not in CHARSET_PAGES:
-            raise web.HTTPNotFound()
-        body, header = charset_page(kind)
-        return web.Response(body=body, headers={"Content-Type": header})
+async def _not_found(request: web.Request) -> web.Response:
+    from aiohttp import web
 
-    async def echo_headers(request: web.Request) -> web.Response:
-        return web.Response(text=json.dumps(dict(request.headers)), content_type="text/html")  # fetchable
+    raise web.HTTPNotFound(text="gone")
 
-    async def hits(request: web.Request) -> web.Response:
-        return web.json_response(counters)
 
-    @web.middleware
-    async def delay_requests(request: web.Request, handler: object) -> web.StreamResponse:
-        try:
-            delay = min(max(float(request.query.get("delay", "0")), 0.0), MAX_DELAY_SECONDS)
-        except ValueError:
-            delay = 0.0
-        if delay:
-            await asyncio.sleep(delay)
-        resp: web.StreamResponse = await handler(request)  # type: ignore[operator]
-        return resp
+async def _deep(request: web.Request) -> web.Response:
+    """``?n=`` nested divs (200,000 by default, at most a million): a parser trap."""
+    from aiohttp import web
 
-    app = web.Application(middlewares=[log_requests, delay_requests])
-    app.router.add_get("/", home)
-    app.router.add_get("/index.html", home)
-    app.router.add_get("/robots.txt", robots)
-    app.router.add_get(r"/category/{slug}/page-{n:\d+}.html", listing)
-    app.router.add_get(r"/product/{id:\d+}.html", product)
-    app.router.add_get("/private/{name}", private)
-    app.router.add_get("/hostile/redirect/{kind}", redirect)
-    app.router.add_get("/hostile/bomb/{kind}", bomb)
-    app.router.add_get("/hostile/huge", huge)
-    app.router.add_get("/hostile/drip", drip)
-    app.router.add_get("/hostile/429", too_many)
-    app.router.add_get("/hostile/503", unavailable)
-    app.router.add_get("/hostile/404", not_found)
-    app.router.add_get("/hostile/deep", deep)
-    app.router.add_get("/hostile/charset/{kind}", charset)
-    app.router.add_get("/hostile/headers", echo_headers)
-    app.router.add_get("/_hits", hits)
-    if log_file is not None:
+    n = min(int(request.query.get("n", "200000")), 1_000_000)
+    body = "<html><head><title>deep</title></head><body>" + "<div>" * n + "x" + "</div>" * n + "</body></html>"
+    return web.Response(body=body.encode(), content_type="text/html")
 
-        async def close_log(_app: object) -> None:
-            log_file.close()
 
-        app.on_cleanup.append(close_log)
-    return app
+async def _charset(request: web.Request) -> web.Response:
+    """``/hostile/charset/<kind>``: a page of :data:`CHARSET_PAGES`."""
+    from aiohttp import web
+
+    kind = request.match_info["kind"]
+    if kind not in CHARSET_PAGES:
+        raise web.HTTPNotFound()
+    body, header = charset_page(kind)
+    return web.Response(body=body, headers={"Content-Type": header})
+
+
+async def _echo_headers(request: web.Request) -> web.Response:
+    """The request's headers as JSON: what reached this origin."""
+    from aiohttp import web
+
+    return web.Response(text=json.dumps(dict(request.headers)), content_type="text/html")  # fetchable
 
 
 # Pages whose charset is declared only in the document, or only in the header (title, encoding, how).

@@ -17,6 +17,7 @@ import argparse
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import web
 
@@ -73,7 +74,24 @@ def listing_paths(renderer: Renderer, flavour: str) -> list[str]:
 
 
 def build_app(renderer: Renderer, hits: Hits | None = None) -> web.Application:
-    by_slug = {slugify(c): c for c in renderer.cat.categories}
+    """The site as an aiohttp application: the listings three ways and their JSON, the media page, the hostile
+    pages; every request's path appended to ``hits`` (when given)."""
+    listing, api = _listing_handlers(renderer)
+    app = web.Application(middlewares=[_count(hits)])
+    app.router.add_get("/{flavour}/category/{slug}/page-{page:\\d+}.html", listing)
+    app.router.add_get("/api/category/{slug}/page-{page:\\d+}.json", api)
+    app.router.add_get("/api/tick", _tick)
+    app.router.add_get("/media/page.html", _media_page)
+    app.router.add_get("/media/{name}", _media_file)
+    app.router.add_get("/hostile/ssrf.html", _ssrf)
+    app.router.add_get("/hostile/never-idle.html", _never_idle)
+    app.router.add_get("/sw.js", _service_worker)
+    app.router.add_get("/robots.txt", _robots)
+    return app
+
+
+def _count(hits: Hits | None) -> Any:
+    """The middleware that appends each request's path to ``hits``."""
 
     @web.middleware
     async def count(
@@ -83,8 +101,19 @@ def build_app(renderer: Renderer, hits: Hits | None = None) -> web.Application:
             hits.paths.append(request.path)
         return await handler(request)
 
-    def html(text: str) -> web.Response:
-        return web.Response(text=text, content_type="text/html", charset="utf-8")
+    return count
+
+
+def _html(text: str) -> web.Response:
+    return web.Response(text=text, content_type="text/html", charset="utf-8")
+
+
+_Handler = Callable[[web.Request], Awaitable[web.Response]]
+
+
+def _listing_handlers(renderer: Renderer) -> tuple[_Handler, _Handler]:
+    """``/<flavour>/category/<slug>/page-<n>.html`` (static, js, xhr) and ``/api/category/<slug>/page-<n>.json``."""
+    by_slug = {slugify(c): c for c in renderer.cat.categories}
 
     def lookup(request: web.Request) -> tuple[str, int, str]:
         category = by_slug.get(request.match_info["slug"])
@@ -98,13 +127,13 @@ def build_app(renderer: Renderer, hits: Hits | None = None) -> web.Application:
         flavour = request.match_info["flavour"]
         category, page, static = lookup(request)
         if flavour == "static":
-            return html(static)
+            return _html(static)
         if flavour == "js":
             data = json.dumps(_items(renderer, category, page)).replace("</", "<\\/")
-            return html(_shell(static, f"trawlFill({data});"))
+            return _html(_shell(static, f"trawlFill({data});"))
         if flavour == "xhr":
             api = f"/api/category/{request.match_info['slug']}/page-{page}.json"
-            return html(
+            return _html(
                 _shell(static, f"fetch({json.dumps(api)}).then(function (r) {{ return r.json(); }}).then(trawlFill);")
             )
         raise web.HTTPNotFound()
@@ -113,10 +142,15 @@ def build_app(renderer: Renderer, hits: Hits | None = None) -> web.Application:
         category, page, _static = lookup(request)
         return web.json_response(_items(renderer, category, page))
 
-    async def ssrf(request: web.Request) -> web.Response:
-        target = json.dumps(request.query.get("target", "http://127.0.0.1:1"))
-        ws = json.dumps(request.query.get("target", "http://127.0.0.1:1").replace("http", "ws", 1))
-        script = f"""
+    return listing, api
+
+
+async def _ssrf(request: web.Request) -> web.Response:
+    """A script, an image, an iframe, a WebSocket, a popup and a beacon aimed at ``?target=`` and at the cloud
+    metadata address; then two navigations away (data:, file:)."""
+    target = json.dumps(request.query.get("target", "http://127.0.0.1:1"))
+    ws = json.dumps(request.query.get("target", "http://127.0.0.1:1").replace("http", "ws", 1))
+    script = f"""
 var t = {target};
 fetch(t + '/fetch').catch(function () {{}});
 var x = new XMLHttpRequest(); x.open('GET', t + '/xhr'); x.onerror = function () {{}}; x.send();
@@ -133,14 +167,14 @@ setTimeout(function () {{
   try {{ location.href = 'file:///etc/passwd'; }} catch (e) {{}}
 }}, 10);
 """
-        body = (
-            '<!DOCTYPE html><html><head><meta charset="utf-8"><title>SSRF</title></head><body>'
-            f'<p id="state">loading</p><script>{script}</script></body></html>'
-        )
-        return html(body)
+    body = (
+        '<!DOCTYPE html><html><head><meta charset="utf-8"><title>SSRF</title></head><body>'
+        f'<p id="state">loading</p><script>{script}</script></body></html>'
+    )
+    return _html(body)
 
-    async def never_idle(request: web.Request) -> web.Response:
-        script = """
+
+_NEVER_IDLE_SCRIPT = """
 var n = 0;
 function more() {
   fetch('/api/tick?n=' + n).then(function () {
@@ -150,49 +184,47 @@ function more() {
 }
 setInterval(more, 100);
 """
-        return html(
-            '<!DOCTYPE html><html><head><meta charset="utf-8"><title>Endless</title></head><body>'
-            f'<h1 id="top">Endless</h1><script>{script}</script></body></html>'
-        )
 
-    async def media_page(request: web.Request) -> web.Response:
-        return html(
-            '<!DOCTYPE html><html><head><meta charset="utf-8"><title>Media</title>'
-            '<link rel="stylesheet" href="/media/style.css"></head><body><h1 id="top">Media</h1>'
-            '<img src="/media/pic.png" alt="pic"></body></html>'
-        )
 
-    async def media_file(request: web.Request) -> web.Response:
-        name = request.match_info["name"]
-        if name == "style.css":
-            return web.Response(text="h1 { color: red; }", content_type="text/css")
-        # a 1x1 transparent PNG
-        png = bytes.fromhex(
-            "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c4890000000d4944415478da63"
-            "f8ffff3f0005fe02fea73581e40000000049454e44ae426082"
-        )
-        return web.Response(body=png, content_type="image/png")
+async def _never_idle(request: web.Request) -> web.Response:
+    """Polls ``/api/tick`` and scrolls for ever: the network is never idle."""
+    return _html(
+        '<!DOCTYPE html><html><head><meta charset="utf-8"><title>Endless</title></head><body>'
+        f'<h1 id="top">Endless</h1><script>{_NEVER_IDLE_SCRIPT}</script></body></html>'
+    )
 
-    async def tick(request: web.Request) -> web.Response:
-        return web.json_response({"ok": True})
 
-    async def sw(request: web.Request) -> web.Response:
-        return web.Response(text="self.addEventListener('fetch', function () {});", content_type="text/javascript")
+async def _tick(request: web.Request) -> web.Response:
+    return web.json_response({"ok": True})
 
-    async def robots(request: web.Request) -> web.Response:
-        return web.Response(text=ROBOTS_TXT, content_type="text/plain")
 
-    app = web.Application(middlewares=[count])
-    app.router.add_get("/{flavour}/category/{slug}/page-{page:\\d+}.html", listing)
-    app.router.add_get("/api/category/{slug}/page-{page:\\d+}.json", api)
-    app.router.add_get("/api/tick", tick)
-    app.router.add_get("/media/page.html", media_page)
-    app.router.add_get("/media/{name}", media_file)
-    app.router.add_get("/hostile/ssrf.html", ssrf)
-    app.router.add_get("/hostile/never-idle.html", never_idle)
-    app.router.add_get("/sw.js", sw)
-    app.router.add_get("/robots.txt", robots)
-    return app
+async def _media_page(request: web.Request) -> web.Response:
+    """A page with a stylesheet and an image (for resource blocking)."""
+    return _html(
+        '<!DOCTYPE html><html><head><meta charset="utf-8"><title>Media</title>'
+        '<link rel="stylesheet" href="/media/style.css"></head><body><h1 id="top">Media</h1>'
+        '<img src="/media/pic.png" alt="pic"></body></html>'
+    )
+
+
+async def _media_file(request: web.Request) -> web.Response:
+    name = request.match_info["name"]
+    if name == "style.css":
+        return web.Response(text="h1 { color: red; }", content_type="text/css")
+    # a 1x1 transparent PNG
+    png = bytes.fromhex(
+        "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c4890000000d4944415478da63"
+        "f8ffff3f0005fe02fea73581e40000000049454e44ae426082"
+    )
+    return web.Response(body=png, content_type="image/png")
+
+
+async def _service_worker(request: web.Request) -> web.Response:
+    return web.Response(text="self.addEventListener('fetch', function () {});", content_type="text/javascript")
+
+
+async def _robots(request: web.Request) -> web.Response:
+    return web.Response(text=ROBOTS_TXT, content_type="text/plain")
 
 
 def main(argv: list[str] | None = None) -> None:
