@@ -7,11 +7,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kube_fixtures import control_plane, namespace, operator, supervisor
+from kube_fixtures import control_plane, namespace, operator, supervisor, tenant
 
 from sites import bookstore_fixture
 
-__all__ = ["control_plane", "namespace", "operator", "supervisor"]
+__all__ = ["control_plane", "namespace", "operator", "supervisor", "tenant"]
 
 
 # The bookstore fixture site on a loopback port (4 categories x 25 books, hostile endpoints).

@@ -2,7 +2,7 @@
 (cluster, rediscluster, redissentinel): one control plane per session, a namespace per test, `trawl
 operator` under the namespace's ServiceAccount, and a supervisor standing in for the kubelet.
 
-A conftest imports them (``from kube_fixtures import control_plane, namespace, operator, supervisor``).
+A conftest imports them (``from kube_fixtures import control_plane, namespace, operator, supervisor, tenant``).
 There is no controller manager: a deleted namespace stays Terminating and owner references are not
 garbage collected, so each test gets a fresh, uniquely named namespace instead of cleaning up.
 """
@@ -66,6 +66,14 @@ def operator(control_plane: ControlPlane, namespace: str, tmp_path_factory: pyte
     finally:
         proc.stop()
         print(f"--- operator log tail ({logs / 'operator.log'}):\n{proc.log_tail(80)}")
+
+
+@pytest.fixture
+def tenant(control_plane: ControlPlane, namespace: str) -> Any:
+    """The least-trusted user of the test's namespace: ScrapeJob and CronScrapeJob rights only (tenancy.py)."""
+    from tenancy import make_tenant
+
+    return make_tenant(control_plane, namespace)
 
 
 @pytest.fixture
