@@ -67,17 +67,19 @@ secret_ref = obj(
 
 # ------------------------------------------------------------------ policies
 
-request = obj(
-    policies.RequestSpec,
-    {},
-    {
-        "headers": st.dictionaries(st.from_regex(r"X-[A-Za-z]{1,10}", fullmatch=True), short_text, max_size=4),
-        "userAgent": short_text,
-        "timeoutSeconds": floats(0, 600, exclude_min=True),
-        "connectTimeoutSeconds": floats(0, 120, exclude_min=True),
-        "maxResponseBytes": ints(1, 1 << 30),
-        "maxRedirects": ints(0, 30),
-    },
+_request_fields: dict[str, Strategy] = {
+    "headers": st.dictionaries(st.from_regex(r"X-[A-Za-z]{1,10}", fullmatch=True), short_text, max_size=4),
+    "userAgent": short_text,
+    "timeoutSeconds": floats(0, 600, exclude_min=True),
+    "connectTimeoutSeconds": floats(0, 120, exclude_min=True),
+    "maxResponseBytes": ints(1, 1 << 30),
+    "maxRedirects": ints(0, 30),
+}
+request = obj(policies.RequestSpec, {}, _request_fields)
+# A pool's X- headers may carry credentials: they need the origins they go to (always listed here).
+origin = st.from_regex(r"https?://[a-z]{1,10}\.example(:[1-9][0-9]{0,3})?", fullmatch=True)
+pool_request = obj(
+    scrapepool.PoolRequestSpec, {"headerOrigins": st.lists(origin, min_size=1, max_size=3)}, _request_fields
 )
 politeness = obj(
     policies.PolitenessSpec,
@@ -479,7 +481,9 @@ scrape_pool_spec = obj(
                 "finishedJobRetentionSeconds": ints(60, 10**8),
             },
         ),
-        "defaults": obj(scrapepool.PoolDefaults, {}, {"request": request, "politeness": politeness, "retry": retry}),
+        "defaults": obj(
+            scrapepool.PoolDefaults, {}, {"request": pool_request, "politeness": politeness, "retry": retry}
+        ),
     },
 )
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from trawl.api.render import RenderSpec
@@ -278,3 +279,63 @@ async def test_only_matching_urls_go_through_the_browser(
     by_url = {r["url"]: r for r in records}
     assert "render" not in by_url[static] and "render" in by_url[js]  # fetched plainly vs rendered
     assert by_url[static]["names"] == by_url[js]["names"] and len(by_url[js]["names"]) == 5
+
+
+async def _serve(app: web.Application) -> tuple[web.AppRunner, str]:
+    """``app`` on a free port of SITE_HOST: its runner and URL."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, SITE_HOST, 0)
+    await site.start()
+    return runner, f"http://{SITE_HOST}:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+
+
+async def test_a_jobs_headers_go_to_its_own_origin_never_to_a_pages_third_parties(redis_client: aioredis.Redis) -> None:
+    # The page (the job's own origin) loads an image, a script and an XHR from another origin (another port of
+    # the site's host: allowed by the address policy, so only the header rule keeps the credentials from it),
+    # one more through a redirect from its own origin, and one image of its own.
+    secret = {"Authorization": "Bearer s3cret", "Cookie": "session=s3cret", "X-Api-Key": "s3cret"}
+    seen: dict[str, dict[str, str]] = {}
+
+    async def record(request: web.Request) -> web.Response:
+        seen[f"{request.host}{request.path}"] = dict(request.headers)
+        if request.path == "/redirect":
+            raise web.HTTPFound(request.query["to"])
+        body = "ok" if request.path != "/page.html" else page.replace("OTHER", other_url)
+        return web.Response(text=body, content_type="text/html" if request.path == "/page.html" else "text/plain")
+
+    page = (
+        '<html><body><h1>page</h1><img src="OTHER/pixel.png"><img src="/own.png">'
+        '<img src="/redirect?to=OTHER/redirected.png"><script src="OTHER/lib.js"></script>'
+        '<script>fetch("OTHER/xhr").catch(() => 0)</script></body></html>'
+    )
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", record)
+    own_runner, own_url = await _serve(app)
+    other_runner, other_url = await _serve(app)
+    try:
+        _job_id, _queue, _worker, records = await run_job(
+            redis_client,
+            {
+                "urls": [own_url + "/page.html"],
+                "request": {"headers": secret},
+                "render": {"mode": "Browser", "waitFor": "NetworkIdle", "timeoutSeconds": 20},
+            },
+            pages=1,
+        )
+    finally:
+        await own_runner.cleanup()
+        await other_runner.cleanup()
+    assert len(records) == 1, records
+    own_host, other_host = own_url.split("//", 1)[1], other_url.split("//", 1)[1]
+    third_party = {k: v for k, v in seen.items() if k.startswith(other_host)}
+    assert {f"{other_host}/{p}" for p in ("pixel.png", "redirected.png", "lib.js", "xhr")} <= set(third_party), seen
+    for path, headers in third_party.items():
+        assert not {k.lower() for k in secret} & {k.lower() for k in headers}, (
+            path,
+            {k: v for k, v in headers.items() if "s3cret" in v},
+        )
+    for path in ("page.html", "own.png", "redirect"):  # the job's own origin gets them, page and subresources
+        got = seen[f"{own_host}/{path}"]
+        assert {k: got.get(k) for k in secret} == secret, (path, got)

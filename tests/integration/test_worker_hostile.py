@@ -27,10 +27,13 @@ ALLOWED = ["127.0.0.2/32"]
 
 
 async def _run(
-    redis: aioredis.Redis, urls: list[str], *, within: float = 120.0, **config: Any
+    redis: aioredis.Redis, urls: list[str], *, within: float = 120.0, spec: dict[str, Any] | None = None, **config: Any
 ) -> tuple[str, Queue, Worker, list[dict[str, Any]], dict[str, float]]:
-    """Run one job to its end; returns its records and what a probe saw of the event loop meanwhile."""
-    job = ScrapeJobSpec.model_validate({"pool": "p", "urls": urls, "politeness": {"requestsPerSecond": 1000}})
+    """Run one job (``spec``: more of its spec) to its end; returns its records and what a probe saw of the
+    event loop meanwhile."""
+    job = ScrapeJobSpec.model_validate(
+        {"pool": "p", "urls": urls, "politeness": {"requestsPerSecond": 1000}, **(spec or {})}
+    )
     job_id = uuid.uuid4().hex[:12]
     queue = Queue(redis, PREFIX, lease_seconds=10)
     await queue.register_job(build_job_config(job_id, job, None))
@@ -108,6 +111,55 @@ async def test_pages_over_the_size_or_tag_limit_are_refused_before_parsing(
     assert dead.error_class == "ParseLimit" and "over the parse limit of 4000" in dead.message
     assert (await queue.job_stats(job_id)).succeeded == 1
     assert worker.parser.killed == 0
+
+
+# A job author's pattern that makes a backtracking engine exponential: Python's re takes ~10 s (twice as
+# long for each more "a") to find that it does not match the URL below; RE2 answers in microseconds.
+CATASTROPHIC = "(a+)+$"
+
+
+async def test_a_catastrophic_pattern_does_not_stall_the_loop(site: Bookstore, redis_client: aioredis.Redis) -> None:
+    # The author writes the pattern and the URLs it is matched against (a seed's query is theirs to choose).
+    hostile = site.product_url(1) + "?q=" + "a" * 27 + "!"
+    products = [site.product_url(i) for i in range(2, 6)]
+    job_id, queue, _worker, records, probe = await _run(
+        redis_client,
+        [hostile, *products],
+        spec={"extract": {"onlyMatching": CATASTROPHIC}},
+        heartbeat_seconds=0.2,
+    )
+    stats = await queue.job_stats(job_id)
+    assert (stats.succeeded, stats.dead) == (len(products) + 1, 0)
+    assert records == []  # no URL matches the pattern: nothing is written
+    assert probe["max_gap"] < 1.0 and probe["max_heartbeat_gap"] < 1.0, probe
+
+
+# Each div counts its div ancestors that count theirs: ~N^3/6 steps, seconds on a page of 1,000 nested divs
+# (2,009 tags: small enough to have been parsed on the event loop), microseconds on a product page.
+SLOW_XPATH = "//div[count(ancestor::div[count(ancestor::div[count(ancestor::div) > 0]) > 0]) > 0]"
+
+
+async def test_a_slow_xpath_dead_letters_its_page_and_the_loop_keeps_running(
+    site: Bookstore, redis_client: aioredis.Redis
+) -> None:
+    deep = site.url + "/hostile/deep?n=1000"
+    products = [site.product_url(i) for i in range(1, 7)]
+    budget = 2.0
+    fields = [{"name": "nested", "selector": SLOW_XPATH, "kind": "XPath", "multiple": True}]
+    job_id, queue, worker, records, probe = await _run(
+        redis_client,
+        [deep, *products],
+        spec={"extract": {"fields": fields}},
+        parse_seconds=budget,
+        heartbeat_seconds=0.2,
+    )
+    stats = await queue.job_stats(job_id)
+    assert (stats.succeeded, stats.dead) == (len(products), 1)
+    assert sorted(r["url"] for r in records) == sorted(products)
+    [dead] = await queue.dead_letters(job_id)
+    assert (dead.url, dead.error_class) == (deep, "ParseLimit") and f"budget of {budget:g}s" in dead.message
+    assert worker.parser.killed == 1
+    assert probe["max_gap"] < budget and probe["max_heartbeat_gap"] < budget, probe
 
 
 async def test_declared_character_sets_decode_as_a_browser_would(site: Bookstore, redis_client: aioredis.Redis) -> None:

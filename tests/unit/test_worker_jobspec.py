@@ -106,6 +106,8 @@ def test_header_values_with_cr_or_lf_are_refused_naming_the_field() -> None:
     assert problem is not None and "spec.request.headers['X-Evil']" in problem and "CR, LF" in problem
     problem = _problem({"request": {"headers": {"Bad Name": "v"}}})
     assert problem is not None and "not a valid header name" in problem
-    pool = {"redis": {"url": "redis://r:6379/0"}, "defaults": {"request": {"headers": {"X-Pool": "a\nb"}}}}
+    # A pool's non-harmless default header must name its origins (trawl.jobspec.headerscope).
+    request = {"headers": {"X-Pool": "a\nb"}, "headerOrigins": ["https://example.com"]}
+    pool = {"redis": {"url": "redis://r:6379/0"}, "defaults": {"request": request}}
     problem = _problem({}, pool)
     assert problem is not None and "X-Pool" in problem and "defaults.request.headers" in problem

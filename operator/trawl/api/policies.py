@@ -17,6 +17,23 @@ from .common import TrawlModel
 
 DEFAULT_USER_AGENT = "trawl/0.1 (+https://trawl.dev/bot)"
 
+# Request headers that carry no secret (content negotiation): a pool's defaults may send them to every
+# origin a job names. Any other default header of a pool goes only where defaults.request.headerOrigins
+# says (trawl.jobspec.headerscope).
+HARMLESS_HEADERS = frozenset(
+    {
+        "accept",
+        "accept-charset",
+        "accept-language",
+        "cache-control",
+        "dnt",
+        "pragma",
+        "save-data",
+        "sec-gpc",
+        "upgrade-insecure-requests",
+    }
+)
+
 
 class BackoffKind(StrEnum):
     FIXED = "Fixed"
@@ -73,7 +90,10 @@ class RequestSpec(TrawlModel):
     headers: dict[str, str] | None = Field(
         default=None,
         max_length=64,
-        description="Extra HTTP request headers. Hop-by-hop headers and Host are ignored.",
+        description="Extra HTTP request headers. Hop-by-hop headers and Host are ignored. They go only to the "
+        "job's own origins (the scheme, host and port of its urls and urlRanges), in every render mode: not to "
+        "another host a crawl reaches, not after a redirect to another origin or from https to http, not to a "
+        "page's third-party subresources. A job that sets headers replaces the pool's default headers whole.",
     )
     user_agent: str | None = Field(
         default=None,
@@ -203,6 +223,8 @@ def _layer(resolved_cls: type[TrawlModel], *layers: TrawlModel | None) -> dict[s
         if layer is None:
             continue
         for name in type(layer).model_fields:
+            if name not in resolved_cls.model_fields:  # a pool's own setting (headerOrigins), not resolved
+                continue
             value = getattr(layer, name)
             if value is not None:
                 merged[name] = value

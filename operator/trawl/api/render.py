@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import functools
-import re
 from enum import StrEnum
 from typing import Self
 
 from pydantic import Field, field_validator, model_validator
 
 from .common import TrawlModel
+from .patterns import SYNTAX as PATTERN_SYNTAX
+from .patterns import check as check_pattern
+from .patterns import compiled as compiled_pattern
 
 
 class RenderMode(StrEnum):
@@ -65,8 +66,9 @@ class RenderSpec(TrawlModel):
     only_matching: str | None = Field(
         default=None,
         max_length=512,
-        description="Regular expression; only URLs that match are rendered in the browser, the others are fetched "
-        "plainly (e.g. render the script-built listings of a crawl, fetch its static product pages).",
+        description=f"Regular expression in {PATTERN_SYNTAX}; only URLs that match are rendered in the browser, "
+        "the others are fetched plainly (e.g. render the script-built listings of a crawl, fetch its static "
+        "product pages).",
     )
     block_resources: list[BlockedResource] | None = Field(
         default=None,
@@ -83,12 +85,7 @@ class RenderSpec(TrawlModel):
     @field_validator("only_matching")
     @classmethod
     def _valid_regex(cls, value: str | None) -> str | None:
-        if value:
-            try:
-                re.compile(value)
-            except re.error as exc:
-                raise ValueError(f"{value!r} is not a valid regular expression: {exc}") from exc
-        return value
+        return check_pattern(value) if value else value
 
     @property
     def browser(self) -> bool:
@@ -96,12 +93,7 @@ class RenderSpec(TrawlModel):
 
     def applies(self, url: str) -> bool:
         """Whether ``url`` is rendered in the browser (mode Browser and, if set, onlyMatching matches)."""
-        return self.browser and (not self.only_matching or _compiled(self.only_matching).search(url) is not None)
-
-
-@functools.lru_cache(maxsize=256)
-def _compiled(pattern: str) -> re.Pattern[str]:
-    return re.compile(pattern)
+        return self.browser and (not self.only_matching or compiled_pattern(self.only_matching).search(url))
 
 
 class BrowserWorkerSpec(TrawlModel):

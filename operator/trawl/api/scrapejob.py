@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Self
@@ -10,6 +9,8 @@ from typing import Annotated, Any, Self
 from pydantic import Field, field_validator, model_validator
 
 from .common import Condition, DNSLabel, HttpURL, SecretKeyRef, TrawlModel
+from .patterns import SYNTAX as PATTERN_SYNTAX
+from .patterns import check as check_pattern
 from .policies import FailureClass, PolitenessSpec, RequestSpec, RetrySpec
 from .render import RenderSpec
 
@@ -25,11 +26,9 @@ class CrawlScope(StrEnum):
 
 
 def _check_regexes(patterns: list[str] | None) -> list[str] | None:
+    # RE2, as the workers match them: a pattern that needs backtracking is refused here, with the job.
     for pattern in patterns or []:
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise ValueError(f"{pattern!r} is not a valid regular expression: {exc}") from exc
+        check_pattern(pattern)
     return patterns
 
 
@@ -54,12 +53,13 @@ class CrawlSpec(TrawlModel):
     include: list[Pattern] | None = Field(
         default=None,
         max_length=50,
-        description="Regular expressions; when set, a discovered URL is followed only if one matches.",
+        description=f"Regular expressions in {PATTERN_SYNTAX}; when set, a discovered URL is followed only if "
+        "one matches.",
     )
     exclude: list[Pattern] | None = Field(
         default=None,
         max_length=50,
-        description="Regular expressions; a discovered URL that matches one is skipped.",
+        description=f"Regular expressions in {PATTERN_SYNTAX}; a discovered URL that matches one is skipped.",
     )
 
     _valid_include = field_validator("include")(_check_regexes)
@@ -104,8 +104,8 @@ class ExtractSpec(TrawlModel):
     only_matching: str | None = Field(
         default=None,
         max_length=512,
-        description="Regular expression; results are written only for pages whose URL matches "
-        "(pages that do not match are still crawled for links).",
+        description=f"Regular expression in {PATTERN_SYNTAX}; results are written only for pages whose URL "
+        "matches (pages that do not match are still crawled for links).",
     )
 
     @field_validator("fields")

@@ -12,7 +12,7 @@ from pydantic import Field, field_validator, model_validator
 from redis.connection import parse_url
 
 from .common import Condition, DNSLabel, SecretKeyRef, TrawlModel, check_url_parses
-from .policies import PolitenessSpec, RequestSpec, RetrySpec
+from .policies import HARMLESS_HEADERS, PolitenessSpec, RequestSpec, RetrySpec
 from .render import BrowserWorkerSpec
 
 DEFAULT_WORKER_IMAGE = "ghcr.io/trawl-dev/trawl:0.1.0"
@@ -476,10 +476,46 @@ class AutoscalingSpec(TrawlModel):
         return self
 
 
+ORIGIN_PATTERN = r"^https?://[^\s/?#@]+$"
+
+
+class PoolRequestSpec(RequestSpec):
+    """How each page of the pool's jobs is requested, where a job does not say; and where the pool's
+    headers may go."""
+
+    header_origins: list[Annotated[str, Field(min_length=8, max_length=300, pattern=ORIGIN_PATTERN)]] | None = Field(
+        default=None,
+        max_length=64,
+        description="Origins (scheme://host[:port], no path) that receive the pool's default headers other "
+        f"than {', '.join(sorted(HARMLESS_HEADERS))}: a credential (Authorization, Cookie, an API key) "
+        "the pool holds for a site goes to that site only, and only when a job lists it among its URLs, "
+        "never to a server a job author names. Required when the headers hold any other header; the "
+        "harmless ones go to every job's own origins.",
+    )
+
+    @field_validator("header_origins")
+    @classmethod
+    def _origins_parse(cls, value: list[str] | None) -> list[str] | None:
+        for origin in value or []:
+            check_url_parses(origin)
+        return value
+
+    @model_validator(mode="after")
+    def _credentials_have_origins(self) -> Self:
+        private = sorted(k for k in self.headers or {} if k.lower() not in HARMLESS_HEADERS)
+        if private and not self.header_origins:
+            raise ValueError(
+                f"headers {', '.join(private)} may carry a credential: list the origins they are for in "
+                "defaults.request.headerOrigins (e.g. https://api.partner.example); a pool's default headers "
+                "are no longer sent to every origin a job names"
+            )
+        return self
+
+
 class PoolDefaults(TrawlModel):
     """Settings jobs of this pool inherit where they leave a field unset."""
 
-    request: RequestSpec | None = Field(default=None, description="Default request settings.")
+    request: PoolRequestSpec | None = Field(default=None, description="Default request settings.")
     politeness: PolitenessSpec | None = Field(default=None, description="Default politeness settings.")
     retry: RetrySpec | None = Field(default=None, description="Default retry policy.")
 

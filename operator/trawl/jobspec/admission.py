@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from trawl.api.scrapejob import ScrapeJobSpec
 
+from .headerscope import scope_problem
+
 if TYPE_CHECKING:
     from trawl.api.scrapepool import ScrapePoolSpec
 
@@ -84,7 +86,12 @@ def spec_problem(spec: dict[str, Any]) -> str | None:
         except Exception as exc:
             kind = "XPath" if str(f.get("kind") or "CSS").lower() == "xpath" else "CSS"
             return f"{where}: invalid {kind} selector {selector!r}: {exc}"
-    for name, value in ((spec.get("request") or {}).get("headers") or {}).items():
+    scope = spec.get("header_scope")
+    too_wide = scope_problem(scope)
+    if too_wide is not None:
+        return too_wide
+    headers = {**((spec.get("request") or {}).get("headers") or {}), **((scope or {}).get("pool_headers") or {})}
+    for name, value in headers.items():
         where = f"spec.request.headers[{name!r}] (or the pool's defaults.request.headers)"
         if not _HEADER_NAME.fullmatch(name):
             return f"{where}: {name!r} is not a valid header name"

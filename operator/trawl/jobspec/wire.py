@@ -13,7 +13,12 @@ workers read it back with :func:`trawl.worker.jobsettings.parse_worker_spec` (ca
       "crawl":      CrawlSpec dump or None   (max_depth, max_pages, scope, include, exclude)
       "output":     OutputSpec dump          (sink, redis_stream, json_lines, webhook incl. secret_ref)
       "render":     RenderSpec dump or None  (mode Browser: waits, time cap, screenshot, blocked resources)
+      "header_scope": None, or where the headers go (trawl.jobspec.headerscope: the job's own origins; the
+                    pool's headers other than the harmless ones and the origins they may go to)
     }
+
+``request.headers`` holds the headers sent to each of the job's own origins (the job's, or the pool's
+harmless ones); a pool's other default headers are only in ``header_scope``.
 
 Secrets never travel through Redis: a webhook's ``secretRef`` is a reference (Secret name and key),
 read by the worker from its pod's files (:mod:`trawl.jobspec.podfiles`).
@@ -26,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 from trawl.api.policies import ResolvedRetry, resolve_politeness, resolve_request, resolve_retry
 from trawl.api.scrapejob import ExtractSpec, OutputSpec, ScrapeJobSpec
 
+from .headerscope import build_scope, job_origins
+
 if TYPE_CHECKING:  # the operator's side; a worker never builds the pool's model
     from trawl.api.scrapepool import ScrapePoolSpec
 
@@ -37,6 +44,13 @@ def build_worker_spec(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec | None)
     """Resolve a job's settings against its pool's defaults into the dict stored in JobConfig.spec."""
     defaults = pool_spec.defaults if pool_spec is not None else None
     request = resolve_request(defaults.request if defaults else None, job_spec.request)
+    pool_request = defaults.request if defaults else None
+    request.headers, header_scope = build_scope(
+        job_spec.request.headers if job_spec.request else None,
+        pool_request.headers if pool_request else None,
+        pool_request.header_origins if pool_request else None,
+        job_origins(job_spec.urls or (), job_spec.url_ranges or ()),
+    )
     politeness = resolve_politeness(defaults.politeness if defaults else None, job_spec.politeness)
     retry = resolve_retry(defaults.retry if defaults else None, job_spec.retry)
     extract = job_spec.extract or ExtractSpec()
@@ -51,6 +65,7 @@ def build_worker_spec(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec | None)
         "output": output.model_dump(mode="json"),
         # Only a Browser render is sent: plain fetching stays the spec that workers have always read.
         "render": job_spec.render.model_dump(mode="json") if job_spec.render and job_spec.render.browser else None,
+        "header_scope": header_scope,
     }
 
 

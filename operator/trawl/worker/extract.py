@@ -16,6 +16,8 @@ from selectolax.lexbor import LexborHTMLParser as HTMLParser
 from selectolax.lexbor import LexborNode as Node
 from w3lib.encoding import html_body_declared_encoding, html_to_unicode, http_content_type_encoding, read_bom
 
+from trawl.api.patterns import compiled as compiled_pattern
+
 _WS = re.compile(r"\s+")
 _SKIP_TEXT_TAGS = ("script", "style", "noscript", "template", "head")
 _UTF8 = frozenset({"utf-8", "utf8"})  # w3lib's names for UTF-8 (resolved labels, and its default)
@@ -110,12 +112,16 @@ class Extractor:
     def __init__(self, options: ExtractOptions, *, need_links: bool = False) -> None:
         self.options = options
         self.need_links = need_links or options.links
-        self._only = re.compile(options.only_matching) if options.only_matching else None
+        self._only = compiled_pattern(options.only_matching) if options.only_matching else None
         self._css = [f for f in options.fields if f.kind.lower() != "xpath"]
         self._xpath = [f for f in options.fields if f.kind.lower() == "xpath"]
+        # An XPath the job author wrote can take any time on a small page (nested predicates over every
+        # node: N^k), so a job with one is extracted in a parser process, where the time budget applies
+        # (trawl.worker.parsepool), whatever the page's size.
+        self.inline_safe = not self._xpath
 
     def matches(self, url: str) -> bool:
-        return self._only is None or self._only.search(url) is not None
+        return self._only is None or self._only.search(url)
 
     def extract(self, html: str | bytes, url: str, *, content_type: str | None = None) -> Page:
         page = Page(matched=self.matches(url))

@@ -29,7 +29,6 @@ class Job:
     extractor: Extractor
     sink: Sink
     limits: FetchLimits
-    headers: dict[str, str]
 
 
 def fetch_limits(request: ResolvedRequest) -> FetchLimits:
@@ -46,7 +45,7 @@ def fetch_limits(request: ResolvedRequest) -> FetchLimits:
 def build_job(raw: dict[str, Any], sink_for: Callable[[WorkerJobSpec], Sink]) -> Job:
     spec = parse_worker_spec(raw)
     extractor = Extractor(spec.extract, need_links=spec.crawl is not None)
-    return Job(spec, extractor, sink_for(spec), fetch_limits(spec.request), dict(spec.request.headers))
+    return Job(spec, extractor, sink_for(spec), fetch_limits(spec.request))
 
 
 class JobCache:

@@ -13,6 +13,7 @@ from typing import Any
 from trawl.api.policies import ResolvedPoliteness, ResolvedRequest, ResolvedRetry
 from trawl.api.render import RenderSpec
 from trawl.api.scrapejob import CrawlSpec, ExtractSpec, OutputSpec
+from trawl.jobspec.headerscope import HeaderScope
 
 from .extract import ExtractOptions
 from .urls import CrawlPolicy
@@ -30,6 +31,7 @@ class WorkerJobSpec:
     max_pages: int | None
     output: OutputSpec
     render: RenderSpec | None = None  # set only for mode Browser
+    headers: HeaderScope | None = None  # which requests carry which headers; None: the job sends none
 
 
 def parse_worker_spec(spec: dict[str, Any] | None) -> WorkerJobSpec:
@@ -38,8 +40,9 @@ def parse_worker_spec(spec: dict[str, Any] | None) -> WorkerJobSpec:
     crawl_raw = spec.get("crawl")
     crawl = CrawlSpec.model_validate(crawl_raw) if crawl_raw is not None else None
     extract = ExtractSpec.model_validate(spec.get("extract") or {})
+    request = ResolvedRequest.model_validate(spec.get("request") or {})
     return WorkerJobSpec(
-        request=ResolvedRequest.model_validate(spec.get("request") or {}),
+        request=request,
         politeness=ResolvedPoliteness.model_validate(spec.get("politeness") or {}),
         retry=ResolvedRetry.model_validate(spec.get("retry") or {}),
         extract=ExtractOptions.from_dict(extract.model_dump(mode="json")),
@@ -56,4 +59,5 @@ def parse_worker_spec(spec: dict[str, Any] | None) -> WorkerJobSpec:
         max_pages=crawl.max_pages if crawl is not None else None,
         output=OutputSpec.model_validate(spec.get("output") or {}),
         render=RenderSpec.model_validate(spec["render"]) if spec.get("render") else None,
+        headers=HeaderScope.parse(request.headers, spec.get("header_scope")),
     )

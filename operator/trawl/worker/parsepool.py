@@ -11,7 +11,9 @@ one of a few child processes (``multiprocessing`` spawn; each handles one page a
 
 A page of at most ``inline_max_tags`` tags (2,048) is parsed on the event loop instead: so few tags
 cannot nest deeper than ~1,000 levels, whose worst case parses in milliseconds, and the round trip to a
-child would cost more than the parse (it cost ~20% of crawl throughput on a loaded 2-core machine).
+child would cost more than the parse (it cost ~20% of crawl throughput on a loaded 2-core machine). Not
+for a job with an XPath field (``Extractor.inline_safe``): the cost of an XPath its author wrote is not
+bounded by the page's size (nested predicates are N^k in the nodes), so its pages always go to a child.
 
 Both raise :class:`ParseLimit`, which the worker dead-letters as the permanent class ``ParseLimit``.
 A child that dies for another reason (out of memory) fails its page the same way. Pages are decoded in
@@ -167,7 +169,7 @@ class ParsePool:
 
     async def extract(self, extractor: Extractor, body: bytes, url: str, *, content_type: str | None = None) -> Page:
         tags = check_size(body, self.limits)
-        if self.processes <= 0 or tags <= self.limits.inline_max_tags:
+        if self.processes <= 0 or (tags <= self.limits.inline_max_tags and extractor.inline_safe):
             return extractor.extract(body, url, content_type=content_type)
         try:  # bounded: if replacements could not be started, fail the page (Internal, retried) not hang
             async with asyncio.timeout(STARTUP_SECONDS + self.limits.seconds):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections import OrderedDict
@@ -188,15 +189,21 @@ class TaskPipeline:
                 domain, pol.max_concurrency_per_domain, deadline=time.monotonic() + self.max_rate_wait
             ):
                 waited = time.monotonic() - fetch_started
+                scope = spec.headers  # the job's headers go to its own origins only (trawl.jobspec.headerscope)
                 if spec.render is not None and spec.render.applies(task.url):  # same limits, hooks, errors as a fetch
+                    headers_for = (
+                        functools.partial(scope.for_request, task_url=task.url, depth=task.depth)
+                        if scope is not None
+                        else None
+                    )
                     result, render_info = await self.renderer.render(
-                        task.url, spec.render, job.limits, job.headers, spec.request.user_agent, before_hop
+                        task.url, spec.render, job.limits, headers_for, spec.request.user_agent, before_hop
                     )
                 else:
                     result = await self.fetcher.fetch(
                         task.url,
                         limits=job.limits,
-                        headers=job.headers,
+                        headers=scope.for_request(task.url, task.url, task.depth) if scope is not None else None,
                         user_agent=spec.request.user_agent,
                         before_hop=before_hop,
                     )

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
+from trawl.api.patterns import Pattern, any_of
+
 if TYPE_CHECKING:
     import tldextract
 
@@ -146,11 +148,12 @@ def host_of(url: str) -> str:
 
 @dataclass(frozen=True)
 class CrawlPolicy:
-    """Decides which discovered links of a crawl are followed."""
+    """Decides which discovered links of a crawl are followed. ``include``/``exclude``: the job's patterns,
+    each list compiled as one RE2 alternation (:mod:`trawl.api.patterns`: linear time on the event loop)."""
 
     scope: str = "SameHost"  # or "SameDomain"
-    include: tuple[re.Pattern[str], ...] = ()
-    exclude: tuple[re.Pattern[str], ...] = ()
+    include: Pattern | None = None
+    exclude: Pattern | None = None
     max_depth: int = 2
 
     @classmethod
@@ -161,12 +164,7 @@ class CrawlPolicy:
         exclude: Sequence[str] | None = None,
         max_depth: int = 2,
     ) -> CrawlPolicy:
-        return cls(
-            scope=scope,
-            include=tuple(re.compile(p) for p in include or ()),
-            exclude=tuple(re.compile(p) for p in exclude or ()),
-            max_depth=max_depth,
-        )
+        return cls(scope=scope, include=any_of(include or ()), exclude=any_of(exclude or ()), max_depth=max_depth)
 
     def in_scope(self, url: str, seed_host: str) -> bool:
         if self.scope == "SameDomain":
@@ -182,9 +180,9 @@ class CrawlPolicy:
             return False
         if not self.in_scope(url, host_of(page_url)):
             return False
-        if self.include and not any(p.search(url) for p in self.include):
+        if self.include is not None and not self.include.search(url):
             return False
-        return not any(p.search(url) for p in self.exclude)
+        return self.exclude is None or not self.exclude.search(url)
 
     def select(self, links: Iterable[str], page_url: str, page_depth: int, known: set[str] | None = None) -> list[str]:
         """Canonical, in-scope, deduplicated (order kept) links to enqueue from one page.
@@ -211,9 +209,9 @@ class CrawlPolicy:
                     continue
             elif not self.in_scope(canon, page_host):
                 continue
-            if include and not any(p.search(canon) for p in include):
+            if include is not None and not include.search(canon):
                 continue
-            if exclude and any(p.search(canon) for p in exclude):
+            if exclude is not None and exclude.search(canon):
                 continue
             out.append(canon)
         return out

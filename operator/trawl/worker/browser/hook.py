@@ -21,7 +21,7 @@ from .metrics import BrowserMetrics
 from .settings import BrowserSettings
 
 if TYPE_CHECKING:
-    from .page import HopHook
+    from .page import HeadersFor, HopHook
     from .pool import BrowserPool
 
 __all__ = ["BrowserCrashed", "Renderer"]
@@ -53,13 +53,14 @@ class Renderer:
         url: str,
         spec: RenderSpec,
         limits: FetchLimits,
-        headers: dict[str, str],
+        headers_for: HeadersFor | None,
         user_agent: str | None,
         before_hop: HopHook,
     ) -> tuple[FetchResult, dict[str, Any]]:
-        """The rendered page as a fetch result, and the fields it adds to the record."""
+        """The rendered page as a fetch result, and the fields it adds to the record. ``headers_for``: the
+        headers a request of the page to a URL carries (the job's, to its own origins), None for none."""
         rendered = await self._pool().render(
-            url, spec, limits=limits, headers=headers, user_agent=user_agent, before_navigation=before_hop
+            url, spec, limits=limits, headers_for=headers_for, user_agent=user_agent, before_navigation=before_hop
         )
         return rendered.fetch, rendered.info.record_fields()
 

@@ -5,8 +5,11 @@ whose only way out is its own :class:`PolicyProxy` on loopback: the address poli
 connection the page makes, the page's traffic is capped, and closing the proxy at the time cap cuts
 whatever the page still has open. Service workers, downloads and popups are off; navigations of the
 page's main frame to anything but http(s) are refused, and every main-frame navigation passes robots.txt
-and the domain's rate limit like a fetch hop. Which browser a page runs in, and its replacement after a
-crash, is the pool's business (:mod:`.pool`).
+and the domain's rate limit like a fetch hop. The job's headers are added request by request, to the
+requests whose origin is one of the job's own (``headers_for``), never to the whole context: a page's
+third-party subresources (an analytics script, a CDN, a site of the author's choosing) get none of them,
+nor a redirect away from the origin. Which browser a page runs in, and its replacement after a crash, is
+the pool's business (:mod:`.pool`).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("trawl.worker.browser")
 
 HopHook = Callable[[str], Awaitable[None]]
+HeadersFor = Callable[[str], dict[str, str] | None]  # the headers a request to a URL carries (None: none)
 CLOSE_TIMEOUT = 10.0  # closing a context, a browser or Playwright takes at most this long
 SNAPSHOT_GRACE = 5.0  # the snapshot (HTML, screenshot) of a page at its time cap gets this much longer
 
@@ -96,7 +100,7 @@ class PageRenderer:
         url: str,
         spec: RenderSpec,
         limits: FetchLimits,
-        headers: dict[str, str] | None,
+        headers_for: HeadersFor | None,
         user_agent: str | None,
         before_navigation: HopHook | None,
         started: float,
@@ -114,7 +118,16 @@ class PageRenderer:
             try:
                 async with asyncio.timeout(spec.timeout_seconds + SNAPSHOT_GRACE + CLOSE_TIMEOUT):
                     return await self._in_context(
-                        browser, proxy, page_state, url, spec, limits, headers, user_agent, before_navigation, started
+                        browser,
+                        proxy,
+                        page_state,
+                        url,
+                        spec,
+                        limits,
+                        headers_for,
+                        user_agent,
+                        before_navigation,
+                        started,
                     )
             except TimeoutError as exc:
                 raise FetchError(
@@ -139,7 +152,7 @@ class PageRenderer:
         url: str,
         spec: RenderSpec,
         limits: FetchLimits,
-        headers: dict[str, str] | None,
+        headers_for: HeadersFor | None,
         user_agent: str | None,
         before_navigation: HopHook | None,
         started: float,
@@ -149,7 +162,6 @@ class PageRenderer:
             service_workers="block",
             accept_downloads=False,
             user_agent=user_agent or DEFAULT_USER_AGENT,
-            extra_http_headers={k: v for k, v in (headers or {}).items() if k.lower() != "user-agent"} or None,
             viewport={"width": 1280, "height": 800},
         )
         try:
@@ -158,9 +170,9 @@ class PageRenderer:
             page.on("popup", lambda p: state.spawn(p.close()))
             blocked_types = {str(r.value) for r in spec.block_resources or ()}
             await context.route(
-                "**/*", lambda route: self._on_route(route, page, state, blocked_types, before_navigation)
+                "**/*", lambda route: self._on_route(route, page, state, blocked_types, before_navigation, headers_for)
             )
-            deadline = started + spec.timeout_seconds
+            deadline = state.deadline = started + spec.timeout_seconds
             response, timed_out = await self._navigate(page, proxy, state, url, spec, deadline)
             if not timed_out:
                 timed_out = await self._wait(page, url, spec, deadline)
@@ -178,6 +190,7 @@ class PageRenderer:
         state: _PageState,
         blocked_types: set[str],
         before_navigation: HopHook | None,
+        headers_for: HeadersFor | None,
     ) -> None:
         request: Request = route.request
         try:
@@ -200,9 +213,32 @@ class PageRenderer:
                         await route.abort("blockedbyclient")
                         return
                 state.first_navigation_seen = True
-            await route.continue_()
+            extra = headers_for(request.url) if headers_for is not None else None
+            if extra:
+                await self._with_headers(route, request, extra, state)
+            else:
+                await route.continue_()
         except Exception as exc:  # the page or context closed meanwhile
             log.debug("route handling ended", extra={"error": repr(exc)})
+
+    async def _with_headers(self, route: Route, request: Request, extra: dict[str, str], state: _PageState) -> None:
+        """Send a request of the job's own origin with the job's headers, and hand the page its answer.
+
+        Chromium keeps a request's added headers on the redirects it follows, to any origin: so the request
+        is made by Playwright (through the page's policy proxy, as the context's own requests are) without
+        following redirects, and a redirect goes back to the page, whose next request is routed anew."""
+        from playwright.async_api import Error as PlaywrightError
+
+        names = {k.lower() for k in extra}
+        headers = {k: v for k, v in (await request.all_headers()).items() if k.lower() not in names}
+        headers.update({k: v for k, v in extra.items() if k.lower() != "user-agent"})  # the context's UA stays
+        try:
+            response = await route.fetch(headers=headers, max_redirects=0, timeout=_remaining_ms(state.deadline))
+        except PlaywrightError as exc:
+            log.debug("request failed", extra={"url": request.url, "error": str(exc).split("\n", 1)[0]})
+            await route.abort("failed")
+            return
+        await route.fulfill(response=response)
 
     def _aborted(self, reason: str) -> None:
         if self.metrics is not None:
@@ -342,6 +378,7 @@ class _PageState:
         self.crashed = False
         self.first_navigation_seen = False
         self.navigation_error: FetchError | None = None
+        self.deadline = time.monotonic() + 30.0  # the render's time cap, once it starts
         self._tasks: set[asyncio.Task[Any]] = set()
 
     def mark_crashed(self) -> None:

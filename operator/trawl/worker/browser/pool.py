@@ -25,7 +25,7 @@ from trawl.egress.addresses import IPNetwork
 from ..fetch import FetchError, FetchLimits
 from . import procmem
 from .metrics import BrowserMetrics
-from .page import CLOSE_TIMEOUT, HopHook, PageRenderer, RenderResult
+from .page import CLOSE_TIMEOUT, HeadersFor, HopHook, PageRenderer, RenderResult
 from .proxy import PolicyProxy
 from .settings import BrowserSettings, find_chromium
 
@@ -226,7 +226,7 @@ class BrowserPool:
         spec: RenderSpec,
         *,
         limits: FetchLimits = FetchLimits(),
-        headers: dict[str, str] | None = None,
+        headers_for: HeadersFor | None = None,
         user_agent: str | None = None,
         before_navigation: HopHook | None = None,
     ) -> RenderResult:
@@ -235,7 +235,7 @@ class BrowserPool:
             started = time.monotonic()
             outcome = "ok"
             try:
-                result = await self._render(url, spec, limits, headers, user_agent, before_navigation, started)
+                result = await self._render(url, spec, limits, headers_for, user_agent, before_navigation, started)
                 if result.info.timed_out:
                     outcome = "timed_out"
                 return result
@@ -252,7 +252,7 @@ class BrowserPool:
         url: str,
         spec: RenderSpec,
         limits: FetchLimits,
-        headers: dict[str, str] | None,
+        headers_for: HeadersFor | None,
         user_agent: str | None,
         before_navigation: HopHook | None,
         started: float,
@@ -269,7 +269,7 @@ class BrowserPool:
             self.metrics.pages.inc()
         try:
             return await self._pages.render(
-                b.browser, b.lost, url, spec, limits, headers, user_agent, before_navigation, started
+                b.browser, b.lost, url, spec, limits, headers_for, user_agent, before_navigation, started
             )
         finally:
             b.active -= 1
