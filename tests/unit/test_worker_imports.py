@@ -17,7 +17,7 @@ import pytest
 # Loaded by a worker only for the job that needs it (or never): kopf/kubernetes (operator), Playwright and
 # the browser pool (Browser render), psycopg (PostgreSQL sink), minio (S3 sink), tldextract (crawl scope
 # Domain), croniter and the CronScrapeJob/ScrapePool models (operator), rich and the other commands,
-# multiprocessing (parser processes).
+# multiprocessing (parser processes), re2 (a job's regular expressions).
 HEAVY = (
     "kopf",
     "kubernetes",
@@ -38,6 +38,7 @@ HEAVY = (
     "trawl.sinks.postgres",
     "trawl.sinks.s3",
     "multiprocessing",  # the parser processes start on the first page too large to parse inline
+    "re2",  # a job's include/exclude/onlyMatching patterns: compiled on the first job that has one
     "jwt.",  # PyJWT (redis-py's token credentials) is registered lazily: none of its submodules run
     "cryptography.x509",
     "cryptography.hazmat.primitives.asymmetric",
