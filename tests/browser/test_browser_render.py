@@ -339,3 +339,23 @@ async def test_a_jobs_headers_go_to_its_own_origin_never_to_a_pages_third_partie
     for path in ("page.html", "own.png", "redirect"):  # the job's own origin gets them, page and subresources
         got = seen[f"{own_host}/{path}"]
         assert {k: got.get(k) for k in secret} == secret, (path, got)
+
+
+async def test_a_request_made_with_the_jobs_headers_still_passes_the_address_policy(
+    protected: tuple[str, list[str]], redis_client: aioredis.Redis
+) -> None:
+    # Requests of the job's own origin are made with its headers by Playwright (not Chromium's network stack,
+    # which would carry them on across a redirect): through the page's policy proxy all the same.
+    url, hits = protected
+    job_id, queue, _worker, records = await run_job(
+        redis_client,
+        {
+            "urls": [url + "/secret"],
+            "request": {"headers": {"Authorization": "Bearer s3cret"}},
+            "render": {"mode": "Browser"},
+        },
+        pages=1,
+    )
+    [dead] = await queue.dead_letters(job_id)
+    assert records == [] and dead.error_class == "BlockedAddress", dead
+    assert hits == []
