@@ -144,6 +144,14 @@ INVALID: list[Case] = [
         "urlSecretRef",
     ),
     Case("redis-url-scheme", "ScrapePool", _pool(redis={"url": "http://redis:6379"}), "spec.redis.url", "redis.url"),
+    # redis-py ignores a path it cannot read as a number: the pool would use database 0 and say Ready.
+    Case(
+        "redis-url-database-not-a-number",
+        "ScrapePool",
+        _pool(redis={"url": "redis://redis:6379/notanumber"}),
+        "spec.redis.url",
+        "database number",
+    ),
     Case(
         "redis-sentinel-without-master-name",
         "ScrapePool",
@@ -176,6 +184,9 @@ INVALID: list[Case] = [
     Case("cron-six-fields", "CronScrapeJob", _cron(schedule="0 0 * * * *"), "spec.schedule", "schedule"),
     Case("cron-step-zero", "CronScrapeJob", _cron(schedule="*/0 * * * *"), "spec.schedule", "schedule"),
     Case("cron-extension-l", "CronScrapeJob", _cron(schedule="0 0 L * *"), "spec.schedule", "schedule"),
+    # Kubernetes' CronJob refuses a range that runs backwards; croniter would run it as a wrap-around.
+    Case("cron-reversed-range", "CronScrapeJob", _cron(schedule="30-10 * * * *"), "spec.schedule", "runs backwards"),
+    Case("cron-reversed-days", "CronScrapeJob", _cron(schedule="0 9 * * fri-mon"), "spec.schedule", "runs backwards"),
     Case("bad-timezone-shape", "CronScrapeJob", _cron(timeZone="Not A/Zone!"), "spec.timeZone", "timeZone"),
     Case(
         "concurrency-policy-enum",

@@ -20,10 +20,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from .cronscrapejob import CronScrapeJobSpec, CronScrapeJobStatus
+from .cronscrapejob import REVERSED_RANGE_RULE, CronScrapeJobSpec, CronScrapeJobStatus
 from .naming import GROUP, VERSION
 from .scrapejob import ScrapeJobSpec, ScrapeJobStatus
-from .scrapepool import ScrapePoolSpec, ScrapePoolStatus
+from .scrapepool import REDIS_DB_RULE, ScrapePoolSpec, ScrapePoolStatus
 
 Schema = dict[str, Any]
 
@@ -75,7 +75,9 @@ _RULES: dict[str, list[dict[str, str]]] = {
             "|| (!has(self.sentinels) && !has(self.masterName) && !has(self.sentinelPasswordSecretRef))",
             "message": "sentinels, masterName and sentinelPasswordSecretRef apply to mode Sentinel only",
         },
+        REDIS_DB_RULE,
     ],
+    "CronScrapeJobSpec": [REVERSED_RANGE_RULE],
     "AutoscalingSpec": [
         {
             "rule": "self.minReplicas <= self.maxReplicas",

@@ -7,6 +7,7 @@ import re
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal, Self
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 from redis.connection import parse_url
@@ -145,7 +146,19 @@ def redis_url_problem(url: str) -> str | None:
         parse_url(url)  # type: ignore[no-untyped-call]
     except ValueError as exc:
         return str(exc).replace(url, "<url>")
+    if not url.startswith("unix://") and not _REDIS_DB_PATH.fullmatch(urlsplit(url).path):
+        # redis-py ignores a path it cannot read as a number: the pool would use database 0 and say Ready.
+        return "the path after host:port must be a database number, e.g. /0 (or nothing, for database 0)"
     return None
+
+
+# A redis:// URL's path: nothing, "/", or "/<database number>" (REDIS_DB_RULE says it to the API server).
+_REDIS_DB_PATH = re.compile(r"(/[0-9]*)?")
+REDIS_DB_RULE = {
+    "rule": "!has(self.url) || self.url.matches('^rediss?://[^/?#]*(/[0-9]*)?([?#].*)?$')",
+    "message": "url: the path after host:port must be a database number, e.g. /0 (or nothing, for database 0)",
+    "fieldPath": ".url",
+}
 
 
 # The API server's resource.Quantity syntax (as in the core types' OpenAPI): "500m", "1Gi", "2".
