@@ -85,6 +85,14 @@ INVALID: list[Case] = [
         "spec.urlRanges[0]",
         "urlRanges.0",
     ),
+    # Issue 32: every URL a range makes fits in 2048 characters (600 {n} of seven digits would be 4210).
+    Case(
+        "url-range-urls-too-long",
+        "ScrapeJob",
+        _job(urlRanges=[{"template": "https://e.com/" + "{n}" * 600, "start": 1, "end": 1_000_000}]),
+        "spec.urlRanges[0].template",
+        "urlRanges.0",
+    ),
     Case("priority-10", "ScrapeJob", _job(priority=10), "spec.priority", "priority"),
     Case("jitter-2", "ScrapeJob", _job(retry={"jitter": 2}), "spec.retry.jitter", "retry.jitter"),
     Case(
@@ -135,6 +143,14 @@ INVALID: list[Case] = [
         _pool(autoscaling={"minReplicas": 5, "maxReplicas": 2}),
         "spec.autoscaling.minReplicas",
         "minReplicas",
+    ),
+    # Issue 32: a pool's defaults lie within the limits it sets its jobs.
+    Case(
+        "pool-default-above-its-job-limit",
+        "ScrapePool",
+        _pool(defaults={"politeness": {"requestsPerSecond": 500}}, jobLimits={"requestsPerSecond": 100}),
+        "spec.defaults.politeness.requestsPerSecond",
+        "exceeds jobLimits.requestsPerSecond",
     ),
     Case(
         "redis-url-and-secret",

@@ -22,8 +22,8 @@ from pydantic import BaseModel
 
 from .cronscrapejob import REVERSED_RANGE_RULE, CronScrapeJobSpec, CronScrapeJobStatus
 from .naming import GROUP, VERSION
-from .scrapejob import ScrapeJobSpec, ScrapeJobStatus
-from .scrapepool import REDIS_DB_RULE, ScrapePoolSpec, ScrapePoolStatus
+from .scrapejob import URL_RANGE_LENGTH_RULE, ScrapeJobSpec, ScrapeJobStatus
+from .scrapepool import DEFAULTS_WITHIN_LIMITS_RULES, REDIS_DB_RULE, ScrapePoolSpec, ScrapePoolStatus
 
 Schema = dict[str, Any]
 
@@ -36,7 +36,10 @@ _RULES: dict[str, list[dict[str, str]]] = {
             "fieldPath": ".urls",
         },
     ],
-    "UrlRange": [{"rule": "self.end >= self.start", "message": "end must be greater than or equal to start"}],
+    "UrlRange": [
+        {"rule": "self.end >= self.start", "message": "end must be greater than or equal to start"},
+        URL_RANGE_LENGTH_RULE,
+    ],
     "OutputSpec": [
         {
             "rule": "self.sink != 'JsonLines' || has(self.jsonLines)",
@@ -78,6 +81,7 @@ _RULES: dict[str, list[dict[str, str]]] = {
         REDIS_DB_RULE,
     ],
     "CronScrapeJobSpec": [REVERSED_RANGE_RULE],
+    "ScrapePoolSpec": DEFAULTS_WITHIN_LIMITS_RULES,
     "AutoscalingSpec": [
         {
             "rule": "self.minReplicas <= self.maxReplicas",
