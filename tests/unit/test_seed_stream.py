@@ -86,3 +86,13 @@ def test_a_stream_that_repeats_a_url_is_always_known_to(urls: list[str], ranges:
     stream = list(job.seeds())
     if len(set(stream)) < len(stream):
         assert job.seeds_may_repeat(), (urls, ranges)
+
+
+def test_a_range_too_long_to_count_with_len_is_refused_as_a_validation_error() -> None:
+    """A range of 2**63 numbers (the API server's integers allow it) is more than len() can return: it is
+    refused naming the limit, never an OverflowError that no status reflects."""
+    import pytest
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="at most 1000000 URLs"):
+        _job(urlRanges=[{"template": "https://a.example/{n}", "start": 0, "end": 2**63 - 1}])

@@ -168,11 +168,12 @@ class UrlRange(TrawlModel):
                 raise ValueError(f"the range's URL with {n}: {exc}") from exc
         return self
 
-    def __len__(self) -> int:
+    def count(self) -> int:
+        """How many URLs the range makes (not len(): a range up to 2**63 is more than len() can return)."""
         return (self.end - self.start) // self.step + 1
 
     def last(self) -> int:
-        return self.start + (len(self) - 1) * self.step
+        return self.start + (self.count() - 1) * self.step
 
     def longest_url(self) -> int:
         """The length of the range's longest URL (the one with the most digits), without building any."""
@@ -400,7 +401,7 @@ class ScrapeJobSpec(TrawlModel):
         return self
 
     def total_seed_count(self) -> int:
-        return len(self.urls or []) + sum(len(r) for r in self.url_ranges or [])
+        return len(self.urls or []) + sum(r.count() for r in self.url_ranges or [])
 
     # The seed stream: ``urls`` without repeats, then every urlRanges entry's URLs in order. A position
     # in it is what the queue's seed cursor counts, so a pass resumes where the last one stopped by
@@ -411,7 +412,7 @@ class ScrapeJobSpec(TrawlModel):
 
     def seed_count(self) -> int:
         """Positions in the seed stream (a crawl's seeds are its first ``maxPages`` of them)."""
-        count = len(self._unique_urls()) + sum(len(r) for r in self.url_ranges or [])
+        count = len(self._unique_urls()) + sum(r.count() for r in self.url_ranges or [])
         return count if self.crawl is None else min(count, self.crawl.max_pages)
 
     def seeds(self, start: int = 0) -> Iterator[str]:
@@ -423,8 +424,8 @@ class ScrapeJobSpec(TrawlModel):
             yield from listed[skip:]
             skip = max(0, skip - len(listed))
             for url_range in self.url_ranges or []:
-                if skip >= len(url_range):
-                    skip -= len(url_range)
+                if skip >= url_range.count():
+                    skip -= url_range.count()
                     continue
                 yield from url_range.urls(skip)
                 skip = 0
@@ -587,7 +588,12 @@ class ScrapeJobStatus(TrawlModel):
     eta: datetime | None = Field(default=None, description="Estimated completion time at the current rate.")
     start_time: datetime | None = Field(default=None, description="When the first task was claimed.")
     completion_time: datetime | None = Field(default=None, description="When the job finished.")
-    enqueued: int | None = Field(default=None, ge=0, description="Seed tasks enqueued so far.")
+    enqueued: int | None = Field(
+        default=None,
+        ge=0,
+        description="Seed URLs enqueued so far: the job's urls (each once), then its urlRanges' URLs in order (a "
+        "URL that a range repeats counts again, and is fetched once).",
+    )
     dead_letters: list[DeadLetter] | None = Field(
         default=None,
         max_length=MAX_DEAD_LETTERS_ON_STATUS,
