@@ -85,6 +85,14 @@ INVALID: list[Case] = [
         "spec.urlRanges[0]",
         "urlRanges.0",
     ),
+    # Issue 32: every URL a range makes fits in 2048 characters (600 {n} of seven digits would be 4210).
+    Case(
+        "url-range-urls-too-long",
+        "ScrapeJob",
+        _job(urlRanges=[{"template": "https://e.com/" + "{n}" * 600, "start": 1, "end": 1_000_000}]),
+        "spec.urlRanges[0].template",
+        "urlRanges.0",
+    ),
     Case("priority-10", "ScrapeJob", _job(priority=10), "spec.priority", "priority"),
     Case("jitter-2", "ScrapeJob", _job(retry={"jitter": 2}), "spec.retry.jitter", "retry.jitter"),
     Case(
@@ -136,6 +144,14 @@ INVALID: list[Case] = [
         "spec.autoscaling.minReplicas",
         "minReplicas",
     ),
+    # Issue 32: a pool's defaults lie within the limits it sets its jobs.
+    Case(
+        "pool-default-above-its-job-limit",
+        "ScrapePool",
+        _pool(defaults={"politeness": {"requestsPerSecond": 500}}, jobLimits={"requestsPerSecond": 100}),
+        "spec.defaults.politeness.requestsPerSecond",
+        "exceeds jobLimits.requestsPerSecond",
+    ),
     Case(
         "redis-url-and-secret",
         "ScrapePool",
@@ -144,6 +160,14 @@ INVALID: list[Case] = [
         "urlSecretRef",
     ),
     Case("redis-url-scheme", "ScrapePool", _pool(redis={"url": "http://redis:6379"}), "spec.redis.url", "redis.url"),
+    # redis-py ignores a path it cannot read as a number: the pool would use database 0 and say Ready.
+    Case(
+        "redis-url-database-not-a-number",
+        "ScrapePool",
+        _pool(redis={"url": "redis://redis:6379/notanumber"}),
+        "spec.redis.url",
+        "database number",
+    ),
     Case(
         "redis-sentinel-without-master-name",
         "ScrapePool",
@@ -176,6 +200,9 @@ INVALID: list[Case] = [
     Case("cron-six-fields", "CronScrapeJob", _cron(schedule="0 0 * * * *"), "spec.schedule", "schedule"),
     Case("cron-step-zero", "CronScrapeJob", _cron(schedule="*/0 * * * *"), "spec.schedule", "schedule"),
     Case("cron-extension-l", "CronScrapeJob", _cron(schedule="0 0 L * *"), "spec.schedule", "schedule"),
+    # Kubernetes' CronJob refuses a range that runs backwards; croniter would run it as a wrap-around.
+    Case("cron-reversed-range", "CronScrapeJob", _cron(schedule="30-10 * * * *"), "spec.schedule", "runs backwards"),
+    Case("cron-reversed-days", "CronScrapeJob", _cron(schedule="0 9 * * fri-mon"), "spec.schedule", "runs backwards"),
     Case("bad-timezone-shape", "CronScrapeJob", _cron(timeZone="Not A/Zone!"), "spec.timeZone", "timeZone"),
     Case(
         "concurrency-policy-enum",

@@ -463,6 +463,35 @@ autoscaling = ordered(
     "minReplicas",
     "maxReplicas",
 ).map(_min_within_default_max)
+job_limits = obj(
+    scrapepool.JobLimits,
+    {},
+    {
+        "maxResponseBytes": ints(1, 1 << 30),
+        "requestsPerSecond": floats(0, 10000, exclude_min=True),
+        "maxConcurrencyPerDomain": ints(1, 1000),
+        "maxUrlsPerJob": ints(1, 1_000_000),
+        "maxResultsRetained": ints(1, 10_000_000),
+        "maxDeadLettersRetained": ints(0, 1_000_000),
+        "maxPriority": ints(0, 9),
+    },
+)
+
+
+def _defaults_within_limits(d: dict[str, Any]) -> dict[str, Any]:
+    """A ceiling set below the pool's own default for it is raised to that default (the model refuses it)."""
+    limits, defaults = d.get("jobLimits") or {}, d.get("defaults") or {}
+    for group, field in (
+        ("request", "maxResponseBytes"),
+        ("politeness", "requestsPerSecond"),
+        ("politeness", "maxConcurrencyPerDomain"),
+    ):
+        value = (defaults.get(group) or {}).get(field)
+        if value is not None and limits.get(field) is not None and value > limits[field]:
+            limits[field] = value
+    return d
+
+
 scrape_pool_spec = obj(
     scrapepool.ScrapePoolSpec,
     {"redis": redis},
@@ -480,8 +509,9 @@ scrape_pool_spec = obj(
             },
         ),
         "defaults": obj(scrapepool.PoolDefaults, {}, {"request": request, "politeness": politeness, "retry": retry}),
+        "jobLimits": job_limits,
     },
-)
+).map(_defaults_within_limits)
 
 # ------------------------------------------------------------------ CronScrapeJob
 

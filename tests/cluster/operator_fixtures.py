@@ -49,6 +49,9 @@ def pool(name: str, redis_url: str, **spec: Any) -> dict[str, Any]:
             "pollSeconds": 1,
         },
         "queue": {"leaseSeconds": 5},
+        # The platform's grant to the tests' pools, which fetch from a loopback fixture site far faster than
+        # the default ceilings allow a shared cluster's jobs (tests/cluster/test_tenant_limits.py tests those).
+        "jobLimits": {"requestsPerSecond": 10000, "maxConcurrencyPerDomain": 1000, "maxPriority": 9},
     }
     body.update(spec)
     return {"apiVersion": "trawl.dev/v1alpha1", "kind": "ScrapePool", "metadata": {"name": name}, "spec": body}

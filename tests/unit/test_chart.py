@@ -356,6 +356,22 @@ def test_default_pool_key_prefix_and_shards_are_values() -> None:
         render(set_values={"defaultPool.redis.keyPrefix": "has space"})
 
 
+def test_default_pool_job_limits_are_values() -> None:
+    """Issue 32: the platform team sets what each job of the default pool may ask for at most."""
+    from trawl.api.scrapepool import ScrapePoolSpec
+
+    assert "jobLimits" not in one(render(), "ScrapePool")["spec"]  # the pool's safe defaults
+    spec = one(
+        render(set_values={"defaultPool.jobLimits.requestsPerSecond": "5", "defaultPool.jobLimits.maxPriority": "7"}),
+        "ScrapePool",
+    )["spec"]
+    assert spec["jobLimits"] == {"requestsPerSecond": 5, "maxPriority": 7}
+    ceilings = ScrapePoolSpec.model_validate(spec).ceilings()
+    assert (ceilings.requests_per_second, ceilings.max_priority) == (5, 7)
+    with pytest.raises(HelmError, match="maxPriority"):
+        render(set_values={"defaultPool.jobLimits.maxPriority": "10"})
+
+
 def test_external_redis_without_cidrs_is_reachable_outside_the_denied_ranges() -> None:
     """Without cidrs the external Redis's ports are open to any address the web rule allows, not only 80/443."""
     docs = render("external-redis-secret")  # no cidrs

@@ -20,10 +20,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from .cronscrapejob import CronScrapeJobSpec, CronScrapeJobStatus
+from .cronscrapejob import REVERSED_RANGE_RULE, CronScrapeJobSpec, CronScrapeJobStatus
 from .naming import GROUP, VERSION
-from .scrapejob import ScrapeJobSpec, ScrapeJobStatus
-from .scrapepool import ScrapePoolSpec, ScrapePoolStatus
+from .scrapejob import URL_RANGE_LENGTH_RULE, ScrapeJobSpec, ScrapeJobStatus
+from .scrapepool import DEFAULTS_WITHIN_LIMITS_RULES, REDIS_DB_RULE, ScrapePoolSpec, ScrapePoolStatus
 
 Schema = dict[str, Any]
 
@@ -36,7 +36,10 @@ _RULES: dict[str, list[dict[str, str]]] = {
             "fieldPath": ".urls",
         },
     ],
-    "UrlRange": [{"rule": "self.end >= self.start", "message": "end must be greater than or equal to start"}],
+    "UrlRange": [
+        {"rule": "self.end >= self.start", "message": "end must be greater than or equal to start"},
+        URL_RANGE_LENGTH_RULE,
+    ],
     "OutputSpec": [
         {
             "rule": "self.sink != 'JsonLines' || has(self.jsonLines)",
@@ -75,7 +78,10 @@ _RULES: dict[str, list[dict[str, str]]] = {
             "|| (!has(self.sentinels) && !has(self.masterName) && !has(self.sentinelPasswordSecretRef))",
             "message": "sentinels, masterName and sentinelPasswordSecretRef apply to mode Sentinel only",
         },
+        REDIS_DB_RULE,
     ],
+    "CronScrapeJobSpec": [REVERSED_RANGE_RULE],
+    "ScrapePoolSpec": DEFAULTS_WITHIN_LIMITS_RULES,
     "AutoscalingSpec": [
         {
             "rule": "self.minReplicas <= self.maxReplicas",

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from trawl.api.common import format_number
+from trawl.api.policies import PolitenessSpec, RequestSpec
 from trawl.api.scrapejob import ScrapeJobSpec
 
 if TYPE_CHECKING:
@@ -59,6 +61,45 @@ def browser_missing(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> str |
         f"runs plain workers: set the pool's spec.worker.browser and use the browser worker image, or pick a "
         f"pool that has them"
     )
+
+
+def limit_exceeded(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> str | None:
+    """What in a job asks for more than its pool's jobLimits allow, naming the field, its value and the
+    ceiling; None if nothing. Not clamped: a job that asked for 1 GiB bodies is told, never silently
+    run with 10 MiB ones."""
+    ceilings = pool_spec.ceilings()
+    request = job_spec.request or RequestSpec()
+    politeness = job_spec.politeness or PolitenessSpec()
+    output = job_spec.output
+    asked: list[tuple[str, float | None, float, str]] = [
+        ("spec.request.maxResponseBytes {}", request.max_response_bytes, ceilings.max_response_bytes,
+         "maxResponseBytes"),
+        ("spec.politeness.requestsPerSecond {}", politeness.requests_per_second, ceilings.requests_per_second,
+         "requestsPerSecond"),
+        ("spec.politeness.maxConcurrencyPerDomain {}", politeness.max_concurrency_per_domain,
+         ceilings.max_concurrency_per_domain, "maxConcurrencyPerDomain"),
+        ("spec.priority {}", job_spec.priority, ceilings.max_priority, "maxPriority"),
+    ]  # fmt: skip
+    if output is not None and output.sink == "RedisStream" and output.redis_stream is not None:
+        asked.append(
+            ("spec.output.redisStream.maxLen {}", output.redis_stream.max_len, ceilings.max_results_retained,
+             "maxResultsRetained")
+        )  # fmt: skip
+    if job_spec.crawl is not None:
+        asked.append(("spec.crawl.maxPages {}", job_spec.crawl.max_pages, ceilings.max_urls_per_job, "maxUrlsPerJob"))
+    else:
+        asked.append(
+            ("spec.urls and spec.urlRanges: {} URLs", job_spec.seed_count(), ceilings.max_urls_per_job,
+             "maxUrlsPerJob")
+        )  # fmt: skip
+    for what, value, ceiling, limit in asked:
+        if value is not None and value > ceiling:
+            return (
+                f"{what.format(format_number(value))} is above the {format_number(ceiling)} that ScrapePool "
+                f"{job_spec.pool!r} allows (its spec.jobLimits.{limit}): ask for at most that, or have the "
+                f"pool's owner raise it"
+            )
+    return None
 
 
 _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # an HTTP token (RFC 9110 5.1)

@@ -23,8 +23,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from trawl.api.policies import ResolvedRetry, resolve_politeness, resolve_request, resolve_retry
-from trawl.api.scrapejob import ExtractSpec, OutputSpec, ScrapeJobSpec
+from trawl.api.policies import (
+    PolitenessSpec,
+    RequestSpec,
+    ResolvedPoliteness,
+    ResolvedRequest,
+    ResolvedRetry,
+    resolve_politeness,
+    resolve_request,
+    resolve_retry,
+)
+from trawl.api.scrapejob import ExtractSpec, OutputSpec, RedisStreamSink, ScrapeJobSpec, SinkKind
 
 if TYPE_CHECKING:  # the operator's side; a worker never builds the pool's model
     from trawl.api.scrapepool import ScrapePoolSpec
@@ -34,13 +43,34 @@ SPEC_VERSION = 1
 
 
 def build_worker_spec(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec | None) -> dict[str, Any]:
-    """Resolve a job's settings against its pool's defaults into the dict stored in JobConfig.spec."""
+    """Resolve a job's settings against its pool's defaults into the dict stored in JobConfig.spec.
+
+    Layers: the built-in defaults, lowered to the pool's jobLimits where those are lower; the pool's
+    defaults; the job. The pool's defaults are within its limits (the model says so) and a job asking
+    for more is refused before it is registered (admission.limit_exceeded), so what a worker reads is
+    always within the pool's limits."""
     defaults = pool_spec.defaults if pool_spec is not None else None
-    request = resolve_request(defaults.request if defaults else None, job_spec.request)
-    politeness = resolve_politeness(defaults.politeness if defaults else None, job_spec.politeness)
+    ceilings = pool_spec.ceilings() if pool_spec is not None else None
+    within_request = within_politeness = None
+    if ceilings is not None:
+        within_request = RequestSpec(
+            max_response_bytes=min(ResolvedRequest().max_response_bytes, ceilings.max_response_bytes)
+        )
+        within_politeness = PolitenessSpec(
+            requests_per_second=min(ResolvedPoliteness().requests_per_second, ceilings.requests_per_second),
+            max_concurrency_per_domain=min(
+                ResolvedPoliteness().max_concurrency_per_domain, ceilings.max_concurrency_per_domain
+            ),
+        )
+    request = resolve_request(within_request, defaults.request if defaults else None, job_spec.request)
+    politeness = resolve_politeness(within_politeness, defaults.politeness if defaults else None, job_spec.politeness)
     retry = resolve_retry(defaults.retry if defaults else None, job_spec.retry)
     extract = job_spec.extract or ExtractSpec()
     output = job_spec.output or OutputSpec()
+    if ceilings is not None and output.sink == SinkKind.REDIS_STREAM and output.redis_stream is None:
+        # Left unset: the built-in maxLen, or the pool's ceiling when that is lower.
+        max_len = min(RedisStreamSink().max_len, ceilings.max_results_retained)
+        output = output.model_copy(update={"redis_stream": RedisStreamSink(max_len=max_len)})
     return {
         "version": SPEC_VERSION,
         "request": request.model_dump(mode="json"),
@@ -61,6 +91,7 @@ def build_job_config(job_id: str, job_spec: ScrapeJobSpec, pool_spec: ScrapePool
     spec = build_worker_spec(job_spec, pool_spec)
     retry = ResolvedRetry.model_validate(spec["retry"])
     dedupe = job_spec.dedupe
+    ceilings = pool_spec.ceilings() if pool_spec is not None else None
     return JobConfig(
         job_id=job_id,
         priority=job_spec.priority,
@@ -77,5 +108,7 @@ def build_job_config(job_id: str, job_spec: ScrapeJobSpec, pool_spec: ScrapePool
         max_depth=job_spec.crawl.max_depth if job_spec.crawl is not None else 0,
         dedupe_across_jobs=dedupe.across_jobs if dedupe is not None else False,
         dedupe_window_seconds=dedupe.window_seconds if dedupe is not None else 3600,
+        dedupe_seeds=job_spec.seeds_may_repeat(),
+        max_dead_letters_kept=ceilings.max_dead_letters_retained if ceilings is not None else None,
         spec=spec,
     )

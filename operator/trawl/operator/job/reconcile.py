@@ -11,6 +11,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import islice
 from typing import Any
 
 from pydantic import ValidationError
@@ -22,7 +23,13 @@ from trawl.api.policies import PERMANENT_CLASSES
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.egress.addresses import parse_networks
-from trawl.jobspec.admission import browser_missing, spec_problem, unmounted_directory, unmounted_secrets
+from trawl.jobspec.admission import (
+    browser_missing,
+    limit_exceeded,
+    spec_problem,
+    unmounted_directory,
+    unmounted_secrets,
+)
 from trawl.operator import kube
 from trawl.operator.conditions import ConditionType, get_condition
 from trawl.operator.connections import RedisConnections, pool_queue
@@ -44,7 +51,9 @@ from .status import TERMINAL, JobFacts, derive_job_status
 log = logging.getLogger(__name__)
 
 
-class SinkNotReady(Exception):
+class NotAccepted(Exception):
+    """Why the job cannot be registered (its sink, its pool's limits): the pass says so, Stalled."""
+
     def __init__(self, problem: Problem) -> None:
         super().__init__(problem.message)
         self.problem = problem
@@ -102,15 +111,28 @@ def data_lost_message(prev: Mapping[str, Any], *, running: bool) -> str:
     return f"the pool's Redis lost this finished job's data ({known}): {gone}; the status keeps what was known"
 
 
+# Seed batches one pass enqueues at most (of the queue's enqueue_batch, 2000): a million-URL range takes
+# about ten passes, and a pass never holds the event loop or the job's lock for long.
+SEED_BATCHES_PER_PASS = 50
+
+
 async def _enqueue_seeds(queue: Queue, uid: str, spec: ScrapeJobSpec) -> int:
-    seeds = spec.seed_urls()
-    if spec.crawl is not None:
-        seeds = seeds[: spec.crawl.max_pages]
-    # One call from index 0 (the queue batches it): idempotent per seed index, and a sharded queue places
-    # the whole list so that each shard's part is the same at every pass.
-    await queue.enqueue(uid, seeds, start_index=0)
-    await queue.mark_enqueue_done(uid)
-    return len(seeds)
+    """Enqueue the next part of the job's seed stream, from where the queue's cursor says: at most
+    SEED_BATCHES_PER_PASS batches, each built from the spec when it is sent (a range is never expanded
+    into a list), each idempotent per position, so a pass after a crash or a restart adds only what is
+    missing. Marks the enqueue done once the stream is all in. Returns the positions enqueued so far."""
+    end = spec.seed_count()
+    position = await queue.seeds_enqueued(uid)
+    stream = spec.seeds(position)
+    for _ in range(SEED_BATCHES_PER_PASS):
+        batch = list(islice(stream, queue.enqueue_batch))
+        if not batch:
+            break
+        await queue.enqueue_seeds(uid, position, batch)
+        position += len(batch)
+    if position >= end:
+        await queue.mark_enqueue_done(uid)
+    return min(position, end)
 
 
 def _admit(uid: str, spec: ScrapeJobSpec, pool: ScrapePoolSpec) -> JobConfig | Problem:
@@ -179,7 +201,7 @@ async def reconcile_job(
     job = _Pass(queue, spec, pool.spec, namespace, name, uid, generation, prev, now, secret_reader(secrets or {}))
     try:
         return await _reconcile_with_queue(job, config, annotations)
-    except SinkNotReady as exc:
+    except NotAccepted as exc:
         return stalled(exc.problem)
     except OutOfMemoryError:  # Redis answers, but is full: every pass writes (the epoch), so each one says so
         return stalled(Problem(*await out_of_memory(redis)))
@@ -245,13 +267,20 @@ def _finished_record(job: _Pass, epoch: str, data_lost: str | None) -> JobOutcom
 
 
 async def _register(job: _Pass, config: JobConfig, stats: JobStats) -> tuple[JobStats, int]:
-    """Register the job and enqueue its seeds (again: both are idempotent); (its counters now, seeds)."""
+    """Register the job and enqueue its seeds (again: both are idempotent); (its counters now, seeds).
+
+    Until its seeds are all in, a job is held to its pool's jobLimits: one above them is refused (Stalled,
+    LimitExceeded) before anything of it is enqueued. A job whose seeds are in runs on as accepted, even if
+    the pool's limits are lowered later."""
     queue, uid, spec = job.queue, job.uid, job.spec
+    exceeded = limit_exceeded(spec, job.pool)
+    if exceeded is not None:
+        raise NotAccepted(Problem("LimitExceeded", exceeded))
     if not stats.exists:
         # Accepting the job: its sink must be able to take the records before anything is fetched.
         problem = await sink_problem(job.namespace, spec, job.read_secret)
         if problem is not None:
-            raise SinkNotReady(problem)
+            raise NotAccepted(problem)
     await queue.register_job(config)
     if spec.suspend and not stats.suspended:
         # Before the first seed: a job created suspended must never enter the claim ring.
