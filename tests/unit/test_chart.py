@@ -251,6 +251,7 @@ def test_bundled_redis_has_password_persistence_and_aof() -> None:
     password = secret["stringData"]["password"]
     assert len(password) == 32 and password.isalnum()
     assert secret["stringData"]["url"] == f"redis://:{password}@trawl-redis.trawl-system.svc:6379/0"
+    assert secret["metadata"]["labels"]["trawl.dev/secret"] == "true"  # the operator reads only labelled Secrets
     sts = one(docs, "StatefulSet")
     (container,) = sts["spec"]["template"]["spec"]["containers"]
     command = " ".join(container["args"])
