@@ -249,7 +249,7 @@ def _add_commands() -> None:
     app.add_typer(dev_app, name="dev")
 
     # Job tools (trawl.clitools): the module imports only typer; each command loads kube/redis/rich when run.
-    from trawl.clitools.app import dlq_app, pool_app, results, status, submit, top
+    from trawl.clitools.app import dlq_app, pool_app, results, secret_app, status, submit, top
 
     app.command("submit")(submit)
     app.command("status")(status)
@@ -258,6 +258,7 @@ def _add_commands() -> None:
     app.command("run")(run)
     app.add_typer(dlq_app, name="dlq")
     app.add_typer(pool_app, name="pool")
+    app.add_typer(secret_app, name="secret")
 
 
 if not _worker_invocation(sys.argv):

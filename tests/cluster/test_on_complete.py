@@ -31,6 +31,7 @@ def test_on_complete_webhook_and_job(
 ) -> None:
     key = secrets.token_hex(16)
     control_plane.kubectl("create", "secret", "generic", "hook-hmac", f"--from-literal=key={key}", "-n", namespace)
+    control_plane.kubectl("label", "secret", "hook-hmac", "-n", namespace, "trawl.dev/secret=true")
     apply(control_plane, pool("after", redis_server.url), namespace=namespace)
     wait_for("Deployment", lambda: exists(control_plane, "deployment", "after-workers", namespace))
     urls = list(bookstore.expected())[:3]

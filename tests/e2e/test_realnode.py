@@ -413,9 +413,10 @@ def test_helm_uninstall_refuses_while_a_job_names_the_pool_then_leaves_only_the_
             )
         node.helm_uninstall_quietly(RELEASE, NAMESPACE)
     assert node.kubectl("get", "scrapepools,scrapejobs", "-n", NAMESPACE, "-o", "name").strip() == ""
-    # Everything of the release goes (the hook's Job, pod, ServiceAccount and Role included: they carry
-    # its labels) but what Helm's convention keeps: the Secret with the generated Redis password
-    # (helm.sh/resource-policy: keep, so a reinstall finds the same one). Pods go after their owners.
+    # Everything of the release goes (the hooks' Jobs, pods, ServiceAccounts and Roles included: they carry
+    # its labels), nothing with Helm's keep policy either. Pods go after their owners. The Secret with the
+    # Redis password is not the release's (the pre-install hook made it in the cluster, without the
+    # release's instance label): it stays, so a reinstall finds the same password.
     kinds = "all,cm,secret,sa,role,rolebinding,networkpolicy,pdb,scrapepools,scrapejobs"
 
     def leftovers() -> tuple[list[str], list[str]]:
@@ -431,7 +432,9 @@ def test_helm_uninstall_refuses_while_a_job_names_the_pool_then_leaves_only_the_
         wait_for("the release's objects to go", lambda: not leftovers()[0] or None, 180, 2)
     except TimeoutError as exc:
         raise AssertionError(f"{exc}: {leftovers()[0]}") from None
-    assert leftovers()[1] == ["Secret/trawl-redis"]
+    assert leftovers()[1] == []
+    kept = node.get("secret", "trawl-redis", NAMESPACE) or {}
+    assert (kept.get("metadata") or {}).get("labels", {}).get("trawl.dev/secret") == "true", kept.get("metadata")
     cluster_left = node.kubectl(
         "get", "clusterrole,clusterrolebinding", "-l", "app.kubernetes.io/instance=trawl", "-o", "name"
     )

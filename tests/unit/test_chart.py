@@ -17,6 +17,7 @@ from helm_chart import (
     HelmError,
     by_kind,
     helm,
+    hook_objects,
     is_hook,
     one,
     operator_deployment,
@@ -169,7 +170,7 @@ def test_pre_delete_hook_deletes_the_default_pool_with_its_own_minimal_rbac() ->
     """`helm uninstall` runs the hook before deleting anything, while the operator still removes the
     pool's finalizer: the chart's own image runs `trawl pool delete`, bounded, with rights for that only."""
     docs = render(namespace="team-a")
-    hooks = [d for d in docs if is_hook(d)]
+    hooks = hook_objects(docs, "pre-delete")
     assert {(d["kind"], d["metadata"]["annotations"]["helm.sh/hook"]) for d in hooks} == {
         (kind, "pre-delete") for kind in ("ServiceAccount", "Role", "RoleBinding", "Job")
     }
@@ -197,10 +198,10 @@ def test_pre_delete_hook_deletes_the_default_pool_with_its_own_minimal_rbac() ->
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": "team-a"}]
     assert binding["roleRef"]["name"] == one(hooks, "Role")["metadata"]["name"]
     # No default pool, nothing to delete: no hook.
-    assert not [d for d in render("no-redis") if is_hook(d)]
+    assert not hook_objects(render("no-redis"), "pre-delete")
     # rbac.create=false: only the Job, as the operator's ServiceAccount.
     minimal = render("minimal")
-    (job,) = [d for d in minimal if is_hook(d)]
+    (job,) = hook_objects(minimal, "pre-delete")
     assert job["spec"]["template"]["spec"]["serviceAccountName"] == service_account_name(minimal)
 
 
@@ -245,28 +246,69 @@ def test_default_image_is_the_app_version() -> None:
     assert container["image"] == DEFAULT_WORKER_IMAGE, "the operator's default worker image must match the chart"
 
 
-def test_bundled_redis_has_password_persistence_and_aof() -> None:
+def test_bundled_redis_has_persistence_aof_and_its_password_from_the_secret() -> None:
     docs = render()
-    secret = one(docs, "Secret")
-    password = secret["stringData"]["password"]
-    assert len(password) == 32 and password.isalnum()
-    assert secret["stringData"]["url"] == f"redis://:{password}@trawl-redis.trawl-system.svc:6379/0"
+    assert not by_kind(docs, "Secret")  # made in the cluster by the hook below, never rendered
     sts = one(docs, "StatefulSet")
     (container,) = sts["spec"]["template"]["spec"]["containers"]
     command = " ".join(container["args"])
     assert "--appendonly yes" in command and '--requirepass "$REDIS_PASSWORD"' in command
-    assert password not in json.dumps(sts), "the password must come from the Secret, not the pod spec"
+    env = {e["name"]: e for e in container["env"]}
+    assert env["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "trawl-redis", "key": "password"}
     (claim,) = sts["spec"]["volumeClaimTemplates"]
     assert claim["spec"]["resources"]["requests"]["storage"] == "2Gi"
     pool = one(docs, "ScrapePool")
-    assert pool["spec"]["redis"] == {"urlSecretRef": {"name": secret["metadata"]["name"], "key": "url"}}
+    assert pool["spec"]["redis"] == {"urlSecretRef": {"name": "trawl-redis", "key": "url"}}
 
 
-def test_redis_password_is_generated_per_render_unless_given() -> None:
-    first, second = (one(render(), "Secret")["stringData"]["password"] for _ in range(2))
-    assert first != second  # helm template has no cluster to look the old one up in; install/upgrade does
-    fixed = one(render(set_values={"redis.bundled.password": "s3cret"}), "Secret")["stringData"]
-    assert fixed["password"] == "s3cret"
+def test_the_redis_password_is_made_in_the_cluster_by_a_hook_with_its_own_minimal_rbac() -> None:
+    """No render holds a password: a pre-install/pre-upgrade Job (the chart's own image) runs `trawl secret
+    ensure`, which creates the Secret once and keeps it, with rights on that Secret only (and create)."""
+    docs = render(namespace="team-a")
+    hooks = hook_objects(docs, "pre-install")
+    assert {(d["kind"], d["metadata"]["annotations"]["helm.sh/hook"]) for d in hooks} == {
+        (kind, "pre-install,pre-upgrade") for kind in ("ServiceAccount", "Role", "RoleBinding", "Job")
+    }
+    weight = {d["kind"]: int(d["metadata"]["annotations"]["helm.sh/hook-weight"]) for d in hooks}
+    assert weight["ServiceAccount"] < weight["RoleBinding"] < weight["Job"] and weight["Role"] < weight["Job"]
+    job = one(hooks, "Job")
+    assert job["metadata"]["annotations"]["helm.sh/hook-output-log-policy"] == "hook-failed"
+    assert job["spec"]["activeDeadlineSeconds"] <= 300  # helm's default wait for a hook
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    operator = operator_deployment(docs)["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == operator["image"], "no other image than the chart's own"
+    assert container["command"] == ["trawl"]
+    assert container["args"] == [
+        "secret", "ensure", "trawl-redis", "--namespace=team-a", "--random=password",
+        "--derived=url=redis://:{password}@trawl-redis.team-a.svc:6379/0",
+        "--label=trawl.dev/secret=true", "--label=app.kubernetes.io/name=trawl",
+        "--label=app.kubernetes.io/component=redis", "--label=app.kubernetes.io/part-of=trawl",
+    ]  # fmt: skip
+    # Not the release's instance label: Argo CD would count the Secret in the Application and prune it.
+    assert not any("app.kubernetes.io/instance" in arg for arg in container["args"])
+    sa = one(hooks, "ServiceAccount")["metadata"]["name"]
+    assert pod["serviceAccountName"] == sa != service_account_name(docs)
+    assert _rules(one(hooks, "Role")) == [
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["trawl-redis"], "verbs": ["get", "patch"]},
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+    ]
+    binding = one(hooks, "RoleBinding")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": "team-a"}]
+    # A password of the user's (given, or their own Secret), or no bundled Redis: no hook.
+    for values in (
+        {"redis.bundled.password": "s3cret"},
+        {"redis.bundled.existingSecret": "mine"},
+        {"redis.bundled.enabled": "false", "defaultPool.enabled": "false"},
+    ):
+        assert not hook_objects(render(set_values=values), "pre-install"), values
+
+
+def test_a_given_redis_password_is_rendered_into_a_labelled_secret() -> None:
+    first, second = (one(render(set_values={"redis.bundled.password": "s3cret"}), "Secret") for _ in range(2))
+    assert first == second
+    assert first["stringData"] == {"password": "s3cret", "url": "redis://:s3cret@trawl-redis.trawl-system.svc:6379/0"}
+    assert first["metadata"]["labels"]["trawl.dev/secret"] == "true"  # the operator reads only labelled Secrets
 
 
 def test_external_redis_pool() -> None:

@@ -18,11 +18,12 @@ from pydantic import ValidationError
 from redis.exceptions import OutOfMemoryError, RedisError
 
 from trawl.api.common import format_time, validation_message
+from trawl.api.naming import SECRET_SELECTOR
 from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.operator.connections import RedisConnections, pool_queue
 from trawl.operator.events import Transition
 from trawl.operator.problems import Problem
-from trawl.operator.secrets import redis_secrets_version, secret_data
+from trawl.operator.secrets import label_fix, redis_secrets_version, secret_data, unseen_redis_secrets
 from trawl.queue import Queue, QueueUnavailable
 from trawl.queue.model import PoolSignals
 from trawl.redisconn.memory import (
@@ -51,7 +52,8 @@ COST_PROPAGATION_SECONDS = 1.0
 
 
 def missing_secrets(namespace: str, names: list[str], secrets: Mapping[Any, Any]) -> list[str]:
-    """Which of the Secrets the pool mounts into its workers do not exist (pods cannot start without them)."""
+    """Which of the Secrets the pool mounts into its workers the index does not hold: missing (pods cannot
+    start without them) or not labelled (the operator cannot tell which)."""
     return [name for name in dict.fromkeys(names) if secret_data(secrets, namespace, name) is None]
 
 
@@ -150,6 +152,10 @@ async def _apply_deployment(pool: _Pass, uid: str) -> int:
         initial_replicas=pool.spec.autoscaling.min_replicas,
         now=pool.now,
         redis_secrets_version=redis_secrets_version(pool.secrets, pool.namespace, pool.spec),
+        # A Redis Secret out of sight (missing, or its label gone) says nothing about its data: the running
+        # workers keep their template rather than roll onto settings the operator cannot see (the pool is
+        # Stalled meanwhile, saying which Secret and how to label it).
+        keep_template=bool(unseen_redis_secrets(pool.secrets, pool.namespace, pool.spec)),
     )
     dep_status = deployment.get("status") or {}
     pool.new["replicas"] = int(dep_status.get("replicas") or 0)
@@ -239,6 +245,7 @@ def _secrets_problem(
     names = ", ".join(repr(m) for m in missing)
     return Problem(
         "SecretNotFound",
-        f"worker pods cannot start: Secret {names} listed in spec.worker.secrets does not exist "
-        f"({ready}/{desired} workers ready)",
+        f"worker pods cannot start: Secret {names} listed in spec.worker.secrets not found among the Secrets "
+        f"labelled {SECRET_SELECTOR} (the operator reads no other; {ready}/{desired} workers ready): "
+        f"if it exists, label it: {label_fix(namespace, missing)}",
     )

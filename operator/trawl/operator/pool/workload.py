@@ -102,13 +102,17 @@ async def ensure_deployment(
     initial_replicas: int,
     now: datetime,
     redis_secrets_version: str | None = None,
+    keep_template: bool = False,
 ) -> dict[str, Any]:
     """Apply the worker Deployment when its rendered template changed (or fields must be taken over).
 
     One field manager applies everything the pool sets, so every such field can change or go away;
-    under autoscaling, replicas belong to the autoscaler's manager alone (see module docstring)."""
+    under autoscaling, replicas belong to the autoscaler's manager alone (see module docstring).
+    ``keep_template``: an existing Deployment is left as it is (its template cannot be known now)."""
     name = deployment_name(pool)
     current = await _read_deployment(namespace, name)
+    if current is not None and keep_template:
+        return current
     fixed = None if spec.autoscaling.enabled else (spec.replicas if spec.replicas is not None else 1)
     wanted = worker_deployment(namespace=namespace, pool=pool, pool_uid=uid, spec=spec, replicas=fixed)
     if redis_secrets_version is not None:
