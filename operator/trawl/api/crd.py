@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 from .cronscrapejob import CronScrapeJobSpec, CronScrapeJobStatus
 from .naming import GROUP, VERSION
-from .scrapejob import ScrapeJobSpec, ScrapeJobStatus
+from .scrapejob import PG_HOST_MESSAGE, PG_HOST_PATTERN, ScrapeJobSpec, ScrapeJobStatus
 from .scrapepool import ScrapePoolSpec, ScrapePoolStatus
 
 Schema = dict[str, Any]
@@ -48,6 +48,9 @@ _RULES: dict[str, list[dict[str, str]]] = {
             "message": "webhook is required when sink is Webhook",
             "fieldPath": ".webhook",
         },
+    ],
+    "PostgresSink": [
+        {"rule": f"self.host.matches(r'{PG_HOST_PATTERN}')", "message": PG_HOST_MESSAGE, "fieldPath": ".host"}
     ],
     "RetrySpec": [
         {
@@ -75,6 +78,13 @@ _RULES: dict[str, list[dict[str, str]]] = {
             "|| (!has(self.sentinels) && !has(self.masterName) && !has(self.sentinelPasswordSecretRef))",
             "message": "sentinels, masterName and sentinelPasswordSecretRef apply to mode Sentinel only",
         },
+    ],
+    "WorkerSpec": [
+        {
+            "rule": "!has(self.secretKeys) || self.secretKeys.all(k, has(self.secrets) && k.name in self.secrets)",
+            "message": "every secretKeys entry must name a Secret listed in secrets",
+            "fieldPath": ".secretKeys",
+        }
     ],
     "AutoscalingSpec": [
         {
