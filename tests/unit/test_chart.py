@@ -514,6 +514,7 @@ def test_operator_network_policy_lets_it_reach_the_api_dns_redis_and_the_web_onl
     dns, api, redis, web = policy["spec"]["egress"]
     assert {p["port"] for p in dns["ports"]} == {53} and _peers(dns) == [{"namespaceSelector": {}}]
     assert [p["port"] for p in api["ports"]] == [443, 6443]
+    assert [p["ipBlock"]["except"] for p in _peers(api)] == [["169.254.0.0/16"], ["fe80::/10"]]  # never metadata
     assert [p["port"] for p in redis["ports"]] == [6379]
     assert _peers(redis)[0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "redis"
     v4 = next(p["ipBlock"] for p in _peers(web) if p["ipBlock"]["cidr"] == "0.0.0.0/0")
