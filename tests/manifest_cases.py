@@ -126,6 +126,21 @@ INVALID: list[Case] = [
         "spec.output.webhook.url",
         "output.webhook.url",
     ),
+    # Issue 32: libpq's host lists and socket paths would be connected to past the address check.
+    Case(
+        "postgres-host-list",
+        "ScrapeJob",
+        _job(output={"sink": "PostgreSQL", "postgres": {"host": "db.example,10.0.0.1", "database": "d", "user": "u"}}),
+        "spec.output.postgres.host",
+        "host must be one host name or IP address",
+    ),
+    Case(
+        "postgres-host-socket",
+        "ScrapeJob",
+        _job(output={"sink": "PostgreSQL", "postgres": {"host": "/run/postgresql", "database": "d", "user": "u"}}),
+        "spec.output.postgres.host",
+        "host must be one host name or IP address",
+    ),
     Case(
         "field-name-pattern",
         "ScrapeJob",
@@ -158,6 +173,13 @@ INVALID: list[Case] = [
         _pool(redis={"url": "redis://r:6379/0", "urlSecretRef": {"name": "redis", "key": "url"}}),
         "spec.redis",
         "urlSecretRef",
+    ),
+    Case(
+        "secret-keys-of-an-unmounted-secret",
+        "ScrapePool",
+        _pool(worker={"secretKeys": [{"name": "pg", "key": "password", "use": "PostgresPassword"}]}),
+        "spec.worker.secretKeys",
+        "worker.secrets does not list",
     ),
     Case("redis-url-scheme", "ScrapePool", _pool(redis={"url": "http://redis:6379"}), "spec.redis.url", "redis.url"),
     # redis-py ignores a path it cannot read as a number: the pool would use database 0 and say Ready.

@@ -56,6 +56,11 @@ def ordered(strategy: Strategy, low: str, high: str) -> Strategy:
 dns_label = st.from_regex(r"[a-z0-9]([-a-z0-9]{0,20}[a-z0-9])?", fullmatch=True)
 host = st.from_regex(r"[a-z0-9]{1,12}(\.[a-z0-9-]{1,8}){0,2}\.[a-z]{2,6}", fullmatch=True)
 path = st.from_regex(r"(/[A-Za-z0-9._~%!$&'()*+,;=:@-]{0,12}){0,3}(\?[a-z]{1,5}=[A-Za-z0-9]{0,5})?", fullmatch=True)
+# One PostgreSQL server: a host name of valid labels, or an IP address (no list, no socket path).
+pg_host = st.one_of(
+    st.from_regex(r"[a-z0-9]{1,12}(\.[a-z0-9]([a-z0-9-]{0,6}[a-z0-9])?){0,2}\.[a-z]{2,6}", fullmatch=True),
+    st.sampled_from(["10.0.0.5", "db", "fd00::5"]),
+)
 http_url = st.builds("{}://{}{}".format, st.sampled_from(["http", "https"]), host, path)
 label_key = st.from_regex(r"[a-z]{1,10}(/[a-z]{1,10})?", fullmatch=True)
 label_map = st.dictionaries(label_key, st.text(max_size=20), max_size=4)
@@ -188,7 +193,7 @@ def _output(sink: str) -> Strategy:
         "webhook": obj(scrapejob.WebhookSink, {"url": http_url}, {"secretRef": secret_ref, "batchSize": ints(1, 1000)}),
         "postgres": obj(
             scrapejob.PostgresSink,
-            {"host": host, "database": pg_name, "user": pg_name},
+            {"host": pg_host, "database": pg_name, "user": pg_name},
             {
                 "port": ints(1, 65535),
                 "passwordSecretRef": secret_ref,
@@ -364,6 +369,17 @@ def _mounts_name_volumes(worker: dict[str, Any]) -> dict[str, Any]:
     return worker
 
 
+def _keys_name_secrets(worker: dict[str, Any]) -> dict[str, Any]:
+    """A secretKeys entry must name a Secret the pool mounts: point each at one that is (or drop them)."""
+    names = worker.get("secrets", [])
+    if "secretKeys" in worker:
+        if names:
+            worker["secretKeys"] = [k | {"name": names[i % len(names)]} for i, k in enumerate(worker["secretKeys"])]
+        else:
+            del worker["secretKeys"]
+    return worker
+
+
 worker = obj(
     scrapepool.WorkerSpec,
     {},
@@ -399,6 +415,19 @@ worker = obj(
         "drainSeconds": ints(1, 3600),
         "allowedCidrs": st.lists(st.sampled_from(["10.0.0.0/8", "192.168.1.0/24", "127.0.0.1/32", "fd00::/8"])),
         "secrets": st.lists(dns_label, max_size=20),
+        "secretKeys": st.lists(
+            obj(
+                scrapepool.SecretKeyUse,
+                {
+                    "name": dns_label,
+                    "key": st.from_regex(r"[-._a-zA-Z0-9]{1,20}", fullmatch=True),
+                    "use": enum(scrapepool.SecretUse),
+                },
+                {},
+            ),
+            max_size=4,
+        ),
+        "allowCleartextPostgresPassword": st.booleans(),
         "imagePullSecrets": st.lists(dns_label, max_size=20),
         "podSecurityContext": st.fixed_dictionaries(
             {"runAsNonRoot": st.booleans()}, optional={"runAsUser": ints(1, 65535), "fsGroup": ints(1, 65535)}
@@ -435,7 +464,7 @@ worker = obj(
             unique_by=lambda m: m["mountPath"],
         ),
     },
-).map(_mounts_name_volumes)
+).map(lambda w: _keys_name_secrets(_mounts_name_volumes(w)))
 
 
 def _min_within_default_max(d: dict[str, Any]) -> dict[str, Any]:

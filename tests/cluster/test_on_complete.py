@@ -32,7 +32,11 @@ def test_on_complete_webhook_and_job(
     key = secrets.token_hex(16)
     control_plane.kubectl("create", "secret", "generic", "hook-hmac", f"--from-literal=key={key}", "-n", namespace)
     control_plane.kubectl("label", "secret", "hook-hmac", "-n", namespace, "trawl.dev/secret=true")
-    apply(control_plane, pool("after", redis_server.url), namespace=namespace)
+    # The hook's key is a Secret the pool grants its jobs for signing (issue 32: mounted and declared).
+    base = pool("after", redis_server.url)
+    base["spec"]["worker"]["secrets"] = ["hook-hmac"]
+    base["spec"]["worker"]["secretKeys"] = [{"name": "hook-hmac", "key": "key", "use": "WebhookSigningKey"}]
+    apply(control_plane, base, namespace=namespace)
     wait_for("Deployment", lambda: exists(control_plane, "deployment", "after-workers", namespace))
     urls = list(bookstore.expected())[:3]
     template = {

@@ -30,6 +30,8 @@ def test_webhook_signed_with_a_mounted_secret_and_unmounted_secret_stalls(
     control_plane.kubectl("label", "secret", "webhook-hmac", "-n", namespace, "trawl.dev/secret=true")
     base = pool("hooks", redis_server.url)
     base["spec"]["worker"]["secrets"] = ["webhook-hmac"]
+    # Mounted and declared for signing: the only keys a job may name (issue 32).
+    base["spec"]["worker"]["secretKeys"] = [{"name": "webhook-hmac", "key": "key", "use": "WebhookSigningKey"}]
     apply(control_plane, base, namespace=namespace)
     wait_for("Deployment", lambda: exists(control_plane, "deployment", "hooks-workers", namespace))
 

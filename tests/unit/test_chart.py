@@ -551,3 +551,89 @@ def test_operator_flags_follow_values() -> None:
     assert "--metrics-port=0" in args and "--verbose" not in args
     debug = render(set_values={"operator.logLevel": "debug"})
     assert "--verbose" in operator_deployment(debug)["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def _peers(rule: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(rule.get("to") or rule.get("from") or [])
+
+
+def test_operator_network_policy_lets_it_reach_the_api_dns_redis_and_the_web_only() -> None:
+    """Issue 32: the operator POSTs onComplete webhooks and checks sinks where a job's author says, so its
+    pod gets an egress policy like the workers': nothing internal beyond the API, DNS and the chart's Redis."""
+    policy = one(render(), "NetworkPolicy", "trawl-operator")
+    assert policy["spec"]["podSelector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "trawl",
+        "app.kubernetes.io/instance": "trawl",
+        "app.kubernetes.io/component": "operator",
+    }
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    (ingress,) = policy["spec"]["ingress"]
+    assert "from" not in ingress and [p["port"] for p in ingress["ports"]] == ["metrics", "health"]
+    dns, api, redis, web = policy["spec"]["egress"]
+    assert {p["port"] for p in dns["ports"]} == {53} and _peers(dns) == [{"namespaceSelector": {}}]
+    assert [p["port"] for p in api["ports"]] == [443, 6443]
+    assert [p["ipBlock"]["except"] for p in _peers(api)] == [["169.254.0.0/16"], ["fe80::/10"]]  # never metadata
+    assert [p["port"] for p in redis["ports"]] == [6379]
+    assert _peers(redis)[0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "redis"
+    v4 = next(p["ipBlock"] for p in _peers(web) if p["ipBlock"]["cidr"] == "0.0.0.0/0")
+    for cidr in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "127.0.0.0/8", "100.64.0.0/10"):
+        assert cidr in v4["except"]  # cluster services, the node, the metadata service: never
+    assert {p["port"] for p in web["ports"]} == {80, 443}
+
+
+def test_operator_network_policy_values(tmp_path: Path) -> None:
+    extra = {"to": [{"ipBlock": {"cidr": "10.20.0.0/16"}}], "ports": [{"port": 5432, "protocol": "TCP"}]}
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        yaml.safe_dump(
+            {
+                "metrics": {"enabled": False},
+                "networkPolicy": {
+                    "operator": {"apiServerCIDRs": ["172.18.0.2/32"], "apiServerPorts": [6443], "extraEgress": [extra]}
+                },
+            }
+        )
+    )
+    policy = one(render(values_files=[values]), "NetworkPolicy", "trawl-operator")
+    assert [p["port"] for p in policy["spec"]["ingress"][0]["ports"]] == ["health"]  # no metrics port to open
+    api = policy["spec"]["egress"][1]
+    assert _peers(api) == [{"ipBlock": {"cidr": "172.18.0.2/32"}}] and [p["port"] for p in api["ports"]] == [6443]
+    assert policy["spec"]["egress"][-1] == extra
+    external = one(render("external-redis"), "NetworkPolicy", "trawl-operator")["spec"]["egress"][2]
+    assert external == _redis_egress(render("external-redis"))  # the external Redis, as for the workers
+    off = render(set_values={"networkPolicy.operator.enabled": "false"})
+    assert [p["metadata"]["name"] for p in by_kind(off, "NetworkPolicy")] == ["trawl-workers", "trawl-redis"]
+
+
+def test_bundled_redis_admits_worker_pods_of_the_worker_namespaces_only() -> None:
+    """Issue 32: a pod labelled as a worker in any namespace could reach the bundled Redis."""
+
+    def admitted(docs: list[dict[str, Any]]) -> list[str]:
+        peers = one(docs, "NetworkPolicy", "trawl-redis")["spec"]["ingress"][0]["from"]
+        workers = next(p for p in peers if "namespaceSelector" in p)
+        (expr,) = workers["namespaceSelector"]["matchExpressions"]
+        assert (expr["key"], expr["operator"]) == ("kubernetes.io/metadata.name", "In")
+        return list(expr["values"])
+
+    assert admitted(render()) == ["trawl-system"]
+    watched = render(set_values={"watchNamespaces": "{trawl-system,team-a}"})
+    assert admitted(watched) == ["trawl-system", "team-a"]
+    listed = render(set_values={"networkPolicy.namespaces": "{team-b}"})
+    assert admitted(listed) == ["team-b"]
+
+
+def test_default_pool_secret_keys_and_cleartext_choice(tmp_path: Path) -> None:
+    from trawl.api.scrapepool import ScrapePoolSpec
+
+    keys = [{"name": "pg", "key": "password", "use": "PostgresPassword"}]
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        yaml.safe_dump(
+            {"defaultPool": {"worker": {"secrets": ["pg"], "secretKeys": keys, "allowCleartextPostgresPassword": True}}}
+        )
+    )
+    worker = one(render(values_files=[values]), "ScrapePool")["spec"]["worker"]
+    assert worker["secretKeys"] == keys and worker["allowCleartextPostgresPassword"] is True
+    spec = ScrapePoolSpec.model_validate(one(render(values_files=[values]), "ScrapePool")["spec"])
+    assert spec.worker.allow_cleartext_postgres_password
+    assert "allowCleartextPostgresPassword" not in one(render(), "ScrapePool")["spec"]["worker"]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from trawl.operator.job.oncomplete import due, event, job_name, render_job, settled
+from trawl.operator.events import Transition
+from trawl.operator.job.oncomplete import due, event, hook_events, job_name, render_job, settled
 
 NOW = datetime(2026, 11, 26, 7, 0, tzinfo=UTC)
 STATUS = {
@@ -78,3 +79,20 @@ def test_job_from_template_gets_the_environment_and_an_owner() -> None:
         )
     assert "env" not in template["spec"]["template"]["spec"]["containers"][1]  # the template is not changed
     assert len(job_name("x" * 63)) == 63
+
+
+def test_a_hook_that_fails_for_good_is_one_warning_event() -> None:
+    failed = {
+        "webhook": {"state": "Failed", "message": "redirect refused: webhooks are POSTed to the URL given (HTTP 303)"}
+    }
+    assert hook_events({"webhook": {"state": "Pending"}}, failed) == [
+        Transition(
+            "Warning",
+            "OnCompleteFailed",
+            "onComplete.webhook: redirect refused: webhooks are POSTed to the URL given (HTTP 303)",
+        )
+    ]
+    assert hook_events(failed, failed) == []  # once, not on every pass
+    assert hook_events(None, {"webhook": {"state": "Succeeded"}, "job": {"state": "Running"}}) == []
+    job_failed = hook_events(None, {"job": {"state": "Failed", "message": "Job x: Failed BackoffLimitExceeded"}})
+    assert [e.message for e in job_failed] == ["onComplete.jobTemplate: Job x: Failed BackoffLimitExceeded"]

@@ -116,6 +116,15 @@ class SecretKeyRef(TrawlModel):
     )
 
 
+class SecretUse(StrEnum):
+    """What a job may use a Secret key for (a ScrapePool's ``worker.secretKeys`` declares it per key)."""
+
+    WEBHOOK_SIGNING_KEY = "WebhookSigningKey"  # output.webhook.secretRef, onComplete.webhook.secretRef
+    POSTGRES_PASSWORD = "PostgresPassword"  # output.postgres.passwordSecretRef
+    S3_ACCESS_KEY_ID = "S3AccessKeyId"  # output.s3.accessKeyIdSecretRef
+    S3_SECRET_ACCESS_KEY = "S3SecretAccessKey"  # output.s3.secretAccessKeySecretRef
+
+
 class LocalObjectReference(TrawlModel):
     """A reference to an object by name in the same namespace."""
 

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 from .cronscrapejob import REVERSED_RANGE_RULE, CronScrapeJobSpec, CronScrapeJobStatus
 from .naming import GROUP, VERSION
-from .scrapejob import URL_RANGE_LENGTH_RULE, ScrapeJobSpec, ScrapeJobStatus
+from .scrapejob import PG_HOST_MESSAGE, PG_HOST_PATTERN, URL_RANGE_LENGTH_RULE, ScrapeJobSpec, ScrapeJobStatus
 from .scrapepool import DEFAULTS_WITHIN_LIMITS_RULES, REDIS_DB_RULE, ScrapePoolSpec, ScrapePoolStatus
 
 Schema = dict[str, Any]
@@ -51,6 +51,9 @@ _RULES: dict[str, list[dict[str, str]]] = {
             "message": "webhook is required when sink is Webhook",
             "fieldPath": ".webhook",
         },
+    ],
+    "PostgresSink": [
+        {"rule": f"self.host.matches(r'{PG_HOST_PATTERN}')", "message": PG_HOST_MESSAGE, "fieldPath": ".host"}
     ],
     "RetrySpec": [
         {
@@ -82,6 +85,13 @@ _RULES: dict[str, list[dict[str, str]]] = {
     ],
     "CronScrapeJobSpec": [REVERSED_RANGE_RULE],
     "ScrapePoolSpec": DEFAULTS_WITHIN_LIMITS_RULES,
+    "WorkerSpec": [
+        {
+            "rule": "!has(self.secretKeys) || self.secretKeys.all(k, has(self.secrets) && k.name in self.secrets)",
+            "message": "every secretKeys entry must name a Secret listed in secrets",
+            "fieldPath": ".secretKeys",
+        }
+    ],
     "AutoscalingSpec": [
         {
             "rule": "self.minReplicas <= self.maxReplicas",

@@ -219,6 +219,21 @@ class WebhookSink(TrawlModel):
 
 PG_IDENT = r"[a-z_][a-z0-9_]{0,62}"
 
+# One server: a DNS name or an IP address (IPv6 without brackets). libpq would also take a list of hosts
+# ("a,b") or a Unix socket directory ("/run/postgresql"), which the address check (trawl.egress.sinkaddr)
+# cannot follow: a list's other hosts and a socket path would be connected to unchecked. The CRD says
+# the same in a CEL rule (trawl.api.crd), with this message.
+_PG_LABEL = r"[A-Za-z0-9_]([-A-Za-z0-9_]*[A-Za-z0-9_])?"
+PG_HOST_PATTERN = rf"^({_PG_LABEL}\.)*{_PG_LABEL}\.?$|^[0-9A-Fa-f:.]+$"
+PG_HOST_MESSAGE = (
+    "host must be one host name or IP address: a list of hosts (a,b) or a Unix socket directory (/path) is not accepted"
+)
+
+
+def pg_host_problem(host: str) -> str | None:
+    """Why ``host`` is not one PostgreSQL server's name or address, or None."""
+    return None if re.fullmatch(PG_HOST_PATTERN, host) else f"{PG_HOST_MESSAGE}, got {host!r}"
+
 
 class PostgresSink(TrawlModel):
     """Results upserted into a PostgreSQL table shared by jobs, one row per (job, URL).
@@ -228,7 +243,12 @@ class PostgresSink(TrawlModel):
     (the ScrapeJob's UID), ``url``, ``data`` (jsonb, the whole record) and ``written_at``.
     """
 
-    host: str = Field(min_length=1, max_length=253, description="Server host name or IP address.")
+    host: str = Field(
+        min_length=1,
+        max_length=253,
+        description="Server host name or IP address (one server; no host list, no Unix socket). Its addresses "
+        "must be global or in the pool's spec.worker.allowedCidrs (an in-cluster server needs its range there).",
+    )
     port: int = Field(default=5432, ge=1, le=65535, description="Server port.")
     database: str = Field(min_length=1, max_length=63, description="Database name.")
     user: str = Field(min_length=1, max_length=63, description="Role to connect as.")
@@ -248,6 +268,14 @@ class PostgresSink(TrawlModel):
         description="libpq sslmode: disable, allow, prefer, require, verify-ca or verify-full.",
     )
     connect_timeout_seconds: int = Field(default=10, ge=1, le=300, description="Connection timeout.")
+
+    @field_validator("host")
+    @classmethod
+    def _one_host(cls, value: str) -> str:
+        problem = pg_host_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
 
 class S3Sink(TrawlModel):

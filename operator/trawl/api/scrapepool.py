@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator, model_validator
 from redis.connection import parse_url
 
-from .common import Condition, DNSLabel, SecretKeyRef, TrawlModel, check_url_parses, format_number
+from .common import Condition, DNSLabel, SecretKeyRef, SecretUse, TrawlModel, check_url_parses, format_number
 from .policies import PolitenessSpec, RequestSpec, RetrySpec
 from .render import BrowserWorkerSpec
 
@@ -302,6 +302,18 @@ class CircuitBreakerSpec(TrawlModel):
         ]
 
 
+class SecretKeyUse(TrawlModel):
+    """A key of a Secret the pool mounts, and the one thing its jobs may use it for."""
+
+    name: DNSLabel = Field(description="Name of the Secret; it must be listed in spec.worker.secrets.")
+    key: str = Field(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$", description="Key within the Secret.")
+    use: SecretUse = Field(
+        description="What a job may name it as: WebhookSigningKey (output.webhook.secretRef, "
+        "onComplete.webhook.secretRef), PostgresPassword (output.postgres.passwordSecretRef), S3AccessKeyId "
+        "(output.s3.accessKeyIdSecretRef) or S3SecretAccessKey (output.s3.secretAccessKeySecretRef)."
+    )
+
+
 class WorkerSpec(TrawlModel):
     """The worker pods of the pool."""
 
@@ -339,9 +351,23 @@ class WorkerSpec(TrawlModel):
     secrets: list[DNSLabel] | None = Field(
         default=None,
         max_length=20,
-        description="Secrets mounted read-only into the workers at /var/run/trawl/secrets/<name>/<key>; a job's "
-        "webhook secretRef must name one of them. Rotating a Secret reaches jobs started after the kubelet updates "
-        "the files.",
+        description="Secrets mounted read-only into the workers at /var/run/trawl/secrets/<name>/<key>; a job "
+        "may name only the keys secretKeys declares, each for its use. Rotating a Secret reaches jobs started "
+        "after the kubelet updates the files.",
+    )
+    secret_keys: list[SecretKeyUse] | None = Field(
+        default=None,
+        max_length=64,
+        description="The keys of the mounted Secrets that the pool's jobs may name, each for one use: a job "
+        "naming any other key, or a key for another use, is Stalled (SecretKeyNotAllowed). So a job cannot "
+        "send the database password as an S3 access key ID, or a key meant for signing to a server of its "
+        "choosing.",
+    )
+    allow_cleartext_postgres_password: bool = Field(
+        default=False,
+        description="Let PostgreSQL sinks answer a server that asks for the password in cleartext (libpq "
+        "require_auth !password otherwise): such a server, wherever a job points its sink, would read the "
+        "password. Only for a server that cannot use scram-sha-256 or md5, reached over TLS.",
     )
     drain_seconds: int = Field(
         default=30,
@@ -352,7 +378,9 @@ class WorkerSpec(TrawlModel):
     allowed_cidrs: list[str] | None = Field(
         default=None,
         max_length=64,
-        description="Private or loopback networks the workers may fetch from (blocked by default against SSRF).",
+        description="Private, loopback or cluster networks that the pool's jobs may reach: the pages fetched and "
+        "rendered, and the sinks and webhooks they name (PostgreSQL, S3, webhook, onComplete.webhook). Outside "
+        "them only global addresses are allowed (against SSRF); an in-cluster sink needs its range here.",
     )
     node_selector: dict[str, str] | None = Field(default=None, description="Node selector of the pods.")
     tolerations: list[Toleration] | None = Field(
@@ -399,6 +427,14 @@ class WorkerSpec(TrawlModel):
             except ValueError as exc:
                 raise ValueError(f"{cidr!r} is not a CIDR: {exc}") from exc
         return value
+
+    @model_validator(mode="after")
+    def _declared_keys_are_mounted(self) -> Self:
+        mounted = set(self.secrets or ())
+        for entry in self.secret_keys or []:
+            if entry.name not in mounted:
+                raise ValueError(f"secretKeys names Secret {entry.name!r}, which worker.secrets does not list")
+        return self
 
     @field_validator("node_selector")
     @classmethod

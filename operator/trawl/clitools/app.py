@@ -241,7 +241,7 @@ def results(
             pg = ((obj.get("spec") or {}).get("output") or {}).get("postgres") or {}
             ref_pw = pg.get("passwordSecretRef")
             password = cluster.read_secret_key(ref_pw["name"], ref_pw["key"]) if ref_pw else None
-            target = res.postgres_target(obj, password, postgres_address)
+            target = res.postgres_target(obj, password, postgres_address, pool)
 
             def export(out: Any) -> Any:
                 return res.export_postgres(target, ref.uid, fmt, out)
@@ -253,6 +253,7 @@ def results(
                 cluster.read_secret_key(access_ref.get("name", ""), access_ref.get("key", "")),
                 cluster.read_secret_key(secret_ref.get("name", ""), secret_ref.get("key", "")),
                 s3_endpoint,
+                pool,
             )
 
             def export(out: Any) -> Any:

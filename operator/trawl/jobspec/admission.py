@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from trawl.api.common import format_number
+from trawl.api.common import SecretKeyRef, SecretUse, format_number
 from trawl.api.policies import PolitenessSpec, RequestSpec
 from trawl.api.scrapejob import ScrapeJobSpec
 
@@ -18,18 +18,49 @@ if TYPE_CHECKING:
     from trawl.api.scrapepool import ScrapePoolSpec
 
 
-def unmounted_secrets(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> list[str]:
-    """Secrets the job references that its pool does not mount into the workers."""
-    mounted = set(pool_spec.worker.secrets or ())
-    output = job_spec.output
-    refs = []
+def secret_refs(job_spec: ScrapeJobSpec) -> list[tuple[str, SecretKeyRef, SecretUse]]:
+    """Every Secret key the job names: (its field, the reference, what it is used for)."""
+    output, hooks = job_spec.output, job_spec.on_complete
+    named: list[tuple[str, SecretKeyRef | None, SecretUse]] = []
     if output is not None and output.webhook is not None:
-        refs.append(output.webhook.secret_ref)
+        named.append(("spec.output.webhook.secretRef", output.webhook.secret_ref, SecretUse.WEBHOOK_SIGNING_KEY))
     if output is not None and output.postgres is not None:
-        refs.append(output.postgres.password_secret_ref)
+        pg = output.postgres
+        named.append(("spec.output.postgres.passwordSecretRef", pg.password_secret_ref, SecretUse.POSTGRES_PASSWORD))
     if output is not None and output.s3 is not None:
-        refs += [output.s3.access_key_id_secret_ref, output.s3.secret_access_key_secret_ref]
-    return [r.name for r in refs if r is not None and r.name not in mounted]
+        s3 = output.s3
+        named += [
+            ("spec.output.s3.accessKeyIdSecretRef", s3.access_key_id_secret_ref, SecretUse.S3_ACCESS_KEY_ID),
+            (
+                "spec.output.s3.secretAccessKeySecretRef",
+                s3.secret_access_key_secret_ref,
+                SecretUse.S3_SECRET_ACCESS_KEY,
+            ),
+        ]
+    if hooks is not None and hooks.webhook is not None:
+        named.append(("spec.onComplete.webhook.secretRef", hooks.webhook.secret_ref, SecretUse.WEBHOOK_SIGNING_KEY))
+    return [(field, ref, use) for field, ref, use in named if ref is not None]
+
+
+def unmounted_secrets(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> list[str]:
+    """Secrets the job references that its pool does not mount into the workers (the onComplete webhook's
+    key too: the operator reads it, but only a Secret the pool grants its jobs is theirs to name)."""
+    mounted = set(pool_spec.worker.secrets or ())
+    return list(dict.fromkeys(ref.name for _field, ref, _use in secret_refs(job_spec) if ref.name not in mounted))
+
+
+def undeclared_secret_keys(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> list[str]:
+    """Why each Secret key the job names may not be used so, or [] when the pool declares every one for its
+    use (``worker.secretKeys``): a mounted Secret's keys are not all the job's to send anywhere, and a key
+    meant as one thing (a password) must not be sent as another (an S3 access key ID, sent in the clear)."""
+    declared = {(k.name, k.key, k.use) for k in pool_spec.worker.secret_keys or ()}
+    return [
+        f"{field} names Secret key {ref.name}/{ref.key}, which ScrapePool {job_spec.pool!r} does not declare for "
+        f"use {use.value}: the pool's spec.worker.secretKeys must list {{name: {ref.name}, key: {ref.key}, "
+        f"use: {use.value}}}"
+        for field, ref, use in secret_refs(job_spec)
+        if (ref.name, ref.key, use) not in declared
+    ]
 
 
 def unmounted_directory(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> str | None:

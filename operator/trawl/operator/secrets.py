@@ -136,6 +136,12 @@ def secret_value(secrets: Mapping[Any, Any], namespace: str, ref: SecretKeyRef) 
     return base64.b64decode(data[ref.key]).decode()
 
 
+def unreadable(ref: SecretKeyRef) -> str:
+    """What a job's status says about a Secret key it names that cannot be read: nothing about which
+    Secrets or keys do exist (a job's author may not list the namespace's Secrets)."""
+    return f"Secret key {ref.name}/{ref.key} is not readable"
+
+
 def secret_reader(secrets: Mapping[Any, Any]) -> Callable[[str, SecretKeyRef], Awaitable[str]]:
     """An async reader of Secret keys from the index, for the sink checks and onComplete hooks."""
 

@@ -5,9 +5,11 @@ is read back from the status this module wrote):
 
 - **webhook**: one POST of a CloudEvents 1.0 structured JSON event (``dev.trawl.scrapejob.finished``)
   with the job's name, phase, counts and result location, HMAC-SHA256-signed like the webhook sink
-  (``X-Trawl-Signature``), the key read from the Secret the hook names. The event id is stable (the
-  job's UID), so a receiver can drop a repeated delivery. Retried with backoff for a bounded number
-  of attempts; a refused address (SSRF guard, the pool's ``worker.allowedCidrs``) is not retried.
+  (``X-Trawl-Signature``), the key read from the Secret the hook names (one the pool mounts and
+  declares for it, checked at acceptance). The event id is stable (the job's UID), so a receiver can
+  drop a repeated delivery. Retried with backoff for a bounded number of attempts; a refused address
+  (the one address rule, the pool's ``worker.allowedCidrs``) and a redirect are final, never followed
+  (:func:`trawl.sinks.webhook.post_once`, shared with the webhook sink).
 - **jobTemplate**: a ``batch/v1`` Job created from the template, owned by the ScrapeJob, with the
   job's name, result location and counts in every container's environment (``TRAWL_*``). Its
   progress is followed until it succeeds or fails. A template the API server rejects is Failed with
@@ -19,8 +21,6 @@ I/O (POST, create, read) is thin.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
@@ -31,10 +31,13 @@ import aiohttp
 from trawl.api.common import SecretKeyRef, format_time
 from trawl.api.naming import API_VERSION
 from trawl.api.scrapejob import OnCompleteSpec
-from trawl.egress.addresses import IPNetwork, ip_literal_block_reason
-from trawl.egress.resolver import SafeResolver, find_blocked
+from trawl.egress.addresses import IPNetwork
+from trawl.egress.resolver import SafeResolver
 from trawl.operator import kube
-from trawl.operator.secrets import SecretNotFound, no_secrets
+from trawl.operator.events import Transition
+from trawl.operator.secrets import SecretNotFound, no_secrets, unreadable
+from trawl.sinks.base import sign
+from trawl.sinks.webhook import Delivery, post_once
 
 MAX_ATTEMPTS = 5
 JOB_POLL_SECONDS = 10.0
@@ -53,6 +56,17 @@ def settled(on_complete: Mapping[str, Any] | None, spec: Mapping[str, Any]) -> b
         for key, asked in (("webhook", hooks.get("webhook")), ("job", hooks.get("jobTemplate")))
         if asked
     )
+
+
+def hook_events(prev: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> list[Transition]:
+    """One Warning Event when a hook has just failed for good (its status keeps the message; no Event
+    while it stays Failed)."""
+    events = []
+    for key, field in (("webhook", "onComplete.webhook"), ("job", "onComplete.jobTemplate")):
+        before, after = (prev or {}).get(key) or {}, (new or {}).get(key) or {}
+        if after.get("state") == "Failed" and before.get("state") != "Failed":
+            events.append(Transition("Warning", "OnCompleteFailed", f"{field}: {after.get('message', '')}"))
+    return events
 
 
 def due(prev: Mapping[str, Any] | None, now: datetime, base: float = 2.0) -> bool:
@@ -142,29 +156,14 @@ def render_job(
 
 async def post_event(
     url: str, body: bytes, secret: bytes | None, allowed: Sequence[IPNetwork], seconds: float = 15.0
-) -> tuple[bool, bool, str]:
-    """POST the event. Returns (delivered, retry, message)."""
-    blocked = ip_literal_block_reason(url, allowed)
-    if blocked is not None:
-        return False, False, f"refused: {blocked}"
+) -> Delivery:
+    """POST the event once, as the webhook sink POSTs a batch (address rule, no redirect)."""
     headers = {"Content-Type": "application/cloudevents+json; charset=utf-8", "User-Agent": "trawl-operator"}
     if secret is not None:
-        headers["X-Trawl-Signature"] = "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
+        headers["X-Trawl-Signature"] = sign(secret, body)
     connector = aiohttp.TCPConnector(resolver=SafeResolver(tuple(allowed)), limit=2)
-    try:
-        async with (
-            aiohttp.ClientSession(connector=connector, trust_env=False) as session,
-            session.post(url, data=body, headers=headers, timeout=aiohttp.ClientTimeout(total=seconds)) as resp,
-        ):
-            if 200 <= resp.status < 300:
-                return True, False, f"HTTP {resp.status}"
-            retry = resp.status >= 500 or resp.status in (408, 429)
-            return False, retry, f"HTTP {resp.status}"
-    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-        found = find_blocked(exc)
-        if found is not None:
-            return False, False, f"refused: {found}"
-        return False, True, f"{type(exc).__name__}: {exc}"
+    async with aiohttp.ClientSession(connector=connector, trust_env=False) as session:
+        return await post_once(session, url, body, headers, allowed=allowed, seconds=seconds)
 
 
 async def run_hooks(
@@ -208,15 +207,16 @@ async def _webhook(
     if spec.webhook.secret_ref is not None:
         try:
             secret = (await read_secret(namespace, spec.webhook.secret_ref)).encode()
-        except SecretNotFound as exc:  # the helper's message names the Secret
+        except SecretNotFound:
             retry = attempts < MAX_ATTEMPTS
-            return base | {"state": "Pending" if retry else "Failed", "message": f"onComplete.webhook.secretRef: {exc}"}
+            message = f"onComplete.webhook.secretRef: {unreadable(spec.webhook.secret_ref)}"
+            return base | {"state": "Pending" if retry else "Failed", "message": message}
     body = json.dumps(event(namespace, name, uid, status, now), separators=(",", ":"), default=str).encode()
-    delivered, retry, message = await post_event(spec.webhook.url, body, secret, allowed)
-    if delivered:
-        return base | {"state": "Succeeded", "message": f"delivered ({message})"}
-    final = not retry or attempts >= MAX_ATTEMPTS
-    return base | {"state": "Failed" if final else "Pending", "message": message[:1024]}
+    outcome = await post_event(spec.webhook.url, body, secret, allowed)
+    if outcome.delivered:
+        return base | {"state": "Succeeded", "message": outcome.message}
+    final = not outcome.retry or attempts >= MAX_ATTEMPTS
+    return base | {"state": "Failed" if final else "Pending", "message": outcome.message[:1024]}
 
 
 async def _job(

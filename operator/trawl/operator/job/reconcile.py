@@ -27,6 +27,7 @@ from trawl.jobspec.admission import (
     browser_missing,
     limit_exceeded,
     spec_problem,
+    undeclared_secret_keys,
     unmounted_directory,
     unmounted_secrets,
 )
@@ -43,7 +44,7 @@ from trawl.queue.notes import JobNotes, Skipped, Throttled
 from trawl.redisconn.memory import out_of_memory
 from trawl.redisconn.settings import RedisConfigError, RedisUnreachable
 
-from .oncomplete import run_hooks
+from .oncomplete import hook_events, run_hooks
 from .results import results_location, results_written
 from .sinkcheck import SecretReader, finish_sink, sink_problem
 from .status import TERMINAL, JobFacts, derive_job_status
@@ -135,15 +136,18 @@ async def _enqueue_seeds(queue: Queue, uid: str, spec: ScrapeJobSpec) -> int:
     return min(position, end)
 
 
-def _admit(uid: str, spec: ScrapeJobSpec, pool: ScrapePoolSpec) -> JobConfig | Problem:
+def admit(uid: str, spec: ScrapeJobSpec, pool: ScrapePoolSpec) -> JobConfig | Problem:
     """The job's configuration on its pool, or why the pool cannot run it (no I/O)."""
     unmounted = unmounted_secrets(spec, pool)
     if unmounted:
         return Problem(
             "SecretNotMounted",
-            f"the job's output names Secret {unmounted[0]!r}, which ScrapePool {spec.pool!r} does not "
+            f"the job names Secret {unmounted[0]!r}, which ScrapePool {spec.pool!r} does not "
             f"mount into its workers: add it to the pool's spec.worker.secrets",
         )
+    undeclared = undeclared_secret_keys(spec, pool)
+    if undeclared:
+        return Problem("SecretKeyNotAllowed", undeclared[0])
     unmounted_dir = unmounted_directory(spec, pool)
     if unmounted_dir is not None:
         return Problem("DirectoryNotMounted", unmounted_dir)
@@ -189,7 +193,7 @@ async def reconcile_job(
     pool = pool_from_index(pool_index, namespace, spec.pool)
     if isinstance(pool, Problem):
         return stalled(pool)
-    config = _admit(uid, spec, pool.spec)
+    config = admit(uid, spec, pool.spec)
     if isinstance(config, Problem):
         return stalled(config)
     try:
@@ -252,6 +256,7 @@ async def _reconcile_with_queue(job: _Pass, config: JobConfig, annotations: Mapp
     if not dead_letters and stats.dead and "deadLetters" in prev:
         new_status["deadLetters"] = prev["deadLetters"]
     await _after_the_job(job, new_status)
+    events += hook_events(prev.get("onComplete"), new_status.get("onComplete"))
     return JobOutcome(new_status, events, _ttl_expired(job.spec, new_status, job.now))
 
 
@@ -278,7 +283,13 @@ async def _register(job: _Pass, config: JobConfig, stats: JobStats) -> tuple[Job
         raise NotAccepted(Problem("LimitExceeded", exceeded))
     if not stats.exists:
         # Accepting the job: its sink must be able to take the records before anything is fetched.
-        problem = await sink_problem(job.namespace, spec, job.read_secret)
+        problem = await sink_problem(
+            job.namespace,
+            spec,
+            job.read_secret,
+            allowed=parse_networks(job.pool.worker.allowed_cidrs),
+            cleartext_password=job.pool.worker.allow_cleartext_postgres_password,
+        )
         if problem is not None:
             raise NotAccepted(problem)
     await queue.register_job(config)
@@ -364,7 +375,15 @@ async def _after_the_job(job: _Pass, new_status: dict[str, Any]) -> None:
         new_status["results"].update(
             {"manifest": done}
             if done
-            else await finish_sink(job.namespace, job.name, uid, spec, new_status, job.read_secret)
+            else await finish_sink(
+                job.namespace,
+                job.name,
+                uid,
+                spec,
+                new_status,
+                job.read_secret,
+                allowed=parse_networks(job.pool.worker.allowed_cidrs),
+            )
         )
     if terminal and spec.on_complete is not None:
         new_status["onComplete"] = await run_hooks(
@@ -374,7 +393,7 @@ async def _after_the_job(job: _Pass, new_status: dict[str, Any]) -> None:
             spec=spec.on_complete,
             status=new_status,
             prev=prev.get("onComplete"),
-            allowed=parse_networks(job.pool.worker.allowed_cidrs or []),
+            allowed=parse_networks(job.pool.worker.allowed_cidrs),
             now=job.now,
             read_secret=job.read_secret,
         )
