@@ -53,6 +53,8 @@ def _with(pod: dict[str, Any] | None = None, **container: Any) -> dict[str, Any]
         ),
         (_with({"securityContext": {"seLinuxOptions": {"type": "spc_t"}}}), "securityContext.seLinuxOptions"),
         (_with(securityContext={"seLinuxOptions": {"user": "system_u"}}), "containers[c].securityContext.seLinux"),
+        (_with({"securityContext": {"seccompProfile": {"type": "Unconfined"}}}), "securityContext.seccompProfile"),
+        (_with(securityContext={"appArmorProfile": {"type": "Unconfined"}}), "containers[c].securityContext.appArmor"),
         (
             {**OK, "initContainers": [{"name": "i", "image": "i", "securityContext": {"privileged": True}}]},
             "initContainers[i].securityContext.privileged",

@@ -6,7 +6,11 @@ rights, not those of the pool's author, so what the operator creates must never 
 author may run: not as the operator's own ServiceAccount (whose token reads every Secret the operator
 watches and patches pods), and nothing that reaches through the container to the node — privileged
 containers, privilege escalation, added capabilities, the host's network, PID or IPC namespace, hostPath
-volumes, host ports, Windows host processes, an unmasked /proc, SELinux types that escape the container.
+volumes, host ports, Windows host processes, an unmasked /proc, SELinux types that escape the container,
+seccomp or AppArmor turned off (Unconfined). Beyond "never the operator's account" these follow the
+baseline Pod Security Standard, stricter on capabilities (none may be added) and leaving sysctls to the
+kubelet (which refuses unsafe ones it was not told to allow), plus the restricted one's
+allowPrivilegeEscalation.
 
 What a platform allows beyond that floor (images, ServiceAccounts, volume types) is its policy, in the
 chart's ValidatingAdmissionPolicy; this floor holds wherever the operator runs, policy or not.
@@ -82,10 +86,14 @@ def _containers(pod: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]
 
 
 def _context_rules(context: Mapping[str, Any]) -> list[str]:
-    """What a pod's or a container's securityContext breaks in both: Windows host processes, SELinux."""
+    """What a pod's or a container's securityContext breaks in both: Windows host processes, SELinux, and
+    seccomp or AppArmor turned off."""
     broken = []
     if _map(context.get("windowsOptions")).get("hostProcess"):
         broken.append("windowsOptions.hostProcess: host processes are not allowed")
+    for profile in ("seccompProfile", "appArmorProfile"):
+        if _map(context.get(profile)).get("type") == "Unconfined":
+            broken.append(f"{profile}.type: Unconfined is not allowed")
     selinux = _map(context.get("seLinuxOptions"))
     if selinux.get("type", "") not in SELINUX_TYPES or selinux.get("user") or selinux.get("role"):
         broken.append(f"seLinuxOptions: only the container types ({', '.join(SELINUX_TYPES[1:])}) are allowed")
