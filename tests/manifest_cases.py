@@ -67,6 +67,7 @@ def _cron(**changes: Any) -> dict[str, Any]:
 
 
 MANY_URLS = [f"https://example.com/p/{i}" for i in range(5001)]
+_LOADER = {"spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "l", "image": "l:1"}]}}}}
 
 INVALID: list[Case] = [
     Case("url-scheme-ftp", "ScrapeJob", _job(urls=["ftp://example.com/file"]), "spec.urls[0]", "urls.0"),
@@ -217,6 +218,41 @@ INVALID: list[Case] = [
         _pool(redis={"mode": "Sentinel", "sentinels": ["s1"], "masterName": "m"}),
         "spec.redis.sentinels[0]",
         "sentinels.0",
+    ),
+    Case(
+        "worker-env-trawl",
+        "ScrapePool",
+        _pool(worker={"env": [{"name": "TRAWL_QUEUE_PREFIX", "value": "trawl:other/pool"}]}),
+        "spec.worker.env",
+        "worker.env may not set TRAWL_QUEUE_PREFIX",
+    ),
+    Case(
+        "on-complete-job-names-repeated",
+        "ScrapePool",
+        _pool(onCompleteJobs=[{"name": "load", "template": _LOADER}, {"name": "load", "template": _LOADER}]),
+        "spec.onCompleteJobs[1]",
+        "onCompleteJobs names must be unique",
+    ),
+    Case(
+        "on-complete-job-and-job-template",
+        "ScrapeJob",
+        _job(onComplete={"job": {"template": "load"}, "jobTemplate": _LOADER}),
+        "spec.onComplete.jobTemplate",
+        "not jobTemplate",
+    ),
+    Case(
+        "on-complete-parameter-name",
+        "ScrapeJob",
+        _job(onComplete={"job": {"template": "load", "parameters": [{"name": "target", "value": "x"}]}}),
+        "spec.onComplete.job.parameters[0].name",
+        "onComplete.job.parameters.0.name",
+    ),
+    Case(
+        "on-complete-parameters-too-many",
+        "ScrapeJob",
+        _job(onComplete={"job": {"template": "load", "parameters": [{"name": f"P{i}"} for i in range(17)]}}),
+        "spec.onComplete.job.parameters",
+        "onComplete.job.parameters",
     ),
     Case("bad-cron", "CronScrapeJob", _cron(schedule="61 * * * *"), "spec.schedule", "schedule"),
     Case("cron-six-fields", "CronScrapeJob", _cron(schedule="0 0 * * * *"), "spec.schedule", "schedule"),

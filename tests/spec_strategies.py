@@ -259,6 +259,21 @@ _job_template = st.fixed_dictionaries(
     },
     optional={"metadata": st.fixed_dictionaries({"labels": label_map})},
 )
+_on_complete_job = obj(
+    scrapejob.OnCompleteJob,
+    {"template": dns_label},
+    {
+        "parameters": st.lists(
+            obj(
+                scrapejob.JobParameter,
+                {"name": st.from_regex(r"[A-Z][A-Z0-9_]{0,15}", fullmatch=True)},
+                {"value": st.text(max_size=20)},
+            ),
+            max_size=scrapejob.MAX_JOB_PARAMETERS,
+            unique_by=lambda p: p["name"],
+        )
+    },
+)
 _urls = st.lists(http_url, min_size=1, max_size=8)
 _url_ranges = st.lists(url_range, min_size=1, max_size=3)
 
@@ -285,9 +300,19 @@ _job_optional: dict[str, Strategy] = {
     "maxDeadLetters": ints(0, 10**6),
     "ttlSecondsAfterFinished": ints(0, 10**9),
     "output": output,
+    # job and the refused jobTemplate never together (the CRD and the model say so)
     "onComplete": st.one_of(
-        obj(scrapejob.OnCompleteSpec, {"webhook": _on_complete_webhook}, {"jobTemplate": _job_template}),
-        obj(scrapejob.OnCompleteSpec, {"jobTemplate": _job_template}, {"webhook": st.nothing()}),
+        obj(
+            scrapejob.OnCompleteSpec,
+            {"webhook": _on_complete_webhook},
+            {"job": _on_complete_job, "jobTemplate": st.nothing()},
+        ),
+        obj(
+            scrapejob.OnCompleteSpec,
+            {"job": _on_complete_job},
+            {"webhook": _on_complete_webhook, "jobTemplate": st.nothing()},
+        ),
+        obj(scrapejob.OnCompleteSpec, {"jobTemplate": _job_template}, {"webhook": st.nothing(), "job": st.nothing()}),
     ),
 }
 # A job needs urls or urlRanges (or both).
@@ -407,7 +432,12 @@ worker = obj(
         "env": st.lists(
             obj(
                 scrapepool.EnvVar,
-                {"name": st.from_regex(r"[A-Z_][A-Z0-9_]{0,15}", fullmatch=True)},
+                # TRAWL_* are the operator's: refused
+                {
+                    "name": st.from_regex(r"[A-Z_][A-Z0-9_]{0,15}", fullmatch=True).filter(
+                        lambda n: not n.startswith("TRAWL_")
+                    )
+                },
                 {"value": st.text(max_size=20)},
             ),
             max_size=4,
@@ -539,6 +569,11 @@ scrape_pool_spec = obj(
         ),
         "defaults": obj(scrapepool.PoolDefaults, {}, {"request": request, "politeness": politeness, "retry": retry}),
         "jobLimits": job_limits,
+        "onCompleteJobs": st.lists(
+            obj(scrapepool.OnCompleteJobTemplate, {"name": dns_label, "template": _job_template}, {}),
+            max_size=3,
+            unique_by=lambda t: t["name"],
+        ),
     },
 ).map(_defaults_within_limits)
 

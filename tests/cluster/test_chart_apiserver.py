@@ -123,15 +123,22 @@ def test_operator_and_redis_pods_are_admitted_as_restricted(
     control_plane: ControlPlane, restricted_namespace: str, monitoring_crds: None
 ) -> None:
     docs = render("metrics", namespace=restricted_namespace, release=f"t{uuid.uuid4().hex[:6]}")
-    # Everything the chart renders, applied for real, without Pod Security warnings for its workloads.
-    out = control_plane.kubectl("apply", "-f", "-", input=dump_all(docs))
-    assert "would violate PodSecurity" not in out.stderr, out.stderr
-    # No controller manager runs here, so create the pods those templates describe directly.
-    _create_pod(control_plane, restricted_namespace, pod_from_template(operator_deployment(docs)))
-    _create_pod(control_plane, restricted_namespace, pod_from_template(one(docs, "StatefulSet")))
-    _create_pod(control_plane, restricted_namespace, pod_from_template(one(hook_objects(docs, "pre-install"), "Job")))
-    pods = control_plane.kubectl("get", "pods", "-n", restricted_namespace, "-o", "name").stdout.split()
-    assert len(pods) == 3, pods
+    # The workload policy binds every namespace: it goes with the test, not on into the session's others.
+    policy = [d for d in docs if d["kind"].startswith("ValidatingAdmissionPolicy")]
+    try:
+        # Everything the chart renders, applied for real, without Pod Security warnings for its workloads.
+        out = control_plane.kubectl("apply", "-f", "-", input=dump_all(docs))
+        assert "would violate PodSecurity" not in out.stderr, out.stderr
+        # No controller manager runs here, so create the pods those templates describe directly.
+        _create_pod(control_plane, restricted_namespace, pod_from_template(operator_deployment(docs)))
+        _create_pod(control_plane, restricted_namespace, pod_from_template(one(docs, "StatefulSet")))
+        _create_pod(
+            control_plane, restricted_namespace, pod_from_template(one(hook_objects(docs, "pre-install"), "Job"))
+        )
+        pods = control_plane.kubectl("get", "pods", "-n", restricted_namespace, "-o", "name").stdout.split()
+        assert len(pods) == 3, pods
+    finally:
+        control_plane.kubectl("delete", "-f", "-", "--ignore-not-found", input=dump_all(policy), check=False)
 
 
 def test_worker_pod_is_admitted_as_restricted(control_plane: ControlPlane, restricted_namespace: str) -> None:

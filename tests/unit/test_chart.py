@@ -29,6 +29,7 @@ from trawl.api.crd import all_crds
 from trawl.operator.rbac import CLUSTER_RULES, LEADER_ELECTION_RULES, NAMESPACED_RULES
 
 ROOT = Path(__file__).resolve().parents[2]
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 
 
 def _rules(obj: dict[str, Any]) -> list[dict[str, Any]]:
@@ -58,7 +59,7 @@ def test_renders_and_every_object_is_labelled(value_set: str) -> None:
         labels = doc["metadata"].get("labels", {})
         assert labels.get("app.kubernetes.io/part-of") == "trawl", doc["metadata"]
         assert labels.get("app.kubernetes.io/instance") == "trawl", doc["metadata"]
-        if doc["kind"] not in {"ClusterRole", "ClusterRoleBinding"}:
+        if doc["kind"] not in CLUSTER_SCOPED:
             assert doc["metadata"].get("namespace"), f"{doc['kind']} {doc['metadata']['name']} has no namespace"
 
 

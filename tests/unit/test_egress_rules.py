@@ -108,6 +108,8 @@ async def test_an_unreadable_secret_says_nothing_of_what_exists() -> None:
         name="j",
         uid="u",
         spec=hooks,
+        pool=ScrapePoolSpec.model_validate({"redis": {"url": "redis://r:6379/0"}}),
+        pool_name="p",
         status={},
         prev=None,
         allowed=(),

@@ -10,7 +10,7 @@ from itertools import islice
 from math import gcd
 from typing import Annotated, Any, Self
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from .common import Condition, DNSLabel, HttpURL, SecretKeyRef, TrawlModel, check_http_url
 from .policies import FailureClass, PolitenessSpec, RequestSpec, RetrySpec
@@ -347,25 +347,77 @@ class OnCompleteWebhook(TrawlModel):
     )
 
 
+MAX_JOB_PARAMETERS = 16
+PARAMETER_ENV_PREFIX = "TRAWL_PARAM_"
+
+
+class JobParameter(TrawlModel):
+    """One value passed to the Job, as the environment variable TRAWL_PARAM_<name>."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=63,
+        pattern=r"^[A-Z][A-Z0-9_]*$",
+        description="Upper-case letters, digits and _; the Job sees TRAWL_PARAM_<name>.",
+    )
+    value: str = Field(default="", max_length=1024, description="The value (at most 1024 characters).")
+
+
+class OnCompleteJob(TrawlModel):
+    """Run one of the Jobs the pool offers (its spec.onCompleteJobs), with parameters."""
+
+    template: DNSLabel = Field(description="Name of a template in the pool's spec.onCompleteJobs.")
+    parameters: list[JobParameter] | None = Field(
+        default=None,
+        max_length=MAX_JOB_PARAMETERS,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+        description=f"At most {MAX_JOB_PARAMETERS} values, each in every container's env as TRAWL_PARAM_<name>; "
+        "nothing else of the Job can be set from a ScrapeJob.",
+    )
+
+    @field_validator("parameters")
+    @classmethod
+    def _unique(cls, value: list[JobParameter] | None) -> list[JobParameter] | None:
+        names = [p.name for p in value or []]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"onComplete.job.parameters names must be unique, repeated: {', '.join(repeated)}")
+        return value
+
+    def env(self) -> list[dict[str, str]]:
+        return [{"name": PARAMETER_ENV_PREFIX + p.name, "value": p.value} for p in self.parameters or []]
+
+
+_ONE_JOB_RULE: dict[str, Any] = {
+    "rule": "!has(self.job) || !has(self.jobTemplate)",
+    "message": "set onComplete.job (a template of the pool's spec.onCompleteJobs), not jobTemplate",
+    "fieldPath": ".jobTemplate",
+}
+
+
 class OnCompleteSpec(TrawlModel):
     """What runs after the job finishes (succeeded or failed); its outcome shows on status.onComplete."""
 
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [_ONE_JOB_RULE]})
+
     webhook: OnCompleteWebhook | None = Field(default=None, description="Send a CloudEvent.")
+    job: OnCompleteJob | None = Field(
+        default=None, description="Run a Job the pool offers (spec.onCompleteJobs), by name, with parameters."
+    )
     job_template: dict[str, Any] | None = Field(
         default=None,
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
-        description="A batch/v1 JobTemplateSpec (metadata, spec): a Job is created from it, owned by the ScrapeJob, "
-        "with TRAWL_JOB_NAME, TRAWL_RESULTS_LOCATION, TRAWL_RESULTS_COUNT, TRAWL_COUNT_* in every container's env.",
+        description="Not supported: a ScrapeJob cannot say what a Job runs or as whom (the operator would create "
+        "it with its own rights). No Job is created; status.onComplete.job is Failed with reason "
+        "JobTemplateNotAllowed. Use job, naming a template of the pool's spec.onCompleteJobs.",
     )
 
     @model_validator(mode="after")
     def _something(self) -> Self:
-        if self.webhook is None and self.job_template is None:
-            raise ValueError("onComplete needs webhook or jobTemplate")
-        if self.job_template is not None:
-            containers = ((self.job_template.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers")
-            if not containers:
-                raise ValueError("onComplete.jobTemplate needs spec.template.spec.containers")
+        if self.webhook is None and self.job is None and self.job_template is None:
+            raise ValueError("onComplete needs webhook or job")
+        if self.job is not None and self.job_template is not None:
+            raise ValueError(_ONE_JOB_RULE["message"])
         return self
 
 
@@ -417,7 +469,7 @@ class ScrapeJobSpec(TrawlModel):
     )
     output: OutputSpec | None = Field(default=None, description="Result sink. Default: a Redis stream.")
     on_complete: OnCompleteSpec | None = Field(
-        default=None, description="A webhook and/or a Kubernetes Job run once the job has finished."
+        default=None, description="A webhook and/or a Job the pool offers, run once the job has finished."
     )
 
     @model_validator(mode="after")
@@ -580,6 +632,12 @@ class HookOutcome(TrawlModel):
 
     state: str = Field(description="Pending (retried), Running (the Job runs), Succeeded or Failed.")
     attempts: int = Field(default=0, ge=0, description="Deliveries or creations tried.")
+    reason: str | None = Field(
+        default=None,
+        max_length=128,
+        description="Why it failed, in one word: JobTemplateNotAllowed, TemplateNotFound, PodNotAllowed, "
+        "JobRejected, JobFailed, ...",
+    )
     message: str = Field(default="", max_length=1024, description="The last outcome's detail.")
     last_try: datetime | None = Field(default=None, description="When it was last tried or checked.")
     url: str | None = Field(default=None, max_length=2048, description="Webhook: the endpoint.")
@@ -590,7 +648,7 @@ class OnCompleteStatus(TrawlModel):
     """Outcome of spec.onComplete."""
 
     webhook: HookOutcome | None = Field(default=None, description="The CloudEvent delivery.")
-    job: HookOutcome | None = Field(default=None, description="The Job created from jobTemplate.")
+    job: HookOutcome | None = Field(default=None, description="The Job created from the template onComplete.job names.")
 
 
 class ScrapeJobStatus(TrawlModel):

@@ -275,6 +275,16 @@ class VolumeMount(TrawlModel):
 
 RESERVED_MOUNTS = ("/tmp", "/var/run/trawl")
 
+# The workers' TRAWL_* variables carry the pool's settings (its Redis, its key prefix, its allowed
+# networks): one set by the pool author would override them (a TRAWL_QUEUE_PREFIX naming another
+# namespace's keys on a shared Redis), so the CRD and the model refuse them.
+RESERVED_ENV_PREFIX = "TRAWL_"
+ENV_RULE: dict[str, Any] = {
+    "rule": f"self.all(e, !e.name.startsWith('{RESERVED_ENV_PREFIX}'))",
+    "message": f"worker.env may not set {RESERVED_ENV_PREFIX}* variables: they are the operator's, set from the "
+    "pool's spec",
+}
+
 
 class CircuitBreakerSpec(TrawlModel):
     """The per-domain circuit breaker the pool's workers share: after repeated timeouts, 5xx answers or
@@ -347,7 +357,13 @@ class WorkerSpec(TrawlModel):
         "the concurrency buffers the difference).",
     )
     resources: Resources | None = Field(default=None, description="Container resources.")
-    env: list[EnvVar] | None = Field(default=None, max_length=100, description="Extra environment variables.")
+    env: list[EnvVar] | None = Field(
+        default=None,
+        max_length=100,
+        json_schema_extra={"x-kubernetes-validations": [ENV_RULE]},
+        description="Extra environment variables. Names starting with TRAWL_ are the operator's (set from the "
+        "pool's spec) and are refused.",
+    )
     secrets: list[DNSLabel] | None = Field(
         default=None,
         max_length=20,
@@ -410,6 +426,14 @@ class WorkerSpec(TrawlModel):
     volume_mounts: list[VolumeMount] | None = Field(
         default=None, max_length=20, description="Where the volumes are mounted in the worker container."
     )
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: list[EnvVar] | None) -> list[EnvVar] | None:
+        reserved = [e.name for e in value or [] if e.name.startswith(RESERVED_ENV_PREFIX)]
+        if reserved:
+            raise ValueError(f"worker.env may not set {', '.join(reserved)}: {ENV_RULE['message']}")
+        return value
 
     @field_validator("claim_batch")
     @classmethod
@@ -637,6 +661,34 @@ class QueueSpec(TrawlModel):
     )
 
 
+MAX_ON_COMPLETE_JOBS = 20
+
+
+class OnCompleteJobTemplate(TrawlModel):
+    """A Job a ScrapeJob of this pool may run once it has finished: the job names it
+    (spec.onComplete.job.template) and passes parameters, nothing else."""
+
+    name: DNSLabel = Field(description="The name a ScrapeJob's onComplete.job.template gives.")
+    template: dict[str, Any] = Field(
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+        description="A batch/v1 JobTemplateSpec (metadata, spec). The Job <scrapejob>-on-complete is created "
+        "from it in the pool's namespace, owned by the ScrapeJob, with TRAWL_JOB_NAME, TRAWL_JOB_UID, "
+        "TRAWL_JOB_PHASE, TRAWL_RESULTS_*, TRAWL_COUNT_* and the job's parameters as TRAWL_PARAM_<NAME> in every "
+        "container's env. Its pod may not use the operator's ServiceAccount, privileged containers, "
+        "allowPrivilegeEscalation, added capabilities, host namespaces, hostPath volumes or host ports "
+        "(the pool is Stalled, reason PodNotAllowed).",
+    )
+
+    @model_validator(mode="after")
+    def _has_containers(self) -> Self:
+        pod: Any = self.template
+        for key in ("spec", "template", "spec"):
+            pod = pod.get(key) if isinstance(pod, dict) else None
+        if not isinstance(pod, dict) or not pod.get("containers"):
+            raise ValueError(f"onCompleteJobs[{self.name}].template needs spec.template.spec.containers")
+        return self
+
+
 class ScrapePoolSpec(TrawlModel):
     """Desired state of a ScrapePool."""
 
@@ -648,6 +700,27 @@ class ScrapePoolSpec(TrawlModel):
     autoscaling: AutoscalingSpec = Field(default_factory=AutoscalingSpec, description="Autoscaling policy.")
     queue: QueueSpec = Field(default_factory=QueueSpec, description="Queue behaviour.")
     defaults: PoolDefaults | None = Field(default=None, description="Defaults inherited by the pool's jobs.")
+    on_complete_jobs: list[OnCompleteJobTemplate] | None = Field(
+        default=None,
+        max_length=MAX_ON_COMPLETE_JOBS,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+        description="Jobs the pool's ScrapeJobs may run once they have finished, by name "
+        "(spec.onComplete.job): a job author picks one and passes parameters, the pool's author writes "
+        "what runs and as whom.",
+    )
+
+    @field_validator("on_complete_jobs")
+    @classmethod
+    def _unique_templates(cls, value: list[OnCompleteJobTemplate] | None) -> list[OnCompleteJobTemplate] | None:
+        names = [t.name for t in value or []]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"onCompleteJobs names must be unique, repeated: {', '.join(repeated)}")
+        return value
+
+    def on_complete_job(self, name: str) -> OnCompleteJobTemplate | None:
+        return next((t for t in self.on_complete_jobs or [] if t.name == name), None)
+
     job_limits: JobLimits | None = Field(
         default=None,
         description="Ceilings every job of the pool stays within (body size, rates, URLs, results and dead "

@@ -255,8 +255,7 @@ async def _reconcile_with_queue(job: _Pass, config: JobConfig, annotations: Mapp
     new_status, events = derive_job_status(facts, prev, job.now)
     if not dead_letters and stats.dead and "deadLetters" in prev:
         new_status["deadLetters"] = prev["deadLetters"]
-    await _after_the_job(job, new_status)
-    events += hook_events(prev.get("onComplete"), new_status.get("onComplete"))
+    events += await _after_the_job(job, new_status)
     return JobOutcome(new_status, events, _ttl_expired(job.spec, new_status, job.now))
 
 
@@ -357,8 +356,9 @@ async def _read_notes(job: _Pass, stats: JobStats) -> _Notes:
     return _Notes(skipped, skipped_sample, throttled, problem, results)
 
 
-async def _after_the_job(job: _Pass, new_status: dict[str, Any]) -> None:
-    """Once the job is terminal: its data's retention, the sink's finish (an S3 manifest), onComplete."""
+async def _after_the_job(job: _Pass, new_status: dict[str, Any]) -> list[Transition]:
+    """Once the job is terminal: its data's retention, the sink's finish (an S3 manifest), onComplete (with
+    an Event for each hook that has just failed)."""
     queue, uid, spec, prev = job.queue, job.uid, job.spec, job.prev
     terminal = new_status["phase"] in TERMINAL
     if terminal and prev.get("phase") not in TERMINAL:
@@ -391,14 +391,18 @@ async def _after_the_job(job: _Pass, new_status: dict[str, Any]) -> None:
             name=job.name,
             uid=uid,
             spec=spec.on_complete,
+            pool=job.pool,
+            pool_name=spec.pool,
             status=new_status,
             prev=prev.get("onComplete"),
             allowed=parse_networks(job.pool.worker.allowed_cidrs),
             now=job.now,
             read_secret=job.read_secret,
         )
-    elif "onComplete" in prev:
+        return hook_events(prev.get("onComplete"), new_status["onComplete"])
+    if "onComplete" in prev:
         new_status["onComplete"] = prev["onComplete"]
+    return []
 
 
 def _ttl_expired(spec: ScrapeJobSpec, status: Mapping[str, Any], now: datetime) -> bool:

@@ -22,6 +22,7 @@ from trawl.api.naming import SECRET_SELECTOR
 from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.operator.connections import RedisConnections, pool_queue
 from trawl.operator.events import Transition
+from trawl.operator.podfloor import broken_rules, job_template_pod, operator_service_account, refusal
 from trawl.operator.problems import Problem
 from trawl.operator.secrets import label_fix, redis_secrets_version, secret_data, unseen_redis_secrets
 from trawl.queue import Queue, QueueUnavailable
@@ -37,7 +38,14 @@ from trawl.redisconn.settings import RedisConfigError, RedisUnreachable
 
 from .scaling import Autoscalers, ScaleAdvice
 from .status import PoolOutcome, finish_pass, pass_status, pool_data_lost, signals_status
-from .workload import DeploymentRejected, ensure_deployment, mark_idle_pods, pod_startups, scale_deployment
+from .workload import (
+    DeploymentRejected,
+    WorkloadRefused,
+    ensure_deployment,
+    mark_idle_pods,
+    pod_startups,
+    scale_deployment,
+)
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +57,15 @@ CORDON_MIN_TTL_SECONDS = 15.0
 # API server holds: a scale-down written right after new costs could be decided on the old ones (the
 # real-node test saw a busy pod deleted before an idle one). Costs just written get this long to reach it.
 COST_PROPAGATION_SECONDS = 1.0
+
+
+def templates_problem(spec: ScrapePoolSpec, operator_sa: str) -> Problem | None:
+    """PodNotAllowed when one of the pool's onCompleteJobs templates breaks the operator's pod floor."""
+    for template in spec.on_complete_jobs or []:
+        rules = broken_rules(job_template_pod(template.template), operator_sa)
+        if rules:
+            return Problem("PodNotAllowed", refusal(f"spec.onCompleteJobs[{template.name}]", rules))
+    return None
 
 
 def missing_secrets(namespace: str, names: list[str], secrets: Mapping[Any, Any]) -> list[str]:
@@ -101,10 +118,15 @@ async def reconcile_pool(
     except ValidationError as exc:
         return finish_pass(new, prev, generation, now, [], problem=Problem("InvalidSpec", validation_message(exc)))
     pool = _Pass(namespace, name, generation, spec, prev, new, now, secrets if secrets is not None else {})
+    refused = templates_problem(spec, operator_service_account())
+    if refused is not None:
+        return pool.stalled(refused)
     try:
         current = await _apply_deployment(pool, uid)
     except DeploymentRejected as exc:
-        return pool.stalled(Problem("DeploymentRejected", f"the API server rejected the worker Deployment: {exc}"))
+        return pool.stalled(Problem(exc.reason, f"the API server rejected the worker Deployment: {exc}"))
+    except WorkloadRefused as exc:
+        return pool.stalled(Problem(exc.reason, str(exc)))
 
     try:
         redis = await connections.for_pool(namespace, name, spec, pool.secrets)
