@@ -91,6 +91,7 @@ def test_sinks_outside_the_allowed_cidrs_are_refused_at_acceptance(
     keys = {"id": "AKIAPLATFORM", "secret": "platform-secret"}
     literals = [f"--from-literal={k}={v}" for k, v in keys.items()]
     control_plane.kubectl("create", "secret", "generic", "s3-keys", *literals, "-n", namespace)
+    control_plane.kubectl("label", "secret", "s3-keys", "-n", namespace, "trawl.dev/secret=true")  # the operator reads it
     granted = [
         {"name": "s3-keys", "key": "id", "use": "S3AccessKeyId"},
         {"name": "s3-keys", "key": "secret", "use": "S3SecretAccessKey"},

@@ -84,7 +84,7 @@ def _refused_with_reason(cp: ControlPlane, namespace: str, name: str, diag: Any)
 
     events = wait_for("the JobTemplateNotAllowed Event", warning, timeout=30, diag=diag)
     assert len(events) == 1 and events[0]["type"] == "Warning" and events[0].get("count", 1) == 1, events
-    assert events[0]["message"] == hook["message"]
+    assert events[0]["message"] == f"onComplete.job: {hook['message']}"
 
 
 def test_tenant_job_template_creates_no_job(
