@@ -141,8 +141,14 @@ def operator_rbac_objects(docs: Iterable[dict[str, Any]]) -> list[dict[str, Any]
 
 
 def is_hook(doc: Mapping[str, Any]) -> bool:
-    """A Helm hook (e.g. the pre-delete Job and its own RBAC): run by helm around an install, not part of it."""
+    """A Helm hook (the pre-delete Job, the Redis Secret's pre-install Job, each with its own RBAC): run by helm
+    around an install, not part of it."""
     return "helm.sh/hook" in (doc.get("metadata", {}).get("annotations") or {})
+
+
+def hook_objects(docs: Iterable[dict[str, Any]], phase: str) -> list[dict[str, Any]]:
+    """The hooks that run at ``phase`` (``pre-delete``, ``pre-install``, ...)."""
+    return [d for d in docs if is_hook(d) and phase in d["metadata"]["annotations"]["helm.sh/hook"].split(",")]
 
 
 def service_account_name(docs: Iterable[dict[str, Any]]) -> str:

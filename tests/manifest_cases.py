@@ -67,6 +67,7 @@ def _cron(**changes: Any) -> dict[str, Any]:
 
 
 MANY_URLS = [f"https://example.com/p/{i}" for i in range(5001)]
+_LOADER = {"spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "l", "image": "l:1"}]}}}}
 
 INVALID: list[Case] = [
     Case("url-scheme-ftp", "ScrapeJob", _job(urls=["ftp://example.com/file"]), "spec.urls[0]", "urls.0"),
@@ -83,6 +84,14 @@ INVALID: list[Case] = [
         "ScrapeJob",
         _job(urlRanges=[{"template": "https://e.com/{n}", "start": 5, "end": 1}]),
         "spec.urlRanges[0]",
+        "urlRanges.0",
+    ),
+    # Issue 32: every URL a range makes fits in 2048 characters (600 {n} of seven digits would be 4210).
+    Case(
+        "url-range-urls-too-long",
+        "ScrapeJob",
+        _job(urlRanges=[{"template": "https://e.com/" + "{n}" * 600, "start": 1, "end": 1_000_000}]),
+        "spec.urlRanges[0].template",
         "urlRanges.0",
     ),
     Case("priority-10", "ScrapeJob", _job(priority=10), "spec.priority", "priority"),
@@ -118,6 +127,21 @@ INVALID: list[Case] = [
         "spec.output.webhook.url",
         "output.webhook.url",
     ),
+    # Issue 32: libpq's host lists and socket paths would be connected to past the address check.
+    Case(
+        "postgres-host-list",
+        "ScrapeJob",
+        _job(output={"sink": "PostgreSQL", "postgres": {"host": "db.example,10.0.0.1", "database": "d", "user": "u"}}),
+        "spec.output.postgres.host",
+        "host must be one host name or IP address",
+    ),
+    Case(
+        "postgres-host-socket",
+        "ScrapeJob",
+        _job(output={"sink": "PostgreSQL", "postgres": {"host": "/run/postgresql", "database": "d", "user": "u"}}),
+        "spec.output.postgres.host",
+        "host must be one host name or IP address",
+    ),
     Case(
         "field-name-pattern",
         "ScrapeJob",
@@ -136,6 +160,14 @@ INVALID: list[Case] = [
         "spec.autoscaling.minReplicas",
         "minReplicas",
     ),
+    # Issue 32: a pool's defaults lie within the limits it sets its jobs.
+    Case(
+        "pool-default-above-its-job-limit",
+        "ScrapePool",
+        _pool(defaults={"politeness": {"requestsPerSecond": 500}}, jobLimits={"requestsPerSecond": 100}),
+        "spec.defaults.politeness.requestsPerSecond",
+        "exceeds jobLimits.requestsPerSecond",
+    ),
     Case(
         "redis-url-and-secret",
         "ScrapePool",
@@ -143,7 +175,22 @@ INVALID: list[Case] = [
         "spec.redis",
         "urlSecretRef",
     ),
+    Case(
+        "secret-keys-of-an-unmounted-secret",
+        "ScrapePool",
+        _pool(worker={"secretKeys": [{"name": "pg", "key": "password", "use": "PostgresPassword"}]}),
+        "spec.worker.secretKeys",
+        "worker.secrets does not list",
+    ),
     Case("redis-url-scheme", "ScrapePool", _pool(redis={"url": "http://redis:6379"}), "spec.redis.url", "redis.url"),
+    # redis-py ignores a path it cannot read as a number: the pool would use database 0 and say Ready.
+    Case(
+        "redis-url-database-not-a-number",
+        "ScrapePool",
+        _pool(redis={"url": "redis://redis:6379/notanumber"}),
+        "spec.redis.url",
+        "database number",
+    ),
     Case(
         "redis-sentinel-without-master-name",
         "ScrapePool",
@@ -172,10 +219,48 @@ INVALID: list[Case] = [
         "spec.redis.sentinels[0]",
         "sentinels.0",
     ),
+    Case(
+        "worker-env-trawl",
+        "ScrapePool",
+        _pool(worker={"env": [{"name": "TRAWL_QUEUE_PREFIX", "value": "trawl:other/pool"}]}),
+        "spec.worker.env",
+        "worker.env may not set TRAWL_QUEUE_PREFIX",
+    ),
+    Case(
+        "on-complete-job-names-repeated",
+        "ScrapePool",
+        _pool(onCompleteJobs=[{"name": "load", "template": _LOADER}, {"name": "load", "template": _LOADER}]),
+        "spec.onCompleteJobs[1]",
+        "onCompleteJobs names must be unique",
+    ),
+    Case(
+        "on-complete-job-and-job-template",
+        "ScrapeJob",
+        _job(onComplete={"job": {"template": "load"}, "jobTemplate": _LOADER}),
+        "spec.onComplete.jobTemplate",
+        "not jobTemplate",
+    ),
+    Case(
+        "on-complete-parameter-name",
+        "ScrapeJob",
+        _job(onComplete={"job": {"template": "load", "parameters": [{"name": "target", "value": "x"}]}}),
+        "spec.onComplete.job.parameters[0].name",
+        "onComplete.job.parameters.0.name",
+    ),
+    Case(
+        "on-complete-parameters-too-many",
+        "ScrapeJob",
+        _job(onComplete={"job": {"template": "load", "parameters": [{"name": f"P{i}"} for i in range(17)]}}),
+        "spec.onComplete.job.parameters",
+        "onComplete.job.parameters",
+    ),
     Case("bad-cron", "CronScrapeJob", _cron(schedule="61 * * * *"), "spec.schedule", "schedule"),
     Case("cron-six-fields", "CronScrapeJob", _cron(schedule="0 0 * * * *"), "spec.schedule", "schedule"),
     Case("cron-step-zero", "CronScrapeJob", _cron(schedule="*/0 * * * *"), "spec.schedule", "schedule"),
     Case("cron-extension-l", "CronScrapeJob", _cron(schedule="0 0 L * *"), "spec.schedule", "schedule"),
+    # Kubernetes' CronJob refuses a range that runs backwards; croniter would run it as a wrap-around.
+    Case("cron-reversed-range", "CronScrapeJob", _cron(schedule="30-10 * * * *"), "spec.schedule", "runs backwards"),
+    Case("cron-reversed-days", "CronScrapeJob", _cron(schedule="0 9 * * fri-mon"), "spec.schedule", "runs backwards"),
     Case("bad-timezone-shape", "CronScrapeJob", _cron(timeZone="Not A/Zone!"), "spec.timeZone", "timeZone"),
     Case(
         "concurrency-policy-enum",

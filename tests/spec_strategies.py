@@ -56,6 +56,11 @@ def ordered(strategy: Strategy, low: str, high: str) -> Strategy:
 dns_label = st.from_regex(r"[a-z0-9]([-a-z0-9]{0,20}[a-z0-9])?", fullmatch=True)
 host = st.from_regex(r"[a-z0-9]{1,12}(\.[a-z0-9-]{1,8}){0,2}\.[a-z]{2,6}", fullmatch=True)
 path = st.from_regex(r"(/[A-Za-z0-9._~%!$&'()*+,;=:@-]{0,12}){0,3}(\?[a-z]{1,5}=[A-Za-z0-9]{0,5})?", fullmatch=True)
+# One PostgreSQL server: a host name of valid labels, or an IP address (no list, no socket path).
+pg_host = st.one_of(
+    st.from_regex(r"[a-z0-9]{1,12}(\.[a-z0-9]([a-z0-9-]{0,6}[a-z0-9])?){0,2}\.[a-z]{2,6}", fullmatch=True),
+    st.sampled_from(["10.0.0.5", "db", "fd00::5"]),
+)
 http_url = st.builds("{}://{}{}".format, st.sampled_from(["http", "https"]), host, path)
 label_key = st.from_regex(r"[a-z]{1,10}(/[a-z]{1,10})?", fullmatch=True)
 label_map = st.dictionaries(label_key, st.text(max_size=20), max_size=4)
@@ -190,7 +195,7 @@ def _output(sink: str) -> Strategy:
         "webhook": obj(scrapejob.WebhookSink, {"url": http_url}, {"secretRef": secret_ref, "batchSize": ints(1, 1000)}),
         "postgres": obj(
             scrapejob.PostgresSink,
-            {"host": host, "database": pg_name, "user": pg_name},
+            {"host": pg_host, "database": pg_name, "user": pg_name},
             {
                 "port": ints(1, 65535),
                 "passwordSecretRef": secret_ref,
@@ -256,6 +261,21 @@ _job_template = st.fixed_dictionaries(
     },
     optional={"metadata": st.fixed_dictionaries({"labels": label_map})},
 )
+_on_complete_job = obj(
+    scrapejob.OnCompleteJob,
+    {"template": dns_label},
+    {
+        "parameters": st.lists(
+            obj(
+                scrapejob.JobParameter,
+                {"name": st.from_regex(r"[A-Z][A-Z0-9_]{0,15}", fullmatch=True)},
+                {"value": st.text(max_size=20)},
+            ),
+            max_size=scrapejob.MAX_JOB_PARAMETERS,
+            unique_by=lambda p: p["name"],
+        )
+    },
+)
 _urls = st.lists(http_url, min_size=1, max_size=8)
 _url_ranges = st.lists(url_range, min_size=1, max_size=3)
 
@@ -282,9 +302,19 @@ _job_optional: dict[str, Strategy] = {
     "maxDeadLetters": ints(0, 10**6),
     "ttlSecondsAfterFinished": ints(0, 10**9),
     "output": output,
+    # job and the refused jobTemplate never together (the CRD and the model say so)
     "onComplete": st.one_of(
-        obj(scrapejob.OnCompleteSpec, {"webhook": _on_complete_webhook}, {"jobTemplate": _job_template}),
-        obj(scrapejob.OnCompleteSpec, {"jobTemplate": _job_template}, {"webhook": st.nothing()}),
+        obj(
+            scrapejob.OnCompleteSpec,
+            {"webhook": _on_complete_webhook},
+            {"job": _on_complete_job, "jobTemplate": st.nothing()},
+        ),
+        obj(
+            scrapejob.OnCompleteSpec,
+            {"job": _on_complete_job},
+            {"webhook": _on_complete_webhook, "jobTemplate": st.nothing()},
+        ),
+        obj(scrapejob.OnCompleteSpec, {"jobTemplate": _job_template}, {"webhook": st.nothing(), "job": st.nothing()}),
     ),
 }
 # A job needs urls or urlRanges (or both).
@@ -366,6 +396,17 @@ def _mounts_name_volumes(worker: dict[str, Any]) -> dict[str, Any]:
     return worker
 
 
+def _keys_name_secrets(worker: dict[str, Any]) -> dict[str, Any]:
+    """A secretKeys entry must name a Secret the pool mounts: point each at one that is (or drop them)."""
+    names = worker.get("secrets", [])
+    if "secretKeys" in worker:
+        if names:
+            worker["secretKeys"] = [k | {"name": names[i % len(names)]} for i, k in enumerate(worker["secretKeys"])]
+        else:
+            del worker["secretKeys"]
+    return worker
+
+
 worker = obj(
     scrapepool.WorkerSpec,
     {},
@@ -393,7 +434,12 @@ worker = obj(
         "env": st.lists(
             obj(
                 scrapepool.EnvVar,
-                {"name": st.from_regex(r"[A-Z_][A-Z0-9_]{0,15}", fullmatch=True)},
+                # TRAWL_* are the operator's: refused
+                {
+                    "name": st.from_regex(r"[A-Z_][A-Z0-9_]{0,15}", fullmatch=True).filter(
+                        lambda n: not n.startswith("TRAWL_")
+                    )
+                },
                 {"value": st.text(max_size=20)},
             ),
             max_size=4,
@@ -401,6 +447,19 @@ worker = obj(
         "drainSeconds": ints(1, 3600),
         "allowedCidrs": st.lists(st.sampled_from(["10.0.0.0/8", "192.168.1.0/24", "127.0.0.1/32", "fd00::/8"])),
         "secrets": st.lists(dns_label, max_size=20),
+        "secretKeys": st.lists(
+            obj(
+                scrapepool.SecretKeyUse,
+                {
+                    "name": dns_label,
+                    "key": st.from_regex(r"[-._a-zA-Z0-9]{1,20}", fullmatch=True),
+                    "use": enum(scrapepool.SecretUse),
+                },
+                {},
+            ),
+            max_size=4,
+        ),
+        "allowCleartextPostgresPassword": st.booleans(),
         "imagePullSecrets": st.lists(dns_label, max_size=20),
         "podSecurityContext": st.fixed_dictionaries(
             {"runAsNonRoot": st.booleans()}, optional={"runAsUser": ints(1, 65535), "fsGroup": ints(1, 65535)}
@@ -437,7 +496,7 @@ worker = obj(
             unique_by=lambda m: m["mountPath"],
         ),
     },
-).map(_mounts_name_volumes)
+).map(lambda w: _keys_name_secrets(_mounts_name_volumes(w)))
 
 
 def _min_within_default_max(d: dict[str, Any]) -> dict[str, Any]:
@@ -465,6 +524,35 @@ autoscaling = ordered(
     "minReplicas",
     "maxReplicas",
 ).map(_min_within_default_max)
+job_limits = obj(
+    scrapepool.JobLimits,
+    {},
+    {
+        "maxResponseBytes": ints(1, 1 << 30),
+        "requestsPerSecond": floats(0, 10000, exclude_min=True),
+        "maxConcurrencyPerDomain": ints(1, 1000),
+        "maxUrlsPerJob": ints(1, 1_000_000),
+        "maxResultsRetained": ints(1, 10_000_000),
+        "maxDeadLettersRetained": ints(0, 1_000_000),
+        "maxPriority": ints(0, 9),
+    },
+)
+
+
+def _defaults_within_limits(d: dict[str, Any]) -> dict[str, Any]:
+    """A ceiling set below the pool's own default for it is raised to that default (the model refuses it)."""
+    limits, defaults = d.get("jobLimits") or {}, d.get("defaults") or {}
+    for group, field in (
+        ("request", "maxResponseBytes"),
+        ("politeness", "requestsPerSecond"),
+        ("politeness", "maxConcurrencyPerDomain"),
+    ):
+        value = (defaults.get(group) or {}).get(field)
+        if value is not None and limits.get(field) is not None and value > limits[field]:
+            limits[field] = value
+    return d
+
+
 scrape_pool_spec = obj(
     scrapepool.ScrapePoolSpec,
     {"redis": redis},
@@ -484,8 +572,14 @@ scrape_pool_spec = obj(
         "defaults": obj(
             scrapepool.PoolDefaults, {}, {"request": pool_request, "politeness": politeness, "retry": retry}
         ),
+        "jobLimits": job_limits,
+        "onCompleteJobs": st.lists(
+            obj(scrapepool.OnCompleteJobTemplate, {"name": dns_label, "template": _job_template}, {}),
+            max_size=3,
+            unique_by=lambda t: t["name"],
+        ),
     },
-)
+).map(_defaults_within_limits)
 
 # ------------------------------------------------------------------ CronScrapeJob
 

@@ -169,7 +169,14 @@ def worker_cmd(
         "0.0.0.0", envvar="TRAWL_METRICS_ADDRESS", help="Address the metrics endpoint listens on."
     ),
     allowed_cidrs: str = typer.Option(
-        "", envvar="TRAWL_ALLOWED_CIDRS", help="Comma-separated private/loopback networks the worker may fetch."
+        "",
+        envvar="TRAWL_ALLOWED_CIDRS",
+        help="Comma-separated private/loopback networks the worker may fetch from and write sinks to.",
+    ),
+    postgres_cleartext_password: bool = typer.Option(
+        False,
+        envvar="TRAWL_POSTGRES_CLEARTEXT_PASSWORD",
+        help="Let PostgreSQL sinks send the password to a server that asks for it in cleartext.",
     ),
     worker_id: str = typer.Option("", envvar="TRAWL_WORKER_ID", help="Worker id (default: host-pid-random)."),
     lease_seconds: float = typer.Option(30.0, envvar="TRAWL_LEASE_SECONDS", help="Lease of claimed tasks."),
@@ -228,6 +235,7 @@ def worker_cmd(
             metrics_port=metrics_port,
             metrics_address=metrics_address,
             allowed_cidrs=allowed_cidrs,
+            postgres_cleartext_password=postgres_cleartext_password,
             worker_id=worker_id,
             lease_seconds=lease_seconds,
             log_level=log_level,
@@ -249,7 +257,7 @@ def _add_commands() -> None:
     app.add_typer(dev_app, name="dev")
 
     # Job tools (trawl.clitools): the module imports only typer; each command loads kube/redis/rich when run.
-    from trawl.clitools.app import dlq_app, pool_app, results, status, submit, top
+    from trawl.clitools.app import dlq_app, pool_app, results, secret_app, status, submit, top
 
     app.command("submit")(submit)
     app.command("status")(status)
@@ -258,6 +266,7 @@ def _add_commands() -> None:
     app.command("run")(run)
     app.add_typer(dlq_app, name="dlq")
     app.add_typer(pool_app, name="pool")
+    app.add_typer(secret_app, name="secret")
 
 
 if not _worker_invocation(sys.argv):

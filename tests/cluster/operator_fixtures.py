@@ -49,6 +49,9 @@ def pool(name: str, redis_url: str, **spec: Any) -> dict[str, Any]:
             "pollSeconds": 1,
         },
         "queue": {"leaseSeconds": 5},
+        # The platform's grant to the tests' pools, which fetch from a loopback fixture site far faster than
+        # the default ceilings allow a shared cluster's jobs (tests/cluster/test_tenant_limits.py tests those).
+        "jobLimits": {"requestsPerSecond": 10000, "maxConcurrencyPerDomain": 1000, "maxPriority": 9},
     }
     body.update(spec)
     return {"apiVersion": "trawl.dev/v1alpha1", "kind": "ScrapePool", "metadata": {"name": name}, "spec": body}
@@ -73,18 +76,21 @@ def wait_complete(cp: ControlPlane, name: str, namespace: str, timeout: int, dia
 
 class WebhookReceiver(ThreadingHTTPServer):
     """A real HTTP server on a loopback port that records every POST (headers, body) and answers
-    ``status``: the far end of webhook sinks and onComplete webhooks."""
+    ``status``: the far end of webhook sinks and onComplete webhooks. With ``location`` set it answers
+    ``status`` (a 3xx) with that Location; it records the requests of other methods too (what a
+    followed 303 sends), so another one on 127.0.0.2 stands for a protected address."""
 
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _WebhookHandler)
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        super().__init__((host, 0), _WebhookHandler)
         self.posts: list[tuple[dict[str, str], bytes]] = []
         self.status = 204
+        self.location: str | None = None
         self.lock = threading.Lock()
         self._thread = threading.Thread(target=self.serve_forever, daemon=True)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/hook"
+        return f"http://{self.server_address[0]}:{self.server_address[1]}/hook"
 
     def received(self) -> list[tuple[dict[str, str], bytes]]:
         with self.lock:
@@ -108,7 +114,12 @@ class _WebhookHandler(BaseHTTPRequestHandler):
         with self.server.lock:
             self.server.posts.append((dict(self.headers), body))
         self.send_response(self.server.status)
+        if self.server.location is not None:
+            self.send_header("Location", self.server.location)
+        self.send_header("Content-Length", "0")
         self.end_headers()
+
+    do_GET = do_PUT = do_DELETE = do_HEAD = do_POST
 
     def log_message(self, format: str, *args: Any) -> None:
         pass

@@ -64,7 +64,7 @@ def test_operator_with_chart_rbac_completes_a_job(
     secret = {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": "redis-url"},
+        "metadata": {"name": "redis-url", "labels": {"trawl.dev/secret": "true"}},
         "data": {"url": base64.b64encode(redis_server.url.encode()).decode()},
     }
     body = pool("shop", redis_server.url)

@@ -38,6 +38,8 @@ def test_apply_k_manifests_installs_trawl(control_plane: ControlPlane) -> None:
         "statefulset.apps/redis",
         "service/redis",
         "networkpolicy.networking.k8s.io/redis",
+        "networkpolicy.networking.k8s.io/trawl-operator",
+        "networkpolicy.networking.k8s.io/trawl-workers",
     ):
         assert line in out.stdout, out.stdout
     ns = json.loads(control_plane.kubectl("get", "namespace", "trawl-system", "-o", "json").stdout)
@@ -85,6 +87,24 @@ def test_kustomize_operator_pod_equals_the_chart_default(control_plane: ControlP
     assert kustomized["spec"]["strategy"] == charted["spec"]["strategy"]
     assert kustomized["spec"]["strategy"]["type"] == "RollingUpdate"
     assert kustomized["spec"]["replicas"] == charted["spec"]["replicas"] == 2
+
+
+def test_kustomize_network_policies_equal_the_chart_default(control_plane: ControlPlane) -> None:
+    """The operator's egress, the workers' egress in trawl-system, and the Redis only for those two: as the
+    chart has them (issue 32: manifests/ had no worker egress policy, and its Redis admitted worker-labelled
+    pods of any namespace)."""
+    kustomized = {p["metadata"]["name"]: p for p in _built(control_plane) if p["kind"] == "NetworkPolicy"}
+    charted = {p["metadata"]["name"]: p for p in render(namespace="trawl-system", release="trawl")
+               if p["kind"] == "NetworkPolicy"}  # fmt: skip
+    for name, chart_name in (("trawl-operator", "trawl-operator"), ("trawl-workers", "trawl-workers"),
+                             ("redis", "trawl-redis")):  # fmt: skip
+        assert kustomized[name]["spec"] == charted[chart_name]["spec"], name
+        assert kustomized[name]["metadata"]["namespace"] == "trawl-system"
+    redis_from = kustomized["redis"]["spec"]["ingress"][0]["from"]
+    workers = next(peer for peer in redis_from if "namespaceSelector" in peer)
+    assert workers["namespaceSelector"] == {
+        "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["trawl-system"]}]
+    }
 
 
 def test_sample_pool_points_at_the_kustomize_redis(control_plane: ControlPlane) -> None:

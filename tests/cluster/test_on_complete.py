@@ -1,7 +1,8 @@
 """spec.onComplete: after the job finishes, a signed CloudEvent arrives and a batch/v1 Job is created from
-the template with the job's name, result location and counts in its environment; both outcomes show
-on the ScrapeJob's status (the Job's progress is followed: marked Complete here, as no kubelet runs).
-A webhook that always fails ends Failed after its bounded attempts. About 40 s.
+the pool's template the job names (spec.onCompleteJobs), with the job's name, result location, counts and
+parameters in its environment; both outcomes show on the ScrapeJob's status (the Job's progress is
+followed: marked Complete here, as no kubelet runs). The job is written by the tenant, who may not create
+Jobs. A webhook that always fails ends Failed after its bounded attempts. About 40 s.
 """
 
 from __future__ import annotations
@@ -28,11 +29,11 @@ def test_on_complete_webhook_and_job(
     bookstore: Any,
     redis_server: RedisServer,
     receiver: WebhookReceiver,
+    tenant: Any,
 ) -> None:
     key = secrets.token_hex(16)
     control_plane.kubectl("create", "secret", "generic", "hook-hmac", f"--from-literal=key={key}", "-n", namespace)
-    apply(control_plane, pool("after", redis_server.url), namespace=namespace)
-    wait_for("Deployment", lambda: exists(control_plane, "deployment", "after-workers", namespace))
+    control_plane.kubectl("label", "secret", "hook-hmac", "-n", namespace, "trawl.dev/secret=true")
     urls = list(bookstore.expected())[:3]
     template = {
         "metadata": {"labels": {"team": "data"}},
@@ -48,11 +49,18 @@ def test_on_complete_webhook_and_job(
             },
         },
     }
+    # The pool's author offers the Job; the tenant picks it by name and passes a parameter.
+    # The hook's key is a Secret the pool grants its jobs for signing (issue 32: mounted and declared).
+    base = pool("after", redis_server.url, onCompleteJobs=[{"name": "load", "template": template}])
+    base["spec"]["worker"]["secrets"] = ["hook-hmac"]
+    base["spec"]["worker"]["secretKeys"] = [{"name": "hook-hmac", "key": "key", "use": "WebhookSigningKey"}]
+    apply(control_plane, base, namespace=namespace)
+    wait_for("Deployment", lambda: exists(control_plane, "deployment", "after-workers", namespace))
     on_complete = {
         "webhook": {"url": receiver.url, "secretRef": {"name": "hook-hmac", "key": "key"}},
-        "jobTemplate": template,
+        "job": {"template": "load", "parameters": [{"name": "TARGET", "value": "warehouse.books"}]},
     }
-    apply(control_plane, job("chained", "after", urls, onComplete=on_complete), namespace=namespace)
+    tenant.apply(job("chained", "after", urls, onComplete=on_complete))
     wait_complete(control_plane, "chained", namespace, 120, operator.log_tail)
     uid = get(control_plane, "scrapejob", "chained", namespace)["metadata"]["uid"]
 
@@ -83,6 +91,8 @@ def test_on_complete_webhook_and_job(
     assert (env["TRAWL_JOB_NAME"], env["TRAWL_JOB_UID"], env["TRAWL_JOB_PHASE"]) == ("chained", uid, "Succeeded")
     assert env["TRAWL_RESULTS_SINK"] == "RedisStream" and env["TRAWL_RESULTS_COUNT"] == "3"
     assert env["TRAWL_RESULTS_LOCATION"].startswith("redis: ") and env["TRAWL_COUNT_SUCCEEDED"] == "3"
+    assert env["TRAWL_PARAM_TARGET"] == "warehouse.books"
+    assert batch_job["spec"]["template"]["spec"]["containers"][0]["image"] == "example/loader:1"  # the pool's
 
     def hooks() -> Any:
         status = get(control_plane, "scrapejob", "chained", namespace)["status"].get("onComplete") or {}

@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import os
 import select
+import signal
 import socket
 import threading
 import time
@@ -415,3 +417,95 @@ def test_a_leader_cut_off_from_the_api_server_exits_before_the_standby_takes_ove
         proxy.stalled.clear()
         first.stop()
         proxy.close()
+
+
+# Loaded by the operator's interpreter at start-up (PYTHONPATH): SIGUSR1 runs a handler in the main
+# thread, which is the event loop's, and the handler sleeps there. The loop is blocked (no task, timer or
+# callback runs) while every other thread goes on, as with a blocking call or a long computation on the loop.
+STALL_HOOK = """
+import signal, time
+signal.signal(signal.SIGUSR1, lambda *_: time.sleep({seconds}))
+"""
+
+
+def test_a_leader_whose_event_loop_stalls_exits_before_the_standby_takes_over(
+    control_plane: ControlPlane, namespace: str, operators: list[OperatorProcess], tmp_path: Path
+) -> None:
+    """The leader's event loop stops running (its API server answers; its process lives): a watchdog
+    thread, not the loop, sees that the loop confirmed no renewal within the renew deadline and exits
+    the process, before the standby may take the Lease. (Renewals made on the loop stopped with it, the
+    standby took over, and the leader acted again when its loop came back.)"""
+    cp = control_plane
+    first, second = operators
+    stall = LEASE_SECONDS * 4
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(STALL_HOOK.format(seconds=stall))
+    paths = [str(hook), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    first.env = {**first.env, "PYTHONPATH": os.pathsep.join(paths)}
+    first.start()
+    wait_for("first operator leads", first.is_leader, timeout=60, diag=first.log_tail)
+    second.start()
+    with LeaseHistory(cp, namespace) as history:
+        holder = wait_for("lease seen", history.holder, timeout=30)
+        stalled = first.proc
+        assert stalled is not None
+        stalled.send_signal(signal.SIGUSR1)
+        wait_for("the stalled leader exits", lambda: stalled.poll() is not None, timeout=stall, diag=first.log_tail)
+        exited = datetime.now(UTC)
+        wait_for("standby leads", second.is_leader, timeout=LEASE_SECONDS * 4 + 30, diag=second.log_tail)
+        wait_for("take seen", lambda: history.holder() not in (None, holder), timeout=30)
+    assert stalled.returncode == 1
+    log_text = first.log_path.read_text(errors="replace")
+    assert f"the event loop confirmed no renewal within {RENEW_DEADLINE:g}s" in log_text, first.log_tail()
+    last_renew, acquired, _ = history.taken_from(holder)
+    print(
+        f"stalled loop: the leader exited {(exited - last_renew).total_seconds():.2f}s after its last renewal "
+        f"(renew deadline {RENEW_DEADLINE:g}s); the standby took over {(acquired - last_renew).total_seconds():.2f}s "
+        "after it"
+    )
+    assert exited < acquired, (exited, acquired)
+    assert LEASE_SECONDS - 0.1 <= (acquired - last_renew).total_seconds() <= LEASE_SECONDS + SLACK
+
+
+def test_renewals_do_not_wait_behind_the_operators_other_api_calls(control_plane: ControlPlane, namespace: str) -> None:
+    """Every thread of the operator's API pool is busy (slow calls: a big list, an API server under
+    load): the leader still renews on time, on its own thread and connection, and keeps the Lease."""
+    from trawl.operator import kube
+
+    api: Any = kubernetes.client.CoordinationV1Api(control_plane.api_client())
+    lost: list[str] = []
+    release = threading.Event()
+
+    async def scenario() -> list[str]:
+        elector = LeaderElector(
+            namespace,
+            "trawl-operator",
+            "leader",
+            lease_seconds=LEASE_SECONDS,
+            renew_seconds=RENEW_SECONDS,
+            renew_deadline=RENEW_DEADLINE,
+            retry_seconds=RETRY_SECONDS,
+            client=control_plane.api_client(),
+        )
+        await asyncio.wait_for(elector.acquire(), timeout=30)
+        holding = asyncio.create_task(elector.hold(lost.append))
+        busy = [asyncio.ensure_future(kube.call(release.wait, 60)) for _ in range(kube.API_THREADS)]
+        renewals: set[str] = set()
+        try:
+            # Long enough for the renew deadline to pass several times over.
+            until = time.monotonic() + RENEW_DEADLINE * 3
+            while time.monotonic() < until and not lost:
+                lease = await asyncio.to_thread(api.read_namespaced_lease, "trawl-operator", namespace)
+                renewals.add(_micro(lease.spec.renew_time))
+                await asyncio.sleep(0.2)
+        finally:
+            release.set()
+            await asyncio.gather(*busy)
+            holding.cancel()
+            await elector.release()
+        return sorted(renewals)
+
+    renewals = asyncio.run(scenario())
+    assert not lost, lost
+    assert len(renewals) >= RENEW_DEADLINE * 3 / RENEW_SECONDS - 2, renewals

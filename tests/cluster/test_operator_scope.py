@@ -15,11 +15,13 @@ from trawl.dev.redis_server import RedisServer
 from waits import wait_for
 
 
-def _secret(name: str, namespace: str, **data: str) -> dict[str, Any]:
+def _secret(name: str, namespace: str, *, labelled: bool = True, **data: str) -> dict[str, Any]:
+    """A Secret; labelled (by default) for the operator to read it."""
+    labels = {"trawl.dev/secret": "true"} if labelled else {}
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": name, "namespace": namespace},
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
     }
 
@@ -99,6 +101,44 @@ def test_password_protected_redis_through_secrets_never_leaks(
         cond = wait_for("Stalled", stalled, timeout=60, diag=operator.log_tail)
         assert cond["reason"] == "RedisUnavailable"
         assert "wrong-one" not in json.dumps(cond) and password not in json.dumps(cond)
+
+
+def test_a_pool_whose_redis_secret_is_not_labelled_is_stalled_with_the_fix_until_it_is(
+    control_plane: ControlPlane, namespace: str, operator: OperatorProcess, supervisor: Any, bookstore: Any
+) -> None:
+    """The operator reads only the Secrets labelled trawl.dev/secret=true (its watch asks the API server
+    for those alone). A pool whose Redis password is in an unlabelled Secret is Stalled, and its message
+    gives the command that labels it; labelled, the pool works and its job completes. When the label goes
+    again, the pool stalls again and its workers keep their template: no roll onto settings out of sight."""
+    cp, password = control_plane, "un1abelled-Pa55"
+    fix = f"kubectl label secret redis-auth -n {namespace} trawl.dev/secret=true"
+
+    def stalled_with_the_fix() -> Any:
+        cond = condition(get(cp, "scrapepool", "quiet", namespace), "Stalled")
+        return cond and cond["status"] == "True" and cond["reason"] == "RedisUnavailable" and fix in cond["message"]
+
+    with RedisServer(extra_args=["--requirepass", password]) as guarded:
+        apply(cp, _secret("redis-auth", namespace, labelled=False, password=password), namespace=namespace)
+        spec = pool("quiet", guarded.url)
+        spec["spec"]["redis"] = {"url": guarded.url, "passwordSecretRef": {"name": "redis-auth", "key": "password"}}
+        apply(cp, spec, job("waits", "quiet", [bookstore.product_url(i) for i in range(1, 4)]), namespace=namespace)
+        wait_for("pool Stalled with the fix", stalled_with_the_fix, timeout=60, diag=operator.log_tail)
+        assert (get(cp, "scrapejob", "waits", namespace).get("status") or {}).get("phase") in (None, "Pending")
+
+        cp.kubectl("label", "secret", "redis-auth", "-n", namespace, "trawl.dev/secret=true")
+        wait_complete(cp, "waits", namespace, 120, operator.log_tail)
+        wait_for(
+            "pool no longer Stalled",
+            lambda: condition(get(cp, "scrapepool", "quiet", namespace), "Stalled")["status"] == "False",  # type: ignore[index]
+            timeout=60,
+            diag=operator.log_tail,
+        )
+        template = get(cp, "deployment", "quiet-workers", namespace)["spec"]["template"]
+
+        cp.kubectl("label", "secret", "redis-auth", "-n", namespace, "trawl.dev/secret-")
+        wait_for("pool Stalled again", stalled_with_the_fix, timeout=60, diag=operator.log_tail)
+        assert get(cp, "deployment", "quiet-workers", namespace)["spec"]["template"] == template
+        assert password not in json.dumps(get(cp, "scrapepool", "quiet", namespace)) + operator.log_tail(1000)
 
 
 def test_pool_deletion_waits_for_running_jobs_then_removes_its_deployment(

@@ -59,6 +59,7 @@ def test_exact_hostile_manifests_become_statuses(control_plane: ControlPlane, na
     cp.kubectl(
         "create", "secret", "generic", "not-a-url", "-n", namespace, "--from-literal=url=redis://[::1"
     )  # fmt: skip
+    cp.kubectl("label", "secret", "not-a-url", "-n", namespace, "trawl.dev/secret=true")  # the operator reads it
     accepted: list[tuple[str, str, str, str]] = [  # kind, name, Stalled reason, text in its message
         ("scrapepool", "bad-url", "InvalidSpec", "not a valid Redis URL"),
         ("scrapepool", "secret-url", "RedisUnavailable", "does not hold a valid Redis URL"),

@@ -55,7 +55,7 @@ def _secret(password: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": "redis-auth"},
+        "metadata": {"name": "redis-auth", "labels": {"trawl.dev/secret": "true"}},
         "stringData": {"password": password},
     }
 

@@ -27,8 +27,11 @@ def test_webhook_signed_with_a_mounted_secret_and_unmounted_secret_stalls(
 ) -> None:
     key = secrets.token_hex(16)
     control_plane.kubectl("create", "secret", "generic", "webhook-hmac", f"--from-literal=key={key}", "-n", namespace)
+    control_plane.kubectl("label", "secret", "webhook-hmac", "-n", namespace, "trawl.dev/secret=true")
     base = pool("hooks", redis_server.url)
     base["spec"]["worker"]["secrets"] = ["webhook-hmac"]
+    # Mounted and declared for signing: the only keys a job may name (issue 32).
+    base["spec"]["worker"]["secretKeys"] = [{"name": "webhook-hmac", "key": "key", "use": "WebhookSigningKey"}]
     apply(control_plane, base, namespace=namespace)
     wait_for("Deployment", lambda: exists(control_plane, "deployment", "hooks-workers", namespace))
 
@@ -92,5 +95,6 @@ def test_pool_reports_a_missing_worker_secret_until_it_exists(
     assert supervisor.live(namespace, "needs-workers") == 0  # as a kubelet would, no worker without its Secret
 
     control_plane.kubectl("create", "secret", "generic", "absent", "--from-literal=k=v", "-n", namespace)
+    control_plane.kubectl("label", "secret", "absent", "-n", namespace, "trawl.dev/secret=true")
     wait_complete(control_plane, "waits", namespace, 120, operator.log_tail)
     assert condition(get(control_plane, "scrapepool", "needs", namespace), "Stalled")["status"] == "False"  # type: ignore[index]

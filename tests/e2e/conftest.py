@@ -127,6 +127,8 @@ def pool_object(name: str = POOL, **worker: Any) -> dict[str, Any]:
                 "idleSecondsBeforeZero": 15,
             },
             "queue": {"leaseSeconds": 20},
+            # The scenarios' jobs fetch the in-cluster site faster than the default ceilings allow.
+            "jobLimits": {"requestsPerSecond": 1000, "maxConcurrencyPerDomain": 64},
         },
     }
 

@@ -357,6 +357,105 @@ def _invalid_template_shows(node: RealNode) -> None:
     _log(f"invalid template: {cond}")
 
 
+# Issue 32's takeover: the operator's ServiceAccount (the chart's release "trawl"), privileged, the node's /.
+TAKEOVER: dict[str, Any] = {
+    "spec": {
+        "backoffLimit": 0,
+        "template": {
+            "spec": {
+                "serviceAccountName": f"{RELEASE}-operator",
+                "restartPolicy": "Never",
+                "containers": [
+                    {
+                        "name": "own",
+                        "image": IMAGE,
+                        "imagePullPolicy": "Never",
+                        "command": ["sh", "-c", "ls /host; cat /var/run/secrets/kubernetes.io/serviceaccount/token"],
+                        "securityContext": {"privileged": True},
+                        "volumeMounts": [{"name": "host", "mountPath": "/host"}],
+                    }
+                ],
+                "volumes": [{"name": "host", "hostPath": {"path": "/"}}],
+            }
+        },
+    }
+}
+TENANT = "e2e-tenant"
+
+
+def _tenant_rbac() -> list[dict[str, Any]]:
+    """A job author: ScrapeJobs and CronScrapeJobs in the release namespace, nothing else."""
+    meta = {"name": TENANT, "namespace": NAMESPACE}
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": meta,
+            "rules": [
+                {
+                    "apiGroups": ["trawl.dev"],
+                    "resources": ["scrapejobs", "cronscrapejobs"],
+                    "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+                }
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": meta,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": TENANT},
+            "subjects": [{"kind": "ServiceAccount", "name": TENANT, "namespace": NAMESPACE}],
+        },
+    ]
+
+
+def test_tenant_job_template_runs_nothing_on_the_real_node(release: RealNode) -> None:
+    """A job author who may not create Jobs writes onComplete.jobTemplate with the operator's ServiceAccount,
+    a privileged container and hostPath /. On a real kubelet nothing of it runs: no Job, no pod; the job's
+    status.onComplete.job is Failed (JobTemplateNotAllowed) with one Warning Event. The namespace's Pod
+    Security admission is relaxed to privileged meanwhile (restored after), so that it is the operator, not
+    the namespace's restricted profile, that keeps it from running."""
+    node = release
+    node.apply(_tenant_rbac())
+    as_tenant = f"--as=system:serviceaccount:{NAMESPACE}:{TENANT}"
+    assert node.kubectl(as_tenant, "auth", "can-i", "create", "jobs", "-n", NAMESPACE, check=False).strip() == "no"
+    assert node.kubectl(as_tenant, "auth", "can-i", "create", "scrapejobs", "-n", NAMESPACE).strip() == "yes"
+    relax = "pod-security.kubernetes.io/enforce=privileged"
+    node.kubectl("label", "namespace", NAMESPACE, relax, "--overwrite")
+    try:
+        spec = job("takeover", POOL, [f"{SITE}/product/1.html"], politeness=FAST, onComplete={"jobTemplate": TAKEOVER})
+        node.kubectl(as_tenant, "apply", "-f", "-", input=json.dumps(spec))
+        wait_finished(node, "takeover", 600)
+        hook = wait_for(
+            "status.onComplete.job", lambda: (job_status(node, "takeover").get("onComplete") or {}).get("job"), 120, 2
+        )
+        assert node.get("job", "takeover-on-complete", NAMESPACE) is None, "a Job was created from the template"
+        privileged = [
+            p["metadata"]["name"]
+            for p in node.items("pods", NAMESPACE)
+            if any((c.get("securityContext") or {}).get("privileged") for c in p["spec"]["containers"])
+            or any("hostPath" in v for v in p["spec"].get("volumes") or [])
+            or p["metadata"].get("labels", {}).get("job-name") == "takeover-on-complete"
+        ]
+        assert privileged == [], privileged
+        assert (hook["state"], hook.get("reason")) == ("Failed", "JobTemplateNotAllowed"), hook
+        assert "onComplete.job" in hook["message"], hook
+        events = json.loads(
+            node.kubectl(
+                "get", "events", "-n", NAMESPACE, "-o", "json",
+                "--field-selector", "involvedObject.name=takeover,reason=JobTemplateNotAllowed",
+            )
+        )["items"]  # fmt: skip
+        assert len(events) == 1 and events[0]["type"] == "Warning", events
+        _log(f"jobTemplate refused: {hook['message']}")
+    finally:
+        node.kubectl("label", "namespace", NAMESPACE, "pod-security.kubernetes.io/enforce=restricted", "--overwrite")
+        node.kubectl(
+            "-n", NAMESPACE, "delete", "scrapejob", "takeover", "--ignore-not-found", "--wait=true", "--timeout=120s"
+        )
+
+
 def test_helm_upgrade_rolls_the_operator(release: RealNode) -> None:
     node = release
     for name in ("crawl", "killed", "orphaned"):
@@ -413,9 +512,10 @@ def test_helm_uninstall_refuses_while_a_job_names_the_pool_then_leaves_only_the_
             )
         node.helm_uninstall_quietly(RELEASE, NAMESPACE)
     assert node.kubectl("get", "scrapepools,scrapejobs", "-n", NAMESPACE, "-o", "name").strip() == ""
-    # Everything of the release goes (the hook's Job, pod, ServiceAccount and Role included: they carry
-    # its labels) but what Helm's convention keeps: the Secret with the generated Redis password
-    # (helm.sh/resource-policy: keep, so a reinstall finds the same one). Pods go after their owners.
+    # Everything of the release goes (the hooks' Jobs, pods, ServiceAccounts and Roles included: they carry
+    # its labels), nothing with Helm's keep policy either. Pods go after their owners. The Secret with the
+    # Redis password is not the release's (the pre-install hook made it in the cluster, without the
+    # release's instance label): it stays, so a reinstall finds the same password.
     kinds = "all,cm,secret,sa,role,rolebinding,networkpolicy,pdb,scrapepools,scrapejobs"
 
     def leftovers() -> tuple[list[str], list[str]]:
@@ -431,7 +531,9 @@ def test_helm_uninstall_refuses_while_a_job_names_the_pool_then_leaves_only_the_
         wait_for("the release's objects to go", lambda: not leftovers()[0] or None, 180, 2)
     except TimeoutError as exc:
         raise AssertionError(f"{exc}: {leftovers()[0]}") from None
-    assert leftovers()[1] == ["Secret/trawl-redis"]
+    assert leftovers()[1] == []
+    kept = node.get("secret", "trawl-redis", NAMESPACE) or {}
+    assert (kept.get("metadata") or {}).get("labels", {}).get("trawl.dev/secret") == "true", kept.get("metadata")
     cluster_left = node.kubectl(
         "get", "clusterrole,clusterrolebinding", "-l", "app.kubernetes.io/instance=trawl", "-o", "name"
     )

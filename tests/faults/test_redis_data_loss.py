@@ -32,7 +32,9 @@ class Reconciler:
 
     def __init__(self, name: str, uid: str, spec: dict[str, Any], redis_url: str, connections: RedisConnections):
         self.name, self.uid, self.spec = name, uid, spec
-        self.index = {(NAMESPACE, POOL): [{"spec": {"redis": {"url": redis_url}}, "uid": "pool-uid"}]}
+        # The pool grants the 1000 requests/s its jobs ask of the loopback site (jobLimits: above the default).
+        pool = {"redis": {"url": redis_url}, "jobLimits": {"requestsPerSecond": 1000}}
+        self.index = {(NAMESPACE, POOL): [{"spec": pool, "uid": "pool-uid"}]}
         self.connections = connections
         self.status: dict[str, Any] = {}
         self.events: list[Transition] = []

@@ -1,9 +1,11 @@
 """Faults of worker processes and of Redis under a running job: SIGKILL, a restart in the same pod,
-SIGSTOP past the lease, Redis restarted (SIGTERM and SIGKILL) with AOF. Each ends with the per-URL ledger:
-every URL has exactly one record or one dead letter, none twice, and the job's counters add up."""
+SIGSTOP past the lease, Redis restarted (SIGTERM and SIGKILL) with AOF, Redis stopped (SIGSTOP) and
+resumed. Each ends with the per-URL ledger: every URL has exactly one record or one dead letter, none
+twice, and the job's counters add up."""
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from pathlib import Path
@@ -16,6 +18,7 @@ from trawl.dev import procs
 from trawl.dev.bookstore import Bookstore
 from trawl.dev.redis_server import RedisServer
 from trawl.queue.keys import pod_of
+from trawl.worker.main import heartbeat_seconds, redis_timeout
 from waits import wait_for_async
 
 URLS = 40
@@ -166,6 +169,69 @@ async def test_redis_restart_with_aof_mid_job(
         )
         assert not book.lost and not book.duplicate_records, book
         assert fin - recovered_at < lease + 30  # one lease period, plus slack for a loaded machine
+    finally:
+        await client.aclose()
+        server.stop()
+
+
+def _first_redis_failure(log: Path) -> dict[str, object] | None:
+    """The worker's first logged heartbeat or claim failure (its JSON log line), if any."""
+    for line in log.read_text(errors="replace").splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if entry.get("msg") in ("heartbeat failed", "claim failed"):
+            return dict(entry)
+    return None
+
+
+async def test_a_redis_that_stops_answering_fails_the_workers_commands_within_the_bound(
+    site: Bookstore, workers_factory: list[Workers], tmp_path: Path
+) -> None:
+    """redis-server SIGSTOPped under a running job: its socket still accepts connections and never answers
+    (a hung or black-holed Redis). The worker's heartbeats and claims fail within the bound its Redis
+    timeout sets (each attempt ends after the timeout, the queue retries, then reports the failure) instead
+    of waiting for ever, the worker lives on, and once Redis answers again (SIGCONT) the job finishes with
+    every URL once. Before the timeout, nothing failed: the commands waited as long as Redis was stopped."""
+    lease = 10.0
+    timeout = redis_timeout(lease)
+    heartbeat = heartbeat_seconds(lease)
+    attempts = 6  # the queue's: a first try and 5 retries, with backoff between them
+    backoff = sum(min(0.05 * 2**k, 2.0) * 1.5 for k in range(attempts - 1))
+    bound = heartbeat + attempts * timeout + backoff
+    data = tmp_path / "redis-data"
+    data.mkdir()
+    server = restartable_redis(data, aof=False)
+    client = aioredis.Redis.from_url(server.url)
+    assert server.proc is not None
+    try:
+        w = Workers(server, tmp_path, lease_seconds=lease)
+        workers_factory.append(w)
+        job = await submit(client, product_urls(site), lease_seconds=lease)
+        worker = w.start("pod-r")
+        await wait_for_async("first records", lambda: records_at_least(client, job, 6), 60, 0.1, retry_on=(Exception,))
+        procs.signal_group(server.proc, signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        try:
+            failure = await wait_for_async(
+                "a failed heartbeat or claim", lambda: _first_redis_failure(tmp_path / "pod-r.1.log"), bound + 30, 0.1
+            )
+            failed_after = time.monotonic() - stopped_at
+            assert worker.poll() is None  # failing, not dead: an outage of Redis is not cured by a restart
+        finally:
+            procs.signal_group(server.proc, signal.SIGCONT)
+        resumed_at = time.monotonic()
+        print(f"first failure {failed_after:.1f}s after Redis stopped (bound {bound:.1f}s): {failure}")
+        assert "Redis unreachable after" in str(failure["error"]), failure
+        assert failed_after <= bound + 10, (failed_after, bound)  # what a loaded machine adds
+        await wait_for_async("the job to finish", lambda: _finished(job), 120, 0.1, retry_on=(Exception,))
+        report(
+            "redis-sigstop", failed_after_s=round(failed_after, 1), terminal_s=round(time.monotonic() - resumed_at, 1)
+        )
+        await finished_truthfully(job)
+        book = await ledger(client, job, site)
+        assert not book.lost and not book.duplicate_records, book
     finally:
         await client.aclose()
         server.stop()

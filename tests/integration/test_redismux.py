@@ -192,3 +192,52 @@ async def test_an_error_reply_that_means_the_connection_is_raised_and_the_line_r
         await client.aclose()
         server.close()
         await server.wait_closed()
+
+
+@contextlib.asynccontextmanager
+async def _mute_server() -> AsyncIterator[str]:
+    """A loopback server that takes connections and reads, and never answers: a stopped or black-holed Redis."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while await reader.read(65536):
+                pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    try:
+        yield f"redis://127.0.0.1:{server.sockets[0].getsockname()[1]}/0"
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("multiplex", [True, False], ids=["shared-line", "pool"])
+async def test_commands_waiting_on_a_redis_that_never_answers_fail_after_one_timeout_not_one_each(
+    multiplex: bool,
+) -> None:
+    """Twenty commands at once, none with a connection open yet (a worker's slots after a reconnect): they
+    fail together once the timeout has passed. The shared line opens once for all of them; the pool connects
+    each outside its lock. Before, they took turns (the mux's open behind a lock, redis-py 5.3's pool
+    connecting under its lock), each waiting its own timeout: the last failed after twenty."""
+    timeout = 0.5
+    async with _mute_server() as url:
+        client = connect(url, multiplex=multiplex, socket_timeout=timeout)
+        try:
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+
+            async def command(i: int) -> float:
+                with pytest.raises(rexc.TimeoutError):
+                    if multiplex:
+                        await client.incr(f"n{i}")
+                    else:
+                        async with client.pipeline(transaction=False) as pipe:
+                            await pipe.incr(f"n{i}").execute()
+                return loop.time() - started
+
+            failed_after = await asyncio.wait_for(asyncio.gather(*(command(i) for i in range(20))), 60)
+        finally:
+            await client.aclose()
+    # Each waited for the hello and the reply at most: two timeouts, plus what a loaded machine adds.
+    assert max(failed_after) < 3 * timeout + 1.0, failed_after

@@ -161,3 +161,72 @@ def _net(cidr: str) -> Any:
     import ipaddress
 
     return ipaddress.ip_network(cidr)
+
+
+@pytest.fixture
+async def redirecting() -> AsyncIterator[tuple[Receiver, str, list[str]]]:
+    """A receiver on 127.0.0.1 that answers every POST with a redirect to a protected endpoint on 127.0.0.2
+    (outside the allowed 127.0.0.1/32), which records every request that reaches it."""
+    reached: list[str] = []
+
+    async def protected(request: web.Request) -> web.Response:
+        reached.append(f"{request.method} {request.path}")
+        return web.Response(status=200, text="internal answer")
+
+    inner = web.Application()
+    inner.router.add_route("*", "/{tail:.*}", protected)
+    inner_runner = web.AppRunner(inner)
+    await inner_runner.setup()
+    inner_port = free_port()
+    await web.TCPSite(inner_runner, "127.0.0.2", inner_port).start()
+
+    recv = Receiver()
+
+    async def redirect(request: web.Request) -> web.Response:
+        recv.calls += 1
+        await request.read()
+        return web.Response(status=303, headers={"Location": f"http://127.0.0.2:{inner_port}/latest/"})
+
+    outer = web.Application()
+    outer.router.add_post("/hook", redirect)
+    outer_runner = web.AppRunner(outer)
+    await outer_runner.setup()
+    port = free_port()
+    await web.TCPSite(outer_runner, "127.0.0.1", port).start()
+    try:
+        yield recv, f"http://127.0.0.1:{port}/hook", reached
+    finally:
+        await outer_runner.cleanup()
+        await inner_runner.cleanup()
+
+
+async def test_webhook_never_follows_a_redirect(
+    redis_client: aioredis.Redis, redirecting: tuple[Receiver, str, list[str]]
+) -> None:
+    """Issue 32: a 303 to an address outside the pool's allowedCidrs was followed (the protected endpoint
+    answered, and the write counted as delivered). A webhook is POSTed to the URL given: a 3xx fails the
+    write at once (no further attempt) and nothing reaches the address it names."""
+    recv, url, reached = redirecting
+    sink = WebhookSink(
+        redis_client, dedupe_key, url, secret=b"k", attempts=4, backoff=0.01, allowed=[_net("127.0.0.1/32")]
+    )
+    try:
+        with pytest.raises(SinkError) as info:
+            await sink.write("j10", [rec("j10", "http://s.test/1")])
+    finally:
+        await sink.close()
+    assert str(info.value) == f"webhook {url} failed: redirect refused: webhooks are POSTed to the URL given (HTTP 303)"
+    assert "internal answer" not in str(info.value)
+    assert recv.calls == 1  # not retried
+    assert reached == []
+    assert not await redis_client.exists(dedupe_key("j10"))  # not marked: the record is kept for another write
+
+
+async def test_on_complete_event_never_follows_a_redirect(redirecting: tuple[Receiver, str, list[str]]) -> None:
+    from trawl.operator.job.oncomplete import post_event
+
+    recv, url, reached = redirecting
+    outcome = await post_event(url, b"{}", b"k", [_net("127.0.0.1/32")])
+    assert (outcome.delivered, outcome.retry) == (False, False)
+    assert outcome.message == "redirect refused: webhooks are POSTed to the URL given (HTTP 303)"
+    assert recv.calls == 1 and reached == []

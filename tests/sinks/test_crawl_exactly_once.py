@@ -27,6 +27,7 @@ from trawl.dev.bookstore import Bookstore
 from trawl.dev.postgres_server import PostgresServer
 from trawl.dev.redis_server import RedisServer
 from trawl.dev.s3_server import S3Server
+from trawl.egress.addresses import parse_networks
 from trawl.jobspec.podfiles import secret_env_name
 from trawl.jobspec.wire import build_job_config
 from trawl.queue import Queue
@@ -38,6 +39,9 @@ from waits import wait_for_async
 from worker_procs import start_worker
 
 PREFIX = "trawl:{test/sinkcrawl}"
+# The sites on 127.0.0.2, the sinks on 127.0.0.1: both in the pool's allowedCidrs (the one address rule).
+ALLOWED = "127.0.0.1/32,127.0.0.2/32"
+SINKS = parse_networks(["127.0.0.1/32"])
 OUTAGE_SECONDS = 30
 
 
@@ -139,18 +143,33 @@ async def test_crawls_land_exactly_once_through_an_outage_and_a_sigkill(
         )
         assert pg_spec.output is not None and pg_spec.output.postgres is not None
         assert s3_spec.output is not None and s3_spec.output.s3 is not None
-        await ensure_table(target_from_spec(pg_spec.output.postgres, pg_server.password))  # what acceptance does
-        s3_target = s3sink.target_from_spec(s3_spec.output.s3, s3_server.access_key, s3_server.secret_key)
+        pg_target = target_from_spec(pg_spec.output.postgres, pg_server.password, allowed=SINKS)
+        await ensure_table(pg_target)  # what acceptance does
+        s3_target = s3sink.target_from_spec(
+            s3_spec.output.s3, s3_server.access_key, s3_server.secret_key, allowed=SINKS
+        )
         queue = Queue(redis_client, PREFIX, lease_seconds=10)
         pg_job = await submit(queue, pg_spec)
         s3_job = await submit(queue, s3_spec)
         expected_pages = 1 + 8 * 5 + 2000  # home, 5 listing pages per category, products
 
         a = start_worker(
-            workers, ["--redis-url", redis_server.url], PREFIX, "sink-a", tmp_path, env=sink_env(pg_server, s3_server)
+            workers,
+            ["--redis-url", redis_server.url],
+            PREFIX,
+            "sink-a",
+            tmp_path,
+            env=sink_env(pg_server, s3_server),
+            allowed=ALLOWED,
         )
         start_worker(
-            workers, ["--redis-url", redis_server.url], PREFIX, "sink-b", tmp_path, env=sink_env(pg_server, s3_server)
+            workers,
+            ["--redis-url", redis_server.url],
+            PREFIX,
+            "sink-b",
+            tmp_path,
+            env=sink_env(pg_server, s3_server),
+            allowed=ALLOWED,
         )
 
         # 1. both servers go away for 30 s mid-crawl
@@ -185,7 +204,13 @@ async def test_crawls_land_exactly_once_through_an_outage_and_a_sigkill(
         ids = [m.decode() for m in await redis_client.zrange(queue.keys.worker_deadlines, 0, -1)]
         held = sum([await redis_client.hlen(queue.keys.worker(w)) for w in ids if pod_of(w) == "sink-a"])
         start_worker(
-            workers, ["--redis-url", redis_server.url], PREFIX, "sink-c", tmp_path, env=sink_env(pg_server, s3_server)
+            workers,
+            ["--redis-url", redis_server.url],
+            PREFIX,
+            "sink-c",
+            tmp_path,
+            env=sink_env(pg_server, s3_server),
+            allowed=ALLOWED,
         )
 
         deadline = time.monotonic() + 300

@@ -17,9 +17,12 @@ from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.clitools import results
 from trawl.clitools.exits import CliError
 from trawl.dev.postgres_server import PostgresServer
+from trawl.egress.addresses import parse_networks
 from trawl.operator.job.sinkcheck import sink_problem
 from trawl.sinks.base import Record, SinkError, record_key
 from trawl.sinks.postgres import PgTarget, PostgresSink, SchemaMismatch, ensure_table
+
+LOOPBACK = parse_networks(["127.0.0.0/8"])
 
 
 def target(pg: PostgresServer, table: str, **kw: Any) -> PgTarget:
@@ -32,6 +35,7 @@ def target(pg: PostgresServer, table: str, **kw: Any) -> PgTarget:
         table=table,
         ssl_mode="disable",
         connect_timeout=5,
+        allowed=LOOPBACK,  # the server is on loopback: the pool's allowedCidrs name it
         **kw,
     )
 
@@ -105,18 +109,20 @@ async def test_acceptance_check_names_the_problem(pg_server: PostgresServer) -> 
     bad_table = table_name()
     async with await psycopg.AsyncConnection.connect(pg_server.dsn(), autocommit=True) as conn:
         await conn.execute(f"CREATE TABLE {bad_table} (id int)")
-    mismatch = await sink_problem("ns", spec(table=bad_table, sslMode="disable"), secrets)
+    mismatch = await sink_problem("ns", spec(table=bad_table, sslMode="disable"), secrets, allowed=LOOPBACK)
     assert mismatch is not None and mismatch.reason == "SinkSchemaMismatch"
     assert "column key is missing" in mismatch.message
-    assert await sink_problem("ns", spec(table=table_name(), sslMode="disable"), secrets) is None  # created
+    assert await sink_problem("ns", spec(table=table_name(), sslMode="disable"), secrets, allowed=LOOPBACK) is None
     # no password: the server demands one (scram-sha-256)
-    refused = await sink_problem("ns", spec(sslMode="disable", passwordSecretRef=None))
+    refused = await sink_problem("ns", spec(sslMode="disable", passwordSecretRef=None), allowed=LOOPBACK)
     assert refused is not None and refused.reason == "SinkUnavailable"
     assert "password" in refused.message
     # nothing listens there
     from trawl.dev.procs import free_port
 
-    down = await sink_problem("ns", spec(port=free_port(), sslMode="disable", connectTimeoutSeconds=3), secrets)
+    down = await sink_problem(
+        "ns", spec(port=free_port(), sslMode="disable", connectTimeoutSeconds=3), secrets, allowed=LOOPBACK
+    )
     assert down is not None and down.reason == "SinkUnavailable"
     assert "connection" in down.message.lower()
 

@@ -19,10 +19,13 @@ from trawl.api.common import SecretKeyRef
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.clitools import results
 from trawl.dev.s3_server import S3Server
+from trawl.egress.addresses import parse_networks
 from trawl.operator.job.sinkcheck import finish_sink, sink_problem
 from trawl.sinks import s3 as s3sink
 from trawl.sinks.base import Record, record_key
 from trawl.sinks.s3 import S3Sink, S3Target
+
+LOOPBACK = parse_networks(["127.0.0.0/8"])
 
 
 def dedupe(job_id: str) -> str:
@@ -48,6 +51,7 @@ def target(s3: S3Server, bucket: str, **kw: Any) -> S3Target:
         "path_style": True,
         "access_key": s3.access_key,
         "secret_key": s3.secret_key,
+        "allowed": LOOPBACK,  # the store is on loopback: the pool's allowedCidrs name it
     }
     return S3Target(**(base | kw))
 
@@ -134,24 +138,26 @@ async def test_manifest_results_and_acceptance(s3_server: S3Server, redis_client
             {"pool": "p", "urls": ["http://s.test/"], "output": {"sink": "S3", "s3": base | s3}}
         )
 
-    assert await sink_problem("ns", spec(), secrets) is None
-    missing = await sink_problem("ns", spec(bucket="no-such-bucket"), secrets)
+    assert await sink_problem("ns", spec(), secrets, allowed=LOOPBACK) is None
+    missing = await sink_problem("ns", spec(bucket="no-such-bucket"), secrets, allowed=LOOPBACK)
     assert missing is not None and missing.reason == "SinkUnavailable" and "does not exist" in missing.message
 
     async def wrong(namespace: str, ref: SecretKeyRef) -> str:
         return "wrong-key-123"
 
-    refused = await sink_problem("ns", spec(), wrong)
+    refused = await sink_problem("ns", spec(), wrong, allowed=LOOPBACK)
     assert refused is not None and refused.reason == "SinkUnavailable"
 
-    closing = await finish_sink("ns", "books", "uid-1", spec(), {"phase": "Succeeded", "counts": {"total": 4}}, secrets)
+    closing = await finish_sink(
+        "ns", "books", "uid-1", spec(), {"phase": "Succeeded", "counts": {"total": 4}}, secrets, allowed=LOOPBACK
+    )
     assert closing == {"manifest": f"s3://{bucket}/crawls/uid-1/manifest.json", "manifestError": None}
     resp = s3sink.client(tgt).get_object(bucket, "crawls/uid-1/manifest.json")
     manifest = json.loads(resp.read())
     resp.close()
     assert manifest["records"] == 4 and [o["records"] for o in manifest["objects"]] == [3, 1]
     assert (manifest["name"], manifest["phase"], manifest["counts"]) == ("books", "Succeeded", {"total": 4})
-    failed = await finish_sink("ns", "books", "uid-1", spec(), {"phase": "Succeeded"}, wrong)
+    failed = await finish_sink("ns", "books", "uid-1", spec(), {"phase": "Succeeded"}, wrong, allowed=LOOPBACK)
     assert "manifestError" in failed and "manifest" not in failed
 
     job = {

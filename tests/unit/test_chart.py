@@ -17,6 +17,7 @@ from helm_chart import (
     HelmError,
     by_kind,
     helm,
+    hook_objects,
     is_hook,
     one,
     operator_deployment,
@@ -28,6 +29,7 @@ from trawl.api.crd import all_crds
 from trawl.operator.rbac import CLUSTER_RULES, LEADER_ELECTION_RULES, NAMESPACED_RULES
 
 ROOT = Path(__file__).resolve().parents[2]
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 
 
 def _rules(obj: dict[str, Any]) -> list[dict[str, Any]]:
@@ -57,7 +59,7 @@ def test_renders_and_every_object_is_labelled(value_set: str) -> None:
         labels = doc["metadata"].get("labels", {})
         assert labels.get("app.kubernetes.io/part-of") == "trawl", doc["metadata"]
         assert labels.get("app.kubernetes.io/instance") == "trawl", doc["metadata"]
-        if doc["kind"] not in {"ClusterRole", "ClusterRoleBinding"}:
+        if doc["kind"] not in CLUSTER_SCOPED:
             assert doc["metadata"].get("namespace"), f"{doc['kind']} {doc['metadata']['name']} has no namespace"
 
 
@@ -169,7 +171,7 @@ def test_pre_delete_hook_deletes_the_default_pool_with_its_own_minimal_rbac() ->
     """`helm uninstall` runs the hook before deleting anything, while the operator still removes the
     pool's finalizer: the chart's own image runs `trawl pool delete`, bounded, with rights for that only."""
     docs = render(namespace="team-a")
-    hooks = [d for d in docs if is_hook(d)]
+    hooks = hook_objects(docs, "pre-delete")
     assert {(d["kind"], d["metadata"]["annotations"]["helm.sh/hook"]) for d in hooks} == {
         (kind, "pre-delete") for kind in ("ServiceAccount", "Role", "RoleBinding", "Job")
     }
@@ -197,10 +199,10 @@ def test_pre_delete_hook_deletes_the_default_pool_with_its_own_minimal_rbac() ->
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": "team-a"}]
     assert binding["roleRef"]["name"] == one(hooks, "Role")["metadata"]["name"]
     # No default pool, nothing to delete: no hook.
-    assert not [d for d in render("no-redis") if is_hook(d)]
+    assert not hook_objects(render("no-redis"), "pre-delete")
     # rbac.create=false: only the Job, as the operator's ServiceAccount.
     minimal = render("minimal")
-    (job,) = [d for d in minimal if is_hook(d)]
+    (job,) = hook_objects(minimal, "pre-delete")
     assert job["spec"]["template"]["spec"]["serviceAccountName"] == service_account_name(minimal)
 
 
@@ -245,28 +247,69 @@ def test_default_image_is_the_app_version() -> None:
     assert container["image"] == DEFAULT_WORKER_IMAGE, "the operator's default worker image must match the chart"
 
 
-def test_bundled_redis_has_password_persistence_and_aof() -> None:
+def test_bundled_redis_has_persistence_aof_and_its_password_from_the_secret() -> None:
     docs = render()
-    secret = one(docs, "Secret")
-    password = secret["stringData"]["password"]
-    assert len(password) == 32 and password.isalnum()
-    assert secret["stringData"]["url"] == f"redis://:{password}@trawl-redis.trawl-system.svc:6379/0"
+    assert not by_kind(docs, "Secret")  # made in the cluster by the hook below, never rendered
     sts = one(docs, "StatefulSet")
     (container,) = sts["spec"]["template"]["spec"]["containers"]
     command = " ".join(container["args"])
     assert "--appendonly yes" in command and '--requirepass "$REDIS_PASSWORD"' in command
-    assert password not in json.dumps(sts), "the password must come from the Secret, not the pod spec"
+    env = {e["name"]: e for e in container["env"]}
+    assert env["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "trawl-redis", "key": "password"}
     (claim,) = sts["spec"]["volumeClaimTemplates"]
     assert claim["spec"]["resources"]["requests"]["storage"] == "2Gi"
     pool = one(docs, "ScrapePool")
-    assert pool["spec"]["redis"] == {"urlSecretRef": {"name": secret["metadata"]["name"], "key": "url"}}
+    assert pool["spec"]["redis"] == {"urlSecretRef": {"name": "trawl-redis", "key": "url"}}
 
 
-def test_redis_password_is_generated_per_render_unless_given() -> None:
-    first, second = (one(render(), "Secret")["stringData"]["password"] for _ in range(2))
-    assert first != second  # helm template has no cluster to look the old one up in; install/upgrade does
-    fixed = one(render(set_values={"redis.bundled.password": "s3cret"}), "Secret")["stringData"]
-    assert fixed["password"] == "s3cret"
+def test_the_redis_password_is_made_in_the_cluster_by_a_hook_with_its_own_minimal_rbac() -> None:
+    """No render holds a password: a pre-install/pre-upgrade Job (the chart's own image) runs `trawl secret
+    ensure`, which creates the Secret once and keeps it, with rights on that Secret only (and create)."""
+    docs = render(namespace="team-a")
+    hooks = hook_objects(docs, "pre-install")
+    assert {(d["kind"], d["metadata"]["annotations"]["helm.sh/hook"]) for d in hooks} == {
+        (kind, "pre-install,pre-upgrade") for kind in ("ServiceAccount", "Role", "RoleBinding", "Job")
+    }
+    weight = {d["kind"]: int(d["metadata"]["annotations"]["helm.sh/hook-weight"]) for d in hooks}
+    assert weight["ServiceAccount"] < weight["RoleBinding"] < weight["Job"] and weight["Role"] < weight["Job"]
+    job = one(hooks, "Job")
+    assert job["metadata"]["annotations"]["helm.sh/hook-output-log-policy"] == "hook-failed"
+    assert job["spec"]["activeDeadlineSeconds"] <= 300  # helm's default wait for a hook
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    operator = operator_deployment(docs)["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == operator["image"], "no other image than the chart's own"
+    assert container["command"] == ["trawl"]
+    assert container["args"] == [
+        "secret", "ensure", "trawl-redis", "--namespace=team-a", "--random=password",
+        "--derived=url=redis://:{password}@trawl-redis.team-a.svc:6379/0",
+        "--label=trawl.dev/secret=true", "--label=app.kubernetes.io/name=trawl",
+        "--label=app.kubernetes.io/component=redis", "--label=app.kubernetes.io/part-of=trawl",
+    ]  # fmt: skip
+    # Not the release's instance label: Argo CD would count the Secret in the Application and prune it.
+    assert not any("app.kubernetes.io/instance" in arg for arg in container["args"])
+    sa = one(hooks, "ServiceAccount")["metadata"]["name"]
+    assert pod["serviceAccountName"] == sa != service_account_name(docs)
+    assert _rules(one(hooks, "Role")) == [
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["trawl-redis"], "verbs": ["get", "patch"]},
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+    ]
+    binding = one(hooks, "RoleBinding")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": "team-a"}]
+    # A password of the user's (given, or their own Secret), or no bundled Redis: no hook.
+    for values in (
+        {"redis.bundled.password": "s3cret"},
+        {"redis.bundled.existingSecret": "mine"},
+        {"redis.bundled.enabled": "false", "defaultPool.enabled": "false"},
+    ):
+        assert not hook_objects(render(set_values=values), "pre-install"), values
+
+
+def test_a_given_redis_password_is_rendered_into_a_labelled_secret() -> None:
+    first, second = (one(render(set_values={"redis.bundled.password": "s3cret"}), "Secret") for _ in range(2))
+    assert first == second
+    assert first["stringData"] == {"password": "s3cret", "url": "redis://:s3cret@trawl-redis.trawl-system.svc:6379/0"}
+    assert first["metadata"]["labels"]["trawl.dev/secret"] == "true"  # the operator reads only labelled Secrets
 
 
 def test_external_redis_pool() -> None:
@@ -354,6 +397,22 @@ def test_default_pool_key_prefix_and_shards_are_values() -> None:
     assert ScrapePoolSpec.model_validate(spec).redis.key_prefix == "trawl:team-a"
     with pytest.raises(HelmError, match="keyPrefix"):
         render(set_values={"defaultPool.redis.keyPrefix": "has space"})
+
+
+def test_default_pool_job_limits_are_values() -> None:
+    """Issue 32: the platform team sets what each job of the default pool may ask for at most."""
+    from trawl.api.scrapepool import ScrapePoolSpec
+
+    assert "jobLimits" not in one(render(), "ScrapePool")["spec"]  # the pool's safe defaults
+    spec = one(
+        render(set_values={"defaultPool.jobLimits.requestsPerSecond": "5", "defaultPool.jobLimits.maxPriority": "7"}),
+        "ScrapePool",
+    )["spec"]
+    assert spec["jobLimits"] == {"requestsPerSecond": 5, "maxPriority": 7}
+    ceilings = ScrapePoolSpec.model_validate(spec).ceilings()
+    assert (ceilings.requests_per_second, ceilings.max_priority) == (5, 7)
+    with pytest.raises(HelmError, match="maxPriority"):
+        render(set_values={"defaultPool.jobLimits.maxPriority": "10"})
 
 
 def test_external_redis_without_cidrs_is_reachable_outside_the_denied_ranges() -> None:
@@ -493,3 +552,89 @@ def test_operator_flags_follow_values() -> None:
     assert "--metrics-port=0" in args and "--verbose" not in args
     debug = render(set_values={"operator.logLevel": "debug"})
     assert "--verbose" in operator_deployment(debug)["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def _peers(rule: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(rule.get("to") or rule.get("from") or [])
+
+
+def test_operator_network_policy_lets_it_reach_the_api_dns_redis_and_the_web_only() -> None:
+    """Issue 32: the operator POSTs onComplete webhooks and checks sinks where a job's author says, so its
+    pod gets an egress policy like the workers': nothing internal beyond the API, DNS and the chart's Redis."""
+    policy = one(render(), "NetworkPolicy", "trawl-operator")
+    assert policy["spec"]["podSelector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "trawl",
+        "app.kubernetes.io/instance": "trawl",
+        "app.kubernetes.io/component": "operator",
+    }
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    (ingress,) = policy["spec"]["ingress"]
+    assert "from" not in ingress and [p["port"] for p in ingress["ports"]] == ["metrics", "health"]
+    dns, api, redis, web = policy["spec"]["egress"]
+    assert {p["port"] for p in dns["ports"]} == {53} and _peers(dns) == [{"namespaceSelector": {}}]
+    assert [p["port"] for p in api["ports"]] == [443, 6443]
+    assert [p["ipBlock"]["except"] for p in _peers(api)] == [["169.254.0.0/16"], ["fe80::/10"]]  # never metadata
+    assert [p["port"] for p in redis["ports"]] == [6379]
+    assert _peers(redis)[0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "redis"
+    v4 = next(p["ipBlock"] for p in _peers(web) if p["ipBlock"]["cidr"] == "0.0.0.0/0")
+    for cidr in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "127.0.0.0/8", "100.64.0.0/10"):
+        assert cidr in v4["except"]  # cluster services, the node, the metadata service: never
+    assert {p["port"] for p in web["ports"]} == {80, 443}
+
+
+def test_operator_network_policy_values(tmp_path: Path) -> None:
+    extra = {"to": [{"ipBlock": {"cidr": "10.20.0.0/16"}}], "ports": [{"port": 5432, "protocol": "TCP"}]}
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        yaml.safe_dump(
+            {
+                "metrics": {"enabled": False},
+                "networkPolicy": {
+                    "operator": {"apiServerCIDRs": ["172.18.0.2/32"], "apiServerPorts": [6443], "extraEgress": [extra]}
+                },
+            }
+        )
+    )
+    policy = one(render(values_files=[values]), "NetworkPolicy", "trawl-operator")
+    assert [p["port"] for p in policy["spec"]["ingress"][0]["ports"]] == ["health"]  # no metrics port to open
+    api = policy["spec"]["egress"][1]
+    assert _peers(api) == [{"ipBlock": {"cidr": "172.18.0.2/32"}}] and [p["port"] for p in api["ports"]] == [6443]
+    assert policy["spec"]["egress"][-1] == extra
+    external = one(render("external-redis"), "NetworkPolicy", "trawl-operator")["spec"]["egress"][2]
+    assert external == _redis_egress(render("external-redis"))  # the external Redis, as for the workers
+    off = render(set_values={"networkPolicy.operator.enabled": "false"})
+    assert [p["metadata"]["name"] for p in by_kind(off, "NetworkPolicy")] == ["trawl-workers", "trawl-redis"]
+
+
+def test_bundled_redis_admits_worker_pods_of_the_worker_namespaces_only() -> None:
+    """Issue 32: a pod labelled as a worker in any namespace could reach the bundled Redis."""
+
+    def admitted(docs: list[dict[str, Any]]) -> list[str]:
+        peers = one(docs, "NetworkPolicy", "trawl-redis")["spec"]["ingress"][0]["from"]
+        workers = next(p for p in peers if "namespaceSelector" in p)
+        (expr,) = workers["namespaceSelector"]["matchExpressions"]
+        assert (expr["key"], expr["operator"]) == ("kubernetes.io/metadata.name", "In")
+        return list(expr["values"])
+
+    assert admitted(render()) == ["trawl-system"]
+    watched = render(set_values={"watchNamespaces": "{trawl-system,team-a}"})
+    assert admitted(watched) == ["trawl-system", "team-a"]
+    listed = render(set_values={"networkPolicy.namespaces": "{team-b}"})
+    assert admitted(listed) == ["team-b"]
+
+
+def test_default_pool_secret_keys_and_cleartext_choice(tmp_path: Path) -> None:
+    from trawl.api.scrapepool import ScrapePoolSpec
+
+    keys = [{"name": "pg", "key": "password", "use": "PostgresPassword"}]
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        yaml.safe_dump(
+            {"defaultPool": {"worker": {"secrets": ["pg"], "secretKeys": keys, "allowCleartextPostgresPassword": True}}}
+        )
+    )
+    worker = one(render(values_files=[values]), "ScrapePool")["spec"]["worker"]
+    assert worker["secretKeys"] == keys and worker["allowCleartextPostgresPassword"] is True
+    spec = ScrapePoolSpec.model_validate(one(render(values_files=[values]), "ScrapePool")["spec"])
+    assert spec.worker.allow_cleartext_postgres_password
+    assert "allowCleartextPostgresPassword" not in one(render(), "ScrapePool")["spec"]["worker"]

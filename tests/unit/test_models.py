@@ -154,3 +154,29 @@ def test_round_trip_is_stable(spec: dict[str, Any]) -> None:
     """Parsing the dump again gives the same model: nothing is lost or reinterpreted."""
     first = ScrapeJobSpec.model_validate(spec)
     assert ScrapeJobSpec.model_validate(wire(first)) == first
+
+
+def test_pool_job_templates_need_containers_and_are_found_by_name() -> None:
+    base = {"redis": {"url": "redis://r:6379/0"}}
+    with pytest.raises(ValidationError, match=r"onCompleteJobs\[load\].template needs spec.template.spec.containers"):
+        ScrapePoolSpec.model_validate({**base, "onCompleteJobs": [{"name": "load", "template": {"spec": []}}]})
+    template = {"spec": {"template": {"spec": {"containers": [{"name": "l", "image": "l:1"}]}}}}
+    pool = ScrapePoolSpec.model_validate({**base, "onCompleteJobs": [{"name": "load", "template": template}]})
+    found = pool.on_complete_job("load")
+    assert found is not None and found.template == template and pool.on_complete_job("embed") is None
+
+
+def test_on_complete_parameters_reach_the_job_as_trawl_param() -> None:
+    spec = ScrapeJobSpec.model_validate(
+        {
+            **VALID["ScrapeJob"],
+            "onComplete": {"job": {"template": "load", "parameters": [{"name": "TARGET", "value": "t"}]}},
+        }
+    )
+    assert spec.on_complete is not None and spec.on_complete.job is not None
+    assert spec.on_complete.job.env() == [{"name": "TRAWL_PARAM_TARGET", "value": "t"}]
+    with pytest.raises(ValidationError, match="onComplete needs webhook or job"):
+        ScrapeJobSpec.model_validate({**VALID["ScrapeJob"], "onComplete": {}})
+    # The refused jobTemplate still parses: the job's status, not admission, says what became of it.
+    old = ScrapeJobSpec.model_validate({**VALID["ScrapeJob"], "onComplete": {"jobTemplate": {"spec": {}}}})
+    assert old.on_complete is not None and old.on_complete.job_template == {"spec": {}}

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from trawl.operator.cron.schedule import decide, history_to_delete, job_name, next_time
+from trawl.operator.cron.schedule import decide, history_to_delete, job_name, next_time, schedule_times
 
 T0 = datetime(2026, 11, 25, 12, 0, 0, tzinfo=UTC)
 
@@ -102,3 +102,89 @@ def test_history_limits_delete_oldest(keep_ok: int, keep_failed: int, expected: 
         ("bad2", T0 + timedelta(minutes=3), False),
     ]
     assert history_to_delete(finished, keep_ok, keep_failed) == expected
+
+
+# ------------------------------------------------------------------ issue 32: what a tenant's schedule can cost
+
+
+def _old_schedule_times(schedule: str, time_zone: str | None, after: datetime, until: datetime, limit: int):  # type: ignore[no-untyped-def]
+    """The walk forward from ``after`` that schedule_times replaced: every time up to ``until``."""
+    from zoneinfo import ZoneInfo
+
+    from croniter import croniter
+
+    it = croniter(schedule, after.astimezone(ZoneInfo(time_zone or "UTC")))
+    times: list[datetime] = []
+    while True:
+        t = it.get_next(datetime)
+        if t > until:
+            return times
+        times.append(t.astimezone(UTC))
+        if len(times) > limit:
+            times.pop(0)
+
+
+def test_catch_up_walks_back_from_now_and_finds_what_the_walk_forward_found() -> None:
+    """Where the walk forward was bounded (at most a few hundred steps), walking back gives the same times,
+    so every decision is unchanged; time zones with daylight saving included (the 2026 changes in Paris
+    and New York fall inside the spans)."""
+    import random
+
+    rng = random.Random(32)
+    schedules = ["*/5 * * * *", "0 * * * *", "30 2 * * *", "0 9 * * mon-fri", "15,45 1-3 * * *", "* * * * *", "@daily"]
+    spans = [
+        (datetime(2026, 3, 29, 0, 0, tzinfo=UTC), "Europe/Paris"),
+        (datetime(2026, 10, 25, 0, 0, tzinfo=UTC), "Europe/Paris"),
+        (datetime(2026, 11, 1, 4, 0, tzinfo=UTC), "America/New_York"),
+        (T0, None),
+    ]
+    for _ in range(300):
+        schedule = rng.choice(schedules)
+        base, zone = rng.choice(spans)
+        after = base + timedelta(minutes=rng.randint(-180, 180), seconds=rng.choice([0, 0, 17]))
+        until = after + timedelta(minutes=rng.randint(0, 600), seconds=rng.choice([0, 0, 42]))
+        for limit in (1, 5, 100):
+            expected = _old_schedule_times(schedule, zone, after, until, limit)
+            assert schedule_times(schedule, zone, after, until, limit) == expected, (schedule, zone, after, until)
+
+
+def test_a_creation_years_ago_decides_in_milliseconds() -> None:
+    """`* * * * *` created five years ago and never run: 2.6 million missed minutes. The walk forward spent
+    most of a minute of the operator's event loop on them at every pass; walking back stops at the 100
+    counted."""
+    import time
+
+    started = time.thread_time()
+    d = _decide(schedule="* * * * *", created=T0 - timedelta(days=5 * 365))
+    spent = time.thread_time() - started
+    assert d.create_for == T0
+    assert d.missed == 99  # as before: 100 counted, the latest is the one started
+    assert spent < 1.0, f"{spent:.2f} s of CPU to decide"
+
+
+@pytest.mark.parametrize("schedule", ["30-10 * * * *", "0 22-2 * * *", "0 9 * * fri-mon", "0 0 * dec-feb *"])
+def test_a_range_that_runs_backwards_is_refused_as_a_cronjob_refuses_it(schedule: str) -> None:
+    """croniter reads 30-10 as a wrap-around (30-59 and 0-10); Kubernetes' CronJob refuses it ("beginning of
+    range beyond end of range"), so the CronScrapeJob is refused too, naming the range."""
+    from pydantic import ValidationError
+
+    from trawl.api.cronscrapejob import CronScrapeJobSpec
+
+    with pytest.raises(ValidationError, match="runs backwards"):
+        CronScrapeJobSpec.model_validate(
+            {"schedule": schedule, "jobTemplate": {"spec": {"pool": "p", "urls": ["https://a.example/"]}}}
+        )
+
+
+@pytest.mark.parametrize(
+    ("schedule", "expected"),
+    [
+        ("5-5 * * * *", T0 + timedelta(minutes=5)),
+        ("5-5/2 * * * *", T0 + timedelta(minutes=5)),
+        ("0 15-15 * * *", T0 + timedelta(hours=3)),
+        ("0 0 * * fri-fri", datetime(2026, 11, 27, 0, 0, tzinfo=UTC)),
+    ],
+)
+def test_a_range_of_one_value_is_that_value(schedule: str, expected: datetime) -> None:
+    """A CronJob reads 5-5 as minute 5; croniter reads it as * (every minute), so it is given the value."""
+    assert next_time(schedule, None, T0) == expected

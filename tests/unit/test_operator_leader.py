@@ -1,10 +1,20 @@
-"""Leader election decisions: expiry counted from the leader's renewal, backdated only within bounds."""
+"""Leader election decisions: expiry counted from the leader's renewal, backdated only within bounds; the
+leader's fence (it acts only until renew_deadline after the newest renewal its event loop confirmed)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from trawl.operator.leader import LeaseRecord, Observation, decide, observe
+from trawl.operator.leader import (
+    LeaseRecord,
+    Observation,
+    Renewals,
+    acting_deadline,
+    breach,
+    decide,
+    next_renewal,
+    observe,
+)
 
 WALL = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -60,3 +70,27 @@ def test_the_leaders_clock_is_trusted_only_within_the_bound() -> None:
     # No or unparseable renewTime: from our sight.
     assert observe(_rec("other", None), None, 100.0, WALL, max_backdate=5.0).renewed_at == 100.0
     assert observe(_rec("other", "garbage"), None, 100.0, WALL, max_backdate=5.0).renewed_at == 100.0
+
+
+def test_the_leader_acts_until_renew_deadline_after_the_renewal_its_loop_confirmed() -> None:
+    confirmed = Renewals(sent=100.0, confirmed=100.0)
+    assert acting_deadline(confirmed, 10.0) == 110.0
+    assert breach(confirmed, 109.99, 10.0) is None
+    assert breach(confirmed, 110.0, 10.0) == "renewal"  # no newer renewal succeeded
+    # A renewal sent at 105 succeeded but the loop never confirmed it: it does not move the deadline
+    # (a stalled loop cannot show it still acts as the holder), and the reason names the loop.
+    unconfirmed = Renewals(sent=105.0, confirmed=100.0)
+    assert acting_deadline(unconfirmed, 10.0) == 110.0
+    assert breach(unconfirmed, 110.0, 10.0) == "loop"
+    # The deadline comes before any standby may take: one takes no earlier than renew_deadline after its
+    # own sight of the renewal, which comes after the leader sent it.
+    assert acting_deadline(Renewals(sent=105.0, confirmed=105.0), 10.0) == 115.0
+
+
+def test_renewals_wait_for_the_loop_and_failures_retry_sooner() -> None:
+    assert next_renewal(Renewals(100.0, 100.0), renew_seconds=5.0, retry_seconds=2.0) == 105.0
+    # The loop has not confirmed the newest renewal: no more until it does (the watchdog stops the
+    # process at the deadline; renewing for a stalled loop would only keep the Lease from a standby).
+    assert next_renewal(Renewals(105.0, 100.0), renew_seconds=5.0, retry_seconds=2.0) is None
+    # A failed attempt is retried a retry period after it failed.
+    assert next_renewal(Renewals(100.0, 100.0, failed_at=106.5), renew_seconds=5.0, retry_seconds=2.0) == 108.5

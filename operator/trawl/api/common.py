@@ -42,7 +42,8 @@ class TrawlModel(BaseModel):
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
-def _check_http_url(value: str) -> str:
+def check_http_url(value: str) -> str:
+    """The value if it is an http(s) URL whose host and port parse, else ValueError saying why."""
     if not _HTTP_URL_RE.match(value):
         raise ValueError(f"{value!r} is not an http(s) URL: only http:// and https:// URLs can be scraped")
     check_url_parses(value)
@@ -63,7 +64,7 @@ def check_url_parses(value: str) -> None:
 HttpURL = Annotated[
     str,
     Field(min_length=8, max_length=2048, pattern=HTTP_URL_PATTERN),
-    AfterValidator(_check_http_url),
+    AfterValidator(check_http_url),
 ]
 """An absolute http:// or https:// URL."""
 
@@ -115,6 +116,15 @@ class SecretKeyRef(TrawlModel):
     )
 
 
+class SecretUse(StrEnum):
+    """What a job may use a Secret key for (a ScrapePool's ``worker.secretKeys`` declares it per key)."""
+
+    WEBHOOK_SIGNING_KEY = "WebhookSigningKey"  # output.webhook.secretRef, onComplete.webhook.secretRef
+    POSTGRES_PASSWORD = "PostgresPassword"  # output.postgres.passwordSecretRef
+    S3_ACCESS_KEY_ID = "S3AccessKeyId"  # output.s3.accessKeyIdSecretRef
+    S3_SECRET_ACCESS_KEY = "S3SecretAccessKey"  # output.s3.secretAccessKeySecretRef
+
+
 class LocalObjectReference(TrawlModel):
     """A reference to an object by name in the same namespace."""
 
@@ -139,6 +149,11 @@ def parse_time(value: Any) -> datetime | None:
 def format_time(value: datetime) -> str:
     """RFC 3339 in UTC with a Z suffix, as Kubernetes writes timestamps."""
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def format_number(value: float) -> str:
+    """A number as a user wrote it: 1048576 and 0.5, never 1.04858e+06."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
 def validation_message(exc: ValidationError, root: str = "spec") -> str:

@@ -20,10 +20,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from .cronscrapejob import CronScrapeJobSpec, CronScrapeJobStatus
+from .cronscrapejob import REVERSED_RANGE_RULE, CronScrapeJobSpec, CronScrapeJobStatus
 from .naming import GROUP, VERSION
-from .scrapejob import ScrapeJobSpec, ScrapeJobStatus
-from .scrapepool import ScrapePoolSpec, ScrapePoolStatus
+from .scrapejob import PG_HOST_MESSAGE, PG_HOST_PATTERN, URL_RANGE_LENGTH_RULE, ScrapeJobSpec, ScrapeJobStatus
+from .scrapepool import DEFAULTS_WITHIN_LIMITS_RULES, REDIS_DB_RULE, ScrapePoolSpec, ScrapePoolStatus
 
 Schema = dict[str, Any]
 
@@ -36,7 +36,10 @@ _RULES: dict[str, list[dict[str, str]]] = {
             "fieldPath": ".urls",
         },
     ],
-    "UrlRange": [{"rule": "self.end >= self.start", "message": "end must be greater than or equal to start"}],
+    "UrlRange": [
+        {"rule": "self.end >= self.start", "message": "end must be greater than or equal to start"},
+        URL_RANGE_LENGTH_RULE,
+    ],
     "OutputSpec": [
         {
             "rule": "self.sink != 'JsonLines' || has(self.jsonLines)",
@@ -48,6 +51,9 @@ _RULES: dict[str, list[dict[str, str]]] = {
             "message": "webhook is required when sink is Webhook",
             "fieldPath": ".webhook",
         },
+    ],
+    "PostgresSink": [
+        {"rule": f"self.host.matches(r'{PG_HOST_PATTERN}')", "message": PG_HOST_MESSAGE, "fieldPath": ".host"}
     ],
     "RetrySpec": [
         {
@@ -75,6 +81,16 @@ _RULES: dict[str, list[dict[str, str]]] = {
             "|| (!has(self.sentinels) && !has(self.masterName) && !has(self.sentinelPasswordSecretRef))",
             "message": "sentinels, masterName and sentinelPasswordSecretRef apply to mode Sentinel only",
         },
+        REDIS_DB_RULE,
+    ],
+    "CronScrapeJobSpec": [REVERSED_RANGE_RULE],
+    "ScrapePoolSpec": DEFAULTS_WITHIN_LIMITS_RULES,
+    "WorkerSpec": [
+        {
+            "rule": "!has(self.secretKeys) || self.secretKeys.all(k, has(self.secrets) && k.name in self.secrets)",
+            "message": "every secretKeys entry must name a Secret listed in secrets",
+            "fieldPath": ".secretKeys",
+        }
     ],
     "AutoscalingSpec": [
         {

@@ -63,12 +63,79 @@ class ScrapeJobTemplate(TrawlModel):
     spec: ScrapeJobSpec = Field(description="Spec of created jobs.")
 
 
+_FIELD_NAMES = ("minute", "hour", "day of month", "month", "day of week")
+_NAME_VALUES = {
+    **{m: i for i, m in enumerate(_MONTHS.split("|"), start=1)},
+    **{d: i for i, d in enumerate(_DAYS.split("|"))},
+}
+
+
+def _value(token: str) -> int:
+    """A number or a month or day name of a schedule whose shape the pattern accepted."""
+    return int(token) if token.isdigit() else _NAME_VALUES[token.lower()]
+
+
+def _items(schedule: str) -> list[list[str]]:
+    """The list items of each of the five fields (none for @hourly and its kind)."""
+    return [] if schedule.startswith("@") else [field.split(",") for field in schedule.split()]
+
+
+def reversed_range(schedule: str) -> str | None:
+    """Why a schedule with a range that runs backwards (``30-10``) is refused, or None.
+
+    Kubernetes' CronJob refuses such a range ("beginning of range beyond end of range"); croniter reads
+    it as a wrap-around (30-59 and 0-10), so it would run at times no CronJob would."""
+    for index, items in enumerate(_items(schedule)):
+        for item in items:
+            low, _, high = item.split("/", 1)[0].partition("-")
+            if high and _value(low) > _value(high):
+                return (
+                    f"{schedule!r}: the {_FIELD_NAMES[index]} range {low}-{high} runs backwards; as for a "
+                    f"CronJob, a range is low-high: write {high}-{low}, or two ranges joined by a comma"
+                )
+    return None
+
+
+def _cel_value(side: str) -> str:
+    names = ", ".join(f"'{k}': {v}" for k, v in _NAME_VALUES.items())
+    return f"(r.split('-')[{side}].matches('^[0-9]+$') ? int(r.split('-')[{side}]) : {{{names}}}[r.split('-')[{side}]])"
+
+
+# reversed_range for the API server, so a CronScrapeJob with a backwards range is refused when it is
+# applied, as a CronJob is. The pattern has checked the shape (numbers, names); every a-b range is
+# compared by value (names as numbers: jan=1, sun=0).
+REVERSED_RANGE_RULE = {
+    "rule": "self.schedule.lowerAscii().findAll('[0-9a-z]+-[0-9a-z]+').all(r, "
+    + f"{_cel_value('0')} <= {_cel_value('1')})",
+    "message": "schedule: a range runs backwards (e.g. 30-10); as for a CronJob, a range is low-high",
+    "fieldPath": ".schedule",
+}
+
+
+def croniter_schedule(schedule: str) -> str:
+    """The schedule as croniter must be given it to mean what a CronJob means by it.
+
+    A range whose ends are equal (``5-5``, ``mon-mon``, with or without a step) is that one value to a
+    CronJob; croniter reads it as ``*`` (every minute, every hour...), so it is written as the value."""
+    fields = _items(schedule)
+    if not fields:
+        return schedule
+    out = []
+    for items in fields:
+        kept = []
+        for item in items:
+            low, _, high = item.split("/", 1)[0].partition("-")
+            kept.append(low if high and _value(low) == _value(high) else item)
+        out.append(",".join(kept))
+    return " ".join(out)
+
+
 def schedule_fires(schedule: str) -> bool:
     """Whether a syntactically valid schedule has a next time at all (``0 0 30 2 *`` has none).
 
     Searched from a leap day so that ``29 2`` counts; croniter gives up on impossible dates itself."""
     try:
-        croniter(schedule, datetime(2024, 2, 28, tzinfo=UTC)).get_next(datetime)
+        croniter(croniter_schedule(schedule), datetime(2024, 2, 28, tzinfo=UTC)).get_next(datetime)
     except (CroniterBadDateError, CroniterBadCronError, ValueError):
         return False
     return True
@@ -115,6 +182,9 @@ class CronScrapeJobSpec(TrawlModel):
             raise ValueError(f"{value!r} is not a valid cron schedule")
         if len(value.split()) not in (1, 5):
             raise ValueError(f"{value!r}: use five fields (minute hour day-of-month month day-of-week)")
+        backwards = reversed_range(value)
+        if backwards is not None:
+            raise ValueError(backwards)
         if not schedule_fires(value):
             raise ValueError(f"{value!r} never fires (no such date, e.g. February 30)")
         return value

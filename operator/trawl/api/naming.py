@@ -16,6 +16,11 @@ LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_NAME = "app.kubernetes.io/name"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_CRON = "trawl.dev/cronscrapejob"
+# The operator reads only the Secrets that carry this label (its Secret watch selects them on the API
+# server): a pool's Redis settings, a sink's or an onComplete hook's credentials, the Secrets a pool
+# mounts into its workers. Every other Secret of the namespaces it watches never reaches it.
+LABEL_SECRET = "trawl.dev/secret"
+SECRET_SELECTOR = f"{LABEL_SECRET}=true"
 ANNOTATION_RETRY_DEAD = "trawl.dev/retry-dead-letters"
 # A retry annotation value ending in this also requeues permanent failure classes (`trawl dlq retry --all`).
 RETRY_ALL_SUFFIX = "/all"

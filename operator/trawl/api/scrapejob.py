@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
 from datetime import datetime
 from enum import StrEnum
+from itertools import islice
+from math import gcd
 from typing import Annotated, Any, Self
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from .common import Condition, DNSLabel, HttpURL, SecretKeyRef, TrawlModel
+from .common import Condition, DNSLabel, HttpURL, SecretKeyRef, TrawlModel, check_http_url
 from .patterns import SYNTAX as PATTERN_SYNTAX
 from .patterns import check as check_pattern
 from .policies import FailureClass, PolitenessSpec, RequestSpec, RetrySpec
 from .render import RenderSpec
 
 MAX_INLINE_URLS = 5000
+MAX_URL_LENGTH = 2048  # every URL a job lists or a range makes (HttpURL's bound)
 MAX_GENERATED_URLS = 1_000_000
 MAX_DEAD_LETTERS_ON_STATUS = 20
 MAX_SKIPPED_ON_STATUS = 10
@@ -124,14 +129,25 @@ class ExtractSpec(TrawlModel):
         return value
 
 
+# UrlRange.longest_url for the API server: the template's length, plus for each {n} the digits of end
+# beyond the three characters of "{n}".
+URL_RANGE_LENGTH_RULE = {
+    "rule": "self.template.size() + (self.template.size() - self.template.replace('{n}', '').size()) / 3 "
+    f"* (string(self.end).size() - 3) <= {MAX_URL_LENGTH}",
+    "message": f"every URL of the range (the template with end in it) must fit in {MAX_URL_LENGTH} characters",
+    "fieldPath": ".template",
+}
+
+
 class UrlRange(TrawlModel):
     """A numbered sequence of URLs, e.g. listing pages: template with {n}, from start to end inclusive."""
 
     template: str = Field(
         min_length=8,
-        max_length=2048,
-        pattern=r"^https?://.*\{n\}.*$",
-        description="http(s) URL containing {n}, replaced by each number of the range.",
+        max_length=MAX_URL_LENGTH,
+        pattern=r"^https?://[^\s]*\{n\}[^\s]*$",
+        description=f"http(s) URL containing {{n}}, replaced by each number of the range; every URL of the range "
+        f"(with the last number in it) must fit in {MAX_URL_LENGTH} characters.",
     )
     start: int = Field(ge=0, description="First number.")
     end: int = Field(ge=0, description="Last number (inclusive).")
@@ -141,13 +157,35 @@ class UrlRange(TrawlModel):
     def _ordered(self) -> Self:
         if self.end < self.start:
             raise ValueError("end must be greater than or equal to start")
+        longest = self.longest_url()
+        if longest > MAX_URL_LENGTH:
+            raise ValueError(
+                f"the range's URLs reach {longest} characters (the template with {self.end}); at most {MAX_URL_LENGTH}"
+            )
+        for n in (self.start, self.last()):
+            try:
+                check_http_url(self.url(n))
+            except ValueError as exc:
+                raise ValueError(f"the range's URL with {n}: {exc}") from exc
         return self
 
-    def __len__(self) -> int:
+    def count(self) -> int:
+        """How many URLs the range makes (not len(): a range up to 2**63 is more than len() can return)."""
         return (self.end - self.start) // self.step + 1
 
-    def expand(self) -> list[str]:
-        return [self.template.replace("{n}", str(n)) for n in range(self.start, self.end + 1, self.step)]
+    def last(self) -> int:
+        return self.start + (self.count() - 1) * self.step
+
+    def longest_url(self) -> int:
+        """The length of the range's longest URL (the one with the most digits), without building any."""
+        return len(self.template) + self.template.count("{n}") * (len(str(self.end)) - len("{n}"))
+
+    def url(self, n: int) -> str:
+        return self.template.replace("{n}", str(n))
+
+    def urls(self, skip: int = 0) -> Iterator[str]:
+        """The range's URLs in order, after the first ``skip``: one at a time, never the whole list."""
+        return (self.url(n) for n in range(self.start + skip * self.step, self.end + 1, self.step))
 
 
 class SinkKind(StrEnum):
@@ -182,6 +220,21 @@ class WebhookSink(TrawlModel):
 
 PG_IDENT = r"[a-z_][a-z0-9_]{0,62}"
 
+# One server: a DNS name or an IP address (IPv6 without brackets). libpq would also take a list of hosts
+# ("a,b") or a Unix socket directory ("/run/postgresql"), which the address check (trawl.egress.sinkaddr)
+# cannot follow: a list's other hosts and a socket path would be connected to unchecked. The CRD says
+# the same in a CEL rule (trawl.api.crd), with this message.
+_PG_LABEL = r"[A-Za-z0-9_]([-A-Za-z0-9_]*[A-Za-z0-9_])?"
+PG_HOST_PATTERN = rf"^({_PG_LABEL}\.)*{_PG_LABEL}\.?$|^[0-9A-Fa-f:.]+$"
+PG_HOST_MESSAGE = (
+    "host must be one host name or IP address: a list of hosts (a,b) or a Unix socket directory (/path) is not accepted"
+)
+
+
+def pg_host_problem(host: str) -> str | None:
+    """Why ``host`` is not one PostgreSQL server's name or address, or None."""
+    return None if re.fullmatch(PG_HOST_PATTERN, host) else f"{PG_HOST_MESSAGE}, got {host!r}"
+
 
 class PostgresSink(TrawlModel):
     """Results upserted into a PostgreSQL table shared by jobs, one row per (job, URL).
@@ -191,7 +244,12 @@ class PostgresSink(TrawlModel):
     (the ScrapeJob's UID), ``url``, ``data`` (jsonb, the whole record) and ``written_at``.
     """
 
-    host: str = Field(min_length=1, max_length=253, description="Server host name or IP address.")
+    host: str = Field(
+        min_length=1,
+        max_length=253,
+        description="Server host name or IP address (one server; no host list, no Unix socket). Its addresses "
+        "must be global or in the pool's spec.worker.allowedCidrs (an in-cluster server needs its range there).",
+    )
     port: int = Field(default=5432, ge=1, le=65535, description="Server port.")
     database: str = Field(min_length=1, max_length=63, description="Database name.")
     user: str = Field(min_length=1, max_length=63, description="Role to connect as.")
@@ -211,6 +269,14 @@ class PostgresSink(TrawlModel):
         description="libpq sslmode: disable, allow, prefer, require, verify-ca or verify-full.",
     )
     connect_timeout_seconds: int = Field(default=10, ge=1, le=300, description="Connection timeout.")
+
+    @field_validator("host")
+    @classmethod
+    def _one_host(cls, value: str) -> str:
+        problem = pg_host_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
 
 class S3Sink(TrawlModel):
@@ -282,25 +348,77 @@ class OnCompleteWebhook(TrawlModel):
     )
 
 
+MAX_JOB_PARAMETERS = 16
+PARAMETER_ENV_PREFIX = "TRAWL_PARAM_"
+
+
+class JobParameter(TrawlModel):
+    """One value passed to the Job, as the environment variable TRAWL_PARAM_<name>."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=63,
+        pattern=r"^[A-Z][A-Z0-9_]*$",
+        description="Upper-case letters, digits and _; the Job sees TRAWL_PARAM_<name>.",
+    )
+    value: str = Field(default="", max_length=1024, description="The value (at most 1024 characters).")
+
+
+class OnCompleteJob(TrawlModel):
+    """Run one of the Jobs the pool offers (its spec.onCompleteJobs), with parameters."""
+
+    template: DNSLabel = Field(description="Name of a template in the pool's spec.onCompleteJobs.")
+    parameters: list[JobParameter] | None = Field(
+        default=None,
+        max_length=MAX_JOB_PARAMETERS,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+        description=f"At most {MAX_JOB_PARAMETERS} values, each in every container's env as TRAWL_PARAM_<name>; "
+        "nothing else of the Job can be set from a ScrapeJob.",
+    )
+
+    @field_validator("parameters")
+    @classmethod
+    def _unique(cls, value: list[JobParameter] | None) -> list[JobParameter] | None:
+        names = [p.name for p in value or []]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"onComplete.job.parameters names must be unique, repeated: {', '.join(repeated)}")
+        return value
+
+    def env(self) -> list[dict[str, str]]:
+        return [{"name": PARAMETER_ENV_PREFIX + p.name, "value": p.value} for p in self.parameters or []]
+
+
+_ONE_JOB_RULE: dict[str, Any] = {
+    "rule": "!has(self.job) || !has(self.jobTemplate)",
+    "message": "set onComplete.job (a template of the pool's spec.onCompleteJobs), not jobTemplate",
+    "fieldPath": ".jobTemplate",
+}
+
+
 class OnCompleteSpec(TrawlModel):
     """What runs after the job finishes (succeeded or failed); its outcome shows on status.onComplete."""
 
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [_ONE_JOB_RULE]})
+
     webhook: OnCompleteWebhook | None = Field(default=None, description="Send a CloudEvent.")
+    job: OnCompleteJob | None = Field(
+        default=None, description="Run a Job the pool offers (spec.onCompleteJobs), by name, with parameters."
+    )
     job_template: dict[str, Any] | None = Field(
         default=None,
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
-        description="A batch/v1 JobTemplateSpec (metadata, spec): a Job is created from it, owned by the ScrapeJob, "
-        "with TRAWL_JOB_NAME, TRAWL_RESULTS_LOCATION, TRAWL_RESULTS_COUNT, TRAWL_COUNT_* in every container's env.",
+        description="Not supported: a ScrapeJob cannot say what a Job runs or as whom (the operator would create "
+        "it with its own rights). No Job is created; status.onComplete.job is Failed with reason "
+        "JobTemplateNotAllowed. Use job, naming a template of the pool's spec.onCompleteJobs.",
     )
 
     @model_validator(mode="after")
     def _something(self) -> Self:
-        if self.webhook is None and self.job_template is None:
-            raise ValueError("onComplete needs webhook or jobTemplate")
-        if self.job_template is not None:
-            containers = ((self.job_template.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers")
-            if not containers:
-                raise ValueError("onComplete.jobTemplate needs spec.template.spec.containers")
+        if self.webhook is None and self.job is None and self.job_template is None:
+            raise ValueError("onComplete needs webhook or job")
+        if self.job is not None and self.job_template is not None:
+            raise ValueError(_ONE_JOB_RULE["message"])
         return self
 
 
@@ -352,7 +470,7 @@ class ScrapeJobSpec(TrawlModel):
     )
     output: OutputSpec | None = Field(default=None, description="Result sink. Default: a Redis stream.")
     on_complete: OnCompleteSpec | None = Field(
-        default=None, description="A webhook and/or a Kubernetes Job run once the job has finished."
+        default=None, description="A webhook and/or a Job the pool offers, run once the job has finished."
     )
 
     @model_validator(mode="after")
@@ -364,17 +482,72 @@ class ScrapeJobSpec(TrawlModel):
         return self
 
     def total_seed_count(self) -> int:
-        return len(self.urls or []) + sum(len(r) for r in self.url_ranges or [])
+        return len(self.urls or []) + sum(r.count() for r in self.url_ranges or [])
+
+    # The seed stream: ``urls`` without repeats, then every urlRanges entry's URLs in order. A position
+    # in it is what the queue's seed cursor counts, so a pass resumes where the last one stopped by
+    # arithmetic, and the operator never holds more of a range than the batch it is enqueueing.
+
+    def _unique_urls(self) -> list[str]:
+        return list(dict.fromkeys(self.urls or []))
+
+    def seed_count(self) -> int:
+        """Positions in the seed stream (a crawl's seeds are its first ``maxPages`` of them)."""
+        count = len(self._unique_urls()) + sum(r.count() for r in self.url_ranges or [])
+        return count if self.crawl is None else min(count, self.crawl.max_pages)
+
+    def seeds(self, start: int = 0) -> Iterator[str]:
+        """The seed stream from position ``start`` to :meth:`seed_count`, one URL at a time."""
+        listed = self._unique_urls()
+
+        def stream() -> Iterator[str]:
+            skip = start
+            yield from listed[skip:]
+            skip = max(0, skip - len(listed))
+            for url_range in self.url_ranges or []:
+                if skip >= url_range.count():
+                    skip -= url_range.count()
+                    continue
+                yield from url_range.urls(skip)
+                skip = 0
+
+        return islice(stream(), max(0, self.seed_count() - start))
+
+    def seeds_may_repeat(self) -> bool:
+        """Whether the stream may hold a URL twice (then the queue drops repeats, by a digest per seed).
+
+        ``urls`` are listed without repeats and one range never repeats itself (distinct numbers spell
+        distinct URLs); a range may repeat a listed URL or another range's URL only when their fixed parts
+        allow it: ranges with one template and overlapping numbers, or templates whose text before the
+        first {n} and after the last one could be the same URL's."""
+        ranges = self.url_ranges or []
+        if ranges and self.urls:
+            return True
+        for i, a in enumerate(ranges):
+            for b in ranges[i + 1 :]:
+                if _may_share_urls(a, b):
+                    return True
+        return False
 
     def seed_urls(self) -> list[str]:
-        """urls then every urlRanges entry, in order, without duplicates."""
-        seen: set[str] = set()
-        out: list[str] = []
-        for url in [*(self.urls or []), *(u for r in self.url_ranges or [] for u in r.expand())]:
-            if url not in seen:
-                seen.add(url)
-                out.append(url)
-        return out
+        """urls then every urlRanges entry, in order, without duplicates, as one list: for tests and
+        `trawl run`; the operator enqueues :meth:`seeds` batch by batch instead."""
+        ranged = (url for url_range in self.url_ranges or [] for url in url_range.urls())
+        return list(dict.fromkeys([*(self.urls or []), *ranged]))
+
+
+def _may_share_urls(a: UrlRange, b: UrlRange) -> bool:
+    if a.template == b.template:
+        # Two arithmetic progressions meet only if their intervals overlap and their offsets agree modulo
+        # the gcd of their steps.
+        if a.start > b.end or b.start > a.end:
+            return False
+        return (a.start - b.start) % gcd(a.step, b.step) == 0
+    head_a, tail_a = a.template.split("{n}")[0], a.template.rsplit("{n}", 1)[1]
+    head_b, tail_b = b.template.split("{n}")[0], b.template.rsplit("{n}", 1)[1]
+    heads_agree = head_a.startswith(head_b) or head_b.startswith(head_a)
+    tails_agree = tail_a.endswith(tail_b) or tail_b.endswith(tail_a)
+    return heads_agree and tails_agree
 
 
 class JobPhase(StrEnum):
@@ -397,6 +570,13 @@ class TaskCounts(TrawlModel):
     dead_lettered: int = Field(default=0, ge=0, description="Failed for good.")
     skipped: int | None = Field(
         default=None, ge=0, description="Discovered links not fetched because robots.txt disallows them."
+    )
+    dead_letters_dropped: int | None = Field(
+        default=None,
+        ge=0,
+        description="Dead letters whose records were dropped, the oldest beyond the pool's "
+        "jobLimits.maxDeadLettersRetained: still counted in deadLettered, no longer listed by `trawl dlq list` "
+        "nor sent back by `trawl dlq retry`.",
     )
 
 
@@ -453,6 +633,12 @@ class HookOutcome(TrawlModel):
 
     state: str = Field(description="Pending (retried), Running (the Job runs), Succeeded or Failed.")
     attempts: int = Field(default=0, ge=0, description="Deliveries or creations tried.")
+    reason: str | None = Field(
+        default=None,
+        max_length=128,
+        description="Why it failed, in one word: JobTemplateNotAllowed, TemplateNotFound, PodNotAllowed, "
+        "JobRejected, JobFailed, ...",
+    )
     message: str = Field(default="", max_length=1024, description="The last outcome's detail.")
     last_try: datetime | None = Field(default=None, description="When it was last tried or checked.")
     url: str | None = Field(default=None, max_length=2048, description="Webhook: the endpoint.")
@@ -463,7 +649,7 @@ class OnCompleteStatus(TrawlModel):
     """Outcome of spec.onComplete."""
 
     webhook: HookOutcome | None = Field(default=None, description="The CloudEvent delivery.")
-    job: HookOutcome | None = Field(default=None, description="The Job created from jobTemplate.")
+    job: HookOutcome | None = Field(default=None, description="The Job created from the template onComplete.job names.")
 
 
 class ScrapeJobStatus(TrawlModel):
@@ -489,7 +675,12 @@ class ScrapeJobStatus(TrawlModel):
     eta: datetime | None = Field(default=None, description="Estimated completion time at the current rate.")
     start_time: datetime | None = Field(default=None, description="When the first task was claimed.")
     completion_time: datetime | None = Field(default=None, description="When the job finished.")
-    enqueued: int | None = Field(default=None, ge=0, description="Seed tasks enqueued so far.")
+    enqueued: int | None = Field(
+        default=None,
+        ge=0,
+        description="Seed URLs enqueued so far: the job's urls (each once), then its urlRanges' URLs in order (a "
+        "URL that a range repeats counts again, and is fetched once).",
+    )
     dead_letters: list[DeadLetter] | None = Field(
         default=None,
         max_length=MAX_DEAD_LETTERS_ON_STATUS,

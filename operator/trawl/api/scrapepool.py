@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal, Self
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 from redis.connection import parse_url
 
-from .common import Condition, DNSLabel, SecretKeyRef, TrawlModel, check_url_parses
+from .common import Condition, DNSLabel, SecretKeyRef, SecretUse, TrawlModel, check_url_parses, format_number
 from .policies import HARMLESS_HEADERS, PolitenessSpec, RequestSpec, RetrySpec
 from .render import BrowserWorkerSpec
 
@@ -145,7 +147,19 @@ def redis_url_problem(url: str) -> str | None:
         parse_url(url)  # type: ignore[no-untyped-call]
     except ValueError as exc:
         return str(exc).replace(url, "<url>")
+    if not url.startswith("unix://") and not _REDIS_DB_PATH.fullmatch(urlsplit(url).path):
+        # redis-py ignores a path it cannot read as a number: the pool would use database 0 and say Ready.
+        return "the path after host:port must be a database number, e.g. /0 (or nothing, for database 0)"
     return None
+
+
+# A redis:// URL's path: nothing, "/", or "/<database number>" (REDIS_DB_RULE says it to the API server).
+_REDIS_DB_PATH = re.compile(r"(/[0-9]*)?")
+REDIS_DB_RULE = {
+    "rule": "!has(self.url) || self.url.matches('^rediss?://[^/?#]*(/[0-9]*)?([?#].*)?$')",
+    "message": "url: the path after host:port must be a database number, e.g. /0 (or nothing, for database 0)",
+    "fieldPath": ".url",
+}
 
 
 # The API server's resource.Quantity syntax (as in the core types' OpenAPI): "500m", "1Gi", "2".
@@ -261,6 +275,16 @@ class VolumeMount(TrawlModel):
 
 RESERVED_MOUNTS = ("/tmp", "/var/run/trawl")
 
+# The workers' TRAWL_* variables carry the pool's settings (its Redis, its key prefix, its allowed
+# networks): one set by the pool author would override them (a TRAWL_QUEUE_PREFIX naming another
+# namespace's keys on a shared Redis), so the CRD and the model refuse them.
+RESERVED_ENV_PREFIX = "TRAWL_"
+ENV_RULE: dict[str, Any] = {
+    "rule": f"self.all(e, !e.name.startsWith('{RESERVED_ENV_PREFIX}'))",
+    "message": f"worker.env may not set {RESERVED_ENV_PREFIX}* variables: they are the operator's, set from the "
+    "pool's spec",
+}
+
 
 class CircuitBreakerSpec(TrawlModel):
     """The per-domain circuit breaker the pool's workers share: after repeated timeouts, 5xx answers or
@@ -286,6 +310,18 @@ class CircuitBreakerSpec(TrawlModel):
             {"name": "TRAWL_BREAKER_FAILURES", "value": str(self.failure_threshold)},
             {"name": "TRAWL_BREAKER_OPEN_SECONDS", "value": f"{self.open_seconds:g}"},
         ]
+
+
+class SecretKeyUse(TrawlModel):
+    """A key of a Secret the pool mounts, and the one thing its jobs may use it for."""
+
+    name: DNSLabel = Field(description="Name of the Secret; it must be listed in spec.worker.secrets.")
+    key: str = Field(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$", description="Key within the Secret.")
+    use: SecretUse = Field(
+        description="What a job may name it as: WebhookSigningKey (output.webhook.secretRef, "
+        "onComplete.webhook.secretRef), PostgresPassword (output.postgres.passwordSecretRef), S3AccessKeyId "
+        "(output.s3.accessKeyIdSecretRef) or S3SecretAccessKey (output.s3.secretAccessKeySecretRef)."
+    )
 
 
 class WorkerSpec(TrawlModel):
@@ -321,13 +357,33 @@ class WorkerSpec(TrawlModel):
         "the concurrency buffers the difference).",
     )
     resources: Resources | None = Field(default=None, description="Container resources.")
-    env: list[EnvVar] | None = Field(default=None, max_length=100, description="Extra environment variables.")
+    env: list[EnvVar] | None = Field(
+        default=None,
+        max_length=100,
+        json_schema_extra={"x-kubernetes-validations": [ENV_RULE]},
+        description="Extra environment variables. Names starting with TRAWL_ are the operator's (set from the "
+        "pool's spec) and are refused.",
+    )
     secrets: list[DNSLabel] | None = Field(
         default=None,
         max_length=20,
-        description="Secrets mounted read-only into the workers at /var/run/trawl/secrets/<name>/<key>; a job's "
-        "webhook secretRef must name one of them. Rotating a Secret reaches jobs started after the kubelet updates "
-        "the files.",
+        description="Secrets mounted read-only into the workers at /var/run/trawl/secrets/<name>/<key>; a job "
+        "may name only the keys secretKeys declares, each for its use. Rotating a Secret reaches jobs started "
+        "after the kubelet updates the files.",
+    )
+    secret_keys: list[SecretKeyUse] | None = Field(
+        default=None,
+        max_length=64,
+        description="The keys of the mounted Secrets that the pool's jobs may name, each for one use: a job "
+        "naming any other key, or a key for another use, is Stalled (SecretKeyNotAllowed). So a job cannot "
+        "send the database password as an S3 access key ID, or a key meant for signing to a server of its "
+        "choosing.",
+    )
+    allow_cleartext_postgres_password: bool = Field(
+        default=False,
+        description="Let PostgreSQL sinks answer a server that asks for the password in cleartext (libpq "
+        "require_auth !password otherwise): such a server, wherever a job points its sink, would read the "
+        "password. Only for a server that cannot use scram-sha-256 or md5, reached over TLS.",
     )
     drain_seconds: int = Field(
         default=30,
@@ -338,7 +394,9 @@ class WorkerSpec(TrawlModel):
     allowed_cidrs: list[str] | None = Field(
         default=None,
         max_length=64,
-        description="Private or loopback networks the workers may fetch from (blocked by default against SSRF).",
+        description="Private, loopback or cluster networks that the pool's jobs may reach: the pages fetched and "
+        "rendered, and the sinks and webhooks they name (PostgreSQL, S3, webhook, onComplete.webhook). Outside "
+        "them only global addresses are allowed (against SSRF); an in-cluster sink needs its range here.",
     )
     node_selector: dict[str, str] | None = Field(default=None, description="Node selector of the pods.")
     tolerations: list[Toleration] | None = Field(
@@ -369,6 +427,14 @@ class WorkerSpec(TrawlModel):
         default=None, max_length=20, description="Where the volumes are mounted in the worker container."
     )
 
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: list[EnvVar] | None) -> list[EnvVar] | None:
+        reserved = [e.name for e in value or [] if e.name.startswith(RESERVED_ENV_PREFIX)]
+        if reserved:
+            raise ValueError(f"worker.env may not set {', '.join(reserved)}: {ENV_RULE['message']}")
+        return value
+
     @field_validator("claim_batch")
     @classmethod
     def _claim_batch(cls, value: int | str) -> int | str:
@@ -385,6 +451,14 @@ class WorkerSpec(TrawlModel):
             except ValueError as exc:
                 raise ValueError(f"{cidr!r} is not a CIDR: {exc}") from exc
         return value
+
+    @model_validator(mode="after")
+    def _declared_keys_are_mounted(self) -> Self:
+        mounted = set(self.secrets or ())
+        for entry in self.secret_keys or []:
+            if entry.name not in mounted:
+                raise ValueError(f"secretKeys names Secret {entry.name!r}, which worker.secrets does not list")
+        return self
 
     @field_validator("node_selector")
     @classmethod
@@ -520,6 +594,92 @@ class PoolDefaults(TrawlModel):
     retry: RetrySpec | None = Field(default=None, description="Default retry policy.")
 
 
+# What a pool grants each job when its spec.jobLimits leaves a ceiling unset (see JobLimits).
+DEFAULT_MAX_RESPONSE_BYTES = 10 * 1024 * 1024
+DEFAULT_REQUESTS_PER_SECOND = 100.0
+DEFAULT_CONCURRENCY_PER_DOMAIN = 32
+DEFAULT_URLS_PER_JOB = 100_000
+DEFAULT_RESULTS_RETAINED = 100_000
+DEFAULT_DEAD_LETTERS_RETAINED = 10_000
+DEFAULT_MAX_PRIORITY = 5
+
+
+class JobLimits(TrawlModel):
+    """Ceilings every job of the pool stays within: a job may ask for less, never for more. A job that asks
+    for more is Stalled with reason LimitExceeded (the field, its value and the ceiling) and nothing of it
+    is enqueued; what a job leaves unset resolves within them. An unset ceiling is its default, or the
+    pool's own default for the setting (spec.defaults) where that is higher."""
+
+    max_response_bytes: int | None = Field(
+        default=None,
+        ge=1,
+        le=1 << 30,
+        description="Highest request.maxResponseBytes a job may ask for. A worker holds a body in memory for "
+        "each of its concurrency slots, so slots times this must fit the worker's memory limit. "
+        f"Default: {DEFAULT_MAX_RESPONSE_BYTES} (10 MiB, the built-in maxResponseBytes).",
+    )
+    requests_per_second: float | None = Field(
+        default=None,
+        gt=0,
+        le=10000,
+        description="Highest politeness.requestsPerSecond a job may ask for (per domain, across the pool's "
+        f"workers: what the sites the pool fetches from receive). Default: {DEFAULT_REQUESTS_PER_SECOND:g}.",
+    )
+    max_concurrency_per_domain: int | None = Field(
+        default=None,
+        ge=1,
+        le=1000,
+        description="Highest politeness.maxConcurrencyPerDomain a job may ask for. "
+        f"Default: {DEFAULT_CONCURRENCY_PER_DOMAIN} (one worker's default concurrency).",
+    )
+    max_urls_per_job: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="Most URLs one job may hold: its seeds (urls plus urlRanges) or, when it crawls, "
+        "crawl.maxPages. Each is a task in the pool's Redis (the URL, up to 2048 characters, and a few bytes). "
+        f"Default: {DEFAULT_URLS_PER_JOB}.",
+    )
+    max_results_retained: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000_000,
+        description="Highest output.redisStream.maxLen a job may ask for: records the pool's Redis keeps per "
+        "job (a job that sets none keeps 100000, or this when lower). "
+        f"Default: {DEFAULT_RESULTS_RETAINED} (the built-in maxLen).",
+    )
+    max_dead_letters_retained: int | None = Field(
+        default=None,
+        ge=0,
+        le=1_000_000,
+        description="Dead-letter records (URL, error, attempt history) the pool's Redis keeps per job: the "
+        "latest; older ones are dropped and counted in the job's status.counts.deadLettersDropped (they still "
+        "count as dead letters; `trawl dlq` no longer lists or retries them). "
+        f"Default: {DEFAULT_DEAD_LETTERS_RETAINED}.",
+    )
+    max_priority: int | None = Field(
+        default=None,
+        ge=0,
+        le=9,
+        description="Highest priority a job may ask for. Priority is strict (the pool's workers claim higher "
+        f"jobs first), so by default a job may only lower it. Default: {DEFAULT_MAX_PRIORITY} (the default "
+        "priority).",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Ceilings:
+    """A pool's job limits, every one resolved (ScrapePoolSpec.ceilings)."""
+
+    max_response_bytes: int
+    requests_per_second: float
+    max_concurrency_per_domain: int
+    max_urls_per_job: int
+    max_results_retained: int
+    max_dead_letters_retained: int
+    max_priority: int
+
+
 class QueueSpec(TrawlModel):
     """Queue behaviour shared by the pool's jobs."""
 
@@ -537,6 +697,34 @@ class QueueSpec(TrawlModel):
     )
 
 
+MAX_ON_COMPLETE_JOBS = 20
+
+
+class OnCompleteJobTemplate(TrawlModel):
+    """A Job a ScrapeJob of this pool may run once it has finished: the job names it
+    (spec.onComplete.job.template) and passes parameters, nothing else."""
+
+    name: DNSLabel = Field(description="The name a ScrapeJob's onComplete.job.template gives.")
+    template: dict[str, Any] = Field(
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+        description="A batch/v1 JobTemplateSpec (metadata, spec). The Job <scrapejob>-on-complete is created "
+        "from it in the pool's namespace, owned by the ScrapeJob, with TRAWL_JOB_NAME, TRAWL_JOB_UID, "
+        "TRAWL_JOB_PHASE, TRAWL_RESULTS_*, TRAWL_COUNT_* and the job's parameters as TRAWL_PARAM_<NAME> in every "
+        "container's env. Its pod may not use the operator's ServiceAccount, privileged containers, "
+        "allowPrivilegeEscalation, added capabilities, host namespaces, hostPath volumes or host ports "
+        "(the pool is Stalled, reason PodNotAllowed).",
+    )
+
+    @model_validator(mode="after")
+    def _has_containers(self) -> Self:
+        pod: Any = self.template
+        for key in ("spec", "template", "spec"):
+            pod = pod.get(key) if isinstance(pod, dict) else None
+        if not isinstance(pod, dict) or not pod.get("containers"):
+            raise ValueError(f"onCompleteJobs[{self.name}].template needs spec.template.spec.containers")
+        return self
+
+
 class ScrapePoolSpec(TrawlModel):
     """Desired state of a ScrapePool."""
 
@@ -548,6 +736,101 @@ class ScrapePoolSpec(TrawlModel):
     autoscaling: AutoscalingSpec = Field(default_factory=AutoscalingSpec, description="Autoscaling policy.")
     queue: QueueSpec = Field(default_factory=QueueSpec, description="Queue behaviour.")
     defaults: PoolDefaults | None = Field(default=None, description="Defaults inherited by the pool's jobs.")
+    on_complete_jobs: list[OnCompleteJobTemplate] | None = Field(
+        default=None,
+        max_length=MAX_ON_COMPLETE_JOBS,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+        description="Jobs the pool's ScrapeJobs may run once they have finished, by name "
+        "(spec.onComplete.job): a job author picks one and passes parameters, the pool's author writes "
+        "what runs and as whom.",
+    )
+
+    @field_validator("on_complete_jobs")
+    @classmethod
+    def _unique_templates(cls, value: list[OnCompleteJobTemplate] | None) -> list[OnCompleteJobTemplate] | None:
+        names = [t.name for t in value or []]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"onCompleteJobs names must be unique, repeated: {', '.join(repeated)}")
+        return value
+
+    def on_complete_job(self, name: str) -> OnCompleteJobTemplate | None:
+        return next((t for t in self.on_complete_jobs or [] if t.name == name), None)
+
+    job_limits: JobLimits | None = Field(
+        default=None,
+        description="Ceilings every job of the pool stays within (body size, rates, URLs, results and dead "
+        "letters kept, priority); a job may ask for less, never more.",
+    )
+
+    @model_validator(mode="after")
+    def _defaults_within_limits(self) -> Self:
+        for where, value, limit in self._default_and_limit():
+            if value is not None and limit is not None and value > limit:
+                name = where.rsplit(".", 1)[1]
+                raise ValueError(
+                    f"defaults.{where} {format_number(value)} exceeds jobLimits.{name} {format_number(limit)}"
+                )
+        return self
+
+    def _default_and_limit(self) -> list[tuple[str, float | None, float | None]]:
+        """(the pool default's path, its value, the ceiling set on it), each None when unset."""
+        defaults = self.defaults or PoolDefaults()
+        request, politeness = defaults.request, defaults.politeness
+        limits = self.job_limits or JobLimits()
+        return [
+            (
+                "request.maxResponseBytes",
+                request.max_response_bytes if request else None,
+                limits.max_response_bytes,
+            ),
+            (
+                "politeness.requestsPerSecond",
+                politeness.requests_per_second if politeness else None,
+                limits.requests_per_second,
+            ),
+            (
+                "politeness.maxConcurrencyPerDomain",
+                politeness.max_concurrency_per_domain if politeness else None,
+                limits.max_concurrency_per_domain,
+            ),
+        ]
+
+    def ceilings(self) -> Ceilings:
+        """The pool's job limits resolved: each as set, else its default, raised to the pool's own default
+        for the setting where that is higher (the pool's author granted it to every job already)."""
+        limits = self.job_limits or JobLimits()
+        (_, body, _), (_, rate, _), (_, conc, _) = self._default_and_limit()
+
+        def pick(value: Any, default: Any, pool_default: Any = None) -> Any:
+            return value if value is not None else max(default, pool_default or default)
+
+        return Ceilings(
+            max_response_bytes=pick(limits.max_response_bytes, DEFAULT_MAX_RESPONSE_BYTES, body),
+            requests_per_second=pick(limits.requests_per_second, DEFAULT_REQUESTS_PER_SECOND, rate),
+            max_concurrency_per_domain=pick(limits.max_concurrency_per_domain, DEFAULT_CONCURRENCY_PER_DOMAIN, conc),
+            max_urls_per_job=pick(limits.max_urls_per_job, DEFAULT_URLS_PER_JOB),
+            max_results_retained=pick(limits.max_results_retained, DEFAULT_RESULTS_RETAINED),
+            max_dead_letters_retained=pick(limits.max_dead_letters_retained, DEFAULT_DEAD_LETTERS_RETAINED),
+            max_priority=pick(limits.max_priority, DEFAULT_MAX_PRIORITY),
+        )
+
+
+# The pool defaults that JobLimits cap, for the API server (ScrapePoolSpec._defaults_within_limits).
+DEFAULTS_WITHIN_LIMITS_RULES = [
+    {
+        "rule": f"!has(self.jobLimits) || !has(self.jobLimits.{limit}) || !has(self.defaults) "
+        f"|| !has(self.defaults.{group}) || !has(self.defaults.{group}.{field}) "
+        f"|| self.defaults.{group}.{field} <= self.jobLimits.{limit}",
+        "message": f"defaults.{group}.{field} exceeds jobLimits.{limit}",
+        "fieldPath": f".defaults.{group}.{field}",
+    }
+    for group, field, limit in (
+        ("request", "maxResponseBytes", "maxResponseBytes"),
+        ("politeness", "requestsPerSecond", "requestsPerSecond"),
+        ("politeness", "maxConcurrencyPerDomain", "maxConcurrencyPerDomain"),
+    )
+]
 
 
 class QueueSignals(TrawlModel):

@@ -1,8 +1,9 @@
 """The typer commands of the job tools. Only typer is imported here; each command loads what it needs.
 
-Registered on the root app by ``trawl.cli``: ``submit``, ``status``, ``results``, ``top`` and the ``dlq``
-and ``pool`` groups. Every command connects like kubectl (``--kubeconfig``, ``--context``, ``-n``) and reports a
-failure as one line on stderr with a distinct exit code (see :mod:`trawl.clitools.exits`).
+Registered on the root app by ``trawl.cli``: ``submit``, ``status``, ``results``, ``top`` and the ``dlq``,
+``pool`` and ``secret`` groups. Every command connects like kubectl (``--kubeconfig``, ``--context``,
+``-n``) and reports a failure as one line on stderr with a distinct exit code (see
+:mod:`trawl.clitools.exits`).
 """
 
 from __future__ import annotations
@@ -240,7 +241,7 @@ def results(
             pg = ((obj.get("spec") or {}).get("output") or {}).get("postgres") or {}
             ref_pw = pg.get("passwordSecretRef")
             password = cluster.read_secret_key(ref_pw["name"], ref_pw["key"]) if ref_pw else None
-            target = res.postgres_target(obj, password, postgres_address)
+            target = res.postgres_target(obj, password, postgres_address, pool)
 
             def export(out: Any) -> Any:
                 return res.export_postgres(target, ref.uid, fmt, out)
@@ -252,6 +253,7 @@ def results(
                 cluster.read_secret_key(access_ref.get("name", ""), access_ref.get("key", "")),
                 cluster.read_secret_key(secret_ref.get("name", ""), secret_ref.get("key", "")),
                 s3_endpoint,
+                pool,
             )
 
             def export(out: Any) -> Any:
@@ -411,6 +413,40 @@ def pool_delete(
         cluster = _connect(kubeconfig, context, namespace)
         for line in PoolDeleter(cluster).delete(names, timeout):
             typer.echo(line)
+
+
+# ---------------------------------------------------------------------------------------------- secret
+
+secret_app = typer.Typer(
+    name="secret", help="Secrets made inside the cluster (the chart's hooks).", no_args_is_help=True
+)
+
+
+@secret_app.command("ensure")
+def secret_ensure(
+    name: str = typer.Argument(..., help="The Secret's name."),
+    random: list[str] = typer.Option([], "--random", help="A key to hold a random value (32 letters and digits)."),
+    derived: list[str] = typer.Option(
+        [], "--derived", help="KEY=TEMPLATE: a key made from the others, {key} replaced by its value (URL-encoded)."
+    ),
+    label: list[str] = typer.Option([], "--label", help="KEY=VALUE: a label the Secret carries."),
+    kubeconfig: str | None = KUBECONFIG,
+    context: str | None = CONTEXT,
+    namespace: str | None = NAMESPACE,
+) -> None:
+    """Create the Secret with random values if it does not exist; otherwise keep every value it holds and
+    add only what is missing (a key, a label). Prints what it did, never a value.
+
+    The chart's pre-install/pre-upgrade hook runs it for the bundled Redis's password, so that no render of
+    the chart holds a password and an upgrade or a GitOps sync never changes it."""
+    with reported():
+        from .secretensure import SecretEnsurer, parse_pairs
+
+        templates, labels = parse_pairs(derived, "--derived"), parse_pairs(label, "--label")
+        if not random and not templates:
+            raise CliError("nothing to ensure: give --random or --derived keys")
+        cluster = _connect(kubeconfig, context, namespace)
+        typer.echo(SecretEnsurer(cluster).ensure(name, random, templates, labels))
 
 
 # ---------------------------------------------------------------------------------------------- run

@@ -100,6 +100,18 @@ class Cluster:
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise self.unreachable(exc) from None
 
+    def try_call(self, fn: Callable[..., Any], *args: Any, tolerate: tuple[int, ...], **kwargs: Any) -> tuple[Any, int]:
+        """Like :meth:`call`, but an API error whose status is in ``tolerate`` (a 404, a 409 the caller
+        handles) is returned as ``(None, status)`` instead of raised; success is ``(result, 200)``."""
+        try:
+            return fn(*args, _request_timeout=REQUEST_TIMEOUT, **kwargs), 200
+        except ApiException as exc:
+            if exc.status in tolerate:
+                return None, int(exc.status)
+            raise self._api_error(exc, None) from None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise self.unreachable(exc) from None
+
     def unreachable(self, exc: BaseException) -> CliError:
         host = urlsplit(self.server).netloc or self.server
         reason = getattr(exc, "reason", None) or exc

@@ -15,6 +15,7 @@ import urllib3
 from minio.error import MinioException
 
 from trawl.api.scrapejob import ScrapeJobSpec
+from trawl.egress.addresses import EVERY_ADDRESS, IPNetwork, parse_networks
 from trawl.redisconn.settings import ResolvedRedis
 from trawl.sinks import s3 as s3sink
 from trawl.sinks.postgres import PgTarget, read_records, target_from_spec
@@ -104,11 +105,29 @@ async def export(cfg: ResolvedRedis, job: dict[str, Any], ref: JobRef, fmt: str,
     return await write_records(queueaccess.result_records(cfg, ref), fmt, out)
 
 
-def postgres_target(job: dict[str, Any], password: str | None, address: str | None = None) -> PgTarget:
-    """Where the job's PostgreSQL sink is; ``address`` (host:port) overrides, e.g. for a port-forward."""
+def _pool_worker(pool: dict[str, Any] | None) -> dict[str, Any]:
+    return dict(((pool or {}).get("spec") or {}).get("worker") or {})
+
+
+def _allowed(pool: dict[str, Any] | None, named_by_user: bool) -> tuple[IPNetwork, ...]:
+    """The addresses a sink connection may go to: the pool's rule for the host the job's spec names (as its
+    workers connect), any for an address the user gave on the command line (a port-forward on loopback)."""
+    return EVERY_ADDRESS if named_by_user else parse_networks(_pool_worker(pool).get("allowedCidrs"))
+
+
+def postgres_target(
+    job: dict[str, Any], password: str | None, address: str | None = None, pool: dict[str, Any] | None = None
+) -> PgTarget:
+    """Where the job's PostgreSQL sink is; ``address`` (host:port) overrides, e.g. for a port-forward.
+    ``pool``: the job's ScrapePool, whose address rule and cleartext-password choice apply."""
     spec = ScrapeJobSpec.model_validate(job["spec"])
     assert spec.output is not None and spec.output.postgres is not None
-    target = target_from_spec(spec.output.postgres, password)
+    target = target_from_spec(
+        spec.output.postgres,
+        password,
+        allowed=_allowed(pool, bool(address)),
+        cleartext_password=bool(_pool_worker(pool).get("allowCleartextPostgresPassword")),
+    )
     if address:
         host, _, port = address.rpartition(":")
         if not host or not port.isdigit():
@@ -127,11 +146,15 @@ async def export_postgres(target: PgTarget, job_uid: str, fmt: str, out: TextIO)
         raise CliError(f"cannot read PostgreSQL {target.describe()}: {' '.join(str(exc).split())}") from None
 
 
-def s3_target(job: dict[str, Any], access: str, secret: str, endpoint: str | None = None) -> s3sink.S3Target:
-    """Where the job's S3 objects are; ``endpoint`` overrides the spec's (e.g. for a port-forward)."""
+def s3_target(
+    job: dict[str, Any], access: str, secret: str, endpoint: str | None = None, pool: dict[str, Any] | None = None
+) -> s3sink.S3Target:
+    """Where the job's S3 objects are; ``endpoint`` overrides the spec's (e.g. for a port-forward).
+    ``pool``: the job's ScrapePool, whose address rule applies to the spec's endpoint."""
     spec = ScrapeJobSpec.model_validate(job["spec"])
     assert spec.output is not None and spec.output.s3 is not None
-    target = s3sink.target_from_spec(spec.output.s3, access.strip(), secret.strip())
+    allowed = _allowed(pool, bool(endpoint))
+    target = s3sink.target_from_spec(spec.output.s3, access.strip(), secret.strip(), allowed=allowed)
     return replace(target, endpoint=endpoint) if endpoint else target
 
 
@@ -142,7 +165,7 @@ async def export_s3(target: s3sink.S3Target, job_uid: str, fmt: str, out: TextIO
     try:
         records = await asyncio.to_thread(s3sink.read_records, target, job_uid)
     except (MinioException, urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
-        raise CliError(f"cannot read {target.describe(job_uid)}: {' '.join(str(exc).split())}") from None
+        raise CliError(f"cannot read {target.describe(job_uid)}: {s3sink.describe_error(exc)}") from None
 
     async def stream() -> AsyncGenerator[dict[str, Any], None]:
         for record in records:

@@ -200,7 +200,9 @@ def run(
     workers: int = typer.Option(1, "--workers", min=1, max=16, help="In-process workers."),
     concurrency: int = typer.Option(8, "--concurrency", min=1, max=512, help="Tasks in flight per worker."),
     allow_cidr: list[str] = typer.Option(
-        [], "--allow-cidr", help="Private/loopback network the workers may fetch from, e.g. 127.0.0.0/8 (repeatable)."
+        [],
+        "--allow-cidr",
+        help="Private/loopback network the workers may fetch from and write sinks to, e.g. 127.0.0.0/8 (repeatable).",
     ),
     timeout: float = typer.Option(600.0, "--timeout", help="Give up after this many seconds (0: never)."),
 ) -> None:

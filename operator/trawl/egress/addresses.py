@@ -50,6 +50,11 @@ BLOCKED_NETWORKS: tuple[IPNetwork, ...] = tuple(
 )
 
 
+# Every address: only for a connection to a peer a person named on their own command line (``trawl results
+# --postgres-address`` through a port-forward), never for one a job's spec names.
+EVERY_ADDRESS: tuple[IPNetwork, ...] = (ipaddress.ip_network("0.0.0.0/0"), ipaddress.ip_network("::/0"))
+
+
 class BlockedAddressError(OSError):
     """The peer address is not allowed (SSRF protection)."""
 

@@ -1,13 +1,17 @@
-"""Name resolution that checks every address before aiohttp may connect to it (no DNS-rebinding window)."""
+"""Name resolution that checks every address before aiohttp may connect to it (no DNS-rebinding window).
+
+Names are resolved on :mod:`trawl.egress.names`' bounded pool, never the loop's default executor: they
+are chosen by job authors (a fetched site, a webhook), and a name whose servers never answer must not
+hold the threads that Redis reconnects and the Kubernetes client resolve on."""
 
 from __future__ import annotations
 
-import asyncio
 import socket
 from collections.abc import Sequence
 
 from aiohttp.abc import AbstractResolver, ResolveResult
 
+from . import names
 from .addresses import BlockedAddressError, IPNetwork, address_block_reason
 
 
@@ -19,7 +23,6 @@ class SafeResolver(AbstractResolver):
 
     def __init__(self, allowed: Sequence[IPNetwork] = ()) -> None:
         self.allowed = tuple(allowed)
-        self._loop = asyncio.get_running_loop()
 
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
@@ -27,9 +30,7 @@ class SafeResolver(AbstractResolver):
         try:
             # "localhost." is "localhost": the root's dot is dropped so such a name resolves (and its
             # addresses are checked) like the name without it, instead of failing as a connection error.
-            infos = await self._loop.getaddrinfo(
-                host.rstrip(".") or host, port, type=socket.SOCK_STREAM, family=family, flags=socket.AI_ADDRCONFIG
-            )
+            infos = await names.getaddrinfo(host.rstrip(".") or host, port, family=family, flags=socket.AI_ADDRCONFIG)
         except socket.gaierror as exc:
             raise OSError(f"cannot resolve {host}: {exc.strerror}") from exc
         results: list[ResolveResult] = []
@@ -61,13 +62,23 @@ class SafeResolver(AbstractResolver):
 
 
 def find_blocked(exc: BaseException) -> BlockedAddressError | None:
-    """The address refusal somewhere in an exception's chain (aiohttp wraps the resolver's error), if any."""
+    """The address refusal somewhere in an exception's chain, if any: clients wrap it (aiohttp's
+    ``os_error``, urllib3's ``reason`` and ``("Connection aborted.", error)`` arguments, causes)."""
     seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
+    pending: list[BaseException] = [exc]
+    while pending:
+        cur = pending.pop(0)
+        if id(cur) in seen:
+            continue
         seen.add(id(cur))
         if isinstance(cur, BlockedAddressError):
             return cur
-        nxt = getattr(cur, "os_error", None)
-        cur = nxt if isinstance(nxt, BaseException) and id(nxt) not in seen else (cur.__cause__ or cur.__context__)
+        inner = [
+            getattr(cur, "os_error", None),
+            getattr(cur, "reason", None),
+            *cur.args,
+            cur.__cause__,
+            cur.__context__,
+        ]
+        pending += [e for e in inner if isinstance(e, BaseException)]
     return None

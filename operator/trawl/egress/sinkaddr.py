@@ -1,105 +1,122 @@
-"""Which addresses a PostgreSQL or S3 sink may connect to.
+"""Where a PostgreSQL or S3 sink connects: the one address rule, checked where the connection is made.
 
-A job's author chooses its sink's host, and both the workers (writing records) and the operator
-(checking the sink when the job is accepted) connect to it. Sinks are usually in-cluster services on
-private addresses, or a proxy sidecar on loopback (a Cloud SQL proxy, say), so the fetcher's policy
-(global addresses only) would break them. What no sink is, and what a job must not be able to point
-the worker or the operator at, is the link-local range: the cloud metadata services answer there
-(169.254.169.254, fd00:ec2::254) and hand out the node's or the pod's credentials.
+A job's author chooses its sink's host, and the workers (writing records) and the operator (checking
+the sink when the job is accepted, writing the S3 manifest) connect to it with the pool's credentials.
+So a sink follows the rule of every other outbound connection (:func:`~.addresses.address_block_reason`):
+global addresses, and the private, loopback or cluster ranges the pool lists in
+``worker.allowedCidrs``, nothing else. An in-cluster database or store needs its range there; without
+it a job could point the pool's password or access key at any service of the cluster, the node, or
+the cloud metadata service (169.254.169.254).
 
 The address is checked where the connection is made, not only where the name is read, so a name that
-resolves to a harmless address when checked and to the metadata service a moment later (DNS
-rebinding) gains nothing: PostgreSQL connects to the addresses that were checked (libpq ``hostaddr``),
-S3's HTTP connections check their peer once connected, before any request (:func:`checked_pool_manager`).
+resolves to a harmless address when checked and to a protected one a moment later (DNS rebinding)
+gains nothing: PostgreSQL connects to the addresses that were checked (libpq ``hostaddr``), S3's HTTP
+connections resolve, check and connect to the checked address themselves (:func:`checked_pool_manager`),
+and never follow a redirect. Names resolve on :mod:`.names`' bounded pool, with a timeout.
 """
 
 from __future__ import annotations
 
-import asyncio
-import ipaddress
 import socket
+from collections.abc import Sequence
 from typing import Any
 
 import urllib3
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConnectionError
+from urllib3.util import connection as urllib3_connection
 
-from .addresses import BlockedAddressError, IPNetwork, embedded_ipv4
-
-SINK_BLOCKED_NETWORKS: tuple[IPNetwork, ...] = (
-    ipaddress.ip_network("169.254.0.0/16"),  # IPv4 link-local: cloud metadata (AWS, GCP, Azure, ...)
-    ipaddress.ip_network("fe80::/10"),  # IPv6 link-local
-    ipaddress.ip_network("fd00:ec2::254/128"),  # AWS's IPv6 metadata endpoint (a unique-local address)
-)
+from . import names
+from .addresses import BlockedAddressError, IPNetwork, address_block_reason
 
 
-def sink_block_reason(address: str) -> str | None:
-    """Why a sink may not connect to ``address``, or None when it may."""
-    try:
-        addr = ipaddress.ip_address(address.split("%", 1)[0])
-    except ValueError:
-        return f"{address!r} is not an IP address"
-    if isinstance(addr, ipaddress.IPv6Address):
-        inner = embedded_ipv4(addr)
-        if inner is not None and sink_block_reason(str(inner)) is not None:
-            return f"{addr} embeds {inner}, a link-local address (cloud metadata), never a sink"
-    for net in SINK_BLOCKED_NETWORKS:
-        if addr.version == net.version and addr in net:
-            return f"{addr} is in {net}, link-local (cloud metadata), never a sink"
-    return None
+def _refusal(host: str, address: str, reason: str) -> BlockedAddressError:
+    return BlockedAddressError(f"refused: {reason if address == host else f'{host} resolves to {reason}'}")
 
 
-def _check(host: str, address: str) -> None:
-    """:class:`BlockedAddressError` when ``host`` (as named in the spec) at ``address`` is refused."""
-    reason = sink_block_reason(address)
-    if reason is not None:
-        raise BlockedAddressError(f"refused: {reason if address == host else f'{host} resolves to {reason}'}")
-
-
-def _checked(host: str, infos: list[tuple[Any, ...]]) -> list[str]:
+def checked_addresses(host: str, infos: Sequence[tuple[Any, ...]], allowed: Sequence[IPNetwork]) -> list[str]:
+    """The distinct addresses of ``infos`` (``getaddrinfo`` results for ``host``), each allowed;
+    :class:`BlockedAddressError` when any is not: a name that also resolves to a protected address is
+    refused outright rather than used for its other addresses."""
     addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
     for address in addresses:
-        _check(host, address)
+        reason = address_block_reason(address, allowed)
+        if reason is not None:
+            raise _refusal(host, address, reason)
+    if not addresses:
+        raise OSError(f"{host} has no address")
     return addresses
 
 
-async def resolve_sink_host(host: str, port: int) -> list[str]:
-    """The addresses of ``host``, each allowed for a sink; :class:`BlockedAddressError` (an ``OSError``)
-    when any is not (a name that also resolves to the metadata service is refused outright)."""
-    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return _checked(host, infos)
+async def resolve_sink_host(host: str, port: int, allowed: Sequence[IPNetwork]) -> list[str]:
+    """The addresses of ``host``, each allowed (``worker.allowedCidrs`` as ``allowed``);
+    :class:`BlockedAddressError` (an ``OSError``) when one is not."""
+    return checked_addresses(host, await names.getaddrinfo(host, port), allowed)
 
 
-def _check_peer(conn: HTTPConnection, sock: socket.socket) -> socket.socket:
-    try:
-        _check(conn.host, str(sock.getpeername()[0]))
-    except BlockedAddressError:
-        sock.close()
-        raise
-    return sock
+class _CheckedConnection(HTTPConnection):
+    """Resolves its host, checks every address, and connects to a checked one: the socket never reaches a
+    refused address (not even a TCP handshake), whatever the name resolves to a moment later."""
 
+    allowed: tuple[IPNetwork, ...] = ()
 
-class _CheckedHTTPConnection(HTTPConnection):
     def _new_conn(self) -> socket.socket:
-        return _check_peer(self, super()._new_conn())
+        host = self._dns_host.strip("[]")
+        try:
+            infos = names.getaddrinfo_blocking(host, self.port)
+        except socket.gaierror as exc:
+            raise NameResolutionError(self.host, self, exc) from exc
+        addresses = checked_addresses(host, infos, self.allowed)
+        last: OSError | None = None
+        for address in addresses:
+            try:
+                return urllib3_connection.create_connection(
+                    (address, self.port),
+                    self.timeout,
+                    source_address=self.source_address,
+                    socket_options=self.socket_options,
+                )
+            except TimeoutError as exc:
+                raise ConnectTimeoutError(self, f"connection to {self.host} timed out") from exc
+            except OSError as exc:
+                last = exc
+        raise NewConnectionError(self, f"Failed to establish a new connection: {last}")
 
 
-class _CheckedHTTPSConnection(HTTPSConnection):
-    def _new_conn(self) -> socket.socket:
-        return _check_peer(self, super()._new_conn())
+class _CheckedHTTPConnection(_CheckedConnection):
+    pass
 
 
-class _CheckedHTTPConnectionPool(HTTPConnectionPool):
-    ConnectionCls = _CheckedHTTPConnection
+class _CheckedHTTPSConnection(_CheckedConnection, HTTPSConnection):
+    pass
 
 
-class _CheckedHTTPSConnectionPool(HTTPSConnectionPool):
-    ConnectionCls = _CheckedHTTPSConnection
+class _NoRedirects(urllib3.PoolManager):
+    """S3 never needs a redirect to reach a bucket it was pointed at: a 3xx is handed back as the answer
+    (an error for the client) instead of being followed to wherever its Location says."""
+
+    def urlopen(self, method: str, url: str, redirect: bool = True, **kw: Any) -> Any:  # type: ignore[override]
+        return super().urlopen(method, url, redirect=False, **kw)
 
 
-def checked_pool_manager(**kwargs: Any) -> urllib3.PoolManager:
-    """A urllib3 pool manager whose connections check their peer address (after connecting, before any
-    request is sent) against :data:`SINK_BLOCKED_NETWORKS`."""
-    manager = urllib3.PoolManager(**kwargs)
-    manager.pool_classes_by_scheme = {"http": _CheckedHTTPConnectionPool, "https": _CheckedHTTPSConnectionPool}
+def checked_pool_manager(allowed: Sequence[IPNetwork], **kwargs: Any) -> urllib3.PoolManager:
+    """A urllib3 pool manager whose connections go only to addresses the rule allows (``allowed``: the
+    pool's ``worker.allowedCidrs``), and which follows no redirect."""
+    checked = tuple(allowed)
+
+    class HTTP(_CheckedHTTPConnection):
+        allowed = checked
+
+    class HTTPS(_CheckedHTTPSConnection):
+        allowed = checked
+
+    class HTTPPool(HTTPConnectionPool):
+        ConnectionCls = HTTP
+
+    class HTTPSPool(HTTPSConnectionPool):
+        ConnectionCls = HTTPS
+
+    manager = _NoRedirects(**kwargs)
+    manager.pool_classes_by_scheme = {"http": HTTPPool, "https": HTTPSPool}
     return manager

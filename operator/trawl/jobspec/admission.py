@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from trawl.api.common import SecretKeyRef, SecretUse, format_number
+from trawl.api.policies import PolitenessSpec, RequestSpec
 from trawl.api.scrapejob import ScrapeJobSpec
 
 from .headerscope import scope_problem
@@ -18,18 +20,49 @@ if TYPE_CHECKING:
     from trawl.api.scrapepool import ScrapePoolSpec
 
 
-def unmounted_secrets(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> list[str]:
-    """Secrets the job references that its pool does not mount into the workers."""
-    mounted = set(pool_spec.worker.secrets or ())
-    output = job_spec.output
-    refs = []
+def secret_refs(job_spec: ScrapeJobSpec) -> list[tuple[str, SecretKeyRef, SecretUse]]:
+    """Every Secret key the job names: (its field, the reference, what it is used for)."""
+    output, hooks = job_spec.output, job_spec.on_complete
+    named: list[tuple[str, SecretKeyRef | None, SecretUse]] = []
     if output is not None and output.webhook is not None:
-        refs.append(output.webhook.secret_ref)
+        named.append(("spec.output.webhook.secretRef", output.webhook.secret_ref, SecretUse.WEBHOOK_SIGNING_KEY))
     if output is not None and output.postgres is not None:
-        refs.append(output.postgres.password_secret_ref)
+        pg = output.postgres
+        named.append(("spec.output.postgres.passwordSecretRef", pg.password_secret_ref, SecretUse.POSTGRES_PASSWORD))
     if output is not None and output.s3 is not None:
-        refs += [output.s3.access_key_id_secret_ref, output.s3.secret_access_key_secret_ref]
-    return [r.name for r in refs if r is not None and r.name not in mounted]
+        s3 = output.s3
+        named += [
+            ("spec.output.s3.accessKeyIdSecretRef", s3.access_key_id_secret_ref, SecretUse.S3_ACCESS_KEY_ID),
+            (
+                "spec.output.s3.secretAccessKeySecretRef",
+                s3.secret_access_key_secret_ref,
+                SecretUse.S3_SECRET_ACCESS_KEY,
+            ),
+        ]
+    if hooks is not None and hooks.webhook is not None:
+        named.append(("spec.onComplete.webhook.secretRef", hooks.webhook.secret_ref, SecretUse.WEBHOOK_SIGNING_KEY))
+    return [(field, ref, use) for field, ref, use in named if ref is not None]
+
+
+def unmounted_secrets(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> list[str]:
+    """Secrets the job references that its pool does not mount into the workers (the onComplete webhook's
+    key too: the operator reads it, but only a Secret the pool grants its jobs is theirs to name)."""
+    mounted = set(pool_spec.worker.secrets or ())
+    return list(dict.fromkeys(ref.name for _field, ref, _use in secret_refs(job_spec) if ref.name not in mounted))
+
+
+def undeclared_secret_keys(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> list[str]:
+    """Why each Secret key the job names may not be used so, or [] when the pool declares every one for its
+    use (``worker.secretKeys``): a mounted Secret's keys are not all the job's to send anywhere, and a key
+    meant as one thing (a password) must not be sent as another (an S3 access key ID, sent in the clear)."""
+    declared = {(k.name, k.key, k.use) for k in pool_spec.worker.secret_keys or ()}
+    return [
+        f"{field} names Secret key {ref.name}/{ref.key}, which ScrapePool {job_spec.pool!r} does not declare for "
+        f"use {use.value}: the pool's spec.worker.secretKeys must list {{name: {ref.name}, key: {ref.key}, "
+        f"use: {use.value}}}"
+        for field, ref, use in secret_refs(job_spec)
+        if (ref.name, ref.key, use) not in declared
+    ]
 
 
 def unmounted_directory(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> str | None:
@@ -61,6 +94,45 @@ def browser_missing(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> str |
         f"runs plain workers: set the pool's spec.worker.browser and use the browser worker image, or pick a "
         f"pool that has them"
     )
+
+
+def limit_exceeded(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> str | None:
+    """What in a job asks for more than its pool's jobLimits allow, naming the field, its value and the
+    ceiling; None if nothing. Not clamped: a job that asked for 1 GiB bodies is told, never silently
+    run with 10 MiB ones."""
+    ceilings = pool_spec.ceilings()
+    request = job_spec.request or RequestSpec()
+    politeness = job_spec.politeness or PolitenessSpec()
+    output = job_spec.output
+    asked: list[tuple[str, float | None, float, str]] = [
+        ("spec.request.maxResponseBytes {}", request.max_response_bytes, ceilings.max_response_bytes,
+         "maxResponseBytes"),
+        ("spec.politeness.requestsPerSecond {}", politeness.requests_per_second, ceilings.requests_per_second,
+         "requestsPerSecond"),
+        ("spec.politeness.maxConcurrencyPerDomain {}", politeness.max_concurrency_per_domain,
+         ceilings.max_concurrency_per_domain, "maxConcurrencyPerDomain"),
+        ("spec.priority {}", job_spec.priority, ceilings.max_priority, "maxPriority"),
+    ]  # fmt: skip
+    if output is not None and output.sink == "RedisStream" and output.redis_stream is not None:
+        asked.append(
+            ("spec.output.redisStream.maxLen {}", output.redis_stream.max_len, ceilings.max_results_retained,
+             "maxResultsRetained")
+        )  # fmt: skip
+    if job_spec.crawl is not None:
+        asked.append(("spec.crawl.maxPages {}", job_spec.crawl.max_pages, ceilings.max_urls_per_job, "maxUrlsPerJob"))
+    else:
+        asked.append(
+            ("spec.urls and spec.urlRanges: {} URLs", job_spec.seed_count(), ceilings.max_urls_per_job,
+             "maxUrlsPerJob")
+        )  # fmt: skip
+    for what, value, ceiling, limit in asked:
+        if value is not None and value > ceiling:
+            return (
+                f"{what.format(format_number(value))} is above the {format_number(ceiling)} that ScrapePool "
+                f"{job_spec.pool!r} allows (its spec.jobLimits.{limit}): ask for at most that, or have the "
+                f"pool's owner raise it"
+            )
+    return None
 
 
 _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # an HTTP token (RFC 9110 5.1)

@@ -28,22 +28,38 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from trawl.api.policies import ResolvedRetry, resolve_politeness, resolve_request, resolve_retry
-from trawl.api.scrapejob import ExtractSpec, OutputSpec, ScrapeJobSpec
+from trawl.api.policies import (
+    PolitenessSpec,
+    RequestSpec,
+    ResolvedPoliteness,
+    ResolvedRequest,
+    ResolvedRetry,
+    resolve_politeness,
+    resolve_request,
+    resolve_retry,
+)
+from trawl.api.scrapejob import ExtractSpec, OutputSpec, RedisStreamSink, ScrapeJobSpec, SinkKind
 
 from .headerscope import build_scope, job_origins
 
 if TYPE_CHECKING:  # the operator's side; a worker never builds the pool's model
-    from trawl.api.scrapepool import ScrapePoolSpec
+    from trawl.api.scrapepool import Ceilings, ScrapePoolSpec
 
 
 SPEC_VERSION = 1
 
 
 def build_worker_spec(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec | None) -> dict[str, Any]:
-    """Resolve a job's settings against its pool's defaults into the dict stored in JobConfig.spec."""
+    """Resolve a job's settings against its pool's defaults into the dict stored in JobConfig.spec.
+
+    Layers: the built-in defaults, lowered to the pool's jobLimits where those are lower; the pool's
+    defaults; the job. The pool's defaults are within its limits (the model says so) and a job asking
+    for more is refused before it is registered (admission.limit_exceeded), so what a worker reads is
+    always within the pool's limits."""
     defaults = pool_spec.defaults if pool_spec is not None else None
-    request = resolve_request(defaults.request if defaults else None, job_spec.request)
+    ceilings = pool_spec.ceilings() if pool_spec is not None else None
+    within_request, within_politeness = _within(ceilings)
+    request = resolve_request(within_request, defaults.request if defaults else None, job_spec.request)
     pool_request = defaults.request if defaults else None
     request.headers, header_scope = build_scope(
         job_spec.request.headers if job_spec.request else None,
@@ -51,10 +67,14 @@ def build_worker_spec(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec | None)
         pool_request.header_origins if pool_request else None,
         job_origins(job_spec.urls or (), job_spec.url_ranges or ()),
     )
-    politeness = resolve_politeness(defaults.politeness if defaults else None, job_spec.politeness)
+    politeness = resolve_politeness(within_politeness, defaults.politeness if defaults else None, job_spec.politeness)
     retry = resolve_retry(defaults.retry if defaults else None, job_spec.retry)
     extract = job_spec.extract or ExtractSpec()
     output = job_spec.output or OutputSpec()
+    if ceilings is not None and output.sink == SinkKind.REDIS_STREAM and output.redis_stream is None:
+        # Left unset: the built-in maxLen, or the pool's ceiling when that is lower.
+        max_len = min(RedisStreamSink().max_len, ceilings.max_results_retained)
+        output = output.model_copy(update={"redis_stream": RedisStreamSink(max_len=max_len)})
     return {
         "version": SPEC_VERSION,
         "request": request.model_dump(mode="json"),
@@ -69,6 +89,20 @@ def build_worker_spec(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec | None)
     }
 
 
+def _within(ceilings: Ceilings | None) -> tuple[RequestSpec | None, PolitenessSpec | None]:
+    """The built-in defaults lowered to the pool's ceilings (None without a pool)."""
+    if ceilings is None:
+        return None, None
+    request = RequestSpec(max_response_bytes=min(ResolvedRequest().max_response_bytes, ceilings.max_response_bytes))
+    politeness = PolitenessSpec(
+        requests_per_second=min(ResolvedPoliteness().requests_per_second, ceilings.requests_per_second),
+        max_concurrency_per_domain=min(
+            ResolvedPoliteness().max_concurrency_per_domain, ceilings.max_concurrency_per_domain
+        ),
+    )
+    return request, politeness
+
+
 def build_job_config(job_id: str, job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec | None) -> Any:
     """The queue's JobConfig for a job (retry policy, crawl caps, priority, dedupe) with its worker spec."""
     from trawl.queue.model import JobConfig, RetryPolicy
@@ -76,6 +110,7 @@ def build_job_config(job_id: str, job_spec: ScrapeJobSpec, pool_spec: ScrapePool
     spec = build_worker_spec(job_spec, pool_spec)
     retry = ResolvedRetry.model_validate(spec["retry"])
     dedupe = job_spec.dedupe
+    ceilings = pool_spec.ceilings() if pool_spec is not None else None
     return JobConfig(
         job_id=job_id,
         priority=job_spec.priority,
@@ -92,5 +127,7 @@ def build_job_config(job_id: str, job_spec: ScrapeJobSpec, pool_spec: ScrapePool
         max_depth=job_spec.crawl.max_depth if job_spec.crawl is not None else 0,
         dedupe_across_jobs=dedupe.across_jobs if dedupe is not None else False,
         dedupe_window_seconds=dedupe.window_seconds if dedupe is not None else 3600,
+        dedupe_seeds=job_spec.seeds_may_repeat(),
+        max_dead_letters_kept=ceilings.max_dead_letters_retained if ceilings is not None else None,
         spec=spec,
     )

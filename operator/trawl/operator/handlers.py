@@ -22,7 +22,7 @@ from typing import Any
 
 import kopf
 
-from trawl.api.naming import FINALIZER, GROUP, LABEL_CRON, VERSION
+from trawl.api.naming import FINALIZER, GROUP, LABEL_CRON, LABEL_SECRET, SECRET_SELECTOR, VERSION
 
 from . import metrics
 from .connections import RedisConnections
@@ -114,6 +114,9 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.client_timeout = 330
     settings.watching.connect_timeout = 30
     settings.networking.request_timeout = 60
+    # The Secret watch asks the API server for the labelled Secrets only: the others (every team's,
+    # Helm's releases) never reach this process. RBAC cannot say as much (list/watch is all or nothing).
+    settings.watching.label_selectors["v1", "secrets"] = SECRET_SELECTOR
     settings.batching.error_delays = [1, 2, 5, 10, 30, 60]
 
 
@@ -137,12 +140,14 @@ def jobs_by_pool(namespace: str, name: str, spec: Mapping[str, Any], status: Map
     return {(namespace, spec.get("pool")): pool_index_entry(name, spec, status)}
 
 
-@kopf.index("v1", "secrets")
-def secret_index(namespace: str, name: str, body: kopf.Body, **_: Any) -> Any:
-    # The pools' Redis Secrets, kept current by the watch: no API read per reconcile, and a rotation
-    # reaches the clients on the next pass (redisconn replaces and closes the old client).
+@kopf.index("v1", "secrets", labels={LABEL_SECRET: "true"})
+def secret_index(namespace: str, name: str, body: kopf.Body, labels: Mapping[str, str], **_: Any) -> Any:
+    # The labelled Secrets (the watch selects them; the filter and the entry hold it too), kept current by
+    # the watch: no API read per reconcile, and a rotation reaches the clients on the next pass (redisconn
+    # replaces and closes the old client). A Secret whose label goes is dropped (the watch says DELETED).
     version = body.metadata.get("resourceVersion")
-    return {(namespace, name): secret_index_entry(body.get("type"), body.get("data"), version)}
+    entry = secret_index_entry(body.get("type"), body.get("data"), version, labels=labels)
+    return {} if entry is None else {(namespace, name): entry}
 
 
 @kopf.index(GROUP, VERSION, JOBS, labels={LABEL_CRON: kopf.PRESENT})

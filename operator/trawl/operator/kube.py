@@ -26,14 +26,25 @@ _executor = concurrent.futures.ThreadPoolExecutor(API_THREADS, thread_name_prefi
 
 
 @functools.cache
-def api_client() -> ApiClient:
+def _load_config() -> None:
     try:
         kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
     except kubernetes.config.ConfigException:
         kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
-    conf = kubernetes.client.Configuration.get_default_copy()
+
+
+@functools.cache
+def api_client() -> ApiClient:
     # Bounded: one pooled connection per worker thread (kopf's own client opens one per request).
-    conf.connection_pool_maxsize = API_THREADS
+    return new_api_client(API_THREADS)
+
+
+def new_api_client(connections: int = 1) -> ApiClient:
+    """A client with a connection pool of its own: calls made with it never wait for the shared pool's
+    threads or connections (the Lease renewals, which must be on time however busy the operator is)."""
+    _load_config()
+    conf = kubernetes.client.Configuration.get_default_copy()
+    conf.connection_pool_maxsize = connections
     return ApiClient(conf)
 
 

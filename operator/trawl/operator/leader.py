@@ -1,4 +1,4 @@
-"""Leader election on a ``coordination.k8s.io/v1`` Lease, client-go's protocol with a tighter takeover.
+"""Leader election on a ``coordination.k8s.io/v1`` Lease, client-go's protocol with a tighter takeover and a fence.
 
 Replicas race for one Lease; the holder renews it every ``renew_seconds``. Every write is guarded by
 resourceVersion: of two candidates, one wins, the other re-reads.
@@ -15,25 +15,45 @@ any clock skew — the candidate still never takes before ``renew_deadline`` aft
 record, and the leader, which counts its deadline from the moment it *sent* its last successful
 renewal (at or before the server stored it), has stopped acting by then.
 
-The leader that cannot renew within ``renew_deadline`` (API unreachable, Lease taken by another
-holder) must stop acting at once; the caller exits the process (what controller-runtime and client-go
-users do), and the Deployment restarts it as a standby. The decisions are pure (:func:`decide`,
-:func:`observe`); the loops are thin.
+The fence: when the leader stops acting. It acts only while it can prove it holds the Lease, on its own
+monotonic clock: until ``renew_deadline`` after it sent the newest renewal that its *event loop* has
+confirmed (:func:`acting_deadline`). Two threads, neither of which needs the loop, keep that promise:
+
+- the renewal thread makes every Lease call, on a connection of its own (not the operator's shared API
+  threads and connections, where a renewal could wait behind slow calls until it is too late), each
+  call bounded by the time left before the deadline; after each renewal it asks the loop to confirm,
+  and it does not renew again until the loop has (:func:`next_renewal`): a stalled loop must not keep
+  the Lease from a standby;
+- the watchdog thread sleeps until the deadline and, if no newer confirmation has moved it, tells the
+  caller to stop (:func:`breach` says why: no renewal, or a loop that confirmed none).
+
+So a leader whose API server stops answering, whose renewals fail, or whose event loop stalls (a blocking
+call, a long computation) stops at the deadline, and a leader that finds another holder in the Lease at
+once; the caller exits the process (what controller-runtime and client-go users do), and the Deployment
+restarts it as a standby. A process paused whole (SIGSTOP, a frozen VM) cannot run its watchdog either:
+when it resumes, the watchdog finds the deadline passed and exits, racing only the loop's first few
+milliseconds. The decisions are pure (:func:`decide`, :func:`observe`, :func:`next_renewal`,
+:func:`breach`); the loops and threads are thin.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import functools
 import logging
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from . import kube
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +117,47 @@ def decide(record: LeaseRecord | None, seen: Observation | None, identity: str, 
     return "take" if now >= expires_at(record, seen) else "wait"
 
 
+@dataclass(frozen=True, slots=True)
+class Renewals:
+    """The leader's own account of its renewals, on its monotonic clock.
+
+    ``sent``: when it sent its newest successful renewal (the start of that round: at or before the
+    server stored it). ``confirmed``: the newest such time its event loop has confirmed (never after
+    ``sent``). ``failed_at``: when its newest attempt failed, if the newest attempt failed."""
+
+    sent: float
+    confirmed: float
+    failed_at: float | None = None
+
+
+def acting_deadline(renewals: Renewals, renew_deadline: float) -> float:
+    """Until when the leader may act: ``renew_deadline`` after the newest renewal its loop has confirmed.
+
+    A standby takes no earlier than ``renew_deadline`` after its own sight of that renewal (see the module
+    doc), and it cannot see a renewal before it was sent."""
+    return renewals.confirmed + renew_deadline
+
+
+def next_renewal(renewals: Renewals, renew_seconds: float, retry_seconds: float) -> float | None:
+    """When to renew next; None: not until the event loop confirms the newest renewal.
+
+    Renewing for a loop that does not answer would keep the Lease from a standby while nothing acts
+    on it; a failed attempt is retried sooner (every retry period) until the deadline."""
+    if renewals.sent > renewals.confirmed:
+        return None
+    if renewals.failed_at is not None:
+        return renewals.failed_at + retry_seconds
+    return renewals.sent + renew_seconds
+
+
+def breach(renewals: Renewals, now: float, renew_deadline: float) -> str | None:
+    """None while the leader may act; past its deadline, why it may not: ``"loop"`` (a renewal succeeded
+    but the event loop never confirmed it: the loop is stalled) or ``"renewal"`` (none succeeded)."""
+    if now < acting_deadline(renewals, renew_deadline):
+        return None
+    return "loop" if renewals.sent > renewals.confirmed else "renewal"
+
+
 def _record(lease: dict[str, Any]) -> LeaseRecord:
     spec = lease.get("spec") or {}
     return LeaseRecord(
@@ -111,6 +172,38 @@ def _record(lease: dict[str, Any]) -> LeaseRecord:
 def _now_micro() -> str:
     # MicroTime: the API server rejects a renewTime without fractional seconds in some versions.
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _time_left(deadline: float) -> float:
+    """A call's timeout: what is left before ``deadline`` (monotonic). Nothing left: the call is not made."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("no time left before the deadline")
+    return left
+
+
+class _Holding:
+    """What the renewal thread, the watchdog thread and the event loop share while this process leads."""
+
+    def __init__(self, sent: float) -> None:
+        self.cond = threading.Condition()
+        self.renewals = Renewals(sent, sent)
+        self.stopped = False
+
+    def confirm(self, sent: float) -> None:
+        """Called on the event loop: it runs, so the renewal sent at ``sent`` now counts for acting."""
+        with self.cond:
+            if sent > self.renewals.confirmed:
+                self.renewals = replace(self.renewals, confirmed=sent)
+            self.cond.notify_all()
+
+    def stop(self) -> bool:
+        """Stop both threads; True for the first caller only."""
+        with self.cond:
+            first = not self.stopped
+            self.stopped = True
+            self.cond.notify_all()
+        return first
 
 
 class LeaderElector:
@@ -134,28 +227,37 @@ class LeaderElector:
         self.retry_seconds = retry_seconds
         self.renew_deadline = renew_deadline
         self.is_leader = False
-        self._client = client  # a kubernetes ApiClient; None: the operator's (kube.api_client())
+        self._client = client  # a kubernetes ApiClient; None: one of its own (kube.new_api_client())
+        self._coordination: Any = None
+        # Every Lease call runs on this one thread, in order: a release waits for a renewal in flight.
+        self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="lease")
         self._seen: Observation | None = None
         self._record: LeaseRecord | None = None
+        self._sent: float | None = None  # when the round that won the Lease was sent
 
     @property
     def max_backdate(self) -> float:
         return float(self.lease_seconds) - self.renew_deadline
 
     def _api(self) -> Any:
-        import kubernetes
+        if self._coordination is None:
+            import kubernetes
 
-        return kubernetes.client.CoordinationV1Api(self._client or kube.api_client())
+            self._coordination = kubernetes.client.CoordinationV1Api(self._client or kube.new_api_client())
+        return self._coordination
 
-    async def _read(self) -> LeaseRecord | None:
-        client = self._client or kube.api_client()
+    async def _on_lease_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._thread, functools.partial(fn, *args))
+
+    def _read(self, deadline: float) -> LeaseRecord | None:
+        api = self._api()
         try:
-            lease = await kube.call(self._api().read_namespaced_lease, self.name, self.namespace)
-            return _record(client.sanitize_for_serialization(lease))
+            lease = api.read_namespaced_lease(self.name, self.namespace, _request_timeout=_time_left(deadline))
         except Exception as exc:
             if kube.is_status(exc, 404):
                 return None
             raise
+        return _record(api.api_client.sanitize_for_serialization(lease))
 
     def _body(self, transitions: int, acquire_time: str | None, rv: str | None) -> dict[str, Any]:
         now = _now_micro()
@@ -172,12 +274,13 @@ class LeaderElector:
             meta["resourceVersion"] = rv
         return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": spec}
 
-    async def try_once(self, *, reread: bool = True) -> bool:
-        """One round: create, renew or take the Lease if this candidate may. True if it holds it now.
+    def _round(self, reread: bool, deadline: float) -> bool:
+        """One round, on the Lease's thread: create, renew or take the Lease if this candidate may. True if
+        it holds it now. Every call ends by ``deadline`` (monotonic).
 
         ``reread=False`` acts on the record last read: used at the computed expiry, where a read would
         only delay the take (the write is guarded by that record's resourceVersion anyway)."""
-        record = await self._read() if reread or self._record is None else self._record
+        record = self._read(deadline) if reread or self._record is None else self._record
         now = time.monotonic()
         if record is not None:
             self._seen = observe(record, self._seen, now, datetime.now(UTC), self.max_backdate)
@@ -185,10 +288,11 @@ class LeaderElector:
         action = decide(record, self._seen, self.identity, now)
         if action == "wait":
             return False
+        api = self._api()
         try:
             if action == "create":
                 body = self._body(0, _now_micro(), None)
-                await kube.call(self._api().create_namespaced_lease, self.namespace, body)
+                api.create_namespaced_lease(self.namespace, body, _request_timeout=_time_left(deadline))
             else:
                 assert record is not None
                 taking = action == "take"
@@ -197,7 +301,7 @@ class LeaderElector:
                     _now_micro() if taking else None,
                     record.resource_version,
                 )
-                await kube.call(self._api().patch_namespaced_lease, self.name, self.namespace, body)
+                api.patch_namespaced_lease(self.name, self.namespace, body, _request_timeout=_time_left(deadline))
         except Exception as exc:
             if kube.is_status(exc, 409):  # another candidate (or a renewal) wrote first: read again
                 self._record = None
@@ -222,8 +326,11 @@ class LeaderElector:
         log.info("leader election: %s waiting for Lease %s/%s", self.identity, self.namespace, self.name)
         reread = True
         while True:
+            sent = time.monotonic()
             try:
-                if await self.try_once(reread=reread):
+                # Bounded like a renewal: an API server that stops answering delays the next poll, no more.
+                if await self._on_lease_thread(self._round, reread, sent + self.renew_deadline):
+                    self._sent = sent
                     self.is_leader = True
                     return
             except Exception as exc:
@@ -234,53 +341,102 @@ class LeaderElector:
             reread = until is None or until >= self.retry_seconds
             await asyncio.sleep(self.retry_seconds if until is None or reread else until)
 
-    async def hold(self, on_lost: Callable[[str], None]) -> None:
-        """Renew until the Lease is lost or cannot be renewed within renew_deadline; then call on_lost.
+    def _message(self, why: str) -> str:
+        lease = f"Lease {self.namespace}/{self.name}"
+        if why == "loop":
+            return f"{lease}: the event loop confirmed no renewal within {self.renew_deadline:g}s"
+        return f"{lease} not renewed within {self.renew_deadline:g}s"
 
-        The deadline counts from when the last successful renewal was *sent*, and no wait outlives it:
-        a standby's takeover (see the module doc) can only come after it."""
-        last_renewed = time.monotonic()
-        pause = self.renew_seconds
+    async def hold(self, on_lost: Callable[[str], None]) -> None:
+        """Keep the Lease won by :meth:`acquire` until it is lost; then call ``on_lost`` (from another
+        thread) and return. Cancelled (a clean shutdown), it stops renewing; :meth:`release` follows.
+
+        Renewals and the deadline run on two threads of their own (see the module doc): neither waits
+        for the event loop, which only confirms each renewal."""
+        if self._sent is None:
+            raise RuntimeError("hold() needs the Lease: call acquire() first")
+        loop = asyncio.get_running_loop()
+        holding = _Holding(self._sent)
+
+        def lost(why: str) -> None:
+            if holding.stop():
+                self.is_leader = False
+                on_lost(why)
+
+        watchdog = threading.Thread(target=self._watch, args=(holding, lost), name="lease-watchdog", daemon=True)
+        watchdog.start()
+        try:
+            await loop.run_in_executor(self._thread, self._renew, holding, loop, lost)
+        finally:
+            holding.stop()
+
+    def _watch(self, holding: _Holding, lost: Callable[[str], None]) -> None:
+        """The watchdog thread: sleep until the acting deadline; past it, stop (a confirmation moves it)."""
+        with holding.cond:
+            while True:
+                if holding.stopped:
+                    return
+                now = time.monotonic()
+                why = breach(holding.renewals, now, self.renew_deadline)
+                if why is not None:
+                    break
+                holding.cond.wait(acting_deadline(holding.renewals, self.renew_deadline) - now)
+        lost(self._message(why))
+
+    def _renew(self, holding: _Holding, loop: asyncio.AbstractEventLoop, lost: Callable[[str], None]) -> None:
+        """The renewal thread (the Lease's own): renew when due, each round bounded by the acting deadline."""
         while True:
-            deadline = last_renewed + self.renew_deadline
-            await asyncio.sleep(max(0.0, min(pause, deadline - time.monotonic())))
+            with holding.cond:
+                while True:
+                    if holding.stopped:
+                        return
+                    now = time.monotonic()
+                    due = next_renewal(holding.renewals, self.renew_seconds, self.retry_seconds)
+                    if due is not None and due <= now:
+                        break
+                    holding.cond.wait(None if due is None else due - now)
+                deadline = acting_deadline(holding.renewals, self.renew_deadline)
             sent = time.monotonic()
             renewed = False
-            if sent < deadline:
-                try:
-                    renewed = await asyncio.wait_for(self.try_once(), timeout=deadline - sent)
-                except TimeoutError:
-                    log.warning("leader election: renew timed out")
-                except Exception as exc:
-                    log.warning("leader election: renew failed: %s", kube.api_message(exc))
+            try:
+                renewed = self._round(True, deadline)
+            except Exception as exc:
+                log.warning("leader election: renew failed: %s", kube.api_message(exc))
+            with holding.cond:
+                if renewed:
+                    holding.renewals = Renewals(sent, holding.renewals.confirmed)
+                else:
+                    holding.renewals = replace(holding.renewals, failed_at=time.monotonic())
             if renewed:
-                last_renewed, pause = sent, self.renew_seconds
+                try:
+                    loop.call_soon_threadsafe(holding.confirm, sent)
+                except RuntimeError:  # the loop is closed: the process is shutting down
+                    return
                 continue
             holder = self._record.holder if self._record else (self._seen.holder if self._seen else None)
-            if holder not in (None, self.identity) or time.monotonic() >= deadline:
-                self.is_leader = False
-                on_lost(
-                    f"Lease {self.namespace}/{self.name} lost (holder now {holder!r})"
-                    if holder not in (None, self.identity)
-                    else f"Lease {self.namespace}/{self.name} not renewed within {self.renew_deadline:g}s"
-                )
+            if holder not in (None, self.identity):
+                lost(f"Lease {self.namespace}/{self.name} lost (holder now {holder!r})")
                 return
-            pause = self.retry_seconds  # a failed renewal is retried sooner, until the deadline
+
+    def _release(self, deadline: float) -> None:
+        record = self._read(deadline)
+        if record is None or record.holder != self.identity:
+            return
+        body = {
+            "metadata": {"resourceVersion": record.resource_version},
+            "spec": {"holderIdentity": None, "renewTime": _now_micro(), "leaseDurationSeconds": 1},
+        }
+        self._api().patch_namespaced_lease(self.name, self.namespace, body, _request_timeout=_time_left(deadline))
+        log.info("leader election: released Lease %s/%s", self.namespace, self.name)
 
     async def release(self) -> None:
-        """On a clean shutdown: empty the holder so a standby takes over without waiting for expiry."""
+        """On a clean shutdown: empty the holder so a standby takes over without waiting for expiry.
+
+        On the Lease's thread, so after a renewal in flight; bounded by the renew deadline."""
         if not self.is_leader:
             return
         self.is_leader = False
         try:
-            record = await self._read()
-            if record is None or record.holder != self.identity:
-                return
-            body = {
-                "metadata": {"resourceVersion": record.resource_version},
-                "spec": {"holderIdentity": None, "renewTime": _now_micro(), "leaseDurationSeconds": 1},
-            }
-            await kube.call(self._api().patch_namespaced_lease, self.name, self.namespace, body)
-            log.info("leader election: released Lease %s/%s", self.namespace, self.name)
+            await self._on_lease_thread(self._release, time.monotonic() + self.renew_deadline)
         except Exception as exc:  # best effort: expiry hands it over anyway
             log.warning("leader election: could not release the Lease: %s", kube.api_message(exc))

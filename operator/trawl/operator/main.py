@@ -130,8 +130,9 @@ async def _run_as_leader(operator: object, election: LeaderElection, health_port
         metrics.IS_LEADER.set(1)
 
         def lost(why: str) -> None:
-            # Handlers and timers must stop now, mid-pass or not: another replica is acting. Exiting is
-            # what client-go's users do; the Deployment restarts this replica as a standby.
+            # Called from the elector's renewal or watchdog thread, never from the loop (which may be the
+            # thing that stalled). Handlers and timers must stop now, mid-pass or not: another replica may
+            # act. Exiting is what client-go's users do; the Deployment restarts this replica as a standby.
             log.error("leader election: %s; exiting so that only the new leader acts", why)
             logging.shutdown()
             os._exit(1)

@@ -34,7 +34,7 @@ NAMESPACED_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch"]},
     # Events: get to update the one aggregated Event per job and reason (count, message) in place.
     {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["get", "create", "patch"]},
-    # spec.onComplete.jobTemplate: create the Job once, then follow it until it finishes.
+    # spec.onComplete.job: create the Job (from the pool's template) once, then follow it until it finishes.
     {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "create"]},
 ]
 

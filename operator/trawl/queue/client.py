@@ -5,6 +5,7 @@ Usage::
     q = Queue(redis, keys.pool_prefix("ns", "pool"), lease_seconds=30)
     await q.register_job(JobConfig(job_id=uid, priority=5))
     await q.enqueue(uid, urls, start_index=0)  # batched, idempotent per seed index
+    await q.enqueue_seeds(uid, await q.seeds_enqueued(uid), batch)  # or the seeds a batch at a time
     await q.enqueue(uid, more_urls)            # appends after what is there
     await q.mark_enqueue_done(uid)
     wid = incarnation_id("pod-1")              # one id per process start
@@ -213,10 +214,11 @@ class Queue:
                 job.priority,
                 "" if job.max_pages is None else job.max_pages,
                 job.max_depth,
-                1 if (job.max_depth > 0 or job.max_pages is not None) else 0,
+                1 if (job.max_depth > 0 or job.max_pages is not None or job.dedupe_seeds) else 0,
                 1 if job.dedupe_across_jobs else 0,
                 job.dedupe_window_seconds,
                 policy_to_json(job.retry),
+                "" if job.max_dead_letters_kept is None else job.max_dead_letters_kept,
             ],
         )
         self._policies[job.job_id] = job.retry
@@ -238,6 +240,15 @@ class Queue:
                 raise UnknownJob(job_id)
             added += n
         return added
+
+    async def seeds_enqueued(self, job_id: str) -> int:
+        """How far the job's seed stream is enqueued (its seed cursor; 0 for a job that is not there)."""
+        raw = await self._retrying(lambda: self.redis.hget(self.keys.job(job_id), "cur"))  # type: ignore[arg-type,return-value]
+        return int(raw or 0)
+
+    async def enqueue_seeds(self, job_id: str, position: int, urls: Sequence[str]) -> int:
+        """Seeds ``position``.. of the job's seed stream: :meth:`enqueue` from that seed index."""
+        return await self.enqueue(job_id, urls, start_index=position)
 
     async def mark_enqueue_done(self, job_id: str) -> None:
         k = self.keys
@@ -466,7 +477,7 @@ class Queue:
     # ------------------------------------------------------------------ status
 
     async def job_stats(self, job_id: str) -> JobStats:
-        fields = ("tot", "pen", "inf", "ret", "suc", "dead", "ed", "sus", "fc", "lf", "fin")
+        fields = ("tot", "pen", "inf", "ret", "suc", "dead", "ed", "sus", "fc", "lf", "fin", "dld")
         raw = await self._retrying(lambda: self.redis.hmget(self.keys.job(job_id), fields))  # type: ignore[arg-type,return-value]
         if raw[0] is None:
             return JobStats(0, 0, 0, 0, 0, 0, False, False, None, None, exists=False)
@@ -483,6 +494,7 @@ class Queue:
             first_claim_at=float(v[8]) if v[8] else None,
             last_finish_at=float(v[9]) if v[9] else None,
             finished_at=float(v[10]) if v[10] else None,
+            dead_dropped=int(v[11] or 0),
         )
 
     async def job_spec(self, job_id: str) -> dict[str, Any] | None:

@@ -33,7 +33,8 @@ Per-job keys (``J`` is ``P:j:<job_id>``)::
     J:dl             hash    dead letters: task -> JSON record with the attempt history
     J:dlt            zset    dead letters by time (task -> time), for "latest first"
     J:h              hash    failure history of tasks still being retried: task -> JSON list
-    J:u              set     URLs already enqueued, as 12-byte digests (crawl jobs only: within-job dedupe)
+    J:u              set     URLs already enqueued, as 12-byte digests (within-job dedupe: crawl jobs, and
+                             jobs whose seeds may repeat)
     J:res            stream  results written by the worker's Redis sink (deleted on cancel, expired on retention)
     J:res:keys       set     (job, URL) record keys the sinks wrote: their dedupe (expired with the job's keys)
     J:res:keys:s3pending  hash  S3 sink: record key -> object whose PUT is not known to have succeeded
@@ -41,7 +42,10 @@ Per-job keys (``J`` is ``P:j:<job_id>``)::
     J:cb             hash    domains whose circuit breaker held the job's tasks back (:mod:`trawl.queue.notes`)
 
 Job counters: ``pen`` = length of J:r, ``inf`` = the job's entries in workers' hashes, ``ret`` = size of
-J:z (backoff retries and delayed releases), ``dead`` = size of J:dl, ``suc`` = acked; ``tot`` is their sum.
+J:z (backoff retries and delayed releases), ``dead`` = size of J:dl plus ``dld`` (dead letters whose
+records were dropped: the oldest beyond ``dlmax``, the records the job keeps), ``suc`` = acked; ``tot`` is
+their sum. Seeds: ``cur`` is the seed cursor (positions of the seed stream taken), and on a sharded pool
+the home's ``sm`` records the stream position with every shard's cursor there (ShardedQueue.enqueue_seeds).
 Scripts change these and P:st only through lib.lua's counter helpers, one per move between states.
 Job and worker ids must not contain ``|``, ``{`` or ``}``. A worker id names one process incarnation,
 ``<pod>@<random>`` (:func:`incarnation_id`): a process restarted in the same pod gets a new id, so it never

@@ -35,6 +35,12 @@ class JobConfig:
     max_depth: int = 0
     dedupe_across_jobs: bool = False
     dedupe_window_seconds: int = 3600
+    # The job's seeds may repeat (urls beside urlRanges, ranges that may overlap): the queue drops
+    # repeats by a digest per seed, as for crawl links, so the operator need not remember the seeds.
+    dedupe_seeds: bool = False
+    # Dead letters whose records are kept (None: all); beyond it the oldest records are dropped, and
+    # counted (JobStats.dead_dropped): the dead count itself never shrinks.
+    max_dead_letters_kept: int | None = None
     # Everything the workers need to process the job's tasks (resolved request/politeness/extract/
     # crawl/output settings), stored as JSON so workers never talk to the Kubernetes API.
     spec: dict[str, Any] = field(default_factory=dict)
@@ -85,6 +91,7 @@ class JobStats:
     last_finish_at: float | None
     exists: bool = True  # False when the job was never registered or was cancelled/expired
     finished_at: float | None = None  # when its last task was acked or dead-lettered (the queue's "fin")
+    dead_dropped: int = 0  # dead letters whose records were dropped (the oldest beyond the job's cap)
 
     @property
     def finished(self) -> bool:
@@ -133,6 +140,16 @@ class QueueClient(Protocol):
         """Enqueue seed URLs (depth 0). With ``start_index`` idempotent per (job, index): re-running after a
         crash adds nothing twice; without it, appended after the seeds already there. Returns how many
         were newly added."""
+        ...
+
+    async def seeds_enqueued(self, job_id: str) -> int:
+        """How far the job's seed stream is enqueued: the position the next :meth:`enqueue_seeds` takes."""
+        ...
+
+    async def enqueue_seeds(self, job_id: str, position: int, urls: Sequence[str]) -> int:
+        """The seeds at ``position`` onwards of the job's seed stream, a batch at a time: idempotent per
+        position, so a caller that restarts where :meth:`seeds_enqueued` says adds only what is missing.
+        Returns how many were newly added."""
         ...
 
     async def mark_enqueue_done(self, job_id: str) -> None: ...

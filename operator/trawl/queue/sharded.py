@@ -7,6 +7,12 @@ tasks are placed by URL (a hash of the URL modulo N), so within-job and cross-jo
 URL always lands on the same shard — and the operator's seeds and the workers' discovered links agree
 on the placement without talking.
 
+Seeds are placed a batch at a time (:meth:`ShardedQueue.enqueue_seeds`), each shard's part at that shard's
+own seed cursor; the home records the stream position with every shard's cursor there (``sm``), so a pass
+continues where the last stopped and every URL keeps the shard and index one whole-list call gave it.
+The records of dead letters a job keeps (``max_dead_letters_kept``) are split over the shards like its
+page cap.
+
 A crawl's ``maxPages`` is split into per-shard quotas (each enforced exactly by its shard's script, so the
 sum never exceeds the cap). A shard whose quota is used up while links for it keep coming takes unused
 quota from the other shards (``take`` there, then ``give`` here: a crash in between loses that quota, so
@@ -70,6 +76,30 @@ def shard_of(url: str, shards: int) -> int:
     return int.from_bytes(hashlib.blake2b(url.encode(), digest_size=8).digest(), "big") % shards
 
 
+def place(urls: Iterable[str], present: Sequence[bool]) -> dict[int, list[str]]:
+    """Each URL's shard, in order: by the URL's hash, or the home for a shard the job is not on."""
+    out: dict[int, list[str]] = {}
+    for url in urls:
+        i = shard_of(url, len(present))
+        out.setdefault(i if present[i] else 0, []).append(url)
+    return out
+
+
+def seed_parts(
+    urls: Sequence[str], present: Sequence[bool], cursors: Sequence[int]
+) -> tuple[dict[int, tuple[int, list[str]]], list[int]]:
+    """One batch of the seed stream over the shards: shard -> (the shard's seed index of its first URL,
+    its URLs), and every shard's cursor after the batch. Each shard's seeds are numbered in stream order
+    on that shard alone, so batch after batch every URL gets the shard and the index that placing the
+    whole list at once gives it (and a pass that resumes from the cursors adds only what is missing)."""
+    after = list(cursors)
+    parts: dict[int, tuple[int, list[str]]] = {}
+    for i, part in place(urls, present).items():
+        parts[i] = (after[i], part)
+        after[i] += len(part)
+    return parts, after
+
+
 def _split_task_id(task_id: str) -> tuple[str, int]:
     tid, _, shard = task_id.rpartition(".")
     if not tid or not shard.isdigit():
@@ -87,6 +117,7 @@ class ShardedQueue(Queue):
         self._next = 0
         self._take = redis.register_script(read_script("trawl.queue", "take_quota"))
         self._give = redis.register_script(read_script("trawl.queue", "give_quota"))
+        self._mark = redis.register_script(read_script("trawl.queue", "seed_mark"))
         self._registered: dict[str, list[bool]] = {}
 
     # ------------------------------------------------------------------ placement
@@ -114,13 +145,7 @@ class ShardedQueue(Queue):
         return known
 
     async def _place(self, job_id: str, urls: Sequence[str]) -> dict[int, list[str]]:
-        n = len(self.shards)
-        present = await self._present(job_id)
-        out: dict[int, list[str]] = {}
-        for url in urls:
-            i = shard_of(url, n)
-            out.setdefault(i if present[i] else 0, []).append(url)
-        return out
+        return place(urls, await self._present(job_id))
 
     async def _cap(self, shard: int, job_id: str) -> tuple[int | None, int]:
         """The job's quota on a shard (None: uncapped or gone) and the tasks it holds there."""
@@ -155,16 +180,15 @@ class ShardedQueue(Queue):
         present = await self._each(s.job_stats(job.job_id) for s in self.shards)
         if not present[0].exists:
 
-            def share(i: int) -> int | None:
-                cap = job.max_pages
+            def share(cap: int | None, i: int) -> int | None:
                 return None if cap is None else cap // n + (1 if i < cap % n else 0)
 
-            await self._each(
-                self.shards[i].register_job(replace(job, max_pages=share(i)))
-                for i in range(1, n)
-                if not present[i].exists
-            )
-            await self.shards[0].register_job(replace(job, max_pages=share(0)))
+            def part(i: int) -> JobConfig:
+                kept = share(job.max_dead_letters_kept, i)
+                return replace(job, max_pages=share(job.max_pages, i), max_dead_letters_kept=kept)
+
+            await self._each(self.shards[i].register_job(part(i)) for i in range(1, n) if not present[i].exists)
+            await self.shards[0].register_job(part(0))
         self._policies[job.job_id] = job.retry
         self._registered.pop(job.job_id, None)
 
@@ -182,6 +206,41 @@ class ShardedQueue(Queue):
         added = await self._each(
             self.shards[i].enqueue(job_id, part, start_index=start_index) for i, part in placed.items()
         )
+        return sum(added)
+
+    async def _seed_mark(self, job_id: str) -> tuple[int, list[int]]:
+        """(position in the job's seed stream, each shard's seed cursor there), as recorded in Redis (read
+        at every batch: a Redis that lost the job's data, or another operator, is never taken for what this
+        client last wrote)."""
+        raw = await self._retrying(lambda: self.redis.hget(self.keys.job(job_id), "sm"))  # type: ignore[arg-type,return-value]
+        fields = [int(x) for x in (raw.decode() if isinstance(raw, bytes) else str(raw or "")).split(",") if x]
+        if len(fields) == len(self.shards) + 1:
+            return fields[0], fields[1:]
+        # No mark (nothing enqueued yet, or an operator that placed the whole seed list in one call, or
+        # another shard count): start from the first seed; each shard's cursor skips what it holds.
+        return 0, [0] * len(self.shards)
+
+    async def seeds_enqueued(self, job_id: str) -> int:
+        return (await self._seed_mark(job_id))[0]
+
+    async def enqueue_seeds(self, job_id: str, position: int, urls: Sequence[str]) -> int:
+        """Seeds placed by URL, a batch at a time: each shard's part goes at that shard's own seed cursor,
+        so every URL lands on the shard, at the shard's seed index, that one :meth:`enqueue` of the whole
+        list from 0 gave it. ``position`` must be where the recorded mark says (:meth:`seeds_enqueued`)."""
+        at, cursors = await self._seed_mark(job_id)
+        if position != at:
+            raise ValueError(f"the job's seeds continue at position {at}, not {position}")
+        parts, after = seed_parts(urls, await self._present(job_id), cursors)
+        for i in parts:
+            cap, _ = await self._cap(i, job_id)
+            if cap is not None and cap < after[i]:
+                # seeds are idempotent by index: a seed refused for want of quota is never offered again
+                await self._borrow(i, job_id, after[i] - cap)
+        added = await self._each(
+            self.shards[i].enqueue(job_id, part, start_index=start) for i, (start, part) in parts.items()
+        )
+        mark = ",".join(str(n) for n in (position + len(urls), *after))
+        await self._retrying(lambda: self._mark(keys=[self.keys.job(job_id)], args=[mark]))  # type: ignore[arg-type,return-value]
         return sum(added)
 
     async def mark_enqueue_done(self, job_id: str) -> None:
@@ -374,6 +433,7 @@ def _merge_stats(all_parts: Sequence[JobStats]) -> JobStats:
         last_finish_at=max(lasts) if lasts else None,
         exists=home.exists,
         finished_at=max(f for f in fins if f is not None) if all(f is not None for f in fins) else None,
+        dead_dropped=sum(p.dead_dropped for p in parts),
     )
 
 

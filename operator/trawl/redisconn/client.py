@@ -77,6 +77,27 @@ class Resp2Parser(_AsyncRESP2Parser):
         return stream.at_eof()
 
 
+class ConnectionPool(aioredis.ConnectionPool):
+    """redis-py's connection pool, except that a new connection connects outside the pool's lock.
+
+    redis-py 5.3 holds the pool's lock while a connection it hands out connects and says hello (redis-py
+    issue #3692): every caller that needs a new connection waits for the connects before its own, one
+    after another. Against a Redis that does not answer, each of those connects waits for the whole
+    timeout, so the n-th caller waited n timeouts (a worker's 32 task slots: minutes). Taking a connection
+    out of the pool involves no await, so the lock still covers all it has to; the connect is the
+    caller's own, on a connection no one else holds."""
+
+    async def get_connection(self, command_name: Any = None, *keys: Any, **options: Any) -> Any:
+        async with self._lock:
+            connection = self.get_available_connection()  # type: ignore[no-untyped-call]
+        try:
+            await self.ensure_connection(connection)
+        except BaseException:
+            await self.release(connection)
+            raise
+        return connection
+
+
 def connect(
     url: str,
     *,
@@ -114,12 +135,13 @@ def connect(
         resp2 = kwargs.get("protocol", 2) in (2, "2")
         if resp2:
             kwargs.setdefault("parser_class", Resp2Parser)
+        pool = ConnectionPool.from_url(url, **kwargs)
         if multiplex and resp2:  # the shared line reads RESP2 replies
             from .mux import MultiplexedRedis
 
-            mux: aioredis.Redis = MultiplexedRedis.from_url(url, **kwargs)
+            mux: aioredis.Redis = MultiplexedRedis.from_pool(pool)
             return mux
-        client: aioredis.Redis = aioredis.Redis.from_url(url, **kwargs)
+        client: aioredis.Redis = aioredis.Redis.from_pool(pool)
         return client
     kwargs.setdefault("cluster_error_retry_attempts", CLUSTER_ERROR_RETRIES)
     kwargs.setdefault("retry", Retry(ExponentialBackoff(cap=0.5, base=0.05), CONNECTION_RETRIES))

@@ -22,6 +22,8 @@ command whose connection drops after sending), and the next command opens a new 
 ``socket_timeout`` set, a reply that does not come within it fails the waiting commands with
 ``TimeoutError`` and drops the connection (the replies that were due could no longer be matched).
 A caller cancelled while it waits does not disturb the others: its reply is read and discarded.
+Commands that find no line open wait for one opening together and share its outcome: against a Redis
+that does not answer they all fail after one ``socket_timeout``, not one each in turn.
 """
 
 from __future__ import annotations
@@ -197,7 +199,7 @@ class MultiplexedRedis(aioredis.Redis):
     """A ``redis.asyncio.Redis`` whose plain commands share one connection (see the module's doc)."""
 
     _line: _Line | None = None
-    _line_lock: asyncio.Lock | None = None
+    _opening: asyncio.Future[_Line] | None = None
 
     async def execute_command(self, *args: Any, **options: Any) -> Any:
         name = args[0]
@@ -229,25 +231,41 @@ class MultiplexedRedis(aioredis.Redis):
         return float(self.connection_pool.connection_kwargs.get("health_check_interval") or 0)
 
     async def _open_line(self) -> _Line:
-        """The shared line, opened or re-opened; one idle past ``health_check_interval`` is checked with a
-        PING first, as redis-py checks a pooled connection (a peer gone quiet is found before a command
-        that matters is written to it)."""
-        if self._line_lock is None:
-            self._line_lock = asyncio.Lock()
-        async with self._line_lock:
-            line = self._line
-            if line is not None and line.broken is None:
-                if not line.idle_longer_than(self._health_check_interval):
-                    return line
-                with contextlib.suppress(rexc.ConnectionError, rexc.TimeoutError):
-                    await line.send(("PING",))
-                    return line
-            if line is not None:
-                await self._drop_line(line)
-            await self.initialize()
-            conn = await self.connection_pool.get_connection()
-            self._line = _Line(conn)
-            return self._line
+        """The shared line, opened or re-opened (:meth:`_open`), once for every command that waits for it.
+
+        Callers that come while it opens share that one attempt, its line or its failure (each caller then
+        retries as it would any connection error). Before, they took turns behind a lock, each making its
+        own attempt: against a Redis that does not answer, the n-th waited n timeouts. Shielded, so a
+        cancelled caller does not cancel the others' attempt."""
+        opening = self._opening
+        if opening is None:
+            opening = self._opening = asyncio.ensure_future(self._open())
+            opening.add_done_callback(self._opened)
+        return await asyncio.shield(opening)
+
+    def _opened(self, opening: asyncio.Future[_Line]) -> None:
+        if self._opening is opening:
+            self._opening = None
+        if not opening.cancelled():
+            opening.exception()  # retrieved here: every caller may have been cancelled meanwhile
+
+    async def _open(self) -> _Line:
+        """The line, checked or new: one idle past ``health_check_interval`` is checked with a PING first,
+        as redis-py checks a pooled connection (a peer gone quiet is found before a command that matters is
+        written to it)."""
+        line = self._line
+        if line is not None and line.broken is None:
+            if not line.idle_longer_than(self._health_check_interval):
+                return line
+            with contextlib.suppress(rexc.ConnectionError, rexc.TimeoutError):
+                await line.send(("PING",))
+                return line
+        if line is not None:
+            await self._drop_line(line)
+        await self.initialize()
+        conn = await self.connection_pool.get_connection()
+        self._line = _Line(conn)
+        return self._line
 
     async def _drop_line(self, line: _Line) -> None:
         if self._line is line:
@@ -261,6 +279,11 @@ class MultiplexedRedis(aioredis.Redis):
             await self.connection_pool.release(conn)
 
     async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        opening = self._opening
+        if opening is not None:
+            opening.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await opening
         line = self._line
         if line is not None:
             reader = line.reader

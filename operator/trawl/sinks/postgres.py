@@ -15,6 +15,12 @@ CONFLICT (key) DO NOTHING``: one round trip per batch, and a redelivered task (a
 the commit, before the ack) inserts nothing the second time. No Redis bookkeeping is needed: the
 database itself is the dedupe set, so the write and the dedupe are one transaction. A failed write
 raises :class:`SinkError`; the Finisher keeps the record and retries it (``trawl.worker.finish``).
+
+The job's author chooses the server, and the pool's password goes to it. So the host is one name or
+address (the model refuses libpq's host lists and socket paths), connected to only at addresses the
+pool's rule allows (:mod:`trawl.egress.sinkaddr`), and libpq refuses to send the password in cleartext
+(``require_auth=!password``) unless the pool allows it (``worker.allowCleartextPostgresPassword``):
+a server of the job's choosing would otherwise simply ask for it.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ import psycopg
 from psycopg import sql
 
 from trawl.api.scrapejob import PostgresSink as PostgresSpec
+from trawl.api.scrapejob import pg_host_problem
+from trawl.egress.addresses import BlockedAddressError, IPNetwork
 from trawl.egress.sinkaddr import resolve_sink_host
 
 from .base import Record, SinkError
@@ -60,6 +68,8 @@ class PgTarget:
     table: str  # "name" or "schema.name"
     ssl_mode: str = "prefer"
     connect_timeout: int = 10
+    allowed: tuple[IPNetwork, ...] = ()  # the pool's worker.allowedCidrs: the only non-global addresses allowed
+    cleartext_password: bool = False  # the pool's worker.allowCleartextPostgresPassword
 
     def conninfo(self, hostaddr: Sequence[str] = ()) -> str:
         """``hostaddr``: the addresses to connect to (checked by :func:`checked_conninfo`); libpq then does
@@ -75,6 +85,8 @@ class PgTarget:
         }
         if hostaddr:
             params["hostaddr"] = ",".join(hostaddr)
+        if not self.cleartext_password:
+            params["require_auth"] = "!password"  # libpq 16+: never answer a cleartext password request
         if self.password is not None:
             params["password"] = self.password
         return psycopg.conninfo.make_conninfo(**params)
@@ -94,12 +106,13 @@ class PgTarget:
 
 
 async def checked_conninfo(target: PgTarget) -> str:
-    """The target's connection string, pinned to its host's addresses once each is allowed for a sink
-    (:mod:`trawl.egress.sinkaddr`; ``BlockedAddressError``, an ``OSError``, when one is not). A Unix
-    socket directory or a list of hosts is passed through as written."""
-    if target.host.startswith("/") or "," in target.host:
-        return target.conninfo()
-    return target.conninfo(await resolve_sink_host(target.host, target.port))
+    """The target's connection string, pinned to its host's addresses once each is allowed
+    (:mod:`trawl.egress.sinkaddr`; ``BlockedAddressError``, an ``OSError``, when one is not, or when the
+    host is not one server: a list or a socket path, refused by the model, from a spec stored before)."""
+    problem = pg_host_problem(target.host)
+    if problem is not None:
+        raise BlockedAddressError(f"refused: {problem}")
+    return target.conninfo(await resolve_sink_host(target.host, target.port, target.allowed))
 
 
 async def connect(target: PgTarget) -> psycopg.AsyncConnection[Any]:
@@ -227,7 +240,14 @@ class PostgresSink:
             await self._drop()
 
 
-def target_from_spec(spec: PostgresSpec, password: str | None) -> PgTarget:
+def target_from_spec(
+    spec: PostgresSpec,
+    password: str | None,
+    *,
+    allowed: Sequence[IPNetwork] = (),
+    cleartext_password: bool = False,
+) -> PgTarget:
+    """The target a job's spec names, with its pool's address rule and cleartext-password choice."""
     return PgTarget(
         host=spec.host,
         port=spec.port,
@@ -237,6 +257,8 @@ def target_from_spec(spec: PostgresSpec, password: str | None) -> PgTarget:
         table=spec.table,
         ssl_mode=spec.ssl_mode,
         connect_timeout=spec.connect_timeout_seconds,
+        allowed=tuple(allowed),
+        cleartext_password=cleartext_password,
     )
 
 

@@ -12,29 +12,40 @@ whose key is still pending asks the store whether O exists: if so the record is 
 worker died after the PUT) and it is not written again; if not it is written in a new object. A PUT
 is atomic in S3, so O either holds the whole batch or does not exist.
 
-The client (the ``minio`` SDK, blocking) runs in a thread; its HTTP pool has short timeouts and few
-retries, because a failed write goes back to the Finisher, which keeps the record and retries it.
+The client (the ``minio`` SDK, blocking) runs on a bounded thread pool of its own (:func:`run`), never
+the event loop's default executor; its HTTP pool has short timeouts and few retries, because a failed
+write goes back to the Finisher, which keeps the record and retries it. Its connections go only where
+the pool's address rule allows and follow no redirect (:func:`trawl.egress.sinkaddr.checked_pool_manager`).
+
+The job's author chooses the endpoint, so what the store answers is the author's to write: an error is
+summarised as its S3 error code and HTTP status (:func:`describe_error`), never the answer's body, and
+the status a job shows cannot carry what some other service said.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import functools
 import gzip
 import io
 import json
+import re
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import urllib3
 from minio import Minio
-from minio.error import MinioException, S3Error
+from minio.error import InvalidResponseError, MinioException, S3Error, ServerError
 from redis.asyncio import Redis
 
 from trawl.api.scrapejob import S3Sink as S3Spec
+from trawl.egress.addresses import IPNetwork
+from trawl.egress.resolver import find_blocked
 from trawl.egress.sinkaddr import checked_pool_manager
 from trawl.queue.keys import pending_key
 from trawl.redisconn.client import atomic_pipeline
@@ -43,6 +54,44 @@ from .base import DEDUPE_TTL_SECONDS, Deduped, Record, SinkError, dumps
 
 MANIFEST = "manifest.json"
 CONTENT_TYPE = "application/x-ndjson"
+THREADS = 8
+
+T = TypeVar("T")
+
+_pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+async def run(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` on the S3 client's own bounded threads: a store that answers slowly holds
+    at most :data:`THREADS` of them, never the threads everything else resolves names on. Every request
+    is bounded by the client's timeouts, so a thread a cancelled caller leaves behind ends with them."""
+    global _pool
+    if _pool is None:
+        _pool = concurrent.futures.ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="trawl-s3")
+    return await asyncio.get_running_loop().run_in_executor(_pool, functools.partial(fn, *args, **kwargs))
+
+
+_TOKEN = re.compile(r"[A-Za-z0-9.]{1,64}")
+
+
+def describe_error(exc: BaseException) -> str:
+    """What an S3 failure says on a job's status: the address refusal, or the S3 error code and HTTP
+    status, or the kind of connection failure; never the body of what the endpoint answered."""
+    blocked = find_blocked(exc)
+    if blocked is not None:
+        return str(blocked)
+    if isinstance(exc, S3Error):
+        code = exc.code if exc.code and _TOKEN.fullmatch(exc.code) else "an unknown error"
+        return f"S3 {code} (HTTP {exc.response.status})"
+    if isinstance(exc, InvalidResponseError):
+        return f"not an S3 answer (HTTP {getattr(exc, '_code', '?')})"
+    if isinstance(exc, ServerError):
+        return f"S3 server error (HTTP {exc.status_code})"
+    if isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason is not None:
+        return describe_error(exc.reason)
+    if isinstance(exc, urllib3.exceptions.HTTPError | OSError | ValueError):
+        return _one_line(exc)  # a connection's failure (refused, timed out, TLS) or a bad setting: our words
+    return type(exc).__name__
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +103,7 @@ class S3Target:
     path_style: bool
     access_key: str
     secret_key: str
+    allowed: tuple[IPNetwork, ...] = ()  # the pool's worker.allowedCidrs: the only non-global addresses allowed
 
     def job_prefix(self, job_id: str) -> str:
         return f"{self.prefix}{job_id}/"
@@ -63,7 +113,8 @@ class S3Target:
         return f"s3://{self.bucket}/{self.job_prefix(job_id) if job_id else self.prefix} at {where}"
 
 
-def target_from_spec(spec: S3Spec, access_key: str, secret_key: str) -> S3Target:
+def target_from_spec(spec: S3Spec, access_key: str, secret_key: str, *, allowed: Sequence[IPNetwork] = ()) -> S3Target:
+    """The target a job's spec names, with its pool's address rule."""
     return S3Target(
         bucket=spec.bucket,
         prefix=spec.prefix,
@@ -72,18 +123,20 @@ def target_from_spec(spec: S3Spec, access_key: str, secret_key: str) -> S3Target
         path_style=spec.path_style,
         access_key=access_key,
         secret_key=secret_key,
+        allowed=tuple(allowed),
     )
 
 
-def client(target: S3Target, *, timeout: float = 30.0) -> Minio:
+def client(target: S3Target, *, timeout: float = 30.0, retries: int = 2) -> Minio:
     if target.endpoint:
         url = urlsplit(target.endpoint)
         host, secure = url.netloc, url.scheme == "https"
     else:
         host, secure = "s3.amazonaws.com", True
-    http = checked_pool_manager(  # no connection to a link-local peer (cloud metadata), whatever the name says
+    http = checked_pool_manager(  # only where the pool's rule allows, whatever the name says; no redirect
+        target.allowed,
         timeout=urllib3.Timeout(connect=min(10.0, timeout), read=timeout),
-        retries=urllib3.Retry(total=2, backoff_factor=0.2, status_forcelist=[500, 502, 503, 504]),
+        retries=urllib3.Retry(total=retries, backoff_factor=0.2, status_forcelist=[500, 502, 503, 504]),
         maxsize=8,
     )
     mc = Minio(
@@ -120,9 +173,14 @@ def _exists(mc: Minio, bucket: str, name: str) -> bool:
     return True
 
 
+# Job acceptance: one request, no retry, its connect and read timeouts and the name's resolution
+# (trawl.egress.names) together under the operator's 30 s check, so a check it gave up on leaves no thread.
+CHECK_REQUEST_SECONDS = 8.0
+
+
 def check_bucket(target: S3Target) -> None:
     """Raise when the bucket cannot be reached or does not exist (job acceptance)."""
-    mc = client(target, timeout=15.0)
+    mc = client(target, timeout=CHECK_REQUEST_SECONDS, retries=0)
     if not mc.bucket_exists(target.bucket):
         raise SinkError(f"bucket {target.bucket} does not exist")
 
@@ -145,7 +203,7 @@ class S3Sink:
                 by_object.setdefault(obj.decode() if isinstance(obj, bytes) else str(obj), []).append(rec)
         stored: set[str] = set()
         for name, recs in by_object.items():
-            if await asyncio.to_thread(_exists, self._client, self.target.bucket, name):
+            if await run(_exists, self._client, self.target.bucket, name):
                 stored.update(r.key for r in recs)
                 await self._dedupe.mark(job_id, recs)
                 await self.redis.hdel(pending, *[r.key for r in recs])  # type: ignore[misc]
@@ -165,7 +223,7 @@ class S3Sink:
                 pipe.expire(pending, DEDUPE_TTL_SECONDS)
                 await pipe.execute()
             body = gzip.compress("".join(dumps(r.data) + "\n" for r in fresh).encode(), compresslevel=6, mtime=0)
-            await asyncio.to_thread(
+            await run(
                 self._client.put_object,
                 self.target.bucket,
                 name,
@@ -178,7 +236,7 @@ class S3Sink:
             await self.redis.hdel(pending, *[r.key for r in fresh])  # type: ignore[misc]
             return len(fresh)
         except (MinioException, urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
-            raise SinkError(f"s3 write to {self.target.describe(job_id)} failed: {_one_line(exc)}") from exc
+            raise SinkError(f"s3 write to {self.target.describe(job_id)} failed: {describe_error(exc)}") from exc
 
     async def close(self) -> None:
         self._client._http.clear()

@@ -38,7 +38,8 @@ class WorkerConfig:
     heartbeat_seconds: float = 5.0
     metrics_port: int | None = None
     metrics_address: str = "0.0.0.0"  # every interface of the pod; the local supervisor uses loopback
-    allowed_cidrs: list[str] = field(default_factory=list)
+    allowed_cidrs: list[str] = field(default_factory=list)  # the only non-global addresses fetched or written to
+    postgres_cleartext_password: bool = False  # PostgreSQL sinks may answer a cleartext password request
     max_rate_wait: float = 10.0  # wait longer than this for a domain and the task is given back with a delay
     sink_capacity: int = 0  # tasks waiting for their results to be stored before claiming stops; 0: 4x concurrency
     idle_poll_max: float = 0.25  # longest pause between claims while the queue is empty

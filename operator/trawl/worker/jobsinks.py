@@ -4,7 +4,8 @@ One sink per target (a JSON Lines directory, a webhook URL and key, a PostgreSQL
 bucket, the pool's Redis stream), shared by every job that writes there (the finisher keeps one lane per
 sink); all are closed when the worker stops. Secrets are read each time a job is set up
 (:mod:`.jobcache`): a missing key fails that job's task before anything is fetched. The PostgreSQL and
-S3 clients are imported only by workers whose jobs use them.
+S3 clients are imported only by workers whose jobs use them. Every sink connects under the pool's one
+address rule (``allowed``: its ``worker.allowedCidrs``), as the fetcher does.
 """
 
 from __future__ import annotations
@@ -26,10 +27,19 @@ from .jobsettings import WorkerJobSpec
 
 
 class JobSinks:
-    def __init__(self, redis: Redis, keys: Any, allowed: Sequence[IPNetwork], json_lines_dir: str | None) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        keys: Any,
+        allowed: Sequence[IPNetwork],
+        json_lines_dir: str | None,
+        *,
+        postgres_cleartext: bool = False,
+    ) -> None:
         self.redis = redis
         self.keys = keys
         self.allowed = tuple(allowed)
+        self.postgres_cleartext = postgres_cleartext  # the pool's worker.allowCleartextPostgresPassword
         self.json_lines_dir = json_lines_dir  # overrides the job's directory (tests, local runs)
         self._sinks: dict[tuple[Any, ...], Sink] = {}
 
@@ -63,7 +73,9 @@ class JobSinks:
             password = read_secret(ref.name, ref.key).decode() if ref is not None else None
             from trawl.sinks.postgres import PostgresSink, target_from_spec  # psycopg: only for workers that use it
 
-            target = target_from_spec(out.postgres, password)
+            target = target_from_spec(
+                out.postgres, password, allowed=self.allowed, cleartext_password=self.postgres_cleartext
+            )
             ident = ("postgres", target)
             if ident not in self._sinks:
                 self._sinks[ident] = PostgresSink(target)
@@ -76,6 +88,7 @@ class JobSinks:
                 s3,
                 read_secret(access_ref.name, access_ref.key).decode().strip(),
                 read_secret(secret_ref.name, secret_ref.key).decode().strip(),
+                allowed=self.allowed,
             )
             ident = ("s3", s3_target)
             if ident not in self._sinks:

@@ -31,15 +31,58 @@ def sentinel_from_env(sentinels: str | None = None, master: str | None = None) -
     return SentinelTarget.parse(sentinels, master, os.environ.get("TRAWL_REDIS_SENTINEL_PASSWORD") or None)
 
 
-def redis_from_env(url: str, *, cluster: bool | None = None, sentinel: SentinelTarget | None = None) -> Redis:
+# A worker's Redis timeout, in seconds, between these bounds (see redis_timeout).
+REDIS_TIMEOUT_MIN = 2.0
+REDIS_TIMEOUT_MAX = 7.5
+
+
+def heartbeat_seconds(lease_seconds: float) -> float:
+    """How often a worker renews its leases: four times a lease, at most every 5 s."""
+    return max(0.5, min(5.0, lease_seconds / 4))
+
+
+def redis_timeout(lease_seconds: float) -> float:
+    """How long a worker's command waits for Redis to answer (and to connect) before it fails with a
+    timeout, which the queue retries like a lost connection (a new connection; 6 attempts in all).
+
+    A quarter of the lease, between 2 and 7.5 s (7.5 s at the default 30 s lease):
+
+    - above Redis's own ``busy-reply-threshold`` (5 s): a Redis running a long script answers every other
+      command with BUSY by then, so a healthy Redis always answers within it and no command times out
+      for being slow rather than unanswered;
+    - a quarter of the lease (for leases of 8 s and more): a heartbeat stuck on a dead connection fails and
+      is retried on a new one well before the worker's leases run out;
+    - six attempts and their backoff (about 47 s at 7.5 s) end before the worker's liveness bound (twelve
+      heartbeats: 60 s at the default lease; true for any lease of 5 s or more), so a Redis that stops
+      answering makes heartbeats fail, logged, instead of making the kubelet restart workers that a restart
+      cannot cure;
+    - at least 2 s: the short leases of tests, on a loaded machine, see no timeout of a Redis that answers.
+    """
+    return min(REDIS_TIMEOUT_MAX, max(REDIS_TIMEOUT_MIN, lease_seconds / 4))
+
+
+def redis_from_env(
+    url: str,
+    *,
+    cluster: bool | None = None,
+    sentinel: SentinelTarget | None = None,
+    timeout: float = REDIS_TIMEOUT_MAX,
+) -> Redis:
     """A client for ``url`` plus TRAWL_REDIS_PASSWORD / TRAWL_REDIS_TLS* / TRAWL_REDIS_CLUSTER /
     TRAWL_REDIS_SENTINEL* as the operator sets them (``cluster`` or ``sentinel`` given explicitly win
-    over the environment; with a Sentinel the URL is unused)."""
+    over the environment; with a Sentinel the URL is unused). ``timeout`` bounds every connect and every
+    wait for a reply (:func:`redis_timeout`): without it, a Redis that stops answering (stopped, or a
+    connection black-holed) held every command, heartbeats and claims too, for as long as it lasted."""
     if cluster is None:
         cluster = os.environ.get("TRAWL_REDIS_CLUSTER") == "true"
     if sentinel is None and not cluster:
         sentinel = sentinel_from_env()
-    kwargs: dict[str, Any] = {"health_check_interval": 30, "socket_keepalive": True}
+    kwargs: dict[str, Any] = {
+        "health_check_interval": 30,
+        "socket_keepalive": True,
+        "socket_timeout": timeout,
+        "socket_connect_timeout": timeout,
+    }
     return connect(
         url,
         cluster=cluster,
@@ -58,7 +101,12 @@ async def _run(config: WorkerConfig, lease_seconds: float) -> int:
     from trawl.queue.sharded import make_queue
 
     sentinel = sentinel_from_env(config.redis_sentinels, config.redis_sentinel_master)
-    redis = redis_from_env(config.redis_url, cluster=config.redis_cluster or None, sentinel=sentinel)
+    redis = redis_from_env(
+        config.redis_url,
+        cluster=config.redis_cluster or None,
+        sentinel=sentinel,
+        timeout=redis_timeout(lease_seconds),
+    )
     try:
         queue = make_queue(redis, config.prefix, config.redis_shards, lease_seconds=lease_seconds)
         worker = Worker(config, queue, redis, Keys(config.prefix))
@@ -87,6 +135,7 @@ def main(
     metrics_port: int = 0,
     metrics_address: str = "0.0.0.0",
     allowed_cidrs: str = "",
+    postgres_cleartext_password: bool = False,
     worker_id: str = "",
     lease_seconds: float = 30.0,
     log_level: str = "INFO",
@@ -119,10 +168,11 @@ def main(
         claim_batch=parse_setting(claim_batch),
         lease_seconds=lease_seconds,
         drain_seconds=drain_seconds,
-        heartbeat_seconds=max(0.5, min(5.0, lease_seconds / 4)),
+        heartbeat_seconds=heartbeat_seconds(lease_seconds),
         metrics_port=metrics_port or None,
         metrics_address=metrics_address,
         allowed_cidrs=[c.strip() for c in allowed_cidrs.split(",") if c.strip()],
+        postgres_cleartext_password=postgres_cleartext_password,
         parse_processes=parse_processes,
         parse_seconds=parse_seconds,
         max_tasks=max_tasks,

@@ -99,7 +99,9 @@ class Worker:
                 config.parse_seconds, config.parse_max_bytes, config.parse_max_tags, config.parse_inline_max_tags
             ),
         )
-        self.sinks = JobSinks(redis, keys, self.allowed, config.json_lines_dir)
+        self.sinks = JobSinks(
+            redis, keys, self.allowed, config.json_lines_dir, postgres_cleartext=config.postgres_cleartext_password
+        )
         self.jobs = JobCache(queue, self.sinks.for_spec)
         self._inflight: dict[asyncio.Task[None], Task] = {}
         self._buffer: deque[Task] = deque()  # claimed, waiting for a slot (see trawl.queue.claimsize)

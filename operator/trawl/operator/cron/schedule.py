@@ -1,7 +1,8 @@
 """CronScrapeJob scheduling decisions, following the CronJob controller's contract (pure, no I/O).
 
 - The most recent unmet schedule time after ``lastScheduleTime`` (or creation) is the candidate;
-  older missed ones are skipped, as CronJob does after an outage.
+  older missed ones are skipped, as CronJob does after an outage (at most 100 are counted: they are
+  found walking back from now, so a CronScrapeJob created years ago decides as fast as a new one).
 - ``startingDeadlineSeconds`` bounds how late a start may be; a later one is missed.
 - Forbid skips while a job is active (the run happens once the active job ends, if still within
   the deadline); Replace deletes the active jobs first; Allow just starts another.
@@ -16,6 +17,8 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from croniter import croniter
+
+from trawl.api.cronscrapejob import croniter_schedule
 
 MAX_MISSED_TO_COUNT = 100
 
@@ -32,23 +35,29 @@ class CronDecision:
 def schedule_times(
     schedule: str, time_zone: str | None, after: datetime, until: datetime, limit: int
 ) -> list[datetime]:
-    """Schedule times t with after < t <= until, at most ``limit`` of the latest (UTC)."""
+    """Schedule times t with after < t <= until, at most ``limit`` of the latest (UTC), oldest first.
+
+    Walked back from ``until``, at most ``limit`` steps: the cost is bounded by the limit, never by how far
+    back ``after`` lies (``* * * * *`` created years ago would otherwise be millions of steps on the
+    operator's event loop, at every pass)."""
+    if until <= after or limit <= 0:
+        return []
     tz = ZoneInfo(time_zone or "UTC")
-    it = croniter(schedule, after.astimezone(tz))
+    # get_prev returns times strictly before its start: a microsecond after ``until`` includes it.
+    it = croniter(croniter_schedule(schedule), (until + timedelta(microseconds=1)).astimezone(tz))
     times: list[datetime] = []
-    while True:
-        t = it.get_next(datetime)
-        if t > until:
+    while len(times) < limit:
+        t = it.get_prev(datetime).astimezone(UTC)
+        if t <= after:
             break
-        times.append(t.astimezone(UTC))
-        if len(times) > limit:
-            times.pop(0)
+        times.append(t)
+    times.reverse()
     return times
 
 
 def next_time(schedule: str, time_zone: str | None, after: datetime) -> datetime:
     tz = ZoneInfo(time_zone or "UTC")
-    t: datetime = croniter(schedule, after.astimezone(tz)).get_next(datetime)
+    t: datetime = croniter(croniter_schedule(schedule), after.astimezone(tz)).get_next(datetime)
     return t.astimezone(UTC)
 
 

@@ -5,13 +5,16 @@ is read back from the status this module wrote):
 
 - **webhook**: one POST of a CloudEvents 1.0 structured JSON event (``dev.trawl.scrapejob.finished``)
   with the job's name, phase, counts and result location, HMAC-SHA256-signed like the webhook sink
-  (``X-Trawl-Signature``), the key read from the Secret the hook names. The event id is stable (the
-  job's UID), so a receiver can drop a repeated delivery. Retried with backoff for a bounded number
-  of attempts; a refused address (SSRF guard, the pool's ``worker.allowedCidrs``) is not retried.
-- **jobTemplate**: a ``batch/v1`` Job created from the template, owned by the ScrapeJob, with the
-  job's name, result location and counts in every container's environment (``TRAWL_*``). Its
-  progress is followed until it succeeds or fails. A template the API server rejects is Failed with
-  the API server's message.
+  (``X-Trawl-Signature``), the key read from the Secret the hook names (one the pool mounts and
+  declares for it, checked at acceptance). The event id is stable (the job's UID), so a receiver can
+  drop a repeated delivery. Retried with backoff for a bounded number of attempts; a refused address
+  (the one address rule, the pool's ``worker.allowedCidrs``) and a redirect are final, never followed
+  (:func:`trawl.sinks.webhook.post_once`, shared with the webhook sink).
+- **job**: a ``batch/v1`` Job from the template the job names among its pool's ``onCompleteJobs``,
+  followed until it succeeds or fails (trawl.operator.job.hookjob: what a job author may and may not
+  decide about it).
+
+A hook that ends Failed posts one Warning Event with its reason (``hook_events``).
 
 The decisions (what to do next, given the previous outcome and the clock) are pure functions; the
 I/O (POST, create, read) is thin.
@@ -19,8 +22,6 @@ I/O (POST, create, read) is thin.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
@@ -31,10 +32,15 @@ import aiohttp
 from trawl.api.common import SecretKeyRef, format_time
 from trawl.api.naming import API_VERSION
 from trawl.api.scrapejob import OnCompleteSpec
-from trawl.egress.addresses import IPNetwork, ip_literal_block_reason
-from trawl.egress.resolver import SafeResolver, find_blocked
-from trawl.operator import kube
-from trawl.operator.secrets import SecretNotFound, no_secrets
+from trawl.api.scrapepool import ScrapePoolSpec
+from trawl.egress.addresses import IPNetwork
+from trawl.egress.resolver import SafeResolver
+from trawl.operator.events import Transition
+from trawl.operator.secrets import SecretNotFound, no_secrets, unreadable
+from trawl.sinks.base import sign
+from trawl.sinks.webhook import Delivery, post_once
+
+from .hookjob import run_job_hook
 
 MAX_ATTEMPTS = 5
 JOB_POLL_SECONDS = 10.0
@@ -50,7 +56,7 @@ def settled(on_complete: Mapping[str, Any] | None, spec: Mapping[str, Any]) -> b
     state = on_complete or {}
     return all(
         (state.get(key) or {}).get("state") in DONE
-        for key, asked in (("webhook", hooks.get("webhook")), ("job", hooks.get("jobTemplate")))
+        for key, asked in (("webhook", hooks.get("webhook")), ("job", hooks.get("job") or hooks.get("jobTemplate")))
         if asked
     )
 
@@ -90,81 +96,16 @@ def event(namespace: str, name: str, uid: str, status: Mapping[str, Any], now: d
     }
 
 
-def job_env(namespace: str, name: str, uid: str, status: Mapping[str, Any]) -> list[dict[str, str]]:
-    counts = status.get("counts") or {}
-    results = status.get("results") or {}
-    values = {
-        "TRAWL_JOB_NAME": name,
-        "TRAWL_JOB_NAMESPACE": namespace,
-        "TRAWL_JOB_UID": uid,
-        "TRAWL_JOB_PHASE": str(status.get("phase") or ""),
-        "TRAWL_RESULTS_SINK": str(results.get("sink") or ""),
-        "TRAWL_RESULTS_LOCATION": str(results.get("location") or ""),
-        "TRAWL_RESULTS_MANIFEST": str(results.get("manifest") or ""),
-        "TRAWL_RESULTS_COUNT": str(results.get("count") or 0),
-        "TRAWL_COUNT_TOTAL": str(counts.get("total") or 0),
-        "TRAWL_COUNT_SUCCEEDED": str(counts.get("succeeded") or 0),
-        "TRAWL_COUNT_DEAD_LETTERED": str(counts.get("deadLettered") or 0),
-    }
-    return [{"name": k, "value": v} for k, v in values.items()]
-
-
-def job_name(name: str) -> str:
-    suffix = "-on-complete"
-    return name[: 63 - len(suffix)].rstrip("-.") + suffix
-
-
-def render_job(
-    template: Mapping[str, Any], namespace: str, name: str, uid: str, status: Mapping[str, Any]
-) -> dict[str, Any]:
-    """The batch/v1 Job: the template's metadata and spec, owned by the ScrapeJob, TRAWL_* env added."""
-    meta = dict(template.get("metadata") or {})
-    spec = json.loads(json.dumps(template.get("spec") or {}))  # a deep copy we may change
-    env = job_env(namespace, name, uid, status)
-    pod = (spec.get("template") or {}).get("spec") or {}
-    for container in [*(pod.get("containers") or []), *(pod.get("initContainers") or [])]:
-        own = [e for e in container.get("env") or [] if e.get("name") not in {x["name"] for x in env}]
-        container["env"] = own + env
-    labels = {**(meta.get("labels") or {}), "trawl.dev/scrapejob": name[:63]}
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": job_name(name),
-            "namespace": namespace,
-            "labels": labels,
-            "annotations": meta.get("annotations") or {},
-            "ownerReferences": [{"apiVersion": API_VERSION, "kind": "ScrapeJob", "name": name, "uid": uid}],
-        },
-        "spec": spec,
-    }
-
-
 async def post_event(
     url: str, body: bytes, secret: bytes | None, allowed: Sequence[IPNetwork], seconds: float = 15.0
-) -> tuple[bool, bool, str]:
-    """POST the event. Returns (delivered, retry, message)."""
-    blocked = ip_literal_block_reason(url, allowed)
-    if blocked is not None:
-        return False, False, f"refused: {blocked}"
+) -> Delivery:
+    """POST the event once, as the webhook sink POSTs a batch (address rule, no redirect)."""
     headers = {"Content-Type": "application/cloudevents+json; charset=utf-8", "User-Agent": "trawl-operator"}
     if secret is not None:
-        headers["X-Trawl-Signature"] = "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
+        headers["X-Trawl-Signature"] = sign(secret, body)
     connector = aiohttp.TCPConnector(resolver=SafeResolver(tuple(allowed)), limit=2)
-    try:
-        async with (
-            aiohttp.ClientSession(connector=connector, trust_env=False) as session,
-            session.post(url, data=body, headers=headers, timeout=aiohttp.ClientTimeout(total=seconds)) as resp,
-        ):
-            if 200 <= resp.status < 300:
-                return True, False, f"HTTP {resp.status}"
-            retry = resp.status >= 500 or resp.status in (408, 429)
-            return False, retry, f"HTTP {resp.status}"
-    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-        found = find_blocked(exc)
-        if found is not None:
-            return False, False, f"refused: {found}"
-        return False, True, f"{type(exc).__name__}: {exc}"
+    async with aiohttp.ClientSession(connector=connector, trust_env=False) as session:
+        return await post_once(session, url, body, headers, allowed=allowed, seconds=seconds)
 
 
 async def run_hooks(
@@ -173,6 +114,8 @@ async def run_hooks(
     name: str,
     uid: str,
     spec: OnCompleteSpec,
+    pool: ScrapePoolSpec,
+    pool_name: str,
     status: Mapping[str, Any],
     prev: Mapping[str, Any] | None,
     allowed: Sequence[IPNetwork],
@@ -185,9 +128,35 @@ async def run_hooks(
         out["webhook"] = await _webhook(
             namespace, name, uid, spec, status, out.get("webhook") or {}, allowed, now, read_secret
         )
-    if spec.job_template is not None and due(out.get("job"), now):
-        out["job"] = await _job(namespace, name, uid, spec.job_template, status, out.get("job") or {}, now)
+    if (spec.job is not None or spec.job_template is not None) and due(out.get("job"), now):
+        out["job"] = await run_job_hook(
+            namespace=namespace,
+            name=name,
+            uid=uid,
+            spec=spec,
+            pool=pool,
+            pool_name=pool_name,
+            status=status,
+            prev=out.get("job") or {},
+            now=now,
+        )
     return out
+
+
+# The reason of a failed hook's Event when its outcome names none (a webhook's deliveries ran out).
+DEFAULT_FAILED_REASON = "OnCompleteFailed"
+
+
+def hook_events(prev: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> list[Transition]:
+    """One Warning Event per hook that has just ended Failed (none while it stays Failed): its reason, or
+    OnCompleteFailed, and its message after the field it concerns (the status keeps the message)."""
+    events = []
+    for key in ("webhook", "job"):
+        before, after = (prev or {}).get(key) or {}, (new or {}).get(key) or {}
+        if after.get("state") == "Failed" and before.get("state") != "Failed":
+            reason = str(after.get("reason") or DEFAULT_FAILED_REASON)
+            events.append(Transition("Warning", reason, f"onComplete.{key}: {after.get('message') or reason}"))
+    return events
 
 
 async def _webhook(
@@ -208,54 +177,13 @@ async def _webhook(
     if spec.webhook.secret_ref is not None:
         try:
             secret = (await read_secret(namespace, spec.webhook.secret_ref)).encode()
-        except SecretNotFound as exc:  # the helper's message names the Secret
+        except SecretNotFound:
             retry = attempts < MAX_ATTEMPTS
-            return base | {"state": "Pending" if retry else "Failed", "message": f"onComplete.webhook.secretRef: {exc}"}
+            message = f"onComplete.webhook.secretRef: {unreadable(spec.webhook.secret_ref)}"
+            return base | {"state": "Pending" if retry else "Failed", "message": message}
     body = json.dumps(event(namespace, name, uid, status, now), separators=(",", ":"), default=str).encode()
-    delivered, retry, message = await post_event(spec.webhook.url, body, secret, allowed)
-    if delivered:
-        return base | {"state": "Succeeded", "message": f"delivered ({message})"}
-    final = not retry or attempts >= MAX_ATTEMPTS
-    return base | {"state": "Failed" if final else "Pending", "message": message[:1024]}
-
-
-async def _job(
-    namespace: str,
-    name: str,
-    uid: str,
-    template: Mapping[str, Any],
-    status: Mapping[str, Any],
-    prev: Mapping[str, Any],
-    now: datetime,
-) -> dict[str, Any]:
-    jname = job_name(name)
-    attempts = int(prev.get("attempts") or 0)
-    base: dict[str, Any] = {"name": jname, "lastTry": format_time(now), "attempts": attempts}
-    if prev.get("state") == "Running":
-        try:
-            obj = await kube.call(kube.batch().read_namespaced_job, jname, namespace)
-        except Exception as exc:
-            if kube.is_status(exc, 404):
-                return base | {"state": "Failed", "message": f"Job {jname} was deleted before it finished"}
-            return base | {"state": "Running", "message": f"cannot read Job {jname}: {exc}"[:1024]}
-        st = obj.status
-        for cond in (st.conditions if st is not None else None) or []:
-            if cond.status == "True" and cond.type in ("Complete", "Failed"):
-                state = "Succeeded" if cond.type == "Complete" else "Failed"
-                return base | {"state": state, "message": f"Job {jname}: {cond.type} {cond.reason or ''}".strip()}
-        return base | {"state": "Running", "message": f"Job {jname} is running"}
-    attempts += 1
-    base["attempts"] = attempts
-    body = render_job(template, namespace, name, uid, status)
-    try:
-        await kube.call(kube.batch().create_namespaced_job, namespace, body)
-    except Exception as exc:
-        if kube.is_status(exc, 409):
-            return base | {"state": "Running", "message": f"Job {jname} exists"}
-        permanent = kube.is_status(exc, 422) or kube.is_status(exc, 400) or attempts >= MAX_ATTEMPTS
-        message = getattr(exc, "body", None) or str(exc)
-        return base | {
-            "state": "Failed" if permanent else "Pending",
-            "message": f"creating Job {jname}: {message}"[:1024],
-        }
-    return base | {"state": "Running", "message": f"Job {jname} created"}
+    outcome = await post_event(spec.webhook.url, body, secret, allowed)
+    if outcome.delivered:
+        return base | {"state": "Succeeded", "message": outcome.message}
+    final = not outcome.retry or attempts >= MAX_ATTEMPTS
+    return base | {"state": "Failed" if final else "Pending", "message": outcome.message[:1024]}

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import islice
 from typing import Any
 
 from pydantic import ValidationError
@@ -22,7 +23,14 @@ from trawl.api.policies import PERMANENT_CLASSES
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.egress.addresses import parse_networks
-from trawl.jobspec.admission import browser_missing, spec_problem, unmounted_directory, unmounted_secrets
+from trawl.jobspec.admission import (
+    browser_missing,
+    limit_exceeded,
+    spec_problem,
+    undeclared_secret_keys,
+    unmounted_directory,
+    unmounted_secrets,
+)
 from trawl.operator import kube
 from trawl.operator.conditions import ConditionType, get_condition
 from trawl.operator.connections import RedisConnections, pool_queue
@@ -36,7 +44,7 @@ from trawl.queue.notes import JobNotes, Skipped, Throttled
 from trawl.redisconn.memory import out_of_memory
 from trawl.redisconn.settings import RedisConfigError, RedisUnreachable
 
-from .oncomplete import run_hooks
+from .oncomplete import hook_events, run_hooks
 from .results import results_location, results_written
 from .sinkcheck import SecretReader, finish_sink, sink_problem
 from .status import TERMINAL, JobFacts, derive_job_status
@@ -44,7 +52,9 @@ from .status import TERMINAL, JobFacts, derive_job_status
 log = logging.getLogger(__name__)
 
 
-class SinkNotReady(Exception):
+class NotAccepted(Exception):
+    """Why the job cannot be registered (its sink, its pool's limits): the pass says so, Stalled."""
+
     def __init__(self, problem: Problem) -> None:
         super().__init__(problem.message)
         self.problem = problem
@@ -102,26 +112,42 @@ def data_lost_message(prev: Mapping[str, Any], *, running: bool) -> str:
     return f"the pool's Redis lost this finished job's data ({known}): {gone}; the status keeps what was known"
 
 
+# Seed batches one pass enqueues at most (of the queue's enqueue_batch, 2000): a million-URL range takes
+# about ten passes, and a pass never holds the event loop or the job's lock for long.
+SEED_BATCHES_PER_PASS = 50
+
+
 async def _enqueue_seeds(queue: Queue, uid: str, spec: ScrapeJobSpec) -> int:
-    seeds = spec.seed_urls()
-    if spec.crawl is not None:
-        seeds = seeds[: spec.crawl.max_pages]
-    # One call from index 0 (the queue batches it): idempotent per seed index, and a sharded queue places
-    # the whole list so that each shard's part is the same at every pass.
-    await queue.enqueue(uid, seeds, start_index=0)
-    await queue.mark_enqueue_done(uid)
-    return len(seeds)
+    """Enqueue the next part of the job's seed stream, from where the queue's cursor says: at most
+    SEED_BATCHES_PER_PASS batches, each built from the spec when it is sent (a range is never expanded
+    into a list), each idempotent per position, so a pass after a crash or a restart adds only what is
+    missing. Marks the enqueue done once the stream is all in. Returns the positions enqueued so far."""
+    end = spec.seed_count()
+    position = await queue.seeds_enqueued(uid)
+    stream = spec.seeds(position)
+    for _ in range(SEED_BATCHES_PER_PASS):
+        batch = list(islice(stream, queue.enqueue_batch))
+        if not batch:
+            break
+        await queue.enqueue_seeds(uid, position, batch)
+        position += len(batch)
+    if position >= end:
+        await queue.mark_enqueue_done(uid)
+    return min(position, end)
 
 
-def _admit(uid: str, spec: ScrapeJobSpec, pool: ScrapePoolSpec) -> JobConfig | Problem:
+def admit(uid: str, spec: ScrapeJobSpec, pool: ScrapePoolSpec) -> JobConfig | Problem:
     """The job's configuration on its pool, or why the pool cannot run it (no I/O)."""
     unmounted = unmounted_secrets(spec, pool)
     if unmounted:
         return Problem(
             "SecretNotMounted",
-            f"the job's output names Secret {unmounted[0]!r}, which ScrapePool {spec.pool!r} does not "
+            f"the job names Secret {unmounted[0]!r}, which ScrapePool {spec.pool!r} does not "
             f"mount into its workers: add it to the pool's spec.worker.secrets",
         )
+    undeclared = undeclared_secret_keys(spec, pool)
+    if undeclared:
+        return Problem("SecretKeyNotAllowed", undeclared[0])
     unmounted_dir = unmounted_directory(spec, pool)
     if unmounted_dir is not None:
         return Problem("DirectoryNotMounted", unmounted_dir)
@@ -167,7 +193,7 @@ async def reconcile_job(
     pool = pool_from_index(pool_index, namespace, spec.pool)
     if isinstance(pool, Problem):
         return stalled(pool)
-    config = _admit(uid, spec, pool.spec)
+    config = admit(uid, spec, pool.spec)
     if isinstance(config, Problem):
         return stalled(config)
     try:
@@ -179,7 +205,7 @@ async def reconcile_job(
     job = _Pass(queue, spec, pool.spec, namespace, name, uid, generation, prev, now, secret_reader(secrets or {}))
     try:
         return await _reconcile_with_queue(job, config, annotations)
-    except SinkNotReady as exc:
+    except NotAccepted as exc:
         return stalled(exc.problem)
     except OutOfMemoryError:  # Redis answers, but is full: every pass writes (the epoch), so each one says so
         return stalled(Problem(*await out_of_memory(redis)))
@@ -229,7 +255,7 @@ async def _reconcile_with_queue(job: _Pass, config: JobConfig, annotations: Mapp
     new_status, events = derive_job_status(facts, prev, job.now)
     if not dead_letters and stats.dead and "deadLetters" in prev:
         new_status["deadLetters"] = prev["deadLetters"]
-    await _after_the_job(job, new_status)
+    events += await _after_the_job(job, new_status)
     return JobOutcome(new_status, events, _ttl_expired(job.spec, new_status, job.now))
 
 
@@ -245,13 +271,26 @@ def _finished_record(job: _Pass, epoch: str, data_lost: str | None) -> JobOutcom
 
 
 async def _register(job: _Pass, config: JobConfig, stats: JobStats) -> tuple[JobStats, int]:
-    """Register the job and enqueue its seeds (again: both are idempotent); (its counters now, seeds)."""
+    """Register the job and enqueue its seeds (again: both are idempotent); (its counters now, seeds).
+
+    Until its seeds are all in, a job is held to its pool's jobLimits: one above them is refused (Stalled,
+    LimitExceeded) before anything of it is enqueued. A job whose seeds are in runs on as accepted, even if
+    the pool's limits are lowered later."""
     queue, uid, spec = job.queue, job.uid, job.spec
+    exceeded = limit_exceeded(spec, job.pool)
+    if exceeded is not None:
+        raise NotAccepted(Problem("LimitExceeded", exceeded))
     if not stats.exists:
         # Accepting the job: its sink must be able to take the records before anything is fetched.
-        problem = await sink_problem(job.namespace, spec, job.read_secret)
+        problem = await sink_problem(
+            job.namespace,
+            spec,
+            job.read_secret,
+            allowed=parse_networks(job.pool.worker.allowed_cidrs),
+            cleartext_password=job.pool.worker.allow_cleartext_postgres_password,
+        )
         if problem is not None:
-            raise SinkNotReady(problem)
+            raise NotAccepted(problem)
     await queue.register_job(config)
     if spec.suspend and not stats.suspended:
         # Before the first seed: a job created suspended must never enter the claim ring.
@@ -317,8 +356,9 @@ async def _read_notes(job: _Pass, stats: JobStats) -> _Notes:
     return _Notes(skipped, skipped_sample, throttled, problem, results)
 
 
-async def _after_the_job(job: _Pass, new_status: dict[str, Any]) -> None:
-    """Once the job is terminal: its data's retention, the sink's finish (an S3 manifest), onComplete."""
+async def _after_the_job(job: _Pass, new_status: dict[str, Any]) -> list[Transition]:
+    """Once the job is terminal: its data's retention, the sink's finish (an S3 manifest), onComplete (with
+    an Event for each hook that has just failed)."""
     queue, uid, spec, prev = job.queue, job.uid, job.spec, job.prev
     terminal = new_status["phase"] in TERMINAL
     if terminal and prev.get("phase") not in TERMINAL:
@@ -335,7 +375,15 @@ async def _after_the_job(job: _Pass, new_status: dict[str, Any]) -> None:
         new_status["results"].update(
             {"manifest": done}
             if done
-            else await finish_sink(job.namespace, job.name, uid, spec, new_status, job.read_secret)
+            else await finish_sink(
+                job.namespace,
+                job.name,
+                uid,
+                spec,
+                new_status,
+                job.read_secret,
+                allowed=parse_networks(job.pool.worker.allowed_cidrs),
+            )
         )
     if terminal and spec.on_complete is not None:
         new_status["onComplete"] = await run_hooks(
@@ -343,14 +391,18 @@ async def _after_the_job(job: _Pass, new_status: dict[str, Any]) -> None:
             name=job.name,
             uid=uid,
             spec=spec.on_complete,
+            pool=job.pool,
+            pool_name=spec.pool,
             status=new_status,
             prev=prev.get("onComplete"),
-            allowed=parse_networks(job.pool.worker.allowed_cidrs or []),
+            allowed=parse_networks(job.pool.worker.allowed_cidrs),
             now=job.now,
             read_secret=job.read_secret,
         )
-    elif "onComplete" in prev:
+        return hook_events(prev.get("onComplete"), new_status["onComplete"])
+    if "onComplete" in prev:
         new_status["onComplete"] = prev["onComplete"]
+    return []
 
 
 def _ttl_expired(spec: ScrapeJobSpec, status: Mapping[str, Any], now: datetime) -> bool:

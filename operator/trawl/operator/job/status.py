@@ -142,6 +142,8 @@ def _counts(stats: JobStats, skipped_acks: int) -> dict[str, int]:
     }
     if skipped:
         counts["skipped"] = skipped
+    if stats.dead_dropped:
+        counts["deadLettersDropped"] = stats.dead_dropped
     return counts
 
 

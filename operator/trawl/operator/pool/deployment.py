@@ -187,6 +187,8 @@ def _env(namespace: str, pool: str, spec: ScrapePoolSpec) -> list[dict[str, Any]
     ]
     if worker.allowed_cidrs:
         env.append({"name": "TRAWL_ALLOWED_CIDRS", "value": ",".join(worker.allowed_cidrs)})
+    if worker.allow_cleartext_postgres_password:
+        env.append({"name": "TRAWL_POSTGRES_CLEARTEXT_PASSWORD", "value": "true"})
     if worker.secrets:
         env.append({"name": SECRETS_DIR_ENV, "value": SECRETS_DIR})
     if worker.browser is not None:

@@ -147,7 +147,7 @@ async def pool_deleted(body: kopf.Body, retry: int, jobs_by_pool: kopf.Index[Any
             kopf.event(body, type="Warning", reason="DeletionBlocked", message=message)
         raise kopf.TemporaryError(message, delay=10)
     try:
-        await delete_deployment(meta.namespace or "", meta.name)
+        await delete_deployment(meta.namespace or "", meta.name, meta.uid)
     except Exception as exc:
         raise kopf.TemporaryError(f"cannot delete the worker Deployment: {kube.api_message(exc)}", delay=10) from None
     autoscalers.forget((meta.namespace or "", meta.name))

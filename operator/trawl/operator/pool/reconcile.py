@@ -18,11 +18,13 @@ from pydantic import ValidationError
 from redis.exceptions import OutOfMemoryError, RedisError
 
 from trawl.api.common import format_time, validation_message
+from trawl.api.naming import SECRET_SELECTOR
 from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.operator.connections import RedisConnections, pool_queue
 from trawl.operator.events import Transition
+from trawl.operator.podfloor import broken_rules, job_template_pod, operator_service_account, refusal
 from trawl.operator.problems import Problem
-from trawl.operator.secrets import redis_secrets_version, secret_data
+from trawl.operator.secrets import label_fix, redis_secrets_version, secret_data, unseen_redis_secrets
 from trawl.queue import Queue, QueueUnavailable
 from trawl.queue.model import PoolSignals
 from trawl.redisconn.memory import (
@@ -36,7 +38,14 @@ from trawl.redisconn.settings import RedisConfigError, RedisUnreachable
 
 from .scaling import Autoscalers, ScaleAdvice
 from .status import PoolOutcome, finish_pass, pass_status, pool_data_lost, signals_status
-from .workload import DeploymentRejected, ensure_deployment, mark_idle_pods, pod_startups, scale_deployment
+from .workload import (
+    DeploymentRejected,
+    WorkloadRefused,
+    ensure_deployment,
+    mark_idle_pods,
+    pod_startups,
+    scale_deployment,
+)
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +59,18 @@ CORDON_MIN_TTL_SECONDS = 15.0
 COST_PROPAGATION_SECONDS = 1.0
 
 
+def templates_problem(spec: ScrapePoolSpec, operator_sa: str) -> Problem | None:
+    """PodNotAllowed when one of the pool's onCompleteJobs templates breaks the operator's pod floor."""
+    for template in spec.on_complete_jobs or []:
+        rules = broken_rules(job_template_pod(template.template), operator_sa)
+        if rules:
+            return Problem("PodNotAllowed", refusal(f"spec.onCompleteJobs[{template.name}]", rules))
+    return None
+
+
 def missing_secrets(namespace: str, names: list[str], secrets: Mapping[Any, Any]) -> list[str]:
-    """Which of the Secrets the pool mounts into its workers do not exist (pods cannot start without them)."""
+    """Which of the Secrets the pool mounts into its workers the index does not hold: missing (pods cannot
+    start without them) or not labelled (the operator cannot tell which)."""
     return [name for name in dict.fromkeys(names) if secret_data(secrets, namespace, name) is None]
 
 
@@ -99,10 +118,15 @@ async def reconcile_pool(
     except ValidationError as exc:
         return finish_pass(new, prev, generation, now, [], problem=Problem("InvalidSpec", validation_message(exc)))
     pool = _Pass(namespace, name, generation, spec, prev, new, now, secrets if secrets is not None else {})
+    refused = templates_problem(spec, operator_service_account())
+    if refused is not None:
+        return pool.stalled(refused)
     try:
         current = await _apply_deployment(pool, uid)
     except DeploymentRejected as exc:
-        return pool.stalled(Problem("DeploymentRejected", f"the API server rejected the worker Deployment: {exc}"))
+        return pool.stalled(Problem(exc.reason, f"the API server rejected the worker Deployment: {exc}"))
+    except WorkloadRefused as exc:
+        return pool.stalled(Problem(exc.reason, str(exc)))
 
     try:
         redis = await connections.for_pool(namespace, name, spec, pool.secrets)
@@ -150,6 +174,10 @@ async def _apply_deployment(pool: _Pass, uid: str) -> int:
         initial_replicas=pool.spec.autoscaling.min_replicas,
         now=pool.now,
         redis_secrets_version=redis_secrets_version(pool.secrets, pool.namespace, pool.spec),
+        # A Redis Secret out of sight (missing, or its label gone) says nothing about its data: the running
+        # workers keep their template rather than roll onto settings the operator cannot see (the pool is
+        # Stalled meanwhile, saying which Secret and how to label it).
+        keep_template=bool(unseen_redis_secrets(pool.secrets, pool.namespace, pool.spec)),
     )
     dep_status = deployment.get("status") or {}
     pool.new["replicas"] = int(dep_status.get("replicas") or 0)
@@ -239,6 +267,7 @@ def _secrets_problem(
     names = ", ".join(repr(m) for m in missing)
     return Problem(
         "SecretNotFound",
-        f"worker pods cannot start: Secret {names} listed in spec.worker.secrets does not exist "
-        f"({ready}/{desired} workers ready)",
+        f"worker pods cannot start: Secret {names} listed in spec.worker.secrets not found among the Secrets "
+        f"labelled {SECRET_SELECTOR} (the operator reads no other; {ready}/{desired} workers ready): "
+        f"if it exists, label it: {label_fix(namespace, missing)}",
     )

@@ -21,6 +21,8 @@ from trawl.api.naming import FIELD_MANAGER, POD_DELETION_COST, deployment_name, 
 from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.autoscale.startup import pod_startup
 from trawl.operator import kube
+from trawl.operator.indexes import controller_uid
+from trawl.operator.podfloor import broken_rules, operator_service_account, refusal
 from trawl.queue.model import PoolSignals
 
 from .deployment import worker_deployment
@@ -48,8 +50,35 @@ async def _read_deployment(namespace: str, name: str) -> dict[str, Any] | None:
     return kube.to_dict(obj)
 
 
-class DeploymentRejected(Exception):
+class WorkloadRefused(Exception):
+    """The worker Deployment cannot be applied: the pool is Stalled with ``reason`` and the message."""
+
+    reason = "DeploymentRejected"
+
+
+class DeploymentRejected(WorkloadRefused):
     """The API server refused the worker Deployment (4xx): the pool's spec produced an invalid object."""
+
+
+class PodNotAllowed(WorkloadRefused):
+    """The worker pod breaks the operator's pod floor (trawl.operator.podfloor): nothing is applied."""
+
+    reason = "PodNotAllowed"
+
+
+class DeploymentNotOwned(WorkloadRefused):
+    """A Deployment of the workers' name exists that this pool does not control: it is left alone."""
+
+    reason = "DeploymentNotOwned"
+
+
+def not_owned_message(namespace: str, name: str, current: Mapping[str, Any]) -> str:
+    owner = next((r for r in current["metadata"].get("ownerReferences") or [] if r.get("controller")), None)
+    held = f"it is controlled by {owner.get('kind')} {owner.get('name')}" if owner else "it has no controller"
+    return (
+        f"Deployment {namespace}/{name} exists and this pool does not own it ({held}): the operator neither "
+        f"changes nor deletes it; delete or rename it, or give the pool another name"
+    )
 
 
 async def _apply(namespace: str, name: str, body: dict[str, Any], manager: str) -> dict[str, Any]:
@@ -102,15 +131,24 @@ async def ensure_deployment(
     initial_replicas: int,
     now: datetime,
     redis_secrets_version: str | None = None,
+    keep_template: bool = False,
 ) -> dict[str, Any]:
     """Apply the worker Deployment when its rendered template changed (or fields must be taken over).
 
     One field manager applies everything the pool sets, so every such field can change or go away;
-    under autoscaling, replicas belong to the autoscaler's manager alone (see module docstring)."""
+    under autoscaling, replicas belong to the autoscaler's manager alone (see module docstring).
+    ``keep_template``: an existing Deployment is left as it is (its template cannot be known now)."""
     name = deployment_name(pool)
-    current = await _read_deployment(namespace, name)
     fixed = None if spec.autoscaling.enabled else (spec.replicas if spec.replicas is not None else 1)
     wanted = worker_deployment(namespace=namespace, pool=pool, pool_uid=uid, spec=spec, replicas=fixed)
+    broken = broken_rules(wanted["spec"]["template"]["spec"], operator_service_account())
+    if broken:
+        raise PodNotAllowed(refusal("the worker pod (spec.worker)", broken))
+    current = await _read_deployment(namespace, name)
+    if current is not None and controller_uid(current["metadata"]) != uid:
+        raise DeploymentNotOwned(not_owned_message(namespace, name, current))
+    if current is not None and keep_template:
+        return current
     if redis_secrets_version is not None:
         wanted["spec"]["template"]["metadata"]["annotations"][REDIS_SECRETS_VERSION] = redis_secrets_version
     digest = template_hash(wanted)
@@ -146,8 +184,25 @@ async def scale_deployment(namespace: str, pool: str, replicas: int) -> None:
     )
 
 
-async def delete_deployment(namespace: str, pool: str) -> None:
-    await kube.delete_if_present(kube.apps().delete_namespaced_deployment, deployment_name(pool), namespace)
+async def delete_deployment(namespace: str, pool: str, uid: str) -> bool:
+    """Delete the pool's worker Deployment if the pool (``uid``) controls it; False if there is none it owns.
+
+    The deletion is preconditioned on the uid read, so a Deployment replaced in between is not touched."""
+    name = deployment_name(pool)
+    current = await _read_deployment(namespace, name)
+    if current is None:
+        return False
+    if controller_uid(current["metadata"]) != uid:
+        log.info("pool %s/%s deleted; Deployment %s is not its own, left alone", namespace, pool, name)
+        return False
+    preconditions = {"preconditions": {"uid": current["metadata"]["uid"]}}
+    try:
+        await kube.call(kube.apps().delete_namespaced_deployment, name, namespace, body=preconditions)
+    except Exception as exc:
+        if kube.is_status(exc, 404, 409):  # gone, or another object now: not the one this pool owned
+            return False
+        raise
+    return True
 
 
 def deletion_costs(pod_names: list[str], signals: PoolSignals) -> dict[str, int]:

@@ -22,7 +22,8 @@
 --                   count_dead_forgotten       cancel, retention: P:st dead leaves out the job's dead letters
 --                   count_attempts_ended       ack, fail: P:st completed or failed, svc
 --   job state     ring_join (a job with ready tasks is in its ring), check_finished (the 'finished' event)
---   dead letters  dead_letter (an in-flight task to J:dl and J:dlt, with its history)
+--   dead letters  dead_letter (an in-flight task to J:dl and J:dlt, with its history; the oldest records
+--                 beyond the job's 'dlmax' dropped and counted in 'dld')
 --   leases        return_lease (one leased task back to ready, or dead-lettered: reaping, evict, heartbeat's
 --                 orphans), drop_worker (all of a gone worker's leases, and its records: reaping, evict)
 --   reaping       reap_expired: the workers whose lease deadline passed are dropped (claim, reap)
@@ -169,11 +170,22 @@ end
 
 -- Move a task that was in flight (its lease already taken out of its worker's hash) to the job's dead
 -- letters (dl: record with its history, dlt: time index for "latest first") and drop its retry history (h).
+-- A job that keeps at most 'dlmax' records (its pool's jobLimits) drops the oldest beyond them and counts
+-- them in 'dld': the task stays counted as dead, only its record is gone.
 local function dead_letter(jk, dl, dlt, h, job_id, tid, a, s, d, url, err, msg, now, hist, st, ev, maxlen)
   redis.call('HSET', dl, tid, cjson.encode({
     u = url, a = a, s = s, d = d, e = err, m = msg, t = tonumber(now), h = hist }))
   redis.call('ZADD', dlt, now, tid)
   redis.call('HDEL', h, tid)
+  local keep = redis.call('HGET', jk, 'dlmax')
+  if keep then
+    local over = redis.call('ZCARD', dlt) - tonumber(keep)
+    if over > 0 then
+      local oldest = redis.call('ZPOPMIN', dlt, over)
+      for i = 1, #oldest, 2 do redis.call('HDEL', dl, oldest[i]) end
+      redis.call('HINCRBY', jk, 'dld', over)
+    end
+  end
   count_inflight_to_dead(jk, st, 1)
   event(ev, maxlen, 'type', 'deadletter', 'job', job_id, 'task', tid, 'error', err, 't', now)
 end

@@ -1,7 +1,8 @@
 -- register: create a job (counters at zero) or update its mutable configuration. Priority is fixed at creation.
 -- KEYS: 1 job hash, 2 job spec, 3 events
 -- ARGV: 1 now, 2 events maxlen, 3 job id, 4 spec JSON, 5 priority, 6 max pages ('' = none), 7 max depth,
---       8 crawl (0/1), 9 dedupe across jobs (0/1), 10 dedupe window seconds, 11 retry policy JSON
+--       8 dedupe within the job (0/1: crawl jobs, and jobs whose seeds may repeat), 9 dedupe across jobs
+--       (0/1), 10 dedupe window seconds, 11 retry policy JSON, 12 dead-letter records kept ('' = all)
 local jk = KEYS[1]
 redis.call('SET', KEYS[2], ARGV[4])
 local created = 0
@@ -16,5 +17,10 @@ if ARGV[6] == '' then
   redis.call('HDEL', jk, 'maxp')
 else
   redis.call('HSET', jk, 'maxp', ARGV[6])
+end
+if ARGV[12] == nil or ARGV[12] == '' then
+  redis.call('HDEL', jk, 'dlmax')
+else
+  redis.call('HSET', jk, 'dlmax', ARGV[12])
 end
 return created

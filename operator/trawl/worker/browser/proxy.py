@@ -17,11 +17,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from trawl.egress import names
 from trawl.egress.addresses import IPNetwork, address_block_reason
 
 log = logging.getLogger("trawl.worker.browser")
@@ -198,11 +198,10 @@ class PolicyProxy:
         return reader, writer, b"\r\n".join(out) + b"\r\n\r\n"
 
     async def _connect(self, host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        loop = asyncio.get_running_loop()
         try:
-            async with asyncio.timeout(self.connect_timeout):
-                infos = await loop.getaddrinfo(host.split("%", 1)[0], port, type=socket.SOCK_STREAM)
-        except (OSError, TimeoutError) as exc:
+            # on the bounded pool for job-chosen names (trawl.egress.names), not the loop's default executor
+            infos = await names.getaddrinfo(host.split("%", 1)[0], port, seconds=self.connect_timeout)
+        except OSError as exc:
             raise ProxyRefused(502, f"cannot resolve {host}: {exc}") from exc
         refused: list[str] = []
         last: Exception | None = None
