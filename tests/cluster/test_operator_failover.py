@@ -253,6 +253,22 @@ def _fetched(bookstore: Bookstore) -> collections.Counter[str]:
     )
 
 
+def _take_lease(api: Any, namespace: str, holder: str) -> bool:
+    """Write ``holder`` into the operator's Lease, guarded by its resourceVersion: False when the leader
+    renewed between the read and the write (409), so that the caller reads it again."""
+    lease = api.read_namespaced_lease("trawl-operator", namespace)
+    lease.spec.holder_identity = holder
+    lease.spec.renew_time = datetime.now(UTC)
+    lease.spec.lease_transitions += 1
+    try:
+        api.replace_namespaced_lease("trawl-operator", namespace, lease)
+    except kubernetes.client.ApiException as exc:
+        if exc.status == 409:
+            return False
+        raise
+    return True
+
+
 def test_a_leader_whose_lease_is_taken_stops_and_a_clean_stop_hands_over_at_once(
     control_plane: ControlPlane,
     namespace: str,
@@ -285,11 +301,7 @@ def test_a_leader_whose_lease_is_taken_stops_and_a_clean_stop_hands_over_at_once
     )
 
     api: Any = kubernetes.client.CoordinationV1Api(cp.api_client())
-    lease = api.read_namespaced_lease("trawl-operator", namespace)
-    lease.spec.holder_identity = "intruder"
-    lease.spec.renew_time = datetime.now(UTC)
-    lease.spec.lease_transitions += 1
-    api.replace_namespaced_lease("trawl-operator", namespace, lease)  # guarded by its resourceVersion
+    wait_for("the Lease taken", lambda: _take_lease(api, namespace, "intruder"), timeout=30)
     stolen = time.monotonic()
     robbed = first.proc
     assert robbed is not None
