@@ -276,6 +276,9 @@ def test_error_cases(control_plane: ControlPlane, namespace: str, tmp_path: Path
     top = subprocess.Popen(
         [sys.executable, "-m", "trawl.cli", "top", "-n", namespace, "--interval", "0.5"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        # Ctrl-C as a terminal sends it: a run started in the background (`cmd &` in a script) ignores
+        # SIGINT, and its children inherit that, so Python would raise no KeyboardInterrupt.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     watchdog = threading.Timer(60, top.kill)  # a frame never printed must not hang the test
     watchdog.start()
