@@ -69,7 +69,13 @@ def test_backlog_scales_up_real_pods_then_drains_to_zero_with_nothing_lost(relea
     node = release
     # A pool of its own: the autoscaler keeps what it measured per pool, and the crawl's fast pages
     # would make one worker look enough for anything. A drain longer than the slow task below.
-    node.apply([pool_object("scale", drainSeconds=90)])
+    scale = pool_object("scale", drainSeconds=90)
+    # Polls 6 s apart: a drained backlog releases the pool at the second poll without one (rule 5), by
+    # when the backlog's last 3-s tasks have ended and only the busy task below holds a pod. At 2 s the
+    # release could come while every pod still held backlog tasks (2 of 3 runs on 2026-11-27), leaving no
+    # idle pod for the step down to prefer.
+    scale["spec"]["autoscaling"]["pollSeconds"] = 6
+    node.apply([scale])
     ids = range(1, 101)
     urls = [f"{SLOW_SITE}/product/{i}.html" for i in ids]  # 3 s each: a backlog one pod drains in ~75 s
     # One slow task (~50 s), submitted once the backlog is all claimed: it keeps one pod busy while the
