@@ -26,6 +26,15 @@ def _status(cp: ControlPlane, name: str, namespace: str) -> dict[str, Any]:
     return get(cp, "scrapejob", name, namespace).get("status") or {}
 
 
+def _events(cp: ControlPlane, name: str, namespace: str) -> Any:
+    """The job's SinkUnavailable Events, once there is one (the Event is posted after the status patch)."""
+
+    def check() -> list[dict[str, Any]]:
+        return [e for e in events_for(cp, namespace, name) if e["reason"] == "SinkUnavailable"]
+
+    return check
+
+
 def _stalled(cp: ControlPlane, name: str, namespace: str, reason: str) -> Any:
     def check() -> Any:
         cond = condition(get(cp, "scrapejob", name, namespace), "Stalled")
@@ -117,8 +126,8 @@ def test_sinks_outside_the_allowed_cidrs_are_refused_at_acceptance(
         for name, kind in (("pg-inside", "PostgreSQL"), ("s3-inside", "S3")):
             cond = wait_for(f"{name} Stalled", _stalled(control_plane, name, namespace, "SinkUnavailable"), 90)
             assert cond["message"].startswith(kind) and REFUSED in cond["message"], cond
-            warnings = [e for e in events_for(control_plane, namespace, name) if e["reason"] == "SinkUnavailable"]
-            assert len(warnings) == 1 and REFUSED in warnings[0]["message"]
+            warnings = wait_for(f"{name}'s SinkUnavailable Event", _events(control_plane, name, namespace), 30)
+            assert len(warnings) == 1 and REFUSED in warnings[0]["message"], warnings
             assert _status(control_plane, name, namespace).get("phase") in (None, "Pending")
         assert protected.count() == 0, protected.connections
 

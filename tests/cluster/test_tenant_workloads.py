@@ -202,7 +202,11 @@ def test_pool_leaves_a_deployment_it_does_not_own(
     )
     cond = wait_for("Stalled", lambda: _stalled(control_plane, "victim", namespace), diag=operator.log_tail)
     assert cond["reason"] == "DeploymentNotOwned" and "victim-workers" in cond["message"], cond
-    assert any(e["reason"] == "DeploymentNotOwned" for e in events_for(control_plane, namespace, "victim"))
+    wait_for(  # the Event is posted after the status patch
+        "the DeploymentNotOwned Event",
+        lambda: any(e["reason"] == "DeploymentNotOwned" for e in events_for(control_plane, namespace, "victim")),
+        30,
+    )
 
     control_plane.kubectl("delete", "scrapepool", "victim", "-n", namespace, "--wait=true", "--timeout=60s")
     left = get(control_plane, "deployment", "victim-workers", namespace)
