@@ -12,6 +12,9 @@ from .model import (
     QueueClient,
     RetryPolicy,
     Task,
+    TenantLimits,
+    TenantPolicy,
+    TenantUsage,
     WorkerActivity,
 )
 
@@ -28,6 +31,9 @@ __all__ = [
     "QueueUnavailable",
     "RetryPolicy",
     "Task",
+    "TenantLimits",
+    "TenantPolicy",
+    "TenantUsage",
     "UnknownJob",
     "WorkerActivity",
     "WorkerCordoned",

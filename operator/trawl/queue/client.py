@@ -43,8 +43,11 @@ from .model import (
     QueueClient,
     RetryPolicy,
     Task,
+    TenantPolicy,
+    TenantUsage,
     WorkerActivity,
 )
+from .tenants import check_tenant_name, encode_limits, tenant_usage_of
 
 T = TypeVar("T")
 
@@ -202,10 +205,12 @@ class Queue:
         _check_id("job id", job.job_id)
         if not 0 <= job.priority <= 9:
             raise ValueError("priority must be 0..9")
+        if job.tenant:
+            check_tenant_name(job.tenant)
         k = self.keys
         await self._run(
             "register",
-            [k.job(job.job_id), k.spec(job.job_id), k.events],
+            [k.job(job.job_id), k.spec(job.job_id), k.events, k.tenants],
             [
                 self._now(),
                 self.events_maxlen,
@@ -219,6 +224,7 @@ class Queue:
                 job.dedupe_window_seconds,
                 policy_to_json(job.retry),
                 "" if job.max_dead_letters_kept is None else job.max_dead_letters_kept,
+                job.tenant,
             ],
         )
         self._policies[job.job_id] = job.retry
@@ -341,6 +347,43 @@ class Queue:
             ],
         )
         return Heartbeat(int(res[0]), int(res[2]) == 1)
+
+    # ------------------------------------------------------------------ tenants
+
+    async def set_tenant_policy(self, policy: TenantPolicy) -> None:
+        """Replace the pool's tenant table (one MULTI: claims see the old table or the new one)."""
+        table = {name: encode_limits(limits) for name, limits in policy.tenants.items()}
+        table["*"] = encode_limits(policy.default)
+        table["aging"] = repr(float(policy.aging_seconds))
+        key = self.keys.tenant_config
+
+        async def op() -> Any:
+            async with self.redis.pipeline(transaction=True) as pipe:
+                pipe.delete(key)
+                pipe.hset(key, mapping=table)  # type: ignore[arg-type]
+                return await pipe.execute()
+
+        await self._retrying(op)
+
+    async def tenant_usage(self) -> list[TenantUsage]:
+        k = self.keys
+        names = sorted(_s(n) for n in await self._retrying(lambda: self.redis.smembers(k.tenants)))  # type: ignore[arg-type,return-value]
+
+        async def read() -> tuple[list[Any], Any]:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for name in names:
+                    pipe.hgetall(k.tenant(name))
+                pipe.hgetall(k.tenant_config)
+                out = await pipe.execute()
+                return out[:-1], out[-1]
+
+        rows, raw_table = await self._retrying(read)
+        table = {_s(a): _s(b) for a, b in raw_table.items()}
+        today = int(float(self.clock()) // 86400)
+        return [
+            tenant_usage_of(name, {_s(a): _s(b) for a, b in row.items()}, table, today)
+            for name, row in zip(names, rows, strict=True)
+        ]
 
     async def set_cordoned(self, pods: Collection[str], ttl_seconds: float) -> None:
         """Replace the set of cordoned pods (the autoscaler's choice at this poll): their workers claim

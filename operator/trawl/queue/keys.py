@@ -5,7 +5,18 @@ the Redis Cluster hash tag, so every key of a pool lives in one slot and every s
 
 Pool-wide keys (``P`` is the prefix)::
 
-    P:ring:<0-9>     list    jobs of that priority with ready tasks, not suspended (the round-robin ring)
+    P:ring:<0-9>     list    jobs of that priority with ready tasks, not suspended, of the tenant "" (jobs
+                             registered without a tenant): the round-robin ring
+    P:ring:<0-9>:<t> list    the same ring of tenant <t>
+    P:tq:<0-9>       zset    tenant -> pass (its virtual time: claims taken / weight) for the tenants with a
+                             non-empty ring at that priority; a claim serves the lowest passes first
+    P:tcfg           hash    tenant -> "weight|in-flight|requests per second|pages per day" (empty: no limit),
+                             "*" -> the default of unlisted tenants, "aging" -> seconds (the operator writes it)
+    P:tn:<t>         hash    tenant <t>'s usage: inf (in flight), clm (claimed, total), day/pd (UTC day and its
+                             claims), tk/tt (rate tokens and their time), hold/hm/hs (the quota that held it
+                             back at its latest claim, its figure, since when)
+    P:tset           set     every tenant that registered a job (tenant_usage lists them)
+    P:lsv            hash    priority -> when that level last had a claim serve it, or began waiting (aging)
     P:dj             zset    job -> earliest due time of its delayed tasks (promotion index)
     P:wd             zset    worker -> lease deadline (a worker's leases all share its deadline)
     P:wi             hash    worker -> "in_flight|last_seen|draining" (heartbeat reports)
@@ -122,6 +133,28 @@ class Keys:
     def ring(self, priority: int) -> str:
         return f"{self.prefix}:ring:{priority}"
 
+    def tenant_ring(self, priority: int, tenant: str) -> str:
+        """A tenant's ring at one priority; the tenant "" keeps the ring jobs had before tenants."""
+        return self.ring(priority) if not tenant else f"{self.prefix}:ring:{priority}:{tenant}"
+
+    def tenant_queue(self, priority: int) -> str:
+        return f"{self.prefix}:tq:{priority}"
+
+    @property
+    def tenant_config(self) -> str:
+        return f"{self.prefix}:tcfg"
+
+    def tenant(self, tenant: str) -> str:
+        return f"{self.prefix}:tn:{tenant}"
+
+    @property
+    def tenants(self) -> str:
+        return f"{self.prefix}:tset"
+
+    @property
+    def level_served(self) -> str:
+        return f"{self.prefix}:lsv"
+
     @property
     def delayed_jobs(self) -> str:
         return f"{self.prefix}:dj"
@@ -225,6 +258,10 @@ class Keys:
     def pool_keys(self) -> list[str]:
         return [
             *(self.ring(p) for p in PRIORITIES),
+            *(self.tenant_queue(p) for p in PRIORITIES),
+            self.tenant_config,
+            self.tenants,
+            self.level_served,
             self.delayed_jobs,
             self.worker_deadlines,
             self.worker_info,

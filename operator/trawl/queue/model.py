@@ -44,6 +44,9 @@ class JobConfig:
     # Everything the workers need to process the job's tasks (resolved request/politeness/extract/
     # crawl/output settings), stored as JSON so workers never talk to the Kubernetes API.
     spec: dict[str, Any] = field(default_factory=dict)
+    # Who submitted the job (the ScrapeJob's namespace, or the Namespace label the pool names): claims are
+    # shared by weight among the tenants with ready work, and each tenant's quotas bound what it claims.
+    tenant: str = ""
 
 
 @dataclass(slots=True)
@@ -113,6 +116,46 @@ class PoolSignals:
     workers: dict[str, WorkerActivity]
     time: float
     enqueued_total: int = 0  # new tasks enqueued so far (seeds and discovered links, not retries)
+    # Ready tasks of tenants their quota holds back now: not in ``ready`` (more workers would not run them).
+    held: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TenantLimits:
+    """What one tenant may use of a pool, as the claim script enforces it (None: no limit)."""
+
+    weight: int = 1  # its share of claims while several tenants have ready work (work-conserving)
+    max_in_flight: int | None = None  # tasks leased at once, across the tenant's jobs
+    requests_per_second: float | None = None  # tasks claimed per second (a token bucket holding 1 s)
+    pages_per_day: int | None = None  # tasks claimed per UTC day (every attempt counts)
+
+
+@dataclass(frozen=True, slots=True)
+class TenantPolicy:
+    """A pool's tenants as the queue sees them. Tenants not listed get ``default``."""
+
+    tenants: dict[str, TenantLimits] = field(default_factory=dict)
+    default: TenantLimits = field(default_factory=TenantLimits)
+    # A priority level with ready work that no claim served for this long is served first by the next
+    # claim (aging): the lowest class waits at most about this long behind higher ones.
+    aging_seconds: float = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class TenantUsage:
+    """One tenant's use of a pool, read from the queue (the pool's status, metrics, ``trawl top``)."""
+
+    tenant: str
+    weight: int
+    in_flight: int
+    claimed_total: int  # tasks claimed since the tenant first claimed (monotonic)
+    pages_today: int  # tasks claimed this UTC day
+    # The quota that held the tenant's ready work back at its latest claim ("inFlight",
+    # "requestsPerSecond", "pagesPerDay"), with the figure ("12/12 in flight") and since when; None when
+    # its last claim took what was there.
+    throttled: str | None = None
+    throttled_message: str = ""
+    throttled_since: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +255,14 @@ class QueueClient(Protocol):
 
     async def enqueued_total(self) -> int:
         """New tasks enqueued so far (:attr:`PoolSignals.enqueued_total`), read cheaply between polls."""
+        ...
+
+    async def set_tenant_policy(self, policy: TenantPolicy) -> None:
+        """Replace the pool's tenant weights, quotas and aging bound (the operator writes it every pool poll)."""
+        ...
+
+    async def tenant_usage(self) -> list[TenantUsage]:
+        """Every tenant that claimed or holds ready work: weight, in flight, claims, and what throttles it."""
         ...
 
     async def set_cordoned(self, pods: Collection[str], ttl_seconds: float) -> None:

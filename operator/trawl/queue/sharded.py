@@ -43,7 +43,19 @@ from trawl.redisconn.scripts import read_script
 from .client import Queue
 from .errors import WorkerCordoned
 from .keys import hash_tag
-from .model import DeadLetterRecord, FailOutcome, Heartbeat, JobConfig, JobStats, PoolSignals, Task, WorkerActivity
+from .model import (
+    DeadLetterRecord,
+    FailOutcome,
+    Heartbeat,
+    JobConfig,
+    JobStats,
+    PoolSignals,
+    Task,
+    TenantLimits,
+    TenantPolicy,
+    TenantUsage,
+    WorkerActivity,
+)
 
 SLOTS = 16384
 MAX_SHARDS = 16
@@ -407,10 +419,57 @@ class ShardedQueue(Queue):
             workers=workers,
             time=parts[0].time,
             enqueued_total=sum(p.enqueued_total for p in parts),
+            held=sum(p.held for p in parts),
         )
 
     async def enqueued_total(self) -> int:
         return sum(await self._each(s.enqueued_total() for s in self.shards))
+
+    async def set_tenant_policy(self, policy: TenantPolicy) -> None:
+        """Each shard enforces an N-th of every quota (rounded down, at least 1), so the pool's sum never
+        exceeds the tenant's quota; weights and aging are the same on every shard."""
+        n = len(self.shards)
+        shard_policy = TenantPolicy(
+            tenants={name: _split_limits(lim, n) for name, lim in policy.tenants.items()},
+            default=_split_limits(policy.default, n),
+            aging_seconds=policy.aging_seconds,
+        )
+        await self._each(s.set_tenant_policy(shard_policy) for s in self.shards)
+
+    async def tenant_usage(self) -> list[TenantUsage]:
+        merged: dict[str, TenantUsage] = {}
+        for part in await self._each(s.tenant_usage() for s in self.shards):
+            for u in part:
+                prev = merged.get(u.tenant)
+                merged[u.tenant] = u if prev is None else _merge_usage(prev, u)
+        return [merged[name] for name in sorted(merged)]
+
+
+def _split_limits(limits: TenantLimits, shards: int) -> TenantLimits:
+    def part(value: int | None) -> int | None:
+        return None if value is None else max(1, value // shards)
+
+    rps = limits.requests_per_second
+    return TenantLimits(
+        weight=limits.weight,
+        max_in_flight=part(limits.max_in_flight),
+        requests_per_second=None if rps is None else rps / shards,
+        pages_per_day=part(limits.pages_per_day),
+    )
+
+
+def _merge_usage(a: TenantUsage, b: TenantUsage) -> TenantUsage:
+    held = a if a.throttled else b
+    return TenantUsage(
+        tenant=a.tenant,
+        weight=a.weight,
+        in_flight=a.in_flight + b.in_flight,
+        claimed_total=a.claimed_total + b.claimed_total,
+        pages_today=a.pages_today + b.pages_today,
+        throttled=held.throttled,
+        throttled_message=held.throttled_message,
+        throttled_since=held.throttled_since,
+    )
 
 
 def _merge_stats(all_parts: Sequence[JobStats]) -> JobStats:
