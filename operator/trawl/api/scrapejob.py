@@ -454,7 +454,19 @@ class ScrapeJobSpec(TrawlModel):
         default=None, description="Politeness settings; unset fields use the pool's."
     )
     retry: RetrySpec | None = Field(default=None, description="Retry policy; unset fields use the pool's.")
-    priority: int = Field(default=5, ge=0, le=9, description="0 (lowest) to 9 (highest); higher is claimed first.")
+    priority: int | None = Field(
+        default=None,
+        ge=0,
+        le=9,
+        description="0 (lowest) to 9 (highest); higher is claimed first. Default: 5, or on a pool with "
+        "spec.tenancy the class priorityClassName names (else the tenant's default class). Never above the "
+        "pool's jobLimits.maxPriority, or with tenancy the tenant's priorityCeiling (refused, not lowered).",
+    )
+    priority_class_name: DNSLabel | None = Field(
+        default=None,
+        description="A priority class of the pool's spec.tenancy.priorityClasses: the job runs at its value. "
+        "Refused above the tenant's priorityCeiling, or on a pool without tenancy.",
+    )
     dedupe: DedupeSpec | None = Field(default=None, description="Deduplication across jobs of the pool.")
     active_deadline_seconds: int | None = Field(
         default=None, ge=1, description="The job fails when it has run longer than this."

@@ -27,7 +27,7 @@ from trawl.api.naming import FINALIZER, GROUP, LABEL_CRON, LABEL_SECRET, SECRET_
 from . import metrics
 from .connections import RedisConnections
 from .events import Transition
-from .indexes import controller_uid, pool_index_entry
+from .indexes import controller_uid, pool_entry, pool_index_entry
 from .job.status import status_changed
 from .problems import Problem, classify_error
 from .secrets import secret_index_entry
@@ -129,8 +129,10 @@ async def cleanup(**_: Any) -> None:
 
 
 @kopf.index(GROUP, VERSION, POOLS)
-def pool_index(namespace: str, name: str, spec: Mapping[str, Any], meta: Mapping[str, Any], **_: Any) -> Any:
-    return {(namespace, name): {"spec": dict(spec), "uid": meta["uid"]}}
+def pool_index(
+    namespace: str, name: str, spec: Mapping[str, Any], meta: Mapping[str, Any], status: Mapping[str, Any], **_: Any
+) -> Any:
+    return {(namespace, name): pool_entry(spec, meta["uid"], status)}
 
 
 @kopf.index(GROUP, VERSION, JOBS)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from itertools import islice
 from typing import Any
@@ -22,6 +22,7 @@ from trawl.api.naming import ANNOTATION_RETRY_DEAD, GROUP, RETRY_ALL_SUFFIX, VER
 from trawl.api.policies import PERMANENT_CLASSES
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.api.scrapepool import ScrapePoolSpec
+from trawl.api.tenancy import PriorityRefusal
 from trawl.egress.addresses import parse_networks
 from trawl.jobspec.admission import (
     browser_missing,
@@ -31,6 +32,7 @@ from trawl.jobspec.admission import (
     unmounted_directory,
     unmounted_secrets,
 )
+from trawl.jobspec.tenancy import place_job, tenant_of
 from trawl.operator import kube
 from trawl.operator.conditions import ConditionType, get_condition
 from trawl.operator.connections import RedisConnections, pool_queue
@@ -81,6 +83,8 @@ class _Pass:
     prev: dict[str, Any]
     now: datetime
     read_secret: SecretReader
+    # The quota that holds the job's tenant back, as its pool's status last said ("" when none does).
+    tenant_throttled: str = ""
 
 
 def failed_job(generation: int, status: Mapping[str, Any], now: datetime, reason: str, msg: str) -> JobOutcome:
@@ -202,7 +206,10 @@ async def reconcile_job(
         return stalled(Problem("RedisUnavailable", str(exc)))
 
     queue = pool_queue(redis, namespace, spec.pool, pool.spec)
-    job = _Pass(queue, spec, pool.spec, namespace, name, uid, generation, prev, now, secret_reader(secrets or {}))
+    throttled = pool.throttled.get(tenant_of(namespace), "") if pool.spec.tenancy is not None else ""
+    job = _Pass(
+        queue, spec, pool.spec, namespace, name, uid, generation, prev, now, secret_reader(secrets or {}), throttled
+    )
     try:
         return await _reconcile_with_queue(job, config, annotations)
     except NotAccepted as exc:
@@ -251,6 +258,7 @@ async def _reconcile_with_queue(job: _Pass, config: JobConfig, annotations: Mapp
         skipped=notes.skipped,
         skipped_sample=notes.skipped_sample,
         throttled=notes.throttled,
+        tenant_throttled=job.tenant_throttled,
     )
     new_status, events = derive_job_status(facts, prev, job.now)
     if not dead_letters and stats.dead and "deadLetters" in prev:
@@ -273,13 +281,19 @@ def _finished_record(job: _Pass, epoch: str, data_lost: str | None) -> JobOutcom
 async def _register(job: _Pass, config: JobConfig, stats: JobStats) -> tuple[JobStats, int]:
     """Register the job and enqueue its seeds (again: both are idempotent); (its counters now, seeds).
 
-    Until its seeds are all in, a job is held to its pool's jobLimits: one above them is refused (Stalled,
-    LimitExceeded) before anything of it is enqueued. A job whose seeds are in runs on as accepted, even if
-    the pool's limits are lowered later."""
+    Until its seeds are all in, a job is held to its pool's jobLimits and tenancy: one above them, or of a
+    tenant the pool does not admit, is refused (Stalled: LimitExceeded, TenantNotAdmitted,
+    PriorityAboveCeiling, ...) before anything of it is enqueued. A job whose seeds are in runs on as
+    accepted, even if the pool's limits or tenants change later."""
     queue, uid, spec = job.queue, job.uid, job.spec
     exceeded = limit_exceeded(spec, job.pool)
     if exceeded is not None:
         raise NotAccepted(Problem("LimitExceeded", exceeded))
+    placement = place_job(job.namespace, spec, job.pool)
+    if isinstance(placement, PriorityRefusal):
+        raise NotAccepted(Problem(placement.reason, placement.message))
+    if placement is not None:
+        config = replace(config, tenant=placement.tenant, priority=placement.priority)
     if not stats.exists:
         # Accepting the job: its sink must be able to take the records before anything is fetched.
         problem = await sink_problem(

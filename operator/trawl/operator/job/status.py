@@ -49,6 +49,7 @@ class JobFacts:
     skipped: int = 0  # acked without a fetch (robots.txt disallows a discovered link): part of stats.succeeded
     skipped_sample: list[Skipped] = field(default_factory=list)
     throttled: list[Throttled] = field(default_factory=list)  # domains whose circuit breaker is open now
+    tenant_throttled: str = ""  # the quota holding the job's tenant back, with its figure ("" when none is)
 
 
 def _ts(unix: float | None) -> str | None:
@@ -252,10 +253,21 @@ def _succeeded_message(facts: JobFacts, status: Mapping[str, Any], dead: int) ->
     )
 
 
+def quota_held(facts: JobFacts) -> bool:
+    """The job waits on its tenant's quota: the tenant is throttled, the job has tasks ready and none claimed.
+    (A job with tasks in flight is running; one with nothing ready is waiting on something else.)"""
+    stats = facts.stats
+    return bool(facts.tenant_throttled) and stats is not None and stats.pending > 0 and stats.in_flight == 0
+
+
 def _under_way(facts: JobFacts, phase: str) -> tuple[str, str]:
     """(reason, message) of a job that is neither finished nor stuck."""
     if phase == "Suspended":
         return "Suspended", "the job is suspended: workers claim none of its tasks"
+    if phase in ("Queued", "Running") and quota_held(facts):
+        # Waiting by design, not stuck: it proceeds without anyone acting, so Reconciling=True (kstatus:
+        # InProgress) with this reason, never Stalled.
+        return "QuotaExceeded", f"its tenant is over a quota of its pool ({facts.tenant_throttled}): its tasks wait"
     if phase == "Queued":
         return "Queued", "tasks are queued, waiting for a worker"
     if phase == "Running":

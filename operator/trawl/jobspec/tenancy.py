@@ -1,0 +1,86 @@
+"""A job's tenant and priority on its pool, and the pool's tenant table for the queue (pure).
+
+The platform declares the pool's tenants (ScrapePool.spec.tenancy); the job author only names a priority
+class. A job's tenant is its namespace: the job author cannot choose it (a job lives in its pool's
+namespace). Admission asks :func:`place_job`; the pool's reconcile writes :func:`tenant_policy` to the queue
+on every poll, so claims share the pool by weight and stop at each tenant's quotas.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trawl.api.scrapejob import ScrapeJobSpec
+from trawl.api.scrapepool import ScrapePoolSpec
+from trawl.api.tenancy import PriorityRefusal, TenancySpec, TenantTerms
+from trawl.queue.model import TenantLimits, TenantPolicy
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a job runs among the pool's tenants: its tenant and the priority it was granted."""
+
+    tenant: str
+    priority: int
+
+
+def tenant_of(namespace: str) -> str:
+    """A job's tenant: its namespace (what the platform grants a namespace, its job authors cannot change)."""
+    return namespace
+
+
+def place_job(namespace: str, job: ScrapeJobSpec, pool: ScrapePoolSpec) -> Placement | PriorityRefusal | None:
+    """The job's tenant and priority on a pool with tenancy; why it is refused (TenantNotAdmitted, a priority
+    class it may not use); None on a pool without tenancy (the job's own priority, within jobLimits)."""
+    tenancy = pool.tenancy
+    if tenancy is None:
+        if job.priority_class_name is not None:
+            return PriorityRefusal(
+                "PriorityClassNotFound",
+                f"spec.priorityClassName {job.priority_class_name!r}: ScrapePool {job.pool!r} defines no priority "
+                f"classes (no spec.tenancy); use spec.priority",
+            )
+        return None
+    tenant = tenant_of(namespace)
+    terms = tenancy.terms_of(tenant)
+    if terms is None:
+        listed = ", ".join(t.name for t in tenancy.tenants or []) or "none"
+        return PriorityRefusal(
+            "TenantNotAdmitted",
+            f"tenant {tenant!r} (the job's namespace) is not admitted to ScrapePool {job.pool!r}: the pool's "
+            f"spec.tenancy lists tenants {listed} and has no defaultTenant; ask the platform to add the tenant",
+        )
+    priority = tenancy.resolve_priority(
+        tenant,
+        terms,
+        class_name=job.priority_class_name,
+        priority=job.priority,
+        max_priority=pool.ceilings().max_priority,
+    )
+    if isinstance(priority, PriorityRefusal):
+        return priority
+    return Placement(tenant, priority)
+
+
+def tenant_limits(terms: TenantTerms) -> TenantLimits:
+    quotas = terms.quotas
+    return TenantLimits(
+        weight=terms.weight,
+        max_in_flight=quotas.in_flight if quotas is not None else None,
+        requests_per_second=quotas.requests_per_second if quotas is not None else None,
+        pages_per_day=quotas.pages_per_day if quotas is not None else None,
+    )
+
+
+def tenant_policy(tenancy: TenancySpec | None) -> TenantPolicy:
+    """The pool's tenant table as the claim script reads it. Without tenancy: no tenants, every limit off (so
+    a pool that drops its tenancy lifts the quotas it set). An unlisted tenant without a defaultTenant never
+    gets a job registered; the table's default then only covers jobs registered before the change."""
+    if tenancy is None:
+        return TenantPolicy()
+    default = tenant_limits(tenancy.default_tenant) if tenancy.default_tenant is not None else TenantLimits()
+    return TenantPolicy(
+        tenants={t.name: tenant_limits(t) for t in tenancy.tenants or []},
+        default=default,
+        aging_seconds=tenancy.aging_seconds,
+    )
