@@ -2,7 +2,7 @@
 validates them, where admission places a job (its tenant, its priority, or why it is refused), the table the
 pool writes for the queue, and how a quota that holds a tenant back shows (pool status, job status,
 metrics, ``trawl top``). The fairness itself is the queue's (claim.lua) and is tested there;
-tests/cluster/test_tenant_quotas.py applies these rules as a tenant against a real API server."""
+tests/cluster/test_tenant_priorities.py applies these rules as a tenant against a real API server."""
 
 from __future__ import annotations
 
