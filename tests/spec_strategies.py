@@ -580,6 +580,7 @@ tenancy_spec = obj(
     tenancy.TenancySpec,
     {},
     {
+        "tenantLabel": st.sampled_from(["trawl.dev/tenant", "team", "example.com/cost-center"]),
         "agingSeconds": floats(1, 86400),
         "priorityClasses": st.lists(
             obj(tenancy.PriorityClass, {"name": _class_name, "value": ints(0, 9)}, {"globalDefault": st.booleans()}),
@@ -587,7 +588,13 @@ tenancy_spec = obj(
             unique_by=lambda c: c["name"],
         ),
         "tenants": st.lists(
-            obj(tenancy.Tenant, {"name": dns_label}, _terms_fields), max_size=4, unique_by=lambda t: t["name"]
+            obj(
+                tenancy.Tenant,
+                {"name": dns_label.filter(lambda n: n not in tenancy.RESERVED_TENANT_NAMES)},
+                _terms_fields,
+            ),
+            max_size=4,
+            unique_by=lambda t: t["name"],
         ),
         "defaultTenant": obj(tenancy.TenantTerms, {}, _terms_fields),
     },

@@ -10,6 +10,8 @@ lets a job author do, against a real API server and the operator with its own RB
   job of that tenant with tasks ready and none claimed reads Reconciling=True, reason QuotaExceeded (kstatus:
   InProgress, it proceeds on its own), not Stalled. The hold is written as the queue's claim writes it
   (the fields of trawl.queue.tenants): the fairness and the quotas themselves are the queue's tests.
+- With tenancy.tenantLabel, the label the platform put on the Namespace names the tenant (the tenant
+  cannot set it); a namespace without it is refused.
 """
 
 from __future__ import annotations
@@ -120,6 +122,46 @@ def test_a_tenant_cannot_rise_above_its_ceiling_nor_run_where_it_is_not_admitted
         row = listed()
         assert (row["throttled"], row["throttledMessage"]) == ("inFlight", "2/2 in flight") and row["throttledSince"]
         assert operator.running
+    finally:
+        for key in client.scan_iter(match=f"trawl:{{{namespace}/*", count=1000):
+            client.unlink(key)
+        client.close()
+
+
+def test_the_platforms_namespace_label_names_the_tenant(
+    control_plane: ControlPlane, namespace: str, operator: Any, tenant: Any, redis_server: RedisServer
+) -> None:
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    url = ["http://127.0.0.1:9/a"]
+    assert not tenant.can("patch", "namespaces") and not tenant.can("update", "namespaces")
+    control_plane.kubectl("label", "namespace", namespace, "example.com/team=team-a")
+    try:
+        labelled = {
+            "tenantLabel": "example.com/team",
+            "priorityClasses": CLASSES,
+            "tenants": [{"name": "team-a", "weight": 2, "priorityCeiling": "bulk"}],
+            "defaultTenant": {"weight": 1},
+        }
+        other_label = {**labelled, "tenantLabel": "example.com/cost-center"}
+        apply(
+            control_plane,
+            pool("teams", redis_server.url, tenancy=labelled),
+            pool("costs", redis_server.url, tenancy=other_label),
+            namespace=namespace,
+        )
+        tenant.apply(job("mine", "teams", url), job("unlabelled", "costs", url))
+        keys = Keys(f"trawl:{{{namespace}/teams}}")
+        uid = get(control_plane, "scrapejob", "mine", namespace)["metadata"]["uid"]
+        registered = wait_for("mine registered", lambda: client.hgetall(keys.job(uid)) or None, diag=operator.log_tail)
+        # team-a's terms (the default class, 5, lowered to its ceiling, bulk), not the default tenant's.
+        assert (registered["tn"], registered["prio"]) == ("team-a", "1")
+        cond = wait_for(
+            "unlabelled refused", lambda: _stalled(control_plane, namespace, "unlabelled", "TenantNotAdmitted")
+        )
+        assert cond["message"] == (
+            f"namespace {namespace!r} has no label example.com/cost-center, which names the tenant on this pool: "
+            "ask the platform to label the namespace"
+        )
     finally:
         for key in client.scan_iter(match=f"trawl:{{{namespace}/*", count=1000):
             client.unlink(key)

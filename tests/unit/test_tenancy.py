@@ -18,7 +18,7 @@ from trawl.api.tenancy import PriorityRefusal
 from trawl.clitools.output import tenant_table
 from trawl.clitools.top import sample_pool
 from trawl.jobspec.admission import limit_exceeded
-from trawl.jobspec.tenancy import Placement, place_job, tenant_policy
+from trawl.jobspec.tenancy import Placement, place_job, tenant_of, tenant_policy
 from trawl.jobspec.wire import build_job_config
 from trawl.operator import metrics
 from trawl.operator.conditions import ConditionType, get_condition
@@ -92,10 +92,13 @@ def _job(**spec: Any) -> ScrapeJobSpec:
         ),
         ({"tenants": [{"name": "t", "weight": 0}]}, "greater than or equal to 1"),
         ({"priorityClasses": [{"name": "x", "value": 10}]}, "less than or equal to 9"),
-        ({"tenants": [{"name": "Team_A"}]}, "should match pattern"),
+        ({"tenants": [{"name": "team a"}]}, "should match pattern"),
         # Not enforced by the queue at this stage: refused rather than accepted and ignored.
         ({"tenants": [{"name": "t", "quotas": {"browserSecondsPerDay": 3600}}]}, "browserSecondsPerDay"),
         ({"defaultTenant": {"quotas": {"urlsQueued": 10}}}, "urlsQueued"),
+        ({"tenants": [{"name": "aging"}]}, "tenant name 'aging' is reserved"),
+        ({"tenantLabel": "not a key"}, "should match pattern"),
+        ({"tenantLabel": "example.com/" + "n" * 64}, "is not a valid label key"),
     ],
 )  # fmt: skip
 def test_a_tenancy_the_platform_gets_wrong_is_refused_saying_what(tenancy: dict[str, Any], message: str) -> None:
@@ -182,6 +185,32 @@ def test_a_tenant_the_pool_does_not_list_is_refused_unless_there_is_a_default() 
     assert place_job("intruder", _job(), _pool(with_default)) == Placement("intruder", 5)
     above = place_job("intruder", _job(priorityClassName="high"), _pool(with_default))
     assert isinstance(above, PriorityRefusal) and above.reason == "PriorityAboveCeiling"
+
+
+def test_with_a_tenant_label_the_namespaces_label_names_the_tenant_and_nothing_else_does() -> None:
+    labelled = _pool({**TENANCY, "tenantLabel": "trawl.dev/tenant", "defaultTenant": {"weight": 1}})
+    assert labelled.tenancy is not None
+    team_a = {"trawl.dev/tenant": "team-a", "other": "x"}
+    # A namespace of any name is the tenant its label says: team-a's ceiling and default class hold.
+    assert place_job("etl-prod", _job(), labelled, team_a) == Placement("team-a", 5)
+    refused = place_job("etl-prod", _job(priorityClassName="urgent"), labelled, team_a)
+    assert isinstance(refused, PriorityRefusal) and "tenant 'team-a'" in refused.message
+    # Without the label, refused, even with a defaultTenant, and even if the namespace is named like a tenant
+    # (a team that may create namespaces could otherwise take another's terms).
+    for labels in (None, {}, {"trawl.dev/tenant": ""}):
+        missing = tenant_of("team-a", labelled.tenancy, labels)
+        assert missing == PriorityRefusal(
+            "TenantNotAdmitted",
+            "namespace 'team-a' has no label trawl.dev/tenant, which names the tenant on this pool: ask the platform "
+            "to label the namespace",
+        )
+    unlisted = place_job("ns", _job(), _pool({**TENANCY, "tenantLabel": "trawl.dev/tenant"}), {"trawl.dev/tenant": "x"})
+    assert isinstance(unlisted, PriorityRefusal) and unlisted.reason == "TenantNotAdmitted"
+    assert "tenant 'x' (its namespace's trawl.dev/tenant) is not admitted" in unlisted.message
+    # A name the queue's table cannot hold is refused, not an error at registration.
+    assert tenant_of("aging", _pool().tenancy, None) == PriorityRefusal(  # type: ignore[arg-type]
+        "TenantNotAdmitted", "'aging' cannot be a tenant's name on this pool"
+    )
 
 
 def test_without_tenancy_a_job_keeps_todays_priority_rules() -> None:

@@ -1,10 +1,11 @@
 """ScrapePool.spec.tenancy: who shares a pool, by what weight, within which quotas and priorities.
 
 The platform (whoever may write ScrapePools) declares the tenants of a pool; a job author only names a
-priority class. A job's tenant is its namespace. Each tenant gets a weight (its share of claims while
-several tenants have ready work), quotas the queue enforces at claim time, and a priority ceiling: no job
-of the tenant runs above it. Priority classes work like Kubernetes PriorityClasses: named values the
-platform defines, one of them the global default.
+priority class. A job's tenant is its namespace, or the value of a label on its Namespace that the pool
+names (``tenantLabel``: set by the platform, never by a job author). Each tenant gets a weight (its share
+of claims while several tenants have ready work), quotas the queue enforces at claim time, and a priority
+ceiling: no job of the tenant runs above it. Priority classes work like Kubernetes PriorityClasses: named
+values the platform defines, one of them the global default.
 
 The decisions here are pure (no queue, no Kubernetes): :meth:`TenancySpec.resolve_priority` says what
 priority a job gets, or why it is refused, so admission (trawl.jobspec.tenancy) and the tests share them.
@@ -25,8 +26,15 @@ DEFAULT_AGING_SECONDS = 300.0
 MAX_TENANTS = 1000
 MAX_PRIORITY_CLASSES = 32
 
-# A tenant is a namespace: its name is a namespace's name.
-TenantName = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
+# A tenant is a namespace's name or a label's value (which every namespace name also is).
+TENANT_NAME_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+TenantName = Annotated[str, Field(min_length=1, max_length=63, pattern=TENANT_NAME_PATTERN)]
+# Names the queue's tenant table keeps for itself (trawl.queue.tenants.check_tenant_name).
+RESERVED_TENANT_NAMES = ("aging",)
+# A label key as metav1 validates it: an optional DNS-subdomain prefix, then a name of at most 63 characters.
+LABEL_KEY_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
 
 
 class PriorityClass(TrawlModel):
@@ -85,7 +93,16 @@ class TenantTerms(TrawlModel):
 class Tenant(TenantTerms):
     """A tenant the pool admits by name, with what it grants it."""
 
-    name: TenantName = Field(description="The tenant: the namespace its ScrapeJobs are in.")
+    name: TenantName = Field(
+        description="The tenant: the namespace its ScrapeJobs are in, or with tenancy.tenantLabel the label's value."
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _not_reserved(cls, value: str) -> str:
+        if value in RESERVED_TENANT_NAMES:
+            raise ValueError(f"tenant name {value!r} is reserved (the queue's tenant table uses it)")
+        return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +117,14 @@ class TenancySpec(TrawlModel):
     """The tenants that share the pool, their weights, quotas and priority ceilings, and the priority classes
     their jobs may name."""
 
+    tenant_label: str | None = Field(
+        default=None,
+        max_length=317,
+        pattern=LABEL_KEY_PATTERN,
+        description="A label on the job's Namespace whose value names its tenant (e.g. trawl.dev/tenant); a "
+        "namespace without it is refused (TenantNotAdmitted). Only the platform may be able to set it: job "
+        "authors must not be able to label their Namespace. Default: the namespace is the tenant.",
+    )
     aging_seconds: float = Field(
         default=DEFAULT_AGING_SECONDS,
         ge=1,
@@ -124,6 +149,17 @@ class TenancySpec(TrawlModel):
         description="What a tenant not listed in tenants gets. Absent: jobs of unlisted tenants are refused "
         "(reason TenantNotAdmitted).",
     )
+
+    @field_validator("tenant_label")
+    @classmethod
+    def _label_key(cls, value: str | None) -> str | None:
+        prefix, _, name = (value or "").rpartition("/")
+        if len(name) > 63 or len(prefix) > 253:
+            raise ValueError(
+                f"tenancy.tenantLabel {value!r} is not a valid label key (a prefix of at most 253 "
+                f"characters, a name of at most 63)"
+            )
+        return value
 
     @field_validator("priority_classes")
     @classmethod

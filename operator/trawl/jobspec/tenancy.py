@@ -1,19 +1,22 @@
 """A job's tenant and priority on its pool, and the pool's tenant table for the queue (pure).
 
 The platform declares the pool's tenants (ScrapePool.spec.tenancy); the job author only names a priority
-class. A job's tenant is its namespace: the job author cannot choose it (a job lives in its pool's
-namespace). Admission asks :func:`place_job`; the pool's reconcile writes :func:`tenant_policy` to the queue
-on every poll, so claims share the pool by weight and stop at each tenant's quotas.
+class. A job's tenant is its namespace, or the value of the Namespace label the pool names (tenantLabel):
+either way nothing the job author writes in the job chooses it. Admission asks :func:`place_job`; the
+pool's reconcile writes :func:`tenant_policy` to the queue on every poll, so claims share the pool by
+weight and stop at each tenant's quotas.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.api.tenancy import PriorityRefusal, TenancySpec, TenantTerms
 from trawl.queue.model import TenantLimits, TenantPolicy
+from trawl.queue.tenants import check_tenant_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,14 +27,33 @@ class Placement:
     priority: int
 
 
-def tenant_of(namespace: str) -> str:
-    """A job's tenant: its namespace (what the platform grants a namespace, its job authors cannot change)."""
-    return namespace
+def tenant_of(namespace: str, tenancy: TenancySpec, labels: Mapping[str, str] | None) -> str | PriorityRefusal:
+    """A job's tenant: its namespace, or with ``tenancy.tenantLabel`` that label's value on its Namespace
+    (``labels``: the Namespace's labels, None when the operator does not see it). A namespace without the
+    label is refused, never taken as a tenant of its own name (a team that may create namespaces could
+    otherwise name one after another tenant)."""
+    tenant = namespace
+    if tenancy.tenant_label is not None:
+        value = (labels or {}).get(tenancy.tenant_label)
+        if not value:
+            return PriorityRefusal(
+                "TenantNotAdmitted",
+                f"namespace {namespace!r} has no label {tenancy.tenant_label}, which names the tenant on this "
+                f"pool: ask the platform to label the namespace",
+            )
+        tenant = value
+    try:
+        return check_tenant_name(tenant)
+    except ValueError:
+        return PriorityRefusal("TenantNotAdmitted", f"{tenant!r} cannot be a tenant's name on this pool")
 
 
-def place_job(namespace: str, job: ScrapeJobSpec, pool: ScrapePoolSpec) -> Placement | PriorityRefusal | None:
+def place_job(
+    namespace: str, job: ScrapeJobSpec, pool: ScrapePoolSpec, labels: Mapping[str, str] | None = None
+) -> Placement | PriorityRefusal | None:
     """The job's tenant and priority on a pool with tenancy; why it is refused (TenantNotAdmitted, a priority
-    class it may not use); None on a pool without tenancy (the job's own priority, within jobLimits)."""
+    class it may not use); None on a pool without tenancy (the job's own priority, within jobLimits).
+    ``labels``: the labels of the job's Namespace (read only when the pool names a tenantLabel)."""
     tenancy = pool.tenancy
     if tenancy is None:
         if job.priority_class_name is not None:
@@ -41,13 +63,16 @@ def place_job(namespace: str, job: ScrapeJobSpec, pool: ScrapePoolSpec) -> Place
                 f"classes (no spec.tenancy); use spec.priority",
             )
         return None
-    tenant = tenant_of(namespace)
+    tenant = tenant_of(namespace, tenancy, labels)
+    if isinstance(tenant, PriorityRefusal):
+        return tenant
     terms = tenancy.terms_of(tenant)
     if terms is None:
         listed = ", ".join(t.name for t in tenancy.tenants or []) or "none"
+        source = "the job's namespace" if tenancy.tenant_label is None else f"its namespace's {tenancy.tenant_label}"
         return PriorityRefusal(
             "TenantNotAdmitted",
-            f"tenant {tenant!r} (the job's namespace) is not admitted to ScrapePool {job.pool!r}: the pool's "
+            f"tenant {tenant!r} ({source}) is not admitted to ScrapePool {job.pool!r}: the pool's "
             f"spec.tenancy lists tenants {listed} and has no defaultTenant; ask the platform to add the tenant",
         )
     priority = tenancy.resolve_priority(

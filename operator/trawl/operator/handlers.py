@@ -142,6 +142,13 @@ def jobs_by_pool(namespace: str, name: str, spec: Mapping[str, Any], status: Map
     return {(namespace, spec.get("pool")): pool_index_entry(name, spec, status)}
 
 
+@kopf.index("v1", "namespaces")
+def namespace_labels(name: str, labels: Mapping[str, str], **_: Any) -> Any:
+    # A pool's spec.tenancy.tenantLabel names a job's tenant by a label of its Namespace: the labels only,
+    # kept current by the watch (no API read per pass; the operator may already list and watch Namespaces).
+    return {name: dict(labels)}
+
+
 @kopf.index("v1", "secrets", labels={LABEL_SECRET: "true"})
 def secret_index(namespace: str, name: str, body: kopf.Body, labels: Mapping[str, str], **_: Any) -> Any:
     # The labelled Secrets (the watch selects them; the filter and the entry hold it too), kept current by

@@ -83,8 +83,15 @@ class _Pass:
     prev: dict[str, Any]
     now: datetime
     read_secret: SecretReader
+    namespace_labels: Mapping[str, str] | None
     # The quota that holds the job's tenant back, as its pool's status last said ("" when none does).
     tenant_throttled: str = ""
+
+
+def namespace_labels(index: Mapping[Any, Any] | None, namespace: str) -> Mapping[str, str] | None:
+    """The labels of ``namespace`` as the Namespace index holds them, None when it does not."""
+    entries = list((index or {}).get(namespace, []))
+    return entries[0] if entries and isinstance(entries[0], Mapping) else None
 
 
 def failed_job(generation: int, status: Mapping[str, Any], now: datetime, reason: str, msg: str) -> JobOutcome:
@@ -181,8 +188,10 @@ async def reconcile_job(
     connections: RedisConnections,
     now: datetime,
     secrets: Mapping[Any, Any] | None = None,
+    namespaces: Mapping[Any, Any] | None = None,
 ) -> JobOutcome:
-    """One pass over a job. ``secrets``: the operator's Secret index (None: no Secrets exist)."""
+    """One pass over a job. ``secrets``: the operator's Secret index (None: no Secrets exist); ``namespaces``:
+    its Namespace-labels index (read for a pool whose tenancy names a tenantLabel)."""
     prev = dict(status)
     try:
         spec = ScrapeJobSpec.model_validate(dict(spec_raw))
@@ -206,10 +215,13 @@ async def reconcile_job(
         return stalled(Problem("RedisUnavailable", str(exc)))
 
     queue = pool_queue(redis, namespace, spec.pool, pool.spec)
-    throttled = pool.throttled.get(tenant_of(namespace), "") if pool.spec.tenancy is not None else ""
+    labels = namespace_labels(namespaces, namespace)
+    tenant = tenant_of(namespace, pool.spec.tenancy, labels) if pool.spec.tenancy is not None else None
+    throttled = pool.throttled.get(tenant, "") if isinstance(tenant, str) else ""
     job = _Pass(
-        queue, spec, pool.spec, namespace, name, uid, generation, prev, now, secret_reader(secrets or {}), throttled
-    )
+        queue, spec, pool.spec, namespace, name, uid, generation, prev, now, secret_reader(secrets or {}), labels,
+        throttled,
+    )  # fmt: skip
     try:
         return await _reconcile_with_queue(job, config, annotations)
     except NotAccepted as exc:
@@ -289,7 +301,7 @@ async def _register(job: _Pass, config: JobConfig, stats: JobStats) -> tuple[Job
     exceeded = limit_exceeded(spec, job.pool)
     if exceeded is not None:
         raise NotAccepted(Problem("LimitExceeded", exceeded))
-    placement = place_job(job.namespace, spec, job.pool)
+    placement = place_job(job.namespace, spec, job.pool, job.namespace_labels)
     if isinstance(placement, PriorityRefusal):
         raise NotAccepted(Problem(placement.reason, placement.message))
     if placement is not None:
