@@ -121,6 +121,18 @@ def test_a_tenant_cannot_rise_above_its_ceiling_nor_run_where_it_is_not_admitted
         assert batch["status"]["phase"] == "Queued"
         row = listed()
         assert (row["throttled"], row["throttledMessage"]) == ("inFlight", "2/2 in flight") and row["throttledSince"]
+
+        # The platform removes the pool's tenancy: its quotas are lifted in the queue and the list goes.
+        control_plane.kubectl(
+            "patch", "scrapepool", "shared", "-n", namespace, "--type=json",
+            "-p", '[{"op": "remove", "path": "/spec/tenancy"}]',
+        )  # fmt: skip
+        wait_for(
+            "the tenants off the pool's status",
+            lambda: "tenants" not in (get(control_plane, "scrapepool", "shared", namespace).get("status") or {}),
+            diag=operator.log_tail,
+        )
+        assert client.hgetall(keys.tenant_config) == {"*": "1|||", "aging": "300.0"}
         assert operator.running
     finally:
         for key in client.scan_iter(match=f"trawl:{{{namespace}/*", count=1000):

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.api.scrapepool import ScrapePoolSpec, ScrapePoolStatus
-from trawl.api.tenancy import PriorityRefusal
+from trawl.api.tenancy import TenancyRefusal
 from trawl.clitools.output import tenant_table
 from trawl.clitools.top import sample_pool
 from trawl.jobspec.admission import limit_exceeded
@@ -130,53 +130,53 @@ def test_a_valid_tenancy_round_trips_in_the_wire_form() -> None:
         ("team-a", {"priority": 8, "priorityClassName": "high"}, Placement("team-a", 8)),  # both, agreeing
         ("team-b", {}, Placement("team-b", 1)),  # the global default (5) lowered to its ceiling
         ("team-c", {}, Placement("team-c", 5)),  # the global default
-        ("team-c", {"priority": 9}, PriorityRefusal("PriorityAboveCeiling", "")),  # no ceiling: jobLimits (5)
+        ("team-c", {"priority": 9}, TenancyRefusal("PriorityAboveCeiling", "")),  # no ceiling: jobLimits (5)
     ],
 )
 def test_a_job_runs_at_what_it_named_within_its_tenants_ceiling(
-    namespace: str, job: dict[str, Any], placed: Placement | PriorityRefusal
+    namespace: str, job: dict[str, Any], placed: Placement | TenancyRefusal
 ) -> None:
     got = place_job(namespace, _job(**job), _pool())
-    if isinstance(placed, PriorityRefusal):
-        assert isinstance(got, PriorityRefusal) and got.reason == placed.reason
+    if isinstance(placed, TenancyRefusal):
+        assert isinstance(got, TenancyRefusal) and got.reason == placed.reason
     else:
         assert got == placed
 
 
 def test_a_class_above_the_ceiling_is_refused_never_lowered() -> None:
     got = place_job("team-a", _job(priorityClassName="urgent"), _pool())
-    assert got == PriorityRefusal(
+    assert got == TenancyRefusal(
         "PriorityAboveCeiling",
         "spec.priorityClassName 'urgent' (9) is above what the pool grants tenant 'team-a': its priorityCeiling "
         "'high' (8); ask for at most that, or have the platform raise the tenant's ceiling",
     )
     number = place_job("team-b", _job(priority=2), _pool())
-    assert isinstance(number, PriorityRefusal) and number.reason == "PriorityAboveCeiling"
+    assert isinstance(number, TenancyRefusal) and number.reason == "PriorityAboveCeiling"
     assert number.message.startswith("spec.priority 2 is above what the pool grants tenant 'team-b'")
     # A tenant without a ceiling of its own is held to the pool's jobLimits.maxPriority.
     raised = place_job("team-c", _job(priority=9), _pool(jobLimits={"maxPriority": 9}))
     assert raised == Placement("team-c", 9)
     held = place_job("team-c", _job(priority=9), _pool())
-    assert isinstance(held, PriorityRefusal) and "the pool's jobLimits.maxPriority (5)" in held.message
+    assert isinstance(held, TenancyRefusal) and "the pool's jobLimits.maxPriority (5)" in held.message
 
 
 def test_an_unknown_or_conflicting_class_is_refused() -> None:
     unknown = place_job("team-a", _job(priorityClassName="vip"), _pool())
-    assert unknown == PriorityRefusal(
+    assert unknown == TenancyRefusal(
         "PriorityClassNotFound",
         "spec.priorityClassName 'vip' is not a priority class of the pool (its spec.tenancy.priorityClasses: "
         "urgent, high, normal, bulk)",
     )
     conflict = place_job("team-a", _job(priorityClassName="bulk", priority=3), _pool())
-    assert isinstance(conflict, PriorityRefusal) and conflict.reason == "PriorityConflict"
+    assert isinstance(conflict, TenancyRefusal) and conflict.reason == "PriorityConflict"
     no_tenancy = place_job("team-a", _job(priorityClassName="high"), _pool(None))
-    assert isinstance(no_tenancy, PriorityRefusal) and no_tenancy.reason == "PriorityClassNotFound"
+    assert isinstance(no_tenancy, TenancyRefusal) and no_tenancy.reason == "PriorityClassNotFound"
     assert "defines no priority classes" in no_tenancy.message
 
 
 def test_a_tenant_the_pool_does_not_list_is_refused_unless_there_is_a_default() -> None:
     refused = place_job("intruder", _job(), _pool())
-    assert refused == PriorityRefusal(
+    assert refused == TenancyRefusal(
         "TenantNotAdmitted",
         "tenant 'intruder' (the job's namespace) is not admitted to ScrapePool 'shared': the pool's spec.tenancy "
         "lists tenants team-a, team-b, team-c and has no defaultTenant; ask the platform to add the tenant",
@@ -184,7 +184,7 @@ def test_a_tenant_the_pool_does_not_list_is_refused_unless_there_is_a_default() 
     with_default = {**TENANCY, "defaultTenant": {"weight": 1, "priorityCeiling": "normal"}}
     assert place_job("intruder", _job(), _pool(with_default)) == Placement("intruder", 5)
     above = place_job("intruder", _job(priorityClassName="high"), _pool(with_default))
-    assert isinstance(above, PriorityRefusal) and above.reason == "PriorityAboveCeiling"
+    assert isinstance(above, TenancyRefusal) and above.reason == "PriorityAboveCeiling"
 
 
 def test_with_a_tenant_label_the_namespaces_label_names_the_tenant_and_nothing_else_does() -> None:
@@ -194,21 +194,21 @@ def test_with_a_tenant_label_the_namespaces_label_names_the_tenant_and_nothing_e
     # A namespace of any name is the tenant its label says: team-a's ceiling and default class hold.
     assert place_job("etl-prod", _job(), labelled, team_a) == Placement("team-a", 5)
     refused = place_job("etl-prod", _job(priorityClassName="urgent"), labelled, team_a)
-    assert isinstance(refused, PriorityRefusal) and "tenant 'team-a'" in refused.message
+    assert isinstance(refused, TenancyRefusal) and "tenant 'team-a'" in refused.message
     # Without the label, refused, even with a defaultTenant, and even if the namespace is named like a tenant
     # (a team that may create namespaces could otherwise take another's terms).
     for labels in (None, {}, {"trawl.dev/tenant": ""}):
         missing = tenant_of("team-a", labelled.tenancy, labels)
-        assert missing == PriorityRefusal(
+        assert missing == TenancyRefusal(
             "TenantNotAdmitted",
             "namespace 'team-a' has no label trawl.dev/tenant, which names the tenant on this pool: ask the platform "
             "to label the namespace",
         )
     unlisted = place_job("ns", _job(), _pool({**TENANCY, "tenantLabel": "trawl.dev/tenant"}), {"trawl.dev/tenant": "x"})
-    assert isinstance(unlisted, PriorityRefusal) and unlisted.reason == "TenantNotAdmitted"
+    assert isinstance(unlisted, TenancyRefusal) and unlisted.reason == "TenantNotAdmitted"
     assert "tenant 'x' (its namespace's trawl.dev/tenant) is not admitted" in unlisted.message
     # A name the queue's table cannot hold is refused, not an error at registration.
-    assert tenant_of("aging", _pool().tenancy, None) == PriorityRefusal(  # type: ignore[arg-type]
+    assert tenant_of("aging", _pool().tenancy, None) == TenancyRefusal(  # type: ignore[arg-type]
         "TenantNotAdmitted", "'aging' cannot be a tenant's name on this pool"
     )
 

@@ -106,8 +106,9 @@ class Tenant(TenantTerms):
 
 
 @dataclass(frozen=True, slots=True)
-class PriorityRefusal:
-    """Why a job's priority is not admitted: the condition's reason and its message."""
+class TenancyRefusal:
+    """Why a job is not admitted on its pool's tenancy (its tenant, or the priority it named): the condition's
+    reason and its message."""
 
     reason: str
     message: str
@@ -218,7 +219,7 @@ class TenancySpec(TrawlModel):
 
     def resolve_priority(
         self, tenant: str, terms: TenantTerms, *, class_name: str | None, priority: int | None, max_priority: int
-    ) -> int | PriorityRefusal:
+    ) -> int | TenancyRefusal:
         """The priority a job of ``tenant`` runs at, or why it is refused.
 
         What the job author named (a class, or a number) must lie within the tenant's ceiling: above it the
@@ -239,13 +240,13 @@ class TenancySpec(TrawlModel):
             chosen = self.priority_class(class_name)
             if chosen is None:
                 listed = ", ".join(c.name for c in self.priority_classes or []) or "none"
-                return PriorityRefusal(
+                return TenancyRefusal(
                     "PriorityClassNotFound",
                     f"spec.priorityClassName {class_name!r} is not a priority class of the pool (its "
                     f"spec.tenancy.priorityClasses: {listed})",
                 )
             if priority is not None and priority != chosen.value:
-                return PriorityRefusal(
+                return TenancyRefusal(
                     "PriorityConflict",
                     f"spec.priority {priority} disagrees with spec.priorityClassName {class_name!r} "
                     f"({chosen.value}): set one of them",
@@ -253,7 +254,7 @@ class TenancySpec(TrawlModel):
             named, what = chosen.value, f"spec.priorityClassName {class_name!r} ({chosen.value})"
         if named is not None:
             if named > ceiling:
-                return PriorityRefusal(
+                return TenancyRefusal(
                     "PriorityAboveCeiling",
                     f"{what} is above what the pool grants tenant {tenant!r}: {ceiling_text}; ask for at most "
                     f"that, or have the platform raise the tenant's ceiling",

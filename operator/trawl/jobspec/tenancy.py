@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.api.scrapepool import ScrapePoolSpec
-from trawl.api.tenancy import PriorityRefusal, TenancySpec, TenantTerms
+from trawl.api.tenancy import TenancyRefusal, TenancySpec, TenantTerms
 from trawl.queue.model import TenantLimits, TenantPolicy
 from trawl.queue.tenants import check_tenant_name
 
@@ -27,7 +27,7 @@ class Placement:
     priority: int
 
 
-def tenant_of(namespace: str, tenancy: TenancySpec, labels: Mapping[str, str] | None) -> str | PriorityRefusal:
+def tenant_of(namespace: str, tenancy: TenancySpec, labels: Mapping[str, str] | None) -> str | TenancyRefusal:
     """A job's tenant: its namespace, or with ``tenancy.tenantLabel`` that label's value on its Namespace
     (``labels``: the Namespace's labels, None when the operator does not see it). A namespace without the
     label is refused, never taken as a tenant of its own name (a team that may create namespaces could
@@ -36,7 +36,7 @@ def tenant_of(namespace: str, tenancy: TenancySpec, labels: Mapping[str, str] | 
     if tenancy.tenant_label is not None:
         value = (labels or {}).get(tenancy.tenant_label)
         if not value:
-            return PriorityRefusal(
+            return TenancyRefusal(
                 "TenantNotAdmitted",
                 f"namespace {namespace!r} has no label {tenancy.tenant_label}, which names the tenant on this "
                 f"pool: ask the platform to label the namespace",
@@ -45,32 +45,32 @@ def tenant_of(namespace: str, tenancy: TenancySpec, labels: Mapping[str, str] | 
     try:
         return check_tenant_name(tenant)
     except ValueError:
-        return PriorityRefusal("TenantNotAdmitted", f"{tenant!r} cannot be a tenant's name on this pool")
+        return TenancyRefusal("TenantNotAdmitted", f"{tenant!r} cannot be a tenant's name on this pool")
 
 
 def place_job(
     namespace: str, job: ScrapeJobSpec, pool: ScrapePoolSpec, labels: Mapping[str, str] | None = None
-) -> Placement | PriorityRefusal | None:
+) -> Placement | TenancyRefusal | None:
     """The job's tenant and priority on a pool with tenancy; why it is refused (TenantNotAdmitted, a priority
     class it may not use); None on a pool without tenancy (the job's own priority, within jobLimits).
     ``labels``: the labels of the job's Namespace (read only when the pool names a tenantLabel)."""
     tenancy = pool.tenancy
     if tenancy is None:
         if job.priority_class_name is not None:
-            return PriorityRefusal(
+            return TenancyRefusal(
                 "PriorityClassNotFound",
                 f"spec.priorityClassName {job.priority_class_name!r}: ScrapePool {job.pool!r} defines no priority "
                 f"classes (no spec.tenancy); use spec.priority",
             )
         return None
     tenant = tenant_of(namespace, tenancy, labels)
-    if isinstance(tenant, PriorityRefusal):
+    if isinstance(tenant, TenancyRefusal):
         return tenant
     terms = tenancy.terms_of(tenant)
     if terms is None:
         listed = ", ".join(t.name for t in tenancy.tenants or []) or "none"
         source = "the job's namespace" if tenancy.tenant_label is None else f"its namespace's {tenancy.tenant_label}"
-        return PriorityRefusal(
+        return TenancyRefusal(
             "TenantNotAdmitted",
             f"tenant {tenant!r} ({source}) is not admitted to ScrapePool {job.pool!r}: the pool's "
             f"spec.tenancy lists tenants {listed} and has no defaultTenant; ask the platform to add the tenant",
@@ -82,7 +82,7 @@ def place_job(
         priority=job.priority,
         max_priority=pool.ceilings().max_priority,
     )
-    if isinstance(priority, PriorityRefusal):
+    if isinstance(priority, TenancyRefusal):
         return priority
     return Placement(tenant, priority)
 

@@ -22,7 +22,7 @@ from trawl.api.naming import ANNOTATION_RETRY_DEAD, GROUP, RETRY_ALL_SUFFIX, VER
 from trawl.api.policies import PERMANENT_CLASSES
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.api.scrapepool import ScrapePoolSpec
-from trawl.api.tenancy import PriorityRefusal
+from trawl.api.tenancy import TenancyRefusal
 from trawl.egress.addresses import parse_networks
 from trawl.jobspec.admission import (
     browser_missing,
@@ -302,7 +302,7 @@ async def _register(job: _Pass, config: JobConfig, stats: JobStats) -> tuple[Job
     if exceeded is not None:
         raise NotAccepted(Problem("LimitExceeded", exceeded))
     placement = place_job(job.namespace, spec, job.pool, job.namespace_labels)
-    if isinstance(placement, PriorityRefusal):
+    if isinstance(placement, TenancyRefusal):
         raise NotAccepted(Problem(placement.reason, placement.message))
     if placement is not None:
         config = replace(config, tenant=placement.tenant, priority=placement.priority)
