@@ -658,6 +658,7 @@ class Queue:
             workers=workers,
             time=now,
             enqueued_total=int(stats.get("enq", 0)),
+            held=int(res[7]) if len(res) > 7 else 0,
         )
 
     async def enqueued_total(self) -> int:
