@@ -94,9 +94,7 @@ class QueueMachine(RuleBasedStateMachine):
         return [j for j in self.jobs.values() if not j.cancelled]
 
     def in_flight(self, tenant: str) -> int:
-        return sum(
-            1 for j in self.live_jobs() if j.tenant == tenant for t in j.tasks.values() if t.state == "inflight"
-        )
+        return sum(1 for j in self.live_jobs() if j.tenant == tenant for t in j.tasks.values() if t.state == "inflight")
 
     def headroom(self, tenant: str) -> float:
         return QUOTA_A - self.in_flight("a") if tenant == "a" else float("inf")

@@ -60,7 +60,9 @@ async def test_no_tenant_is_ever_above_its_in_flight_quota_at_the_site(
         jobs[tenant] = job_id
     workers = [
         Worker(
-            WorkerConfig(prefix=PREFIX, worker_id=f"wq{i}-{uuid.uuid4().hex[:6]}", concurrency=6, allowed_cidrs=ALLOWED),
+            WorkerConfig(
+                prefix=PREFIX, worker_id=f"wq{i}-{uuid.uuid4().hex[:6]}", concurrency=6, allowed_cidrs=ALLOWED
+            ),
             queue,
             redis_client,
             Keys(PREFIX),
