@@ -16,6 +16,8 @@ from trawl.api.common import format_time, parse_time
 from trawl.operator.conditions import (
     Cond,
     ConditionType,
+    Health,
+    at_rest,
     get_condition,
     healthy,
     merge_conditions,
@@ -221,7 +223,7 @@ def _conditions(facts: JobFacts, phase: str, status: Mapping[str, Any], dead: in
         outcome = [Cond(ConditionType.COMPLETE, False, reason), Cond(ConditionType.FAILED, True, reason, msg)]
     else:
         reason, msg = problem if problem is not None else _under_way(facts, phase)
-        health = stalled(reason, msg) if problem is not None else progressing(reason, msg)
+        health = stalled(reason, msg) if problem is not None else _waiting(phase, reason, msg)
         outcome = [Cond(ConditionType.COMPLETE, False, reason), Cond(ConditionType.FAILED, False, reason)]
     # Stalled first: the order a job's conditions have always had (another order is a rewrite of each).
     conds = [health.stalled, health.ready, health.reconciling, *outcome]
@@ -240,6 +242,16 @@ def _conditions(facts: JobFacts, phase: str, status: Mapping[str, Any], dead: in
     if facts.data_lost is not None:
         conds.append(redis_data_lost(facts.data_lost))
     return conds, msg
+
+
+def _waiting(phase: str, reason: str, message: str) -> Health:
+    """A job neither finished nor stuck. Suspended is at rest by the user's request: nothing happens until
+    someone resumes it, so GitOps tools must read it as settled (kstatus Current), not as a wait that never
+    ends. Every other wait (Pending, Queued, Running; a tenant's quota holding its tasks back) ends without
+    anyone acting, so it is work under way: Reconciling=True with its reason (kstatus InProgress)."""
+    if phase == "Suspended":
+        return at_rest(reason, message)
+    return progressing(reason, message)
 
 
 def _succeeded_message(facts: JobFacts, status: Mapping[str, Any], dead: int) -> str:

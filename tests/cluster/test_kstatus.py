@@ -1,0 +1,136 @@
+"""What Flux reads of live objects: kstatus itself (hack/kstatus, the cli-utils library Flux's health checks
+call) on the objects as the API server returns them, in every state the operator puts them in: the table in
+docs/architecture.md ("What GitOps tools read"). Above all, a job or schedule at rest by request (suspended)
+is Current, so a Flux ``wait`` on it ends; a job waiting for something that comes by itself is InProgress."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from operator_fixtures import apply, get, job, pool
+
+from kstatus_tool import KStatus, kstatus
+from trawl.dev.controlplane import ControlPlane
+from trawl.dev.redis_server import RedisServer
+from trawl.operator.conditions import merge_conditions, progressing
+from trawl.operator.job.status import JobFacts, derive_job_status
+from trawl.queue.model import JobStats
+from waits import wait_for
+
+
+def _live(cp: ControlPlane, namespace: str) -> dict[str, KStatus]:
+    """kstatus of every Trawl object of the namespace, read from the API server as Flux reads them."""
+    out = cp.kubectl("get", "scrapejobs,scrapepools,cronscrapejobs", "-n", namespace, "-o", "json")
+    items: list[dict[str, Any]] = json.loads(out.stdout)["items"]
+    return kstatus(*items)
+
+
+def _phase(cp: ControlPlane, name: str, namespace: str) -> str | None:
+    return (get(cp, "scrapejob", name, namespace).get("status") or {}).get("phase")
+
+
+def _observed(cp: ControlPlane, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+    """The object once the operator has judged its current generation."""
+    obj = get(cp, kind, name, namespace)
+    return obj if (obj.get("status") or {}).get("observedGeneration") == obj["metadata"]["generation"] else None
+
+
+def test_each_state_reads_as_documented(
+    control_plane: ControlPlane,
+    namespace: str,
+    operator: Any,
+    supervisor: Any,
+    bookstore: Any,
+    redis_server: RedisServer,
+) -> None:
+    cp = control_plane
+    apply(cp, pool("p", redis_server.url), pool("idle", redis_server.url), namespace=namespace)
+    slow = {"politeness": {"requestsPerSecond": 1, "maxConcurrencyPerDomain": 1}}
+    cron = {
+        "apiVersion": "trawl.dev/v1alpha1",
+        "kind": "CronScrapeJob",
+        "metadata": {"name": "nightly"},
+        "spec": {
+            "schedule": "0 3 * * *",
+            "suspend": True,
+            "jobTemplate": {"spec": {"pool": "p", "urls": [bookstore.url + "/"]}},
+        },
+    }
+    apply(
+        cp,
+        job("done", "p", [bookstore.product_url(1), bookstore.product_url(2)]),
+        job("dead", "p", [f"{bookstore.url}/hostile/404?id={namespace}"]),  # 1 dead letter, 0 tolerated
+        # Valid for the API server's schema, invalid for the operator: a pattern RE2 cannot run.
+        job("invalid", "p", [bookstore.url + "/"], crawl={"include": ["(a)\\1"]}),
+        job("busy", "p", [bookstore.product_url(i) for i in range(1, 101)], **slow),
+        job("paused", "p", [bookstore.product_url(i) for i in range(1, 6)], suspend=True),
+        cron,
+        namespace=namespace,
+    )
+    wanted = {"done": "Succeeded", "dead": "Failed", "busy": "Running", "paused": "Suspended"}
+    wait_for(
+        "every job in its state",
+        lambda: (
+            all(_phase(cp, name, namespace) == phase for name, phase in wanted.items())
+            and _observed(cp, "scrapejob", "invalid", namespace)
+            and _observed(cp, "cronscrapejob", "nightly", namespace)
+            and _observed(cp, "scrapepool", "idle", namespace)
+        ),
+        timeout=120,
+        diag=operator.log_tail,
+    )
+    got = _live(cp, namespace)
+    # The pool of the work scales with it: InProgress while workers start (Reconciling=True, Scaling), else
+    # Current; tests/unit/test_kstatus_health.py pins each of its states.
+    assert got.pop("ScrapePool/p").status in {"Current", "InProgress"}, got
+    assert {ref: s.status for ref, s in got.items()} == {
+        "ScrapeJob/done": "Current",
+        "ScrapeJob/dead": "Failed",
+        "ScrapeJob/invalid": "Failed",
+        "ScrapeJob/busy": "InProgress",
+        "ScrapeJob/paused": "Current",  # at rest by request: a Flux wait on it ends
+        "CronScrapeJob/nightly": "Current",
+        "ScrapePool/idle": "Current",  # no work, scaled to zero
+    }, got
+    assert "more than the 0 tolerated" in got["ScrapeJob/dead"].message
+    assert "spec.crawl.include" in got["ScrapeJob/invalid"].message
+    assert "workers are processing" in got["ScrapeJob/busy"].message
+
+    # A running job suspended is at rest (Current) once the operator has seen the edit, and InProgress again
+    # once resumed: the generation check covers the moment between.
+    patch = ["patch", "scrapejob/busy", "-n", namespace, "--type=merge", "-p"]
+    cp.kubectl(*patch, '{"spec":{"suspend":true}}')
+    wait_for("busy suspended", lambda: _phase(cp, "busy", namespace) == "Suspended", diag=operator.log_tail)
+    assert _live(cp, namespace)["ScrapeJob/busy"].status == "Current"
+    cp.kubectl(*patch, '{"spec":{"suspend":false}}')
+    wait_for("busy resumed", lambda: _phase(cp, "busy", namespace) == "Running", diag=operator.log_tail)
+    assert _live(cp, namespace)["ScrapeJob/busy"].status == "InProgress"
+
+
+def test_a_job_held_by_its_tenants_quota_is_in_progress(control_plane: ControlPlane, namespace: str) -> None:
+    """QuotaExceeded (issue 33) → InProgress: the hold ends by itself (tasks finish, the rate window moves, the
+    day turns), so it is work under way, never Current (a Flux wait would pass too early) nor Failed.
+
+    The operator does not write this reason yet (the quota's side of issue 33 adds it); until it does, the
+    status is written here as that code must write it, through the status subresource of a live object (no
+    operator runs in this namespace), so the API server's schema and kstatus both see it.
+    TODO(issue 33): once the job status derives QuotaExceeded, run a tenant over its quota under the operator
+    (as test_each_state_reads_as_documented does) and drop the hand-written status."""
+    cp = control_plane
+    apply(cp, job("held", "p", ["http://127.0.0.1:9/"]), namespace=namespace)
+    stats = JobStats(
+        total=10, pending=10, in_flight=0, retrying=0, succeeded=0, dead=0, enqueue_done=True, suspended=False,
+        first_claim_at=None, last_finish_at=None,
+    )  # fmt: skip
+    generation = int(get(cp, "scrapejob", "held", namespace)["metadata"]["generation"])
+    now = datetime.now(UTC)
+    status, _ = derive_job_status(JobFacts(generation=generation, suspend=False, stats=stats), None, now)
+    held = progressing("QuotaExceeded", "tenant team-a: 12/12 in flight")
+    status["conditions"] = merge_conditions(status["conditions"], list(held), generation=generation, now=now)
+    cp.kubectl(
+        "patch", "scrapejob/held", "-n", namespace, "--subresource=status", "--type=merge",
+        "-p", json.dumps({"status": status}),
+    )  # fmt: skip
+    assert _live(cp, namespace)["ScrapeJob/held"] == ("InProgress", "tenant team-a: 12/12 in flight")
