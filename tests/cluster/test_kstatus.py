@@ -6,7 +6,6 @@ is Current, so a Flux ``wait`` on it ends; a job waiting for something that come
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from typing import Any
 
 from operator_fixtures import apply, get, job, pool
@@ -14,9 +13,6 @@ from operator_fixtures import apply, get, job, pool
 from kstatus_tool import KStatus, kstatus
 from trawl.dev.controlplane import ControlPlane
 from trawl.dev.redis_server import RedisServer
-from trawl.operator.conditions import merge_conditions, progressing
-from trawl.operator.job.status import JobFacts, derive_job_status
-from trawl.queue.model import JobStats
 from waits import wait_for
 
 
@@ -109,28 +105,30 @@ def test_each_state_reads_as_documented(
     assert _live(cp, namespace)["ScrapeJob/busy"].status == "InProgress"
 
 
-def test_a_job_held_by_its_tenants_quota_is_in_progress(control_plane: ControlPlane, namespace: str) -> None:
+def test_a_job_held_by_its_tenants_quota_is_in_progress(
+    control_plane: ControlPlane,
+    namespace: str,
+    operator: Any,
+    supervisor: Any,
+    bookstore: Any,
+    redis_server: RedisServer,
+) -> None:
     """QuotaExceeded (issue 33) → InProgress: the hold ends by itself (tasks finish, the rate window moves, the
-    day turns), so it is work under way, never Current (a Flux wait would pass too early) nor Failed.
-
-    The operator does not write this reason yet (the quota's side of issue 33 adds it); until it does, the
-    status is written here as that code must write it, through the status subresource of a live object (no
-    operator runs in this namespace), so the API server's schema and kstatus both see it.
-    TODO(issue 33): once the job status derives QuotaExceeded, run a tenant over its quota under the operator
-    (as test_each_state_reads_as_documented does) and drop the hand-written status."""
+    day turns), so it is work under way, never Current (a Flux wait would pass too early) nor Failed. A tenant
+    allowed one page a day, its job of three: the first is fetched, the other two wait on the quota, and the
+    job says so under the operator and real workers."""
     cp = control_plane
-    apply(cp, job("held", "p", ["http://127.0.0.1:9/"]), namespace=namespace)
-    stats = JobStats(
-        total=10, pending=10, in_flight=0, retrying=0, succeeded=0, dead=0, enqueue_done=True, suspended=False,
-        first_claim_at=None, last_finish_at=None,
-    )  # fmt: skip
-    generation = int(get(cp, "scrapejob", "held", namespace)["metadata"]["generation"])
-    now = datetime.now(UTC)
-    status, _ = derive_job_status(JobFacts(generation=generation, suspend=False, stats=stats), None, now)
-    held = progressing("QuotaExceeded", "tenant team-a: 12/12 in flight")
-    status["conditions"] = merge_conditions(status["conditions"], list(held), generation=generation, now=now)
-    cp.kubectl(
-        "patch", "scrapejob/held", "-n", namespace, "--subresource=status", "--type=merge",
-        "-p", json.dumps({"status": status}),
-    )  # fmt: skip
-    assert _live(cp, namespace)["ScrapeJob/held"] == ("InProgress", "tenant team-a: 12/12 in flight")
+    tenancy = {"tenants": [{"name": namespace, "quotas": {"pagesPerDay": 1}}]}
+    apply(cp, pool("p", redis_server.url, tenancy=tenancy), namespace=namespace)
+    apply(cp, job("held", "p", [bookstore.product_url(i) for i in range(1, 4)]), namespace=namespace)
+
+    def held() -> Any:
+        obj = get(cp, "scrapejob", "held", namespace)
+        reconciling = next((c for c in (obj.get("status") or {}).get("conditions") or []
+                            if c["type"] == "Reconciling"), {})  # fmt: skip
+        return reconciling.get("reason") == "QuotaExceeded" and obj
+
+    obj = wait_for("held shows QuotaExceeded", held, timeout=120, diag=operator.log_tail)
+    assert obj["status"]["counts"]["succeeded"] == 1 and obj["status"]["counts"]["pending"] == 2
+    message = "its tenant is over a quota of its pool (1/1 pages today): its tasks wait"
+    assert _live(cp, namespace)["ScrapeJob/held"] == ("InProgress", message)
