@@ -87,6 +87,15 @@ def test_a_tenant_cannot_rise_above_its_ceiling_nor_run_where_it_is_not_admitted
         uid = get(control_plane, "scrapejob", "batch", namespace)["metadata"]["uid"]
         registered = wait_for("batch registered", lambda: client.hgetall(keys.job(uid)) or None, diag=operator.log_tail)
         assert (registered["prio"], registered["tn"]) == ("1", namespace)
+        # ... and its status says so (what the class resolved to is the author's to see).
+        batch_status = wait_for(
+            "batch's status",
+            lambda: (
+                (get(control_plane, "scrapejob", "batch", namespace).get("status") or {}).get("priority") == 1
+                and get(control_plane, "scrapejob", "batch", namespace)["status"]
+            ),
+        )
+        assert batch_status["tenant"] == namespace
         # The pool's tenant table, as the claim script reads it, and the tenant's use on the pool's status.
         table = wait_for("the tenant table", lambda: client.hgetall(keys.tenant_config) or None)
         assert table[namespace] == "3|2||1000" and table["someone-else"] == "1|||"

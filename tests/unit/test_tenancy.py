@@ -328,6 +328,16 @@ def test_a_job_with_tasks_in_flight_or_nothing_ready_is_not_shown_held() -> None
         assert reconciling is not None and reconciling["reason"] != "QuotaExceeded"
 
 
+def test_the_job_status_says_the_priority_and_tenant_it_was_registered_with_and_keeps_them() -> None:
+    stats = _stats(10, 0)
+    first, _ = derive_job_status(JobFacts(generation=1, suspend=False, stats=stats, registered=(1, "team-a")), {}, NOW)
+    assert (first["priority"], first["tenant"]) == (1, "team-a")
+    later, _ = derive_job_status(JobFacts(generation=1, suspend=False, stats=stats), first, NOW)
+    assert (later["priority"], later["tenant"]) == (1, "team-a")
+    plain, _ = derive_job_status(JobFacts(generation=1, suspend=False, stats=stats, registered=(5, "")), {}, NOW)
+    assert plain["priority"] == 5 and "tenant" not in plain
+
+
 def test_tenant_series_come_from_the_pool_status() -> None:
     status = {"tenants": tenants_status([_usage("team-a", "inFlight", in_flight=20, claimed_total=900)])}
     metrics.record_pool("ns", "shared", status)

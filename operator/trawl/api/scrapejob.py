@@ -714,6 +714,16 @@ class ScrapeJobStatus(TrawlModel):
         default=None, description="The last trawl.dev/retry-dead-letters annotation value acted on."
     )
     message: str | None = Field(default=None, max_length=32768, description="Summary of the current state.")
+    priority: int | None = Field(
+        default=None,
+        ge=0,
+        le=9,
+        description="The priority the job was registered with: spec.priority (default 5), or on a pool with "
+        "spec.tenancy what its class, its tenant's default class or the global default gave.",
+    )
+    tenant: str | None = Field(
+        default=None, max_length=253, description="On a pool with spec.tenancy: the tenant the job runs as."
+    )
     queue_epoch: str | None = Field(
         default=None,
         max_length=64,

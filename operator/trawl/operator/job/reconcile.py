@@ -245,8 +245,10 @@ async def _reconcile_with_queue(job: _Pass, config: JobConfig, annotations: Mapp
     if not stats.exists and prev.get("phase") in TERMINAL:
         return _finished_record(job, epoch, data_lost)
     enqueued = prev.get("enqueued")
+    registered = None
     if not stats.exists or not stats.enqueue_done:
-        stats, enqueued = await _register(job, config, stats)
+        stats, enqueued, config = await _register(job, config, stats)
+        registered = (config.priority, config.tenant)
     deadline_exceeded = _deadline_exceeded(job.spec, prev, stats, job.now)
     stats, retry_handled = await _steer(job, stats, deadline_exceeded, annotations.get(ANNOTATION_RETRY_DEAD))
 
@@ -271,6 +273,7 @@ async def _reconcile_with_queue(job: _Pass, config: JobConfig, annotations: Mapp
         skipped_sample=notes.skipped_sample,
         throttled=notes.throttled,
         tenant_throttled=job.tenant_throttled,
+        registered=registered,
     )
     new_status, events = derive_job_status(facts, prev, job.now)
     if not dead_letters and stats.dead and "deadLetters" in prev:
@@ -290,8 +293,9 @@ def _finished_record(job: _Pass, epoch: str, data_lost: str | None) -> JobOutcom
     return JobOutcome(kept, events)
 
 
-async def _register(job: _Pass, config: JobConfig, stats: JobStats) -> tuple[JobStats, int]:
-    """Register the job and enqueue its seeds (again: both are idempotent); (its counters now, seeds).
+async def _register(job: _Pass, config: JobConfig, stats: JobStats) -> tuple[JobStats, int, JobConfig]:
+    """Register the job and enqueue its seeds (again: both are idempotent); (its counters now, seeds, the
+    configuration registered: with its tenant and priority).
 
     Until its seeds are all in, a job is held to its pool's jobLimits and tenancy: one above them, or of a
     tenant the pool does not admit, is refused (Stalled: LimitExceeded, TenantNotAdmitted,
@@ -322,7 +326,7 @@ async def _register(job: _Pass, config: JobConfig, stats: JobStats) -> tuple[Job
         # Before the first seed: a job created suspended must never enter the claim ring.
         await queue.suspend(uid)
     enqueued = await _enqueue_seeds(queue, uid, spec)
-    return await queue.job_stats(uid), enqueued
+    return await queue.job_stats(uid), enqueued, config
 
 
 async def _steer(

@@ -52,6 +52,7 @@ class JobFacts:
     skipped_sample: list[Skipped] = field(default_factory=list)
     throttled: list[Throttled] = field(default_factory=list)  # domains whose circuit breaker is open now
     tenant_throttled: str = ""  # the quota holding the job's tenant back, with its figure ("" when none is)
+    registered: tuple[int, str] | None = None  # (priority, tenant) this pass registered the job with
 
 
 def _ts(unix: float | None) -> str | None:
@@ -203,6 +204,13 @@ def _findings(status: dict[str, Any], facts: JobFacts, prev: Mapping[str, Any], 
         status["results"] = prev["results"]
     if facts.retry_handled is not None:
         status["retryDeadLettersHandled"] = facts.retry_handled
+    # What the job was registered with (fixed in the queue then): said by the pass that registered it, kept.
+    if facts.registered is not None:
+        status["priority"] = facts.registered[0]
+        if facts.registered[1]:
+            status["tenant"] = facts.registered[1]
+    else:
+        status.update({key: prev[key] for key in ("priority", "tenant") if key in prev})
 
 
 def _conditions(facts: JobFacts, phase: str, status: Mapping[str, Any], dead: int) -> tuple[list[Cond], str]:
