@@ -132,3 +132,9 @@ def test_a_job_held_by_its_tenants_quota_is_in_progress(
     assert obj["status"]["counts"]["succeeded"] == 1 and obj["status"]["counts"]["pending"] == 2
     message = "its tenant is over a quota of its pool (1/1 pages today): its tasks wait"
     assert _live(cp, namespace)["ScrapeJob/held"] == ("InProgress", message)
+    # The pool counts the two apart from its ready work: they do not scale it up.
+    wait_for(
+        "the pool's held tasks",
+        lambda: ((get(cp, "scrapepool", "p", namespace).get("status") or {}).get("queue") or {}).get("held") == 2,
+        diag=operator.log_tail,
+    )

@@ -338,6 +338,19 @@ def test_the_job_status_says_the_priority_and_tenant_it_was_registered_with_and_
     assert plain["priority"] == 5 and "tenant" not in plain
 
 
+def test_the_pool_status_counts_the_ready_tasks_a_quota_holds_apart() -> None:
+    from trawl.operator.pool.status import signals_status
+    from trawl.queue.model import PoolSignals
+
+    signals = PoolSignals(
+        ready=3, delayed=0, delayed_due_soon=0, in_flight=2, dead=0, completed_total=0, failed_total=0,
+        service_seconds_total=0.0, workers={}, time=0.0, held=40,
+    )  # fmt: skip
+    queue = signals_status(signals, None)
+    assert (queue["ready"], queue["held"]) == (3, 40)
+    ScrapePoolStatus.model_validate({"queue": queue})
+
+
 def test_tenant_series_come_from_the_pool_status() -> None:
     status = {"tenants": tenants_status([_usage("team-a", "inFlight", in_flight=20, claimed_total=900)])}
     metrics.record_pool("ns", "shared", status)

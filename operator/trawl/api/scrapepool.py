@@ -844,6 +844,12 @@ class QueueSignals(TrawlModel):
     """What the queue looked like at the last poll."""
 
     ready: int = Field(default=0, ge=0, description="Tasks waiting to be claimed.")
+    held: int = Field(
+        default=0,
+        ge=0,
+        description="Pools with spec.tenancy: ready tasks of tenants a quota holds back (not in ready: more "
+        "workers would not run them, so they do not scale the pool).",
+    )
     delayed: int = Field(default=0, ge=0, description="Tasks waiting for a retry or a rate limit.")
     in_flight: int = Field(default=0, ge=0, description="Tasks claimed by workers.")
     dead: int = Field(default=0, ge=0, description="Dead-lettered tasks of live jobs.")

@@ -66,6 +66,7 @@ def pass_status(name: str, generation: int) -> dict[str, Any]:
 def signals_status(signals: PoolSignals, advice: ScaleAdvice | None) -> dict[str, Any]:
     return {
         "ready": signals.ready,
+        "held": signals.held,  # ready tasks a tenant's quota holds back (pools with spec.tenancy only)
         "delayed": signals.delayed,
         "inFlight": signals.in_flight,
         "dead": signals.dead,
