@@ -548,6 +548,7 @@ _quotas = obj(
         "inFlight": ints(1, 1_000_000),
         "requestsPerSecond": floats(0, 100_000, exclude_min=True),
         "pagesPerDay": ints(1, 10**12),
+        "urlsQueued": ints(1, 10**12),
     },
 )
 _terms_fields: dict[str, Strategy] = {

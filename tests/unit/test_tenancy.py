@@ -6,6 +6,7 @@ tests/cluster/test_tenant_priorities.py applies these rules as a tenant against 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -95,7 +96,7 @@ def _job(**spec: Any) -> ScrapeJobSpec:
         ({"tenants": [{"name": "team a"}]}, "should match pattern"),
         # Not enforced by the queue at this stage: refused rather than accepted and ignored.
         ({"tenants": [{"name": "t", "quotas": {"browserSecondsPerDay": 3600}}]}, "browserSecondsPerDay"),
-        ({"defaultTenant": {"quotas": {"urlsQueued": 10}}}, "urlsQueued"),
+        ({"defaultTenant": {"quotas": {"urlsQueued": 0}}}, "urlsQueued"),
         ({"tenants": [{"name": "aging"}]}, "tenant name 'aging' is reserved"),
         ({"tenantLabel": "not a key"}, "should match pattern"),
         ({"tenantLabel": "example.com/" + "n" * 64}, "is not a valid label key"),
@@ -270,13 +271,23 @@ def test_the_pool_status_lists_tenants_the_throttled_first() -> None:
             "inFlight": 20,
             "claimedTotal": 0,
             "pagesToday": 700,
+            "queued": 0,
             "throttled": "inFlight",
             "throttledMessage": "20/20 in flight",
             "throttledSince": "2026-11-27T11:58:30Z",
         },
-        {"tenant": "team-c", "weight": 1, "inFlight": 0, "claimedTotal": 4, "pagesToday": 0},
+        {"tenant": "team-c", "weight": 1, "inFlight": 0, "claimedTotal": 4, "pagesToday": 0, "queued": 0},
     ]
     ScrapePoolStatus.model_validate({"tenants": rows})  # what the CRD's schema takes
+
+
+def test_a_tenant_whose_queue_is_full_shows_it_on_the_pool_and_on_its_waiting_job() -> None:
+    full = replace(_usage("team-b"), queued=1000, queue_full_message="1000/1000 URLs queued")
+    [row] = tenants_status([full])
+    assert row["queued"] == 1000 and row["queueFullMessage"] == "1000/1000 URLs queued"
+    ScrapePoolStatus.model_validate({"tenants": [row]})
+    entry = pool_entry({"redis": {}}, "uid-1", {"tenants": [row]})
+    assert entry["queueFull"] == {"team-b": "1000/1000 URLs queued"} and entry["throttled"] == {}
 
 
 def test_the_pool_index_tells_each_job_which_tenants_a_quota_holds() -> None:
@@ -323,6 +334,22 @@ def test_a_job_held_by_its_tenants_quota_waits_in_progress_saying_why(succeeded:
 def test_a_job_with_tasks_in_flight_or_nothing_ready_is_not_shown_held() -> None:
     for stats in (_stats(10, 2), _stats(0, 0, 3)):
         facts = JobFacts(generation=1, suspend=False, stats=stats, tenant_throttled="20/20 in flight")
+        status, _ = derive_job_status(facts, {}, NOW)
+        reconciling = get_condition(status["conditions"], ConditionType.RECONCILING)
+        assert reconciling is not None and reconciling["reason"] != "QuotaExceeded"
+
+
+def test_a_job_whose_seeds_wait_for_room_in_its_tenants_queue_says_so() -> None:
+    waiting = replace(_stats(0, 0), enqueue_done=False)
+    facts = JobFacts(generation=1, suspend=False, stats=waiting, tenant_queue_full="1000/1000 URLs queued")
+    status, events = derive_job_status(facts, {}, NOW)
+    reconciling = get_condition(status["conditions"], ConditionType.RECONCILING)
+    assert reconciling is not None and (reconciling["status"], reconciling["reason"]) == ("True", "QuotaExceeded")
+    assert "(1000/1000 URLs queued): its seeds wait" in reconciling["message"]
+    assert not [e for e in events if e.type == "Warning"]
+    # Once some of its seeds are in (ready or claimed), it is queued or running as usual.
+    for stats in (replace(_stats(5, 0), enqueue_done=False), replace(_stats(0, 2), enqueue_done=False)):
+        facts = JobFacts(generation=1, suspend=False, stats=stats, tenant_queue_full="1000/1000 URLs queued")
         status, _ = derive_job_status(facts, {}, NOW)
         reconciling = get_condition(status["conditions"], ConditionType.RECONCILING)
         assert reconciling is not None and reconciling["reason"] != "QuotaExceeded"

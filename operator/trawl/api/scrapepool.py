@@ -883,6 +883,12 @@ class TenantStatus(TrawlModel):
     )
     throttled_message: str | None = Field(default=None, max_length=1024, description="The quota's figure.")
     throttled_since: datetime | None = Field(default=None, description="Since when the quota holds it back.")
+    queued: int = Field(default=0, ge=0, description="Tasks of its jobs ready or delayed now.")
+    queue_full_message: str | None = Field(
+        default=None,
+        max_length=1024,
+        description="Set while its URLs-queued quota stops its jobs' seeds: the quota's figure.",
+    )
 
 
 MAX_TENANTS_ON_STATUS = 100

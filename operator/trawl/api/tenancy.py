@@ -65,6 +65,14 @@ class TenantQuotas(TrawlModel):
         le=1_000_000_000_000,
         description="Tasks the tenant's jobs may claim per UTC day (every attempt counts).",
     )
+    urls_queued: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000_000_000,
+        description="Tasks the tenant's jobs may have waiting (ready or delayed) at once: seeds beyond it stay in "
+        "their job's seed stream until there is room, so one tenant's flood cannot fill the pool's Redis. Links a "
+        "crawl finds are bounded by its maxPages, not by this. Not enforced on a sharded pool.",
+    )
 
 
 class TenantTerms(TrawlModel):

@@ -30,16 +30,23 @@ class PoolRef:
     spec: ScrapePoolSpec
     uid: str
     throttled: dict[str, str] = field(default_factory=dict)
+    # tenant: the figure of its URLs-queued quota, for the tenants whose seeds it stopped (their jobs wait)
+    queue_full: dict[str, str] = field(default_factory=dict)
 
 
 def pool_entry(spec: Mapping[str, Any], uid: str, status: Mapping[str, Any]) -> dict[str, Any]:
     """A pool as the pool index holds it (read defensively: an index function must never raise)."""
     throttled: dict[str, str] = {}
+    queue_full: dict[str, str] = {}
     tenants = status.get("tenants") if isinstance(status, Mapping) else None
     for row in tenants if isinstance(tenants, list) else []:
-        if isinstance(row, Mapping) and row.get("throttled") and isinstance(row.get("tenant"), str):
+        if not isinstance(row, Mapping) or not isinstance(row.get("tenant"), str):
+            continue
+        if row.get("throttled"):
             throttled[row["tenant"]] = str(row.get("throttledMessage") or row["throttled"])
-    return {"spec": dict(spec), "uid": uid, "throttled": throttled}
+        if row.get("queueFullMessage"):
+            queue_full[row["tenant"]] = str(row["queueFullMessage"])
+    return {"spec": dict(spec), "uid": uid, "throttled": throttled, "queueFull": queue_full}
 
 
 def pool_from_index(pool_index: Mapping[Any, Any], namespace: str, name: str) -> PoolRef | Problem:
@@ -49,7 +56,12 @@ def pool_from_index(pool_index: Mapping[Any, Any], namespace: str, name: str) ->
         return Problem("PoolNotFound", f"ScrapePool {namespace}/{name} does not exist")
     raw = entries[0]
     try:
-        return PoolRef(ScrapePoolSpec.model_validate(raw["spec"]), raw["uid"], dict(raw.get("throttled") or {}))
+        return PoolRef(
+            ScrapePoolSpec.model_validate(raw["spec"]),
+            raw["uid"],
+            dict(raw.get("throttled") or {}),
+            dict(raw.get("queueFull") or {}),
+        )
     except ValidationError as exc:
         return Problem("PoolInvalid", f"ScrapePool {name} is invalid: {validation_message(exc)}")
 

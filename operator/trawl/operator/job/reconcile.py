@@ -86,6 +86,8 @@ class _Pass:
     namespace_labels: Mapping[str, str] | None
     # The quota that holds the job's tenant back, as its pool's status last said ("" when none does).
     tenant_throttled: str = ""
+    # The URLs-queued quota that stops the tenant's seeds, as its pool's status last said ("" when none does).
+    tenant_queue_full: str = ""
 
 
 def namespace_labels(index: Mapping[Any, Any] | None, namespace: str) -> Mapping[str, str] | None:
@@ -132,7 +134,9 @@ async def _enqueue_seeds(queue: Queue, uid: str, spec: ScrapeJobSpec) -> int:
     """Enqueue the next part of the job's seed stream, from where the queue's cursor says: at most
     SEED_BATCHES_PER_PASS batches, each built from the spec when it is sent (a range is never expanded
     into a list), each idempotent per position, so a pass after a crash or a restart adds only what is
-    missing. Marks the enqueue done once the stream is all in. Returns the positions enqueued so far."""
+    missing. The job's tenant's URLs-queued quota may stop a batch short: the pass ends there and the next
+    one goes on from the cursor. Marks the enqueue done once the stream is all in. Returns the positions
+    enqueued so far."""
     end = spec.seed_count()
     position = await queue.seeds_enqueued(uid)
     stream = spec.seeds(position)
@@ -141,7 +145,10 @@ async def _enqueue_seeds(queue: Queue, uid: str, spec: ScrapeJobSpec) -> int:
         if not batch:
             break
         await queue.enqueue_seeds(uid, position, batch)
-        position += len(batch)
+        reached = await queue.seeds_enqueued(uid)
+        if reached < position + len(batch):
+            return min(reached, end)  # the tenant's queue is full: its seeds wait in the stream
+        position = reached
     if position >= end:
         await queue.mark_enqueue_done(uid)
     return min(position, end)
@@ -218,9 +225,10 @@ async def reconcile_job(
     labels = namespace_labels(namespaces, namespace)
     tenant = tenant_of(namespace, pool.spec.tenancy, labels) if pool.spec.tenancy is not None else None
     throttled = pool.throttled.get(tenant, "") if isinstance(tenant, str) else ""
+    queue_full = pool.queue_full.get(tenant, "") if isinstance(tenant, str) else ""
     job = _Pass(
         queue, spec, pool.spec, namespace, name, uid, generation, prev, now, secret_reader(secrets or {}), labels,
-        throttled,
+        throttled, queue_full,
     )  # fmt: skip
     try:
         return await _reconcile_with_queue(job, config, annotations)
@@ -273,6 +281,7 @@ async def _reconcile_with_queue(job: _Pass, config: JobConfig, annotations: Mapp
         skipped_sample=notes.skipped_sample,
         throttled=notes.throttled,
         tenant_throttled=job.tenant_throttled,
+        tenant_queue_full=job.tenant_queue_full,
         registered=registered,
     )
     new_status, events = derive_job_status(facts, prev, job.now)

@@ -52,6 +52,7 @@ class JobFacts:
     skipped_sample: list[Skipped] = field(default_factory=list)
     throttled: list[Throttled] = field(default_factory=list)  # domains whose circuit breaker is open now
     tenant_throttled: str = ""  # the quota holding the job's tenant back, with its figure ("" when none is)
+    tenant_queue_full: str = ""  # the URLs-queued quota stopping the tenant's seeds, with its figure
     registered: tuple[int, str] | None = None  # (priority, tenant) this pass registered the job with
 
 
@@ -280,10 +281,28 @@ def quota_held(facts: JobFacts) -> bool:
     return bool(facts.tenant_throttled) and stats is not None and stats.pending > 0 and stats.in_flight == 0
 
 
+def seeds_held(facts: JobFacts) -> bool:
+    """The job waits on its tenant's URLs-queued quota: seeds are left to enqueue, none of its tasks is
+    ready or claimed, and the tenant's queue is full."""
+    stats = facts.stats
+    return (
+        bool(facts.tenant_queue_full)
+        and stats is not None
+        and not stats.enqueue_done
+        and stats.pending == 0
+        and stats.in_flight == 0
+    )
+
+
 def _under_way(facts: JobFacts, phase: str) -> tuple[str, str]:
     """(reason, message) of a job that is neither finished nor stuck."""
     if phase == "Suspended":
         return "Suspended", "the job is suspended: workers claim none of its tasks"
+    if phase in ("Pending", "Queued", "Running") and seeds_held(facts):
+        return (
+            "QuotaExceeded",
+            f"its tenant has as many URLs queued as its pool allows ({facts.tenant_queue_full}): its seeds wait",
+        )
     if phase in ("Queued", "Running") and quota_held(facts):
         # Waiting by design, not stuck: it proceeds without anyone acting, so Reconciling=True (kstatus:
         # InProgress) with this reason, never Stalled.

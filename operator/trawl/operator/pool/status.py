@@ -88,7 +88,10 @@ def tenants_status(usage: list[TenantUsage]) -> list[dict[str, Any]]:
             "inFlight": max(0, u.in_flight),
             "claimedTotal": max(0, u.claimed_total),
             "pagesToday": max(0, u.pages_today),
+            "queued": max(0, u.queued),
         }
+        if u.queue_full_message:
+            row["queueFullMessage"] = u.queue_full_message[:1024]
         if u.throttled is not None:
             row["throttled"] = u.throttled[:64]
             row["throttledMessage"] = u.throttled_message[:1024]
