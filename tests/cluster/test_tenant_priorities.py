@@ -10,12 +10,15 @@ lets a job author do, against a real API server and the operator with its own RB
   job of that tenant with tasks ready and none claimed reads Reconciling=True, reason QuotaExceeded (kstatus:
   InProgress, it proceeds on its own), not Stalled. The hold is written as the queue's claim writes it
   (the fields of trawl.queue.tenants): the fairness and the quotas themselves are the queue's tests.
+- A tenant whose URLs-queued quota is full: a job's seeds stop at the room left, a job with none in shows
+  QuotaExceeded with the figure, and when the platform raises the quota every seed goes in, once.
 - With tenancy.tenantLabel, the label the platform put on the Namespace names the tenant (the tenant
   cannot set it); a namespace without it is refused.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from typing import Any
@@ -98,13 +101,14 @@ def test_a_tenant_cannot_rise_above_its_ceiling_nor_run_where_it_is_not_admitted
         assert batch_status["tenant"] == namespace
         # The pool's tenant table, as the claim script reads it, and the tenant's use on the pool's status.
         table = wait_for("the tenant table", lambda: client.hgetall(keys.tenant_config) or None)
-        assert table[namespace] == "3|2||1000" and table["someone-else"] == "1|||"
+        assert table[namespace] == "3|2||1000|" and table["someone-else"] == "1||||"
 
         def listed() -> Any:
             rows = (get(control_plane, "scrapepool", "shared", namespace).get("status") or {}).get("tenants") or []
             return next((r for r in rows if r["tenant"] == namespace), None)
 
         row = wait_for("the tenant on the pool's status", listed, diag=operator.log_tail)
+        assert row.pop("queued") in (0, 1)  # batch's one URL, once the pool's poll has seen it
         assert row == {"tenant": namespace, "weight": 3, "inFlight": 0, "claimedTotal": 0, "pagesToday": 0}
 
         for name, reason in (("vip", "PriorityAboveCeiling"), ("loud", "PriorityAboveCeiling"),
@@ -141,7 +145,7 @@ def test_a_tenant_cannot_rise_above_its_ceiling_nor_run_where_it_is_not_admitted
             lambda: "tenants" not in (get(control_plane, "scrapepool", "shared", namespace).get("status") or {}),
             diag=operator.log_tail,
         )
-        assert client.hgetall(keys.tenant_config) == {"*": "1|||", "aging": "300.0"}
+        assert client.hgetall(keys.tenant_config) == {"*": "1||||", "aging": "300.0"}
         assert operator.running
     finally:
         for key in client.scan_iter(match=f"trawl:{{{namespace}/*", count=1000):
@@ -183,6 +187,54 @@ def test_the_platforms_namespace_label_names_the_tenant(
             f"namespace {namespace!r} has no label example.com/cost-center, which names the tenant on this pool: "
             "ask the platform to label the namespace"
         )
+    finally:
+        for key in client.scan_iter(match=f"trawl:{{{namespace}/*", count=1000):
+            client.unlink(key)
+        client.close()
+
+
+def test_a_full_tenant_queue_holds_seeds_back_until_there_is_room(
+    control_plane: ControlPlane, namespace: str, operator: Any, tenant: Any, redis_server: RedisServer
+) -> None:
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    narrow = {"tenants": [{"name": namespace, "quotas": {"urlsQueued": 3}}]}
+    try:
+        apply(control_plane, pool("narrow", redis_server.url, tenancy=narrow), namespace=namespace)
+        tenant.apply(job("first", "narrow", [f"http://127.0.0.1:9/f{i}" for i in range(5)]))
+        keys = Keys(f"trawl:{{{namespace}/narrow}}")
+        first_uid = get(control_plane, "scrapejob", "first", namespace)["metadata"]["uid"]
+        wait_for("first's 3 seeds in", lambda: client.hget(keys.job(first_uid), "pen") == "3", diag=operator.log_tail)
+        tenant.apply(job("second", "narrow", [f"http://127.0.0.1:9/s{i}" for i in range(4)]))
+
+        def held() -> Any:
+            cond = condition(get(control_plane, "scrapejob", "second", namespace), "Reconciling") or {}
+            return cond.get("reason") == "QuotaExceeded" and cond
+
+        cond = wait_for("second shows QuotaExceeded", held, 60, diag=operator.log_tail)
+        assert cond["status"] == "True" and "(3/3 URLs queued): its seeds wait" in cond["message"]
+        rows = wait_for(
+            "the full queue on the pool's status",
+            lambda: [
+                r
+                for r in (get(control_plane, "scrapepool", "narrow", namespace).get("status") or {}).get("tenants", [])
+                if r.get("queueFullMessage")
+            ],
+        )
+        assert rows[0]["queued"] == 3 and rows[0]["queueFullMessage"] == "3/3 URLs queued"
+        assert client.hget(keys.job(first_uid), "cur") == "3"  # the rest waits in first's seed stream
+
+        # The platform makes room: every seed of both jobs goes in, once.
+        wider = {"spec": {"tenancy": {"tenants": [{"name": namespace, "quotas": {"urlsQueued": 100}}]}}}
+        control_plane.kubectl("patch", "scrapepool", "narrow", "-n", namespace, "--type=merge", "-p", json.dumps(wider))
+        second_uid = get(control_plane, "scrapejob", "second", namespace)["metadata"]["uid"]
+        wait_for(
+            "all seeds in",
+            lambda: client.hget(keys.job(first_uid), "pen") == "5" and client.hget(keys.job(second_uid), "pen") == "4",
+            60,
+            diag=operator.log_tail,
+        )
+        assert client.hget(keys.job(first_uid), "tot") == "5" and client.hget(keys.job(second_uid), "tot") == "4"
+        wait_for("second no longer held", lambda: not held(), 60)
     finally:
         for key in client.scan_iter(match=f"trawl:{{{namespace}/*", count=1000):
             client.unlink(key)

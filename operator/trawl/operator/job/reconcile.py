@@ -32,7 +32,7 @@ from trawl.jobspec.admission import (
     unmounted_directory,
     unmounted_secrets,
 )
-from trawl.jobspec.tenancy import place_job, tenant_of
+from trawl.jobspec.tenancy import place_job, tenant_of, tenant_policy
 from trawl.operator import kube
 from trawl.operator.conditions import ConditionType, get_condition
 from trawl.operator.connections import RedisConnections, pool_queue
@@ -330,6 +330,10 @@ async def _register(job: _Pass, config: JobConfig, stats: JobStats) -> tuple[Job
         )
         if problem is not None:
             raise NotAccepted(problem)
+        if job.pool.tenancy is not None:
+            # The pool's tenant table before the job's first seed: a pool just created may not have polled
+            # yet, and its quotas (URLs queued above all) hold from the first seed on.
+            await queue.set_tenant_policy(tenant_policy(job.pool.tenancy))
     await queue.register_job(config)
     if spec.suspend and not stats.suspended:
         # Before the first seed: a job created suspended must never enter the claim ring.
