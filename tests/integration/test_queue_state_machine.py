@@ -1,6 +1,8 @@
 """A hypothesis state machine drives random sequences of queue operations against a real redis-server
 and a model of what every task's state must be; the invariants are checked after every step:
-every task is in exactly one state, the counters equal the true counts, and nothing disappears."""
+every task is in exactly one state, the counters equal the true counts, and nothing disappears. Jobs
+belong to tenants (one with an in-flight quota): a claim takes all it may (work-conserving), never more
+than a quota allows, and each tenant's in-flight count is the truth."""
 
 from __future__ import annotations
 
@@ -22,13 +24,19 @@ from hypothesis.stateful import (
 )
 
 from trawl.dev.redis_server import RedisServer
-from trawl.queue import JobConfig, Queue, RetryPolicy, Task
+from trawl.queue import JobConfig, Queue, RetryPolicy, Task, TenantLimits, TenantPolicy
 
 PREFIX = "trawl:{sm/pool}"
 LEASE = 10
 MAX_STALLS = 1
 POLICY = RetryPolicy(max_attempts=2, backoff="Fixed", initial_delay=3, max_delay=3, jitter=0)
 WORKERS = ("w1", "w2", "w3")
+TENANTS = ("", "a", "b")
+QUOTA_A = 3  # tenant a's in-flight quota
+POLICY_T = TenantPolicy(
+    tenants={"a": TenantLimits(weight=2, max_in_flight=QUOTA_A), "b": TenantLimits(weight=1)},
+    aging_seconds=1e9,  # no aging here: strict priority is checked (test_queue_tenants.py covers aging)
+)
 
 _server: RedisServer | None = None
 
@@ -48,6 +56,7 @@ class MTask:
 class MJob:
     job_id: str
     priority: int
+    tenant: str = ""
     cursor: int = 0
     seq: int = 0
     suspended: bool = False
@@ -83,6 +92,12 @@ class QueueMachine(RuleBasedStateMachine):
 
     def live_jobs(self) -> list[MJob]:
         return [j for j in self.jobs.values() if not j.cancelled]
+
+    def in_flight(self, tenant: str) -> int:
+        return sum(1 for j in self.live_jobs() if j.tenant == tenant for t in j.tasks.values() if t.state == "inflight")
+
+    def headroom(self, tenant: str) -> float:
+        return QUOTA_A - self.in_flight("a") if tenant == "a" else float("inf")
 
     def model_reap(self) -> None:
         for w in WORKERS:
@@ -121,15 +136,16 @@ class QueueMachine(RuleBasedStateMachine):
 
     @initialize()
     def start(self) -> None:
-        self.register(priority=5, n=3)
+        self.run(self.q.set_tenant_policy(POLICY_T))
+        self.register(priority=5, n=3, tenant="a")
 
-    @precondition(lambda self: len(self.live_jobs()) < 4)
-    @rule(priority=st.sampled_from([2, 5, 8]), n=st.integers(0, 6))
-    def register(self, priority: int, n: int) -> None:
+    @precondition(lambda self: len(self.live_jobs()) < 5)
+    @rule(priority=st.sampled_from([2, 5, 8]), n=st.integers(0, 6), tenant=st.sampled_from(TENANTS))
+    def register(self, priority: int, n: int, tenant: str) -> None:
         job_id = f"job{self.next_job}"
         self.next_job += 1
-        self.run(self.q.register_job(JobConfig(job_id, priority=priority, retry=POLICY)))
-        self.jobs[job_id] = MJob(job_id, priority)
+        self.run(self.q.register_job(JobConfig(job_id, priority=priority, retry=POLICY, tenant=tenant)))
+        self.jobs[job_id] = MJob(job_id, priority, tenant)
         self.enqueue_into(self.jobs[job_id], overlap=0, n=n)
 
     def enqueue_into(self, job: MJob, overlap: int, n: int) -> None:
@@ -154,8 +170,12 @@ class QueueMachine(RuleBasedStateMachine):
         self.model_reap()
         self.model_promote()
         available = [t for j in self.live_jobs() if not j.suspended for t in j.tasks.values() if t.state == "ready"]
+        may_take = sum(
+            min(sum(1 for t in available if self.jobs[t.job].tenant == tn), self.headroom(tn)) for tn in TENANTS
+        )
         got = self.run(self.q.claim(worker, count))
-        assert len(got) == min(count, len(available)), (len(got), count, len(available))
+        # work-conserving: everything the quotas allow, up to the count
+        assert len(got) == min(count, may_take), (len(got), count, may_take)
         for task in got:
             job = self.jobs[task.job_id]
             t = job.tasks[task.task_id]
@@ -164,11 +184,13 @@ class QueueMachine(RuleBasedStateMachine):
             t.state, t.worker = "inflight", worker
             self.held[worker].add((task.job_id, task.task_id))
             self.claimed.append((worker, task))
+        assert self.in_flight("a") <= QUOTA_A
         if got:
             lowest_taken = min(self.jobs[t.job_id].priority for t in got)
             for t in available:
-                if t.state == "ready":
-                    assert self.jobs[t.job].priority <= lowest_taken, "a higher priority task was left behind"
+                job = self.jobs[t.job]
+                if t.state == "ready" and self.headroom(job.tenant) > 0:
+                    assert job.priority <= lowest_taken, "a higher priority task was left behind"
         if self.held[worker]:
             self.deadline[worker] = self.now + LEASE
 
@@ -308,8 +330,20 @@ class QueueMachine(RuleBasedStateMachine):
             assert stats.succeeded == len(done)
             assert stats.total == len(job.tasks) == job.seq
             assert stats.suspended == job.suspended
-            in_ring = self.run(self.redis.lrange(k.ring(job.priority), 0, -1)).count(job.job_id)
+            ring = k.tenant_ring(job.priority, job.tenant)
+            in_ring = self.run(self.redis.lrange(ring, 0, -1)).count(job.job_id)
             assert in_ring == (1 if ready and not job.suspended else 0)
+        for p in (2, 5, 8):
+            queued = set(self.run(self.redis.zrange(k.tenant_queue(p), 0, -1)))
+            with_work = {
+                j.tenant
+                for j in self.live_jobs()
+                if j.priority == p and not j.suspended and any(t.state == "ready" for t in j.tasks.values())
+            }
+            assert queued == with_work, (p, queued, with_work)
+        usage = {u.tenant: u.in_flight for u in self.run(self.q.tenant_usage())}
+        for tn in TENANTS:
+            assert usage.get(tn, 0) == self.in_flight(tn), (tn, usage)
         dead_total = sum(1 for j in self.live_jobs() for t in j.tasks.values() if t.state == "dead")
         assert self.run(self.q.pool_signals(reap=False)).dead == dead_total
 

@@ -297,7 +297,9 @@ class _Hits:
 
 
 def _log_requests(log_file: TextIO | None) -> Any:
-    """The access log's middleware: one line per request (arrival time, method, path, status, User-Agent)."""
+    """The access log's middleware: one line per request (arrival time, method, path, status, User-Agent, time
+    the answer was ready): arrival and answer bound the time a request was in flight (tests of concurrency
+    quotas count the overlaps)."""
     from aiohttp import web
 
     @web.middleware
@@ -314,7 +316,7 @@ def _log_requests(log_file: TextIO | None) -> Any:
         finally:
             if log_file is not None:
                 ua = request.headers.get("User-Agent", "-").replace(" ", "_")
-                log_file.write(f"{arrived:.6f} {request.method} {request.path_qs} {status} {ua}\n")
+                log_file.write(f"{arrived:.6f} {request.method} {request.path_qs} {status} {ua} {time.time():.6f}\n")
 
     return log_requests
 
@@ -571,6 +573,7 @@ class AccessEntry:
     path: str
     status: int
     user_agent: str
+    finished: float | None = None  # when the answer was ready (the request's end as the site saw it)
 
 
 @dataclass
@@ -642,7 +645,8 @@ class Bookstore:
         for line in self.access_log.read_text().splitlines():
             parts = line.split(" ")
             if len(parts) >= 5:
-                out.append(AccessEntry(float(parts[0]), parts[1], parts[2], int(parts[3]), parts[4]))
+                end = float(parts[5]) if len(parts) >= 6 else None
+                out.append(AccessEntry(float(parts[0]), parts[1], parts[2], int(parts[3]), parts[4], end))
         return out
 
     def product_url(self, pid: int) -> str:

@@ -284,7 +284,8 @@ class Queue:
     # ------------------------------------------------------------------ workers
 
     async def claim(self, worker_id: str, count: int) -> list[Task]:
-        """Lease up to ``count`` (1..1000) tasks: highest priority first, round-robin over jobs within one.
+        """Lease up to ``count`` (1..1000) tasks: highest priority first (with aging), shared by weight among
+        the tenants of a priority within their quotas, round-robin over a tenant's jobs.
         Raises :class:`WorkerCordoned`, leasing nothing, while the worker's pod is cordoned."""
         _check_id("worker id", worker_id)
         count = max(0, min(int(count), 1000))
@@ -658,6 +659,7 @@ class Queue:
             workers=workers,
             time=now,
             enqueued_total=int(stats.get("enq", 0)),
+            held=int(res[7]) if len(res) > 7 else 0,
         )
 
     async def enqueued_total(self) -> int:

@@ -16,7 +16,10 @@ Pool-wide keys (``P`` is the prefix)::
                              claims), tk/tt (rate tokens and their time), hold/hm/hs (the quota that held it
                              back at its latest claim, its figure, since when)
     P:tset           set     every tenant that registered a job (tenant_usage lists them)
-    P:lsv            hash    priority -> when that level last had a claim serve it, or began waiting (aging)
+    P:lsv            hash    priority -> when that level last had a claim serve it, or began waiting (aging);
+                             a priority is there exactly when its tenant queue is not empty
+    P:tv             string  set by the first claim that entered the rings of jobs queued before tenants
+                             existed into their tenant queue (once per data set)
     P:dj             zset    job -> earliest due time of its delayed tasks (promotion index)
     P:wd             zset    worker -> lease deadline (a worker's leases all share its deadline)
     P:wi             hash    worker -> "in_flight|last_seen|draining" (heartbeat reports)
@@ -262,6 +265,7 @@ class Keys:
             self.tenant_config,
             self.tenants,
             self.level_served,
+            f"{self.prefix}:tv",
             self.delayed_jobs,
             self.worker_deadlines,
             self.worker_info,

@@ -1,11 +1,13 @@
 -- cancel: delete every key of the job: O(size of the job). Its leased tasks stay in their workers' hashes
 -- only until the worker acks, fails or releases them (discarded, reported as lost) or its lease is reaped.
 -- KEYS: 1..9 the job's keys (job hash first; see Keys.job_keys), 10 delayed-jobs index, 11 pool stats,
---       12 events, 13..22 rings 0..9
+--       12 events, 13..22 rings 0..9 (declared: every ring key is built from the prefix)
 -- ARGV: 1 now, 2 events maxlen, 3 job id
-local m = redis.call('HMGET', KEYS[1], 'prio', 'dead', 'exp')
+-- Its tasks in flight stop counting for its tenant now (their late acks find no job and count nothing).
+local m = redis.call('HMGET', KEYS[1], 'prio', 'dead', 'exp', 'tn', 'inf')
 if m[1] then
-  redis.call('LREM', KEYS[13 + tonumber(m[1])], 0, ARGV[3])
+  ring_leave(KEYS[1], ARGV[3], m[1], m[4])
+  tenant_inflight(KEYS[1], tonumber(m[5] or '0'))
   if m[3] ~= '1' then count_dead_forgotten(KEYS[11], tonumber(m[2] or '0')) end
 end
 redis.call('ZREM', KEYS[10], ARGV[3])

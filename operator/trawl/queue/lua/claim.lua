@@ -1,8 +1,10 @@
 -- claim: lease up to N tasks to a worker. In one script: reap what expired (return the tasks of workers whose
 -- lease deadline passed: stalled detection), promote what is due (delayed tasks back to ready), then lease:
--- pop across priority levels (highest first) and, within a level, round-robin over the jobs in that level's
--- ring (each job in the ring gets an equal share of what is left), so a small job is served in the next
--- claim however big the others are.
+-- pop across priority levels (highest first, but a level that waited longer than the aging bound first);
+-- within a level, share among the tenants with work there by weight, each within its quotas (weighted fair
+-- queueing over their passes: claims taken / weight), and within a tenant round-robin over the jobs in its
+-- ring (each job gets an equal share of what is left), so a small job is served in the next claim however
+-- big the others are, and a tenant coming back gets its share from the next claim.
 -- A worker's leases share one deadline (its own): claiming and heartbeats push it to now + lease.
 -- A retried claim with the same nonce replays the previous reply instead of leasing more tasks.
 -- A worker whose pod the autoscaler cordoned leases nothing: it learns so from this claim, not from its
@@ -33,46 +35,227 @@ local function replay()
   return out
 end
 
--- Pop up to `need` ready tasks, highest priority first and round-robin over each ring's jobs (a job that is
--- gone, or whose ready list ran empty, leaves its ring). Each task is appended to `out` (job id, payload) and
--- its lease to `fields` (worker hash field, value).
-local function lease(need, out, fields)
-  for r = 17, 8, -1 do
-    if need <= 0 then break end
-    local ring = KEYS[r]
-    while need > 0 do
-      local len = redis.call('LLEN', ring)
-      if len == 0 then break end
-      local job_id = redis.call('LINDEX', ring, 0)
-      local jk = prefix .. ':j:' .. job_id
-      local rk = jk .. ':r'
-      local items = false
-      if redis.call('EXISTS', jk) == 1 then
-        items = redis.call('LPOP', rk, math.ceil(need / len))
-      else
-        redis.call('DEL', rk)
+-- Tenants. Each has a row in P:tcfg ("weight|in flight|requests per second|pages per day", "*": the
+-- default) and its usage in P:tn:<t>. Rows are read once per claim.
+local tcfg = prefix .. ':tcfg'
+local nowf = tonumber(now)
+local day = tostring(math.floor(nowf / 86400))
+local limits_of = {}
+local function limits(t)
+  local l = limits_of[t]
+  if l then return l end
+  local row = redis.call('HGET', tcfg, t) or redis.call('HGET', tcfg, '*') or '1|||'
+  local w, inf, rps, ppd = string.match(row, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
+  l = { w = tonumber(w) or 1, inf = tonumber(inf), rps = tonumber(rps), ppd = tonumber(ppd) }
+  limits_of[t] = l
+  return l
+end
+
+-- How many tasks tenant t may claim now (at most `want`), the quota that binds below `want` (nil: none)
+-- and its figure. The rate quota is a token bucket holding one second of requests (at least 1).
+local function headroom(t, l, want)
+  if not (l.inf or l.rps or l.ppd) then return want, nil, nil end
+  local u = redis.call('HMGET', prefix .. ':tn:' .. t, 'inf', 'tk', 'tt', 'day', 'pd')
+  local cap, why, msg = want, nil, nil
+  if l.inf then
+    local inf = tonumber(u[1] or '0')
+    if l.inf - inf < cap then cap, why, msg = l.inf - inf, 'inFlight', inf .. '/' .. l.inf .. ' in flight' end
+  end
+  if l.rps then
+    local burst = math.max(1, l.rps)
+    local tokens = burst
+    if u[3] then tokens = math.min(burst, tonumber(u[2]) + (nowf - tonumber(u[3])) * l.rps) end
+    local c = math.floor(tokens)
+    if c < cap then cap, why, msg = c, 'requestsPerSecond', l.rps .. ' requests/s' end
+  end
+  if l.ppd then
+    local pd = u[4] == day and tonumber(u[5]) or 0
+    if l.ppd - pd < cap then cap, why, msg = l.ppd - pd, 'pagesPerDay', pd .. '/' .. l.ppd .. ' pages today' end
+  end
+  return math.max(0, cap), why, msg
+end
+
+-- Count k claimed tasks against tenant t (in flight, total, today's pages, rate tokens) and note whether a
+-- quota bound it (hold: since when, kept while it binds; cleared when a claim took what it wanted).
+local function count_tenant(t, l, k, why, msg)
+  local tk = prefix .. ':tn:' .. t
+  if k > 0 then
+    redis.call('HINCRBY', tk, 'inf', k)
+    redis.call('HINCRBY', tk, 'clm', k)
+    if l.ppd then
+      if redis.call('HGET', tk, 'day') ~= day then redis.call('HSET', tk, 'day', day, 'pd', 0) end
+      redis.call('HINCRBY', tk, 'pd', k)
+    end
+    if l.rps then
+      local u = redis.call('HMGET', tk, 'tk', 'tt')
+      local burst = math.max(1, l.rps)
+      local tokens = burst
+      if u[2] then tokens = math.min(burst, tonumber(u[1]) + (nowf - tonumber(u[2])) * l.rps) end
+      redis.call('HSET', tk, 'tk', tokens - k, 'tt', now)
+    end
+  end
+  if why then
+    redis.call('HSET', tk, 'hold', why, 'hm', msg)
+    redis.call('HSETNX', tk, 'hs', now)
+  elseif k > 0 then
+    redis.call('HDEL', tk, 'hold', 'hm', 'hs')
+  end
+end
+
+-- Pop up to `need` ready tasks from tenant t's ring at prio, round-robin over its jobs (each job in the ring
+-- gets an equal share of what is left; a job that is gone, or whose ready list ran empty, leaves the ring).
+-- Each task is appended to `out` (job id, payload) and its lease to `fields`. Returns the number taken and
+-- whether the ring ran empty.
+local function take_from_ring(ring, need, out, fields)
+  local taken = 0
+  while need > 0 do
+    local len = redis.call('LLEN', ring)
+    if len == 0 then return taken, true end
+    local job_id = redis.call('LINDEX', ring, 0)
+    local jk = prefix .. ':j:' .. job_id
+    local rk = jk .. ':r'
+    local items = false
+    if redis.call('EXISTS', jk) == 1 then
+      items = redis.call('LPOP', rk, math.ceil(need / len))
+    else
+      redis.call('DEL', rk)
+    end
+    if not items then
+      redis.call('LPOP', ring)
+    else
+      local k = #items
+      for i = 1, k do
+        local p = items[i]
+        fields[#fields + 1] = job_id .. '|' .. task_id_of(p)
+        fields[#fields + 1] = now .. '|' .. p
+        out[#out + 1] = job_id
+        out[#out + 1] = p
       end
-      if not items then
+      count_ready_to_inflight(jk, k)
+      if redis.call('HSETNX', jk, 'fc', now) == 1 then
+        event(KEYS[7], ARGV[8], 'type', 'started', 'job', job_id, 't', now)
+      end
+      need = need - k
+      taken = taken + k
+      if redis.call('EXISTS', rk) == 0 then
         redis.call('LPOP', ring)
       else
-        local k = #items
-        for i = 1, k do
-          local p = items[i]
-          fields[#fields + 1] = job_id .. '|' .. task_id_of(p)
-          fields[#fields + 1] = now .. '|' .. p
-          out[#out + 1] = job_id
-          out[#out + 1] = p
-        end
-        count_ready_to_inflight(jk, k)
-        if redis.call('HSETNX', jk, 'fc', now) == 1 then
-          event(KEYS[7], ARGV[8], 'type', 'started', 'job', job_id, 't', now)
-        end
-        need = need - k
-        if redis.call('EXISTS', rk) == 0 then
-          redis.call('LPOP', ring)
+        redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
+      end
+    end
+  end
+  return taken, redis.call('LLEN', ring) == 0
+end
+
+-- Share `need` among candidates c = {pass, weight, cap} by weighted fair queueing: raise a water level L
+-- until sum(min(cap, floor((L - pass) * weight))) reaches need, then hand the units the floors left one at a
+-- time to the lowest pass + given / weight. Sets c.give; O(candidates) per step, 40 bisection steps.
+local function allocate(cands, need)
+  local function fill(level)
+    local sum = 0
+    for _, c in ipairs(cands) do
+      c.give = math.min(c.cap, math.max(0, math.floor((level - c.pass) * c.w)))
+      sum = sum + c.give
+    end
+    return sum
+  end
+  local lo, hi = cands[1].pass, cands[1].pass + need
+  for _, c in ipairs(cands) do if c.pass < lo then lo = c.pass end end
+  hi = lo + need
+  for _ = 1, 40 do
+    local mid = (lo + hi) / 2
+    if fill(mid) >= need then hi = mid else lo = mid end
+  end
+  local left = need - fill(lo)
+  while left > 0 do
+    local best = nil
+    for _, c in ipairs(cands) do
+      if c.give < c.cap and (not best or c.pass + c.give / c.w < best.pass + best.give / best.w) then best = c end
+    end
+    if not best then break end
+    best.give = best.give + 1
+    left = left - 1
+  end
+end
+
+-- Serve priority prio: the tenants with work there, by weight (allocate), each within its quotas; a tenant
+-- that took fewer than it was given (its ring ran empty) leaves its share to the others in the next round
+-- (work-conserving). Only the `need` lowest passes can be served (each unit goes to the lowest pass), so a
+-- claim reads O(need + tenants held by a quota) of the queue. Returns what is still needed.
+local function serve(prio, need, out, fields)
+  local tq = prefix .. ':tq:' .. prio
+  local served = false
+  for _ = 1, 8 do
+    if need <= 0 then break end
+    local cands, start = {}, 0
+    while #cands < need do
+      local page = redis.call('ZRANGE', tq, start, start + need - 1, 'WITHSCORES')
+      if #page == 0 then break end
+      for i = 1, #page, 2 do
+        local t = page[i]
+        local l = limits(t)
+        local cap, why, msg = headroom(t, l, need)
+        if cap > 0 then
+          cands[#cands + 1] = { t = t, l = l, pass = tonumber(page[i + 1]), w = l.w, cap = cap, why = why, msg = msg }
         else
-          redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
+          count_tenant(t, l, 0, why, msg)
         end
+      end
+      start = start + need
+    end
+    if #cands == 0 then break end
+    allocate(cands, need)
+    local took = 0
+    for _, c in ipairs(cands) do
+      if c.give > 0 then
+        local k, empty = take_from_ring(ring_key(prefix, prio, c.t), c.give, out, fields)
+        took, need = took + k, need - k
+        count_tenant(c.t, c.l, k, c.give >= c.cap and c.why or nil, c.msg)
+        if empty then
+          tenant_leave(prefix, prio, c.t)
+        elseif k > 0 then
+          redis.call('ZINCRBY', tq, k / c.w, c.t)
+        end
+      end
+    end
+    if took == 0 then break end
+    served = true
+  end
+  if served and redis.call('EXISTS', tq) == 1 then redis.call('HSET', prefix .. ':lsv', prio, now) end
+  return need
+end
+
+-- Lease: every priority with work, highest first; a priority whose work waited longer than the aging bound
+-- (P:tcfg "aging", seconds) goes first, oldest first, so the lowest class is never starved for longer.
+local function lease(need, out, fields)
+  if need <= 0 then return end
+  local levels = redis.call('HGETALL', prefix .. ':lsv')
+  if #levels == 0 then return end
+  local aging = tonumber(redis.call('HGET', tcfg, 'aging') or '300')
+  local aged, waiting = {}, {}
+  for i = 1, #levels, 2 do
+    local p, since = tonumber(levels[i]), tonumber(levels[i + 1])
+    if nowf - since >= aging then aged[#aged + 1] = { p, since } else waiting[#waiting + 1] = p end
+  end
+  table.sort(aged, function(a, b) return a[2] < b[2] end)
+  table.sort(waiting, function(a, b) return a > b end)
+  for _, a in ipairs(aged) do
+    need = serve(a[1], need, out, fields)
+    if need <= 0 then return end
+  end
+  for _, p in ipairs(waiting) do
+    need = serve(p, need, out, fields)
+    if need <= 0 then return end
+  end
+end
+
+-- Jobs queued before tenants existed sit in the rings of tenant "" without a tenant queue: once per data
+-- set (P:tv), such rings are entered into their tenant queue.
+local function adopt_old_rings()
+  if redis.call('SET', prefix .. ':tv', '1', 'NX') then
+    for p = 0, 9 do
+      if redis.call('LLEN', KEYS[8 + p]) > 0 and not redis.call('ZSCORE', prefix .. ':tq:' .. p, '') then
+        tenant_activate(prefix, p, '', now)
       end
     end
   end
@@ -84,6 +267,7 @@ if nonce ~= '' then
 end
 reap_expired(prefix, KEYS[3], KEYS[4], KEYS[6], KEYS[7], ARGV[8], now, tonumber(ARGV[6]), 16)
 promote_due(prefix, KEYS[5], now, 16, 1000)
+adopt_old_rings()
 local deadline = tostring(tonumber(now) + tonumber(ARGV[5]))
 local cordoned = redis.call('SISMEMBER', KEYS[18], string.match(worker, '^[^@]*'))
 local out, fields = { deadline, cordoned }, {}

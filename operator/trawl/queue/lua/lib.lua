@@ -1,6 +1,6 @@
 -- lib: the helpers every transition shares. The loader prepends this file to each queue script (after the
 -- shebang), so it has no KEYS or ARGV of its own: each helper takes the keys it touches as arguments, except
--- add_urls, which reads the calling script's URLs ARGV[first..last] and its rings KEYS[rings_base + 0..9].
+-- add_urls, which reads the calling script's URLs ARGV[first..last].
 --
 -- What it offers, in the order defined:
 --   payloads      split_payload, task_id_of, make_payload
@@ -21,7 +21,10 @@
 --                   count_dead_to_ready        requeue_dead: dead, pen; P:st dead
 --                   count_dead_forgotten       cancel, retention: P:st dead leaves out the job's dead letters
 --                   count_attempts_ended       ack, fail: P:st completed or failed, svc
---   job state     ring_join (a job with ready tasks is in its ring), check_finished (the 'finished' event)
+--   tenants       prefix_of, tenant_of, tenant_inflight (a tenant's in-flight count, kept by the counters)
+--   job state     ring_key, tenant_activate, tenant_leave, ring_join (a job with ready tasks is in its
+--                 tenant's ring; a tenant with a non-empty ring in its priority's tenant queue), ring_leave,
+--                 check_finished (the 'finished' event)
 --   dead letters  dead_letter (an in-flight task to J:dl and J:dlt, with its history; the oldest records
 --                 beyond the job's 'dlmax' dropped and counted in 'dld')
 --   leases        return_lease (one leased task back to ready, or dead-lettered: reaping, evict, heartbeat's
@@ -81,6 +84,23 @@ local function decode_list(s)
   return v
 end
 
+-- The pool prefix of a job hash key ("<prefix>:j:<job id>"; job ids hold no ':').
+local function prefix_of(jk)
+  return string.match(jk, '^(.*):j:[^:]*$')
+end
+
+-- A job's tenant ("" for jobs registered without one, and for those registered before tenants).
+local function tenant_of(jk)
+  return redis.call('HGET', jk, 'tn') or ''
+end
+
+-- n of the job's tasks leave flight (or, n < 0, enter it): its tenant's in-flight count (P:tn:<t> inf),
+-- which its in-flight quota bounds at claim time.
+local function tenant_inflight(jk, n)
+  if n == 0 then return end  -- and never send -0, which HINCRBY refuses
+  redis.call('HINCRBY', prefix_of(jk) .. ':tn:' .. tenant_of(jk), 'inf', -n)
+end
+
 -- Counters. The operator's status and the autoscaler read the counters, not the structures they mirror, so
 -- a script changes them only through these helpers, in the same script that changes the structures.
 
@@ -100,26 +120,31 @@ local function count_new_to_ready(jk, st, n)
   redis.call('HINCRBY', st, 'enq', n)
 end
 
+-- The job half of a claim: claim.lua counts the tenant's in-flight tasks once per tenant it served.
 local function count_ready_to_inflight(jk, n)
   shift(jk, 'pen', 'inf', n)
 end
 
 -- Returns the job's tasks still in flight (ack checks for the job's end only when none are).
 local function count_inflight_to_done(jk, n)
+  tenant_inflight(jk, n)
   return shift(jk, 'inf', 'suc', n)
 end
 
 local function count_inflight_to_ready(jk, n)
+  tenant_inflight(jk, n)
   shift(jk, 'inf', 'pen', n)
 end
 
 local function count_inflight_to_delayed(jk, n)
+  tenant_inflight(jk, n)
   shift(jk, 'inf', 'ret', n)
 end
 
 -- The pool's dead count (st 'dead') is the sum of its jobs' dead letters, less those of jobs whose retention
 -- began (expire_job) or that were cancelled: the pool's status and metrics show it.
 local function count_inflight_to_dead(jk, st, n)
+  tenant_inflight(jk, n)
   shift(jk, 'inf', 'dead', n)
   redis.call('HINCRBY', st, 'dead', n)
 end
@@ -151,10 +176,52 @@ local function count_attempts_ended(st, outcome, n, seconds)
   redis.call('HINCRBY', st, 'svc', math.floor(seconds * 1000000))
 end
 
--- A job is in its priority's ring exactly when its ready list is non-empty and it is not suspended.
-local function ring_join(ring, job_id, was_len, suspended)
+-- Rings. A job is in its tenant's ring at its priority exactly when its ready list is non-empty and it is
+-- not suspended; a tenant is in its priority's tenant queue (P:tq:<p>, scored by its pass) exactly when
+-- that ring is non-empty; a priority is in P:lsv exactly when its tenant queue is non-empty.
+local function ring_key(prefix, prio, tenant)
+  if tenant == nil or tenant == '' then return prefix .. ':ring:' .. prio end
+  return prefix .. ':ring:' .. prio .. ':' .. tenant
+end
+
+-- A tenant with work again starts at the lowest pass of those active (start-time fair queueing): from the
+-- next claim on it gets its weight's share, never a burst making up for the time it had no work. A
+-- priority that had none starts waiting now (aging counts from here).
+local function tenant_activate(prefix, prio, tenant, now)
+  local tq = prefix .. ':tq:' .. prio
+  local low = redis.call('ZRANGE', tq, 0, 0, 'WITHSCORES')
+  if low[2] then
+    redis.call('ZADD', tq, 'NX', low[2], tenant)
+  else
+    redis.call('ZADD', tq, 0, tenant)
+    redis.call('HSET', prefix .. ':lsv', prio, now)
+  end
+end
+
+-- The tenant's ring at prio ran empty: it leaves the tenant queue, and is no longer held back by a quota
+-- (it has no work to hold); a priority without tenants leaves P:lsv.
+local function tenant_leave(prefix, prio, tenant)
+  local tq = prefix .. ':tq:' .. prio
+  redis.call('ZREM', tq, tenant)
+  redis.call('HDEL', prefix .. ':tn:' .. tenant, 'hold', 'hm', 'hs')
+  if redis.call('ZCARD', tq) == 0 then redis.call('HDEL', prefix .. ':lsv', prio) end
+end
+
+local function ring_join(jk, job_id, was_len, prio, suspended, tenant, now)
   if was_len == 0 and suspended ~= '1' then
-    redis.call('RPUSH', ring, job_id)
+    local prefix = prefix_of(jk)
+    if redis.call('RPUSH', ring_key(prefix, prio, tenant), job_id) == 1 then
+      tenant_activate(prefix, prio, tenant or '', now)
+    end
+  end
+end
+
+-- A job leaves its ring (suspended, cancelled): its tenant leaves the queue with the ring's last job.
+local function ring_leave(jk, job_id, prio, tenant)
+  local prefix = prefix_of(jk)
+  local ring = ring_key(prefix, prio, tenant)
+  if redis.call('LREM', ring, 0, job_id) > 0 and redis.call('LLEN', ring) == 0 then
+    tenant_leave(prefix, prio, tenant or '')
   end
 end
 
@@ -195,7 +262,7 @@ end
 -- the task is dead-lettered as Stalled). Nothing happens for a job that is gone (cancelled, expired).
 local function return_lease(prefix, job_id, v, stalled, who, st, ev, maxlen, now, max_stalls)
   local jk = prefix .. ':j:' .. job_id
-  local meta = redis.call('HMGET', jk, 'prio', 'sus')
+  local meta = redis.call('HMGET', jk, 'prio', 'sus', 'tn')
   if not meta[1] then return 0 end
   local tid, a, s, d, url = split_payload(string.sub(v, string.find(v, '|', 1, true) + 1))
   if stalled then s = s + 1 end
@@ -209,7 +276,7 @@ local function return_lease(prefix, job_id, v, stalled, who, st, ev, maxlen, now
   else
     local len = redis.call('LPUSH', jk .. ':r', make_payload(tid, a, s, d, url))
     count_inflight_to_ready(jk, 1)
-    ring_join(prefix .. ':ring:' .. meta[1], job_id, len - 1, meta[2])
+    ring_join(jk, job_id, len - 1, meta[1], meta[2], meta[3], now)
   end
   return 1
 end
@@ -255,12 +322,12 @@ local function promote_due(prefix, dj, now, job_limit, task_limit)
     local zk = jk .. ':z'
     local items = redis.call('ZRANGEBYSCORE', zk, '-inf', now, 'LIMIT', 0, task_limit)
     if #items > 0 then
-      local meta = redis.call('HMGET', jk, 'prio', 'sus')
+      local meta = redis.call('HMGET', jk, 'prio', 'sus', 'tn')
       if meta[1] then
         redis.call('ZREMRANGEBYRANK', zk, 0, #items - 1)
         local was = push_many('RPUSH', jk .. ':r', items)
         count_delayed_to_ready(jk, #items)
-        ring_join(prefix .. ':ring:' .. meta[1], job_id, was, meta[2])
+        ring_join(jk, job_id, was, meta[1], meta[2], meta[3], now)
       else
         redis.call('DEL', zk)
       end
@@ -286,10 +353,10 @@ end
 
 -- Add URLs ARGV[first..last] to a job at the given depth, honouring the job's max_pages cap, its
 -- within-job dedupe set (crawl jobs) and the pool's cross-job dedupe window. m is the job hash's
--- HMGET of: seq, tot, crawl, maxp, xd, xdw, sus, (cur or maxd), prio, dg. Jobs registered since the
+-- HMGET of: seq, tot, crawl, maxp, xd, xdw, sus, (cur or maxd), prio, dg, tn. Jobs registered since the
 -- digests came ('dg' set at creation) dedupe by url_digest; older ones by the full URL, as they began.
 -- Returns the number added.
-local function add_urls(jk, job_id, rk, rings_base, uk, xk, st, m, prio, now, depth, first, last, force_dedupe)
+local function add_urls(jk, job_id, rk, uk, xk, st, m, prio, now, depth, first, last, force_dedupe)
   local nowf = tonumber(now)
   local dg = m[10] == '1'
   local seq, tot = tonumber(m[1]), tonumber(m[2])
@@ -325,7 +392,7 @@ local function add_urls(jk, job_id, rk, rings_base, uk, xk, st, m, prio, now, de
     redis.call('HSET', jk, 'seq', seq)
     count_new_to_ready(jk, st, n)
     redis.call('HDEL', jk, 'fin')
-    ring_join(KEYS[rings_base + tonumber(prio)], job_id, was, m[7])
+    ring_join(jk, job_id, was, prio, m[7], m[11], now)
   end
   return n
 end

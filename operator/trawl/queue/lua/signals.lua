@@ -1,12 +1,34 @@
 -- signals: a read-only snapshot for the autoscaler, O(active jobs + workers), never a keyspace scan.
--- KEYS: 1 delayed-jobs index, 2 worker deadlines, 3 worker info, 4 pool stats, 5..14 rings 0..9
+-- KEYS: 1 delayed-jobs index, 2 worker deadlines, 3 worker info, 4 pool stats, 5..14 rings 0..9 of the tenant ''
 -- ARGV: 1 prefix, 2 now, 3 due-soon horizon seconds
--- Returns {ready, delayed, delayed due soon, in flight, worker info (flat), pool stats (flat), worker deadlines}
+-- Returns {ready, delayed, delayed due soon, in flight, worker info (flat), pool stats (flat), worker deadlines,
+--          held (ready tasks of tenants a quota holds back)}
 local prefix = ARGV[1]
-local ready = 0
-for r = 5, 14 do
-  for _, job_id in ipairs(redis.call('LRANGE', KEYS[r], 0, -1)) do
-    ready = ready + redis.call('LLEN', prefix .. ':j:' .. job_id .. ':r')
+-- Ready work, by tenant: a tenant a quota holds back (P:tn:<t> hold) counts as held, not ready, so the
+-- autoscaler never adds workers for work that may not run now.
+-- Until a claim adopted the rings of jobs queued before tenants (P:tv), those rings count as they are.
+local ready, held = 0, 0
+local is_held = {}
+local adopted = redis.call('EXISTS', prefix .. ':tv') == 1
+if not adopted then is_held[''] = false end
+for p = 0, 9 do
+  local tenants = redis.call('ZRANGE', prefix .. ':tq:' .. p, 0, -1)
+  if not adopted then tenants[#tenants + 1] = '' end
+  local seen_blank = false
+  for _, t in ipairs(tenants) do
+    if t == '' then
+      if seen_blank then t = nil end
+      seen_blank = true
+    end
+    local n = 0
+    if t ~= nil then
+      local ring = (t == '') and KEYS[5 + p] or (prefix .. ':ring:' .. p .. ':' .. t)
+      for _, job_id in ipairs(redis.call('LRANGE', ring, 0, -1)) do
+        n = n + redis.call('LLEN', prefix .. ':j:' .. job_id .. ':r')
+      end
+      if is_held[t] == nil then is_held[t] = redis.call('HEXISTS', prefix .. ':tn:' .. t, 'hold') == 1 end
+      if is_held[t] then held = held + n else ready = ready + n end
+    end
   end
 end
 local delayed, soon = 0, 0
@@ -21,4 +43,4 @@ local wd = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
 for i = 1, #wd, 2 do
   inflight = inflight + redis.call('HLEN', prefix .. ':w:' .. wd[i])
 end
-return { ready, delayed, soon, inflight, redis.call('HGETALL', KEYS[3]), redis.call('HGETALL', KEYS[4]), wd }
+return { ready, delayed, soon, inflight, redis.call('HGETALL', KEYS[3]), redis.call('HGETALL', KEYS[4]), wd, held }
