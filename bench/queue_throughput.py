@@ -46,7 +46,8 @@ from pathlib import Path
 import redis
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "operator"))
+# The tree whose queue code enqueues (a baseline row's enqueue runs this script with its own tree here).
+sys.path.insert(0, os.environ.get("TRAWL_BENCH_OPERATOR", str(REPO / "operator")))
 
 from trawl.dev import procs  # noqa: E402
 from trawl.dev.redis_server import RedisServer  # noqa: E402
@@ -189,6 +190,17 @@ def celery_argv(i: int, conc: str) -> list[str]:
     ]  # fmt: skip
 
 
+def tree_enqueue(url: str, tree: Path, tenants: int) -> Callable[[int], None]:
+    """:func:`trawl_enqueue` run by another tree's queue code (its own Lua: where a job's tasks go may differ)."""
+
+    def run(n: int) -> None:
+        env = {**peer_env(url), "TRAWL_BENCH_OPERATOR": str(tree / "operator")}
+        argv = [PY, str(Path(__file__).resolve()), "--trawl-enqueue", url, str(n), str(tenants)]
+        subprocess.run(argv, env=env, check=True, timeout=600)
+
+    return run
+
+
 def baseline_system(url: str, conc: int, tree: Path, claim_batch: str = "quarter", tenants: int = 0) -> System:
     """Trawl from another source tree (e.g. ``git archive <commit>``), by default with claims of a quarter of
     the concurrency as the worker made them before claim sizing (``claim_batch``: ``auto`` or a number for
@@ -199,7 +211,7 @@ def baseline_system(url: str, conc: int, tree: Path, claim_batch: str = "quarter
         "trawl-baseline",
         f"Trawl from {tree} (not a peer; not in the ratio)",
         f"{conc} slots per process, {claims}",
-        trawl_enqueue(url, tenants),
+        tree_enqueue(url, tree, tenants),
         lambda i: [trawl_loadgen_argv(url, i, "--concurrency", str(conc), "--claim-batch", size)],
         env={"PYTHONPATH": os.pathsep.join([str(PEERS_DIR), str(tree / "operator")])},
     )
@@ -400,6 +412,10 @@ def load_average() -> str:
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["--trawl-enqueue"]:  # a baseline tree's enqueue (see tree_enqueue)
+        url, n, tenants = sys.argv[2:5]
+        trawl_enqueue(url, int(tenants))(int(n))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="3,000 tasks, a 10 s run limit, concurrency 8, one round")
     ap.add_argument("--tasks", type=int, default=0, help="tasks per system and run (20,000; --quick: 3,000)")
