@@ -29,7 +29,7 @@ flushed Redis with fresh workers:
 Checks printed before the last line: no task claimed twice, every ack accepted (except for cancelled jobs), and
 per job: nothing left in flight, succeeded = acks, total = pending + succeeded.
 
-    .venv/bin/python bench/tenants.py            # the full run (~3 min)
+    .venv/bin/python bench/tenants.py            # the full run (~2 min on 2 cores)
     .venv/bin/python bench/tenants.py --quick    # 10 s windows, 20 s measured, 100,000 URLs of flood (~1 min)
 
 The last line: ``weights_error=… return_s=… small_tenant_p95_ratio=… utilisation=…``.
