@@ -26,8 +26,9 @@ flushed Redis with fresh workers:
 * ``utilisation`` -- busy slots (a task between the start of its work and its ack's reply) / all slots,
   integrated over every 0.1 s sample interval whose both ends saw ready work, over all phases.
 
-Checks printed before the last line: no task claimed twice, every ack accepted (except for cancelled jobs), and
-per job: nothing left in flight, succeeded = acks, total = pending + succeeded.
+Checks printed before the last line: no task claimed twice, every ack accepted (except for cancelled jobs), per
+job: nothing left in flight, succeeded = acks, total = pending + succeeded, and per tenant (``tenant_usage``):
+nothing left in flight, claims counted = claims seen.
 
     .venv/bin/python bench/tenants.py            # the full run (~2 min on 2 cores)
     .venv/bin/python bench/tenants.py --quick    # 10 s windows, 20 s measured, 100,000 URLs of flood (~1 min)
@@ -267,7 +268,7 @@ async def enqueue_backlog(q: Queue, jobs: list[str], per_job: int) -> None:
 
 async def check(q: Queue, claims: list[Claim], jobs: list[str], cancelled: set[str]) -> dict[str, Any]:
     """No task claimed twice; every ack accepted (but cancelled jobs'); per job nothing in flight, succeeded =
-    acks, total = pending + succeeded."""
+    acks, total = pending + succeeded; per tenant nothing in flight and every claim counted."""
     seen = Counter((c.job, c.task) for c in claims)
     dup = sum(n - 1 for n in seen.values() if n > 1)
     rejected = sum(1 for c in claims if not c.ok and c.job not in cancelled)
@@ -285,7 +286,18 @@ async def check(q: Queue, claims: list[Claim], jobs: list[str], cancelled: set[s
             )
         if s.pending == 0:
             drained.append(job)
-    return {"duplicates": dup, "rejected_acks": rejected, "bad_jobs": bad, "drained_jobs": drained}
+    # The queue's own count per tenant (P:tn:<t>): nothing left in flight, every claim counted (skipped for a
+    # queue that counts nothing per tenant, as before the fair share).
+    usage = await q.tenant_usage()
+    claimed = Counter(tenant_of(c.job) for c in claims)
+    if any(u.claimed_total for u in usage):
+        for u in usage:
+            if u.in_flight or u.claimed_total != claimed[u.tenant]:
+                bad.append(
+                    f"tenant {u.tenant}: in flight {u.in_flight}, claimed {u.claimed_total}, seen {claimed[u.tenant]}"
+                )
+    counted = {u.tenant: u.claimed_total for u in usage}
+    return {"duplicates": dup, "rejected_acks": rejected, "bad_jobs": bad, "drained_jobs": drained, "claims": counted}
 
 
 def tenant_of(job: str) -> str:
