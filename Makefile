@@ -45,11 +45,13 @@ ASSETS = KUBEBUILDER_ASSETS="$${KUBEBUILDER_ASSETS:-$$(hack/build-k8s-binaries.s
 # MinIO for the S3 sink tests: TRAWL_MINIO if set, else built once and cached by hack/build-minio.sh.
 MINIO = TRAWL_MINIO="$${TRAWL_MINIO:-$$(hack/build-minio.sh)}"
 
-# The Go tools the unit tests run (built once, cached under ~/.cache/trawl): helm (chart rendering and
-# lint), the Prometheus alert-rule checker (hack/rulecheck) and actionlint (the release workflow).
+# The Go tools the tests run (built once, cached under ~/.cache/trawl): helm (chart rendering and
+# lint), the Prometheus alert-rule checker (hack/rulecheck), kstatus (Flux's health computation,
+# hack/kstatus: the status tests) and actionlint (the release workflow).
 tools:
 	@hack/build-helm.sh >/dev/null
 	@hack/build-go-tool.sh rulecheck >/dev/null
+	@hack/build-go-tool.sh kstatus >/dev/null
 	@hack/build-go-tool.sh actionlint >/dev/null
 
 # The whole suite, as CI runs it (hack/test.sh): the set-up (the real node's Debian packages, make setup,

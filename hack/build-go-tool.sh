@@ -4,6 +4,7 @@
 # binary's path; a second run is instant.
 #
 #   hack/build-go-tool.sh rulecheck    # `promtool check rules` from Prometheus's packages (hack/rulecheck)
+#   hack/build-go-tool.sh kstatus      # Flux's health computation, cli-utils' kstatus (hack/kstatus)
 #   hack/build-go-tool.sh promtool     # the whole promtool (a much longer cold build: every SD SDK)
 #   hack/build-go-tool.sh actionlint   # GitHub Actions workflow linter (tests of .github/workflows/)
 #   hack/build-go-tool.sh minio        # MinIO server for the S3 sink tests (hack/build-minio.sh; ~25 min cold)
@@ -15,6 +16,7 @@ set -euo pipefail
 
 declare -A PACKAGES=(
   [rulecheck]="local:hack/rulecheck"   # our module (go.mod/go.sum pin Prometheus), built in place
+  [kstatus]="local:hack/kstatus"       # our module (go.mod/go.sum pin sigs.k8s.io/cli-utils), built in place
   [promtool]="github.com/prometheus/prometheus/cmd/promtool"
   [actionlint]="github.com/rhysd/actionlint/cmd/actionlint"
   [minio]="github.com/minio/minio"
@@ -22,6 +24,10 @@ declare -A PACKAGES=(
 )
 declare -A VERSIONS=(
   [rulecheck]="$(awk '$1 == "github.com/prometheus/prometheus" {print $2; exit}' "$(dirname "${BASH_SOURCE[0]}")/rulecheck/go.mod")"
+  # The pinned cli-utils and a digest of our sources: an edit of main.go builds anew instead of reusing
+  # the cached binary of the old source.
+  [kstatus]="$(awk '$1 == "sigs.k8s.io/cli-utils" {print $2; exit}' "$(dirname "${BASH_SOURCE[0]}")/kstatus/go.mod")-$(
+    cat "$(dirname "${BASH_SOURCE[0]}")"/kstatus/{go.mod,go.sum,main.go} | sha256sum | cut -c1-12)"
   [promtool]="${PROMTOOL_VERSION:-v0.316.0}"   # Prometheus 3.x (its Go module is tagged v0.3xx)
   [actionlint]="${ACTIONLINT_VERSION:-v1.7.12}"
   [minio]="${MINIO_VERSION:-v0.0.0-20260212201848-7aac2a2c5b7c}"   # MinIO publishes no semver module tags
@@ -30,7 +36,7 @@ declare -A VERSIONS=(
 # Where earlier scripts cached these, kept so that warm caches stay warm.
 declare -A FOLDERS=([minio]="s3" [kind]="k8s")
 
-name="${1:?usage: hack/build-go-tool.sh rulecheck|promtool|actionlint|minio|kind}"
+name="${1:?usage: hack/build-go-tool.sh rulecheck|kstatus|promtool|actionlint|minio|kind}"
 pkg="${PACKAGES[$name]:?unknown tool $name}"
 version="${VERSIONS[$name]}"
 CACHE_ROOT="${TRAWL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/trawl}"

@@ -13,7 +13,7 @@
 #   background    MinIO (nice 10; the sinks layer waits for it) and the real node's binaries and images
 #                 (hack/realnode/build.sh, images.sh: ~25-30 min of CPU cold, nice 19; the e2e layer waits
 #                 for them, after hack/realnode/deps.sh installed its Debian packages)
-#   foreground    kube-apiserver + etcd, make tools (helm, the alert-rule checker, actionlint)
+#   foreground    kube-apiserver + etcd, make tools (helm, the alert-rule checker, kstatus, actionlint)
 # Then make lint (ruff, the import contract, the Dockerfile linter) and make typecheck, then the layers:
 # test-layers-main, test-layers-sinks, test-e2e. The first failure stops the run; the background builds
 # are stopped with it (their caches take the next run from where they were).
@@ -95,7 +95,7 @@ if [[ "$E2E" != skip ]]; then
   in_background realnode 19 bash -c 'hack/realnode/build.sh && hack/realnode/images.sh'
 fi
 
-step "tools: helm, the alert-rule checker, actionlint (make tools)"
+step "tools: helm, the alert-rule checker, kstatus, actionlint (make tools)"
 "${make[@]}" tools
 
 step "make lint typecheck (ruff, import contract, Dockerfiles; mypy)"

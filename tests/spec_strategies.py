@@ -13,7 +13,7 @@ from typing import Any
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from trawl.api import policies, render, scrapejob, scrapepool
+from trawl.api import policies, render, scrapejob, scrapepool, tenancy
 from trawl.api.cronscrapejob import TIMEZONE_PATTERN, CronScrapeJobSpec, JobTemplateMetadata, ScrapeJobTemplate
 
 Strategy = st.SearchStrategy[Any]
@@ -296,6 +296,7 @@ _job_optional: dict[str, Strategy] = {
     "politeness": politeness,
     "retry": retry,
     "priority": ints(0, 9),
+    "priorityClassName": dns_label,
     "dedupe": obj(scrapejob.DedupeSpec, {}, {"acrossJobs": st.booleans(), "windowSeconds": ints(1, 30 * 86400)}),
     "activeDeadlineSeconds": ints(1, 10**9),
     "suspend": st.booleans(),
@@ -539,6 +540,68 @@ job_limits = obj(
 )
 
 
+_class_name = st.sampled_from(["low", "normal", "high", "urgent", "bulk"])
+_quotas = obj(
+    tenancy.TenantQuotas,
+    {},
+    {
+        "inFlight": ints(1, 1_000_000),
+        "requestsPerSecond": floats(0, 100_000, exclude_min=True),
+        "pagesPerDay": ints(1, 10**12),
+        "urlsQueued": ints(1, 10**12),
+    },
+)
+_terms_fields: dict[str, Strategy] = {
+    "weight": ints(1, 1000),
+    "priorityCeiling": _class_name,
+    "defaultPriorityClass": _class_name,
+    "quotas": _quotas,
+}
+
+
+def _valid_tenancy(d: dict[str, Any]) -> dict[str, Any]:
+    """Repaired, not filtered: class names a tenant gives that no class has are dropped, a default class
+    above its ceiling is dropped, only the first globalDefault stays."""
+    values = {c["name"]: c["value"] for c in d.get("priorityClasses") or []}
+    seen_default = False
+    for c in d.get("priorityClasses") or []:
+        if c.get("globalDefault"):
+            c["globalDefault"], seen_default = not seen_default, True
+    for terms in [*(d.get("tenants") or []), *([d["defaultTenant"]] if "defaultTenant" in d else [])]:
+        for key in ("priorityCeiling", "defaultPriorityClass"):
+            if key in terms and terms[key] not in values:
+                del terms[key]
+        ceiling, default = terms.get("priorityCeiling"), terms.get("defaultPriorityClass")
+        if ceiling is not None and default is not None and values[default] > values[ceiling]:
+            del terms["defaultPriorityClass"]
+    return d
+
+
+tenancy_spec = obj(
+    tenancy.TenancySpec,
+    {},
+    {
+        "tenantLabel": st.sampled_from(["trawl.dev/tenant", "team", "example.com/cost-center"]),
+        "agingSeconds": floats(1, 86400),
+        "priorityClasses": st.lists(
+            obj(tenancy.PriorityClass, {"name": _class_name, "value": ints(0, 9)}, {"globalDefault": st.booleans()}),
+            max_size=4,
+            unique_by=lambda c: c["name"],
+        ),
+        "tenants": st.lists(
+            obj(
+                tenancy.Tenant,
+                {"name": dns_label.filter(lambda n: n not in tenancy.RESERVED_TENANT_NAMES)},
+                _terms_fields,
+            ),
+            max_size=4,
+            unique_by=lambda t: t["name"],
+        ),
+        "defaultTenant": obj(tenancy.TenantTerms, {}, _terms_fields),
+    },
+).map(_valid_tenancy)
+
+
 def _defaults_within_limits(d: dict[str, Any]) -> dict[str, Any]:
     """A ceiling set below the pool's own default for it is raised to that default (the model refuses it)."""
     limits, defaults = d.get("jobLimits") or {}, d.get("defaults") or {}
@@ -578,6 +641,7 @@ scrape_pool_spec = obj(
             max_size=3,
             unique_by=lambda t: t["name"],
         ),
+        "tenancy": tenancy_spec,
     },
 ).map(_defaults_within_limits)
 

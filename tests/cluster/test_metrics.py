@@ -39,6 +39,8 @@ def test_operator_and_worker_metrics_and_the_dashboard_series(
         redis_server.url,
         worker={"concurrency": 8, "drainSeconds": 5, "allowedCidrs": ["127.0.0.0/8"]},
         autoscaling={"minReplicas": 0, "maxReplicas": 1, "idleSecondsBeforeZero": 600, "pollSeconds": 1},
+        # One tenant (the namespace), so the per-tenant series the dashboard reads are exported too.
+        tenancy={"tenants": [{"name": namespace, "weight": 2, "quotas": {"pagesPerDay": 1000}}]},
     )
     broken = pool("broken", "redis://127.0.0.1:1/0")  # nobody listens: the operator counts a Redis error
     apply(cp, metered, broken, namespace=namespace)
@@ -106,6 +108,16 @@ def test_operator_and_worker_metrics_and_the_dashboard_series(
     )
     assert o.value("trawl_operator_scaling_decisions_total", pool=f"{namespace}/metered", direction="up") >= 1
     assert o.value("trawl_operator_redis_errors_total", kind="ScrapePool") >= 1
+    tenant = {"namespace": namespace, "pool": "metered", "tenant": namespace}
+    wait_for(
+        "the tenant's claims on the pool's status",
+        lambda: Scrape(operator.metrics_text()).value("trawl_tenant_claims_total", **tenant) >= 13,
+        diag=operator.log_tail,
+    )
+    o = Scrape(operator.metrics_text())
+    assert o.value("trawl_tenant_in_flight_tasks", **tenant) == 0
+    assert o.value("trawl_tenant_pages_today", **tenant) >= 13  # every attempt counts
+    assert o.value("trawl_tenant_throttled_seconds", **tenant) == 0
 
     # -------------------------------------------------------------- the dashboard
     dashboard = json.loads(DASHBOARD.read_text())

@@ -341,9 +341,18 @@ class QueueMachine(RuleBasedStateMachine):
                 if j.priority == p and not j.suspended and any(t.state == "ready" for t in j.tasks.values())
             }
             assert queued == with_work, (p, queued, with_work)
-        usage = {u.tenant: u.in_flight for u in self.run(self.q.tenant_usage())}
+        usage = {u.tenant: u for u in self.run(self.q.tenant_usage())}
         for tn in TENANTS:
-            assert usage.get(tn, 0) == self.in_flight(tn), (tn, usage)
+            queued = sum(
+                1
+                for j in self.live_jobs()
+                if j.tenant == tn
+                for t in j.tasks.values()
+                if t.state in ("ready", "delayed")
+            )
+            mine = usage.get(tn)
+            assert (mine.in_flight if mine else 0) == self.in_flight(tn), (tn, mine)
+            assert (mine.queued if mine else 0) == queued, (tn, mine, queued)
         dead_total = sum(1 for j in self.live_jobs() for t in j.tasks.values() if t.state == "dead")
         assert self.run(self.q.pool_signals(reap=False)).dead == dead_total
 

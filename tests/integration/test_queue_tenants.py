@@ -193,3 +193,42 @@ async def test_a_sharded_pool_splits_each_quota_over_its_shards(redis_client: ai
     assert len(got) == 9  # 3 per shard (10 // 3): never above the tenant's 10
     [usage] = await sq.tenant_usage()
     assert usage.in_flight == 9 and usage.throttled == "inFlight"
+
+
+async def test_a_full_tenant_queue_stops_seeds_in_their_stream_and_loses_none(q: Queue) -> None:
+    await q.set_tenant_policy(TenantPolicy(tenants={"a": TenantLimits(max_queued=25)}))
+    await q.register_job(JobConfig("a-0", tenant="a"))
+    await q.register_job(JobConfig("a-1", tenant="a"))
+    seeds = {j: [f"https://a.test/{j}/{i}" for i in range(40)] for j in ("a-0", "a-1")}
+    q.enqueue_batch = 15
+    assert await q.enqueue_seeds("a-0", 0, seeds["a-0"]) == 25  # 15, then 10 of the next batch
+    assert await q.seeds_enqueued("a-0") == 25
+    assert await q.enqueue_seeds("a-1", 0, seeds["a-1"]) == 0  # the tenant's queue is full
+    [usage] = await q.tenant_usage()
+    assert usage.queued == 25 and usage.queue_full_message == "25/25 URLs queued"
+    assert usage.throttled is None  # claims are not held: the 25 may run now
+    assert (await q.pool_signals(reap=False)).ready == 25
+    done: list[str] = []
+    for _ in range(20):  # a worker drains; the operator's passes go on from each job's cursor
+        for job_id, urls in seeds.items():
+            at = await q.seeds_enqueued(job_id)
+            await q.enqueue_seeds(job_id, at, urls[at:])
+        got = await q.claim("w", 10)
+        done += [t.url for t in got]
+        await q.ack_many(got, "w")
+        [usage] = await q.tenant_usage()
+        assert usage.queued <= 25
+    assert sorted(done) == sorted(seeds["a-0"] + seeds["a-1"])  # every seed once, none lost
+    [usage] = await q.tenant_usage()
+    assert usage.queued == 0 and usage.queue_full_message == ""
+
+
+async def test_cancel_gives_a_tenants_queue_room_back(q: Queue) -> None:
+    await q.set_tenant_policy(TenantPolicy(tenants={"a": TenantLimits(max_queued=10)}))
+    await q.register_job(JobConfig("a-0", tenant="a"))
+    await q.enqueue_seeds("a-0", 0, [f"https://a.test/{i}" for i in range(30)])
+    await q.claim("w", 3)
+    await q.fail((await q.claim("w", 1))[0], "w", "Timeout", "slow")  # one delayed: still queued
+    assert (await q.tenant_usage())[0].queued == 7
+    await q.cancel("a-0")
+    assert (await q.tenant_usage())[0].queued == 0

@@ -415,6 +415,25 @@ def test_default_pool_job_limits_are_values() -> None:
         render(set_values={"defaultPool.jobLimits.maxPriority": "10"})
 
 
+def test_default_pool_tenancy_is_a_value() -> None:
+    """Issue 33: the platform team sets who shares the default pool, and how."""
+    from trawl.api.scrapepool import ScrapePoolSpec
+
+    assert "tenancy" not in one(render(), "ScrapePool")["spec"]
+    values = {
+        "defaultPool.tenancy.priorityClasses[0].name": "normal",
+        "defaultPool.tenancy.priorityClasses[0].value": "5",
+        "defaultPool.tenancy.tenants[0].name": "team-a",
+        "defaultPool.tenancy.tenants[0].weight": "3",
+        "defaultPool.tenancy.tenants[0].priorityCeiling": "normal",
+        "defaultPool.tenancy.tenants[0].quotas.inFlight": "20",
+    }
+    spec = one(render(set_values=values), "ScrapePool")["spec"]
+    tenancy = ScrapePoolSpec.model_validate(spec).tenancy
+    assert tenancy is not None and tenancy.tenants is not None
+    assert (tenancy.tenants[0].weight, tenancy.tenants[0].quotas.in_flight) == (3, 20)  # type: ignore[union-attr]
+
+
 def test_external_redis_without_cidrs_is_reachable_outside_the_denied_ranges() -> None:
     """Without cidrs the external Redis's ports are open to any address the web rule allows, not only 80/443."""
     docs = render("external-redis-secret")  # no cidrs

@@ -183,6 +183,7 @@ def test_every_alert_reads_series_the_operator_exports() -> None:
         "TrawlPoolDegraded",
         "TrawlBacklogTooOld",
         "TrawlRedisNearlyFull",
+        "TrawlTenantThrottled",
     }
     for rule in rules:
         names = set(re.findall(r"\b(trawl_[a-z0-9_]+)", rule["expr"]))
@@ -212,7 +213,7 @@ def test_alert_rules_pass_the_prometheus_rule_check(tmp_path: Path) -> None:
     for argv in checkers:
         out = subprocess.run([*argv, str(ALERTS)], capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stdout + out.stderr
-        assert "SUCCESS: 7 rules found" in out.stdout
+        assert "SUCCESS: 8 rules found" in out.stdout
         # The control case: the checker really parses the expressions.
         bad = subprocess.run([*argv, str(broken)], capture_output=True, text=True, timeout=120)
         assert bad.returncode != 0 and "parse error" in bad.stderr, bad.stdout + bad.stderr

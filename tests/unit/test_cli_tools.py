@@ -40,6 +40,8 @@ def test_build_job_plain_and_crawl() -> None:
     assert body["metadata"] == {"name": "x"}
     assert body["spec"]["crawl"] == {"maxPages": 50, "maxDepth": 2}
     assert body["spec"]["priority"] == 9
+    classed = build_job(SubmitOptions(["https://a.example/"], priority_class="bulk"))
+    assert classed["spec"]["priorityClassName"] == "bulk" and "priority" not in classed["spec"]
     # --max-pages alone implies a crawl
     assert build_job(SubmitOptions(["https://a.example/"], max_pages=5))["spec"]["crawl"] == {"maxPages": 5}
     assert build_job(SubmitOptions(["https://a.example/"], crawl=True))["spec"]["crawl"] == {}

@@ -9,6 +9,7 @@ from trawl.api.common import Condition
 from trawl.operator.conditions import (
     Cond,
     ConditionType,
+    at_rest,
     healthy,
     merge_conditions,
     progressing,
@@ -48,6 +49,12 @@ def test_the_triple_in_each_of_its_states() -> None:
         "Scaling",
         "1/2 workers ready",
     )
+    # At rest by request (suspended): settled, so Ready=True (kstatus's Ready fallback reads False as InProgress).
+    assert _triple(at_rest("Suspended", "spec.suspend is true")) == [
+        ("Ready", True, "Suspended", "spec.suspend is true"),
+        ("Stalled", False, "Reconciled", ""),
+        ("Reconciling", False, "Suspended", ""),
+    ]
     done = healthy("Succeeded", "3 of 3", settled="Succeeded", stalled_by=Problem("PoolNotFound", "gone"))
     assert _triple(done)[1:] == [("Stalled", True, "PoolNotFound", "gone"), ("Reconciling", False, "Succeeded", "")]
 

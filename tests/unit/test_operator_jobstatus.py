@@ -132,6 +132,22 @@ def test_suspended_job() -> None:
     status, _ = derive_job_status(JobFacts(generation=3, suspend=True, stats=stats(first_claim_at=1.0)), None, NOW)
     assert status["phase"] == "Suspended"
     assert is_true(status["conditions"], "Suspended")
+    # At rest by the user's request: nothing in progress (GitOps tools read it as settled), never Complete.
+    assert not is_true(status["conditions"], "Reconciling")
+    assert not is_true(status["conditions"], "Stalled")
+    assert not is_true(status["conditions"], "Complete")
+    ready = get_condition(status["conditions"], "Ready")
+    assert ready is not None and ready["status"] == "True" and ready["reason"] == "Suspended"
+    assert get_condition(status["conditions"], "Reconciling")["reason"] == "Suspended"  # type: ignore[index]
+
+
+def test_a_suspended_job_that_cannot_be_reached_is_stalled() -> None:
+    facts = JobFacts(
+        generation=3, suspend=True, stats=stats(first_claim_at=1.0), problem=Problem("RedisUnavailable", "x")
+    )
+    status, _ = derive_job_status(facts, None, NOW)
+    assert is_true(status["conditions"], "Stalled")
+    assert not is_true(status["conditions"], "Ready")
 
 
 def test_deadline_exceeded_fails() -> None:

@@ -282,7 +282,7 @@ KINDS: list[Kind] = [
             {"name": "Dead", "type": "integer", "jsonPath": ".status.counts.deadLettered"},
             {"name": "Total", "type": "integer", "jsonPath": ".status.counts.total"},
             {"name": "Duration", "type": "string", "jsonPath": ".status.duration"},
-            {"name": "Priority", "type": "integer", "jsonPath": ".spec.priority", "priority": 1},
+            {"name": "Priority", "type": "integer", "jsonPath": ".status.priority", "priority": 1},
             {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1},
             _AGE,
         ],

@@ -454,7 +454,19 @@ class ScrapeJobSpec(TrawlModel):
         default=None, description="Politeness settings; unset fields use the pool's."
     )
     retry: RetrySpec | None = Field(default=None, description="Retry policy; unset fields use the pool's.")
-    priority: int = Field(default=5, ge=0, le=9, description="0 (lowest) to 9 (highest); higher is claimed first.")
+    priority: int | None = Field(
+        default=None,
+        ge=0,
+        le=9,
+        description="0 (lowest) to 9 (highest); higher is claimed first. Default: 5, or on a pool with "
+        "spec.tenancy the class priorityClassName names (else the tenant's default class). Never above the "
+        "pool's jobLimits.maxPriority, or with tenancy the tenant's priorityCeiling (refused, not lowered).",
+    )
+    priority_class_name: DNSLabel | None = Field(
+        default=None,
+        description="A priority class of the pool's spec.tenancy.priorityClasses: the job runs at its value. "
+        "Refused above the tenant's priorityCeiling, or on a pool without tenancy.",
+    )
     dedupe: DedupeSpec | None = Field(default=None, description="Deduplication across jobs of the pool.")
     active_deadline_seconds: int | None = Field(
         default=None, ge=1, description="The job fails when it has run longer than this."
@@ -702,6 +714,16 @@ class ScrapeJobStatus(TrawlModel):
         default=None, description="The last trawl.dev/retry-dead-letters annotation value acted on."
     )
     message: str | None = Field(default=None, max_length=32768, description="Summary of the current state.")
+    priority: int | None = Field(
+        default=None,
+        ge=0,
+        le=9,
+        description="The priority the job was registered with: spec.priority (default 5), or on a pool with "
+        "spec.tenancy what its class, its tenant's default class or the global default gave.",
+    )
+    tenant: str | None = Field(
+        default=None, max_length=253, description="On a pool with spec.tenancy: the tenant the job runs as."
+    )
     queue_epoch: str | None = Field(
         default=None,
         max_length=64,

@@ -16,6 +16,7 @@ from redis.connection import parse_url
 from .common import Condition, DNSLabel, SecretKeyRef, SecretUse, TrawlModel, check_url_parses, format_number
 from .policies import HARMLESS_HEADERS, PolitenessSpec, RequestSpec, RetrySpec
 from .render import BrowserWorkerSpec
+from .tenancy import TenancySpec
 
 DEFAULT_WORKER_IMAGE = "ghcr.io/trawl-dev/trawl:0.1.0"
 
@@ -762,6 +763,12 @@ class ScrapePoolSpec(TrawlModel):
         description="Ceilings every job of the pool stays within (body size, rates, URLs, results and dead "
         "letters kept, priority); a job may ask for less, never more.",
     )
+    tenancy: TenancySpec | None = Field(
+        default=None,
+        description="The tenants (namespaces) that share the pool: weights, quotas, priority classes and "
+        "ceilings, set by the platform. Absent: every job's priority is its own within jobLimits.maxPriority, "
+        "and claims are shared among jobs only.",
+    )
 
     @model_validator(mode="after")
     def _defaults_within_limits(self) -> Self:
@@ -837,6 +844,12 @@ class QueueSignals(TrawlModel):
     """What the queue looked like at the last poll."""
 
     ready: int = Field(default=0, ge=0, description="Tasks waiting to be claimed.")
+    held: int = Field(
+        default=0,
+        ge=0,
+        description="Pools with spec.tenancy: ready tasks of tenants a quota holds back (not in ready: more "
+        "workers would not run them, so they do not scale the pool).",
+    )
     delayed: int = Field(default=0, ge=0, description="Tasks waiting for a retry or a rate limit.")
     in_flight: int = Field(default=0, ge=0, description="Tasks claimed by workers.")
     dead: int = Field(default=0, ge=0, description="Dead-lettered tasks of live jobs.")
@@ -852,6 +865,33 @@ class ScalingDecision(TrawlModel):
     from_replicas: int = Field(default=0, ge=0, description="Replicas before.")
     to_replicas: int = Field(default=0, ge=0, description="Replicas after.")
     reason: str = Field(default="", max_length=1024, description="Why.")
+
+
+class TenantStatus(TrawlModel):
+    """One tenant's use of the pool, as the queue counted it at the last poll."""
+
+    tenant: str = Field(max_length=253, description="The tenant (a namespace).")
+    weight: int = Field(default=1, ge=1, description="Its share of claims while several tenants have ready work.")
+    in_flight: int = Field(default=0, ge=0, description="Tasks its jobs have claimed now.")
+    claimed_total: int = Field(default=0, ge=0, description="Tasks its jobs claimed since it first claimed.")
+    pages_today: int = Field(default=0, ge=0, description="Tasks its jobs claimed this UTC day.")
+    throttled: str | None = Field(
+        default=None,
+        max_length=64,
+        description="The quota holding its ready work back (inFlight, requestsPerSecond, pagesPerDay); absent "
+        "when none is.",
+    )
+    throttled_message: str | None = Field(default=None, max_length=1024, description="The quota's figure.")
+    throttled_since: datetime | None = Field(default=None, description="Since when the quota holds it back.")
+    queued: int = Field(default=0, ge=0, description="Tasks of its jobs ready or delayed now.")
+    queue_full_message: str | None = Field(
+        default=None,
+        max_length=1024,
+        description="Set while its URLs-queued quota stops its jobs' seeds: the quota's figure.",
+    )
+
+
+MAX_TENANTS_ON_STATUS = 100
 
 
 class ScrapePoolStatus(TrawlModel):
@@ -872,6 +912,12 @@ class ScrapePoolStatus(TrawlModel):
         "autoscaler uses; absent before the first pod was Ready (it then assumes 15 s).",
     )
     deployment: str | None = Field(default=None, description="Name of the worker Deployment.")
+    tenants: list[TenantStatus] | None = Field(
+        default=None,
+        max_length=MAX_TENANTS_ON_STATUS,
+        description=f"Pools with spec.tenancy: each tenant's use of the pool (the throttled first, at most "
+        f"{MAX_TENANTS_ON_STATUS}).",
+    )
     conditions: list[Condition] | None = Field(
         default=None, description="Ready, Reconciling, Stalled, Degraded, ScalingLimited, DataLost."
     )

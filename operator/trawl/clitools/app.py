@@ -73,6 +73,9 @@ def submit(
     exclude: list[str] = typer.Option([], "--exclude", help="Crawl: skip links matching (regex, repeatable)."),
     pool: str = typer.Option("default", "--pool", "-p", help="ScrapePool whose workers run the job."),
     priority: int | None = typer.Option(None, "--priority", min=0, max=9, help="0 (lowest) to 9 (highest)."),
+    priority_class: str | None = typer.Option(
+        None, "--priority-class", help="A priority class of the pool's spec.tenancy (spec.priorityClassName)."
+    ),
     max_dead_letters: int | None = typer.Option(
         None, "--max-dead-letters", min=0, help="Dead-lettered URLs the job tolerates and still succeeds."
     ),
@@ -90,8 +93,9 @@ def submit(
 
         cluster = _connect(kubeconfig, context, namespace)
         opts = SubmitOptions(
-            list(urls), pool, crawl, max_pages, depth, priority, name, tuple(include), tuple(exclude), max_dead_letters
-        )
+            list(urls), pool, crawl, max_pages, depth, priority, name, tuple(include), tuple(exclude), max_dead_letters,
+            priority_class,
+        )  # fmt: skip
         created = create(cluster, opts)
         job_name = created["metadata"]["name"]
         out = console()

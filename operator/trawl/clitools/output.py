@@ -294,11 +294,35 @@ def top_frame(
     parts: list[RenderableType] = [table]
     if sparks and latest:
         parts.append(Text(f"sparklines: the last {history.window / 60:g} min", style="dim"))
+    tenants = tenant_table([s[-1] for s in latest], show_namespace=show_namespace)
+    if tenants is not None:
+        parts.append(tenants)
     if not history.pools:
         parts = [Text("no ScrapePools in this namespace", style="dim")]
     if error:
         parts.append(Text(f"last refresh failed: {error}", style="red"))
     return Group(*parts)
+
+
+def tenant_table(samples: Sequence[PoolSample], *, show_namespace: bool = False) -> Table | None:
+    """The tenants of the pools with spec.tenancy, a row each (None when no pool has any): weight, in flight,
+    pages today, claims, and the quota holding a tenant back."""
+    if not any(s.tenants for s in samples):
+        return None
+    table = Table(box=None, header_style="bold", pad_edge=False, title="TENANTS", title_justify="left")
+    if show_namespace:
+        table.add_column("NAMESPACE", no_wrap=True, overflow="ellipsis")
+    table.add_column("POOL", no_wrap=True, overflow="ellipsis")
+    table.add_column("TENANT", no_wrap=True, overflow="ellipsis")
+    for header in ("WEIGHT", "IN FLIGHT", "PAGES TODAY", "CLAIMED"):
+        table.add_column(header, justify="right", no_wrap=True)
+    table.add_column("THROTTLED", overflow="ellipsis", no_wrap=True, max_width=48)
+    for s in samples:
+        for t in s.tenants:
+            row = [s.namespace] if show_namespace else []
+            row += [s.name, t.tenant, str(t.weight), str(t.in_flight), str(t.pages_today), str(t.claimed_total)]
+            table.add_row(*row, Text(t.throttled, style="yellow") if t.throttled else "")
+    return table
 
 
 def _state(s: PoolSample) -> str:

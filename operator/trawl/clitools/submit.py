@@ -32,6 +32,7 @@ class SubmitOptions:
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     max_dead_letters: int | None = None
+    priority_class: str | None = None  # a class of the pool's spec.tenancy
 
 
 def generate_name_for(url: str) -> str:
@@ -63,6 +64,8 @@ def build_job(opts: SubmitOptions) -> dict[str, Any]:
         spec["crawl"] = crawl
     if opts.priority is not None:
         spec["priority"] = opts.priority
+    if opts.priority_class is not None:
+        spec["priorityClassName"] = opts.priority_class
     if opts.max_dead_letters is not None:
         spec["maxDeadLetters"] = opts.max_dead_letters
     try:

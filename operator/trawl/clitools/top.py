@@ -18,6 +18,33 @@ SPARK = "▁▂▃▄▅▆▇█"
 
 
 @dataclass(frozen=True)
+class TenantSample:
+    """One tenant's use of a pool with spec.tenancy, from the pool's status.tenants."""
+
+    tenant: str
+    weight: int
+    in_flight: int
+    pages_today: int
+    claimed_total: int
+    throttled: str  # the quota's figure while one holds the tenant back, else ""
+
+
+def sample_tenants(status: dict[str, Any]) -> tuple[TenantSample, ...]:
+    return tuple(
+        TenantSample(
+            tenant=str(row.get("tenant") or ""),
+            weight=int(row.get("weight") or 1),
+            in_flight=int(row.get("inFlight") or 0),
+            pages_today=int(row.get("pagesToday") or 0),
+            claimed_total=int(row.get("claimedTotal") or 0),
+            throttled=str(row.get("throttledMessage") or row.get("throttled") or "") if row.get("throttled") else "",
+        )
+        for row in status.get("tenants") or []
+        if isinstance(row, dict)
+    )
+
+
+@dataclass(frozen=True)
 class PoolSample:
     time: float
     namespace: str
@@ -33,6 +60,7 @@ class PoolSample:
     ready_replicas: int
     reason: str
     conditions: dict[str, str]
+    tenants: tuple[TenantSample, ...] = ()
 
     @property
     def backlog(self) -> int:
@@ -60,6 +88,7 @@ def sample_pool(obj: dict[str, Any], now: float) -> PoolSample:
         ready_replicas=int(status.get("readyReplicas") or 0),
         reason=str(status.get("scalingReason") or (status.get("lastScale") or {}).get("reason") or ""),
         conditions=conditions,
+        tenants=sample_tenants(status),
     )
 
 

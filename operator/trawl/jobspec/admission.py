@@ -111,8 +111,9 @@ def limit_exceeded(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> str | 
          "requestsPerSecond"),
         ("spec.politeness.maxConcurrencyPerDomain {}", politeness.max_concurrency_per_domain,
          ceilings.max_concurrency_per_domain, "maxConcurrencyPerDomain"),
-        ("spec.priority {}", job_spec.priority, ceilings.max_priority, "maxPriority"),
     ]  # fmt: skip
+    if pool_spec.tenancy is None:  # with tenancy, the tenant's priorityCeiling decides (jobspec.tenancy)
+        asked.append(("spec.priority {}", job_spec.priority, ceilings.max_priority, "maxPriority"))
     if output is not None and output.sink == "RedisStream" and output.redis_stream is not None:
         asked.append(
             ("spec.output.redisStream.maxLen {}", output.redis_stream.max_len, ceilings.max_results_retained,

@@ -105,6 +105,7 @@ def _within(ceilings: Ceilings | None) -> tuple[RequestSpec | None, PolitenessSp
 
 def build_job_config(job_id: str, job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec | None) -> Any:
     """The queue's JobConfig for a job (retry policy, crawl caps, priority, dedupe) with its worker spec."""
+    from trawl.api.tenancy import DEFAULT_PRIORITY
     from trawl.queue.model import JobConfig, RetryPolicy
 
     spec = build_worker_spec(job_spec, pool_spec)
@@ -113,7 +114,8 @@ def build_job_config(job_id: str, job_spec: ScrapeJobSpec, pool_spec: ScrapePool
     ceilings = pool_spec.ceilings() if pool_spec is not None else None
     return JobConfig(
         job_id=job_id,
-        priority=job_spec.priority,
+        # Tenancy may resolve another (trawl.jobspec.tenancy.place_job): this is the pool without it.
+        priority=job_spec.priority if job_spec.priority is not None else DEFAULT_PRIORITY,
         retry=RetryPolicy(
             max_attempts=retry.max_attempts,
             backoff=str(retry.backoff.value),

@@ -1,10 +1,10 @@
 """Conditions in the metav1.Condition shape: the one builder of every kind's, and the list kept by type.
 
 Every kind reports the triple kstatus, Argo CD and Flux read: Ready, Stalled and Reconciling. Its
-combinations are made here only (``stalled``, ``healthy``, ``progressing``), so a job, a pool and a
-cron that cannot make progress say so the same way, and the one rule for when that deserves a Warning
-Event (``warn_if_new``) sits beside them. The conditions only one kind has (Complete, Degraded, ...)
-are built by that kind with the same typed ``Cond``.
+combinations are made here only (``stalled``, ``healthy``, ``at_rest``, ``progressing``), so a job, a pool
+and a cron that cannot make progress, or that wait because they were asked to, say so the same way, and
+the one rule for when that deserves a Warning Event (``warn_if_new``) sits beside them. The conditions
+only one kind has (Complete, Degraded, ...) are built by that kind with the same typed ``Cond``.
 
 lastTransitionTime changes only when a condition's status flips: kstatus, Argo CD and humans
 read it as "since when", so rewriting it on every reconcile would be a lie (and a needless write).
@@ -87,6 +87,17 @@ def healthy(reason: str, message: str, *, settled: str = RECONCILED, stalled_by:
         _stalled_or_not(stalled_by),
         Cond(ConditionType.RECONCILING, False, settled, ""),
     )
+
+
+def at_rest(reason: str, message: str) -> Health:
+    """Waiting because its spec asks it to (a suspended job or schedule): at its desired state, so Ready=True
+    with ``reason`` (e.g. Suspended) and nothing in progress, nothing in the way.
+
+    kstatus (Flux's health) reads Reconciling=True as InProgress and, failing Reconciling and Stalled, Ready=False
+    as InProgress too: either would leave a Flux ``wait`` on a suspended object running until it times out, for
+    a state no controller will ever leave on its own. Ready=True reads as Current. Waiting that ends without
+    anyone acting (a quota's window, a free worker) is ``progressing`` instead."""
+    return healthy(reason, message, settled=reason)
 
 
 def progressing(reason: str, message: str, *, ready: bool = False) -> Health:

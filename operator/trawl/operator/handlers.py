@@ -27,7 +27,7 @@ from trawl.api.naming import FINALIZER, GROUP, LABEL_CRON, LABEL_SECRET, SECRET_
 from . import metrics
 from .connections import RedisConnections
 from .events import Transition
-from .indexes import controller_uid, pool_index_entry
+from .indexes import controller_uid, pool_entry, pool_index_entry
 from .job.status import status_changed
 from .problems import Problem, classify_error
 from .secrets import secret_index_entry
@@ -129,8 +129,10 @@ async def cleanup(**_: Any) -> None:
 
 
 @kopf.index(GROUP, VERSION, POOLS)
-def pool_index(namespace: str, name: str, spec: Mapping[str, Any], meta: Mapping[str, Any], **_: Any) -> Any:
-    return {(namespace, name): {"spec": dict(spec), "uid": meta["uid"]}}
+def pool_index(
+    namespace: str, name: str, spec: Mapping[str, Any], meta: Mapping[str, Any], status: Mapping[str, Any], **_: Any
+) -> Any:
+    return {(namespace, name): pool_entry(spec, meta["uid"], status)}
 
 
 @kopf.index(GROUP, VERSION, JOBS)
@@ -138,6 +140,13 @@ def jobs_by_pool(namespace: str, name: str, spec: Mapping[str, Any], status: Map
     # An index function that raises drops the object from the index (kopf logs and moves on): the
     # pool could then be deleted under a running job. So this only reads, it never trusts the spec.
     return {(namespace, spec.get("pool")): pool_index_entry(name, spec, status)}
+
+
+@kopf.index("v1", "namespaces")
+def namespace_labels(name: str, labels: Mapping[str, str], **_: Any) -> Any:
+    # A pool's spec.tenancy.tenantLabel names a job's tenant by a label of its Namespace: the labels only,
+    # kept current by the watch (no API read per pass; the operator may already list and watch Namespaces).
+    return {name: dict(labels)}
 
 
 @kopf.index("v1", "secrets", labels={LABEL_SECRET: "true"})

@@ -9,7 +9,7 @@ raise on user input; ``pool_from_index`` is where a job or a cron validates the 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
@@ -24,10 +24,29 @@ from .problems import Problem
 
 @dataclass
 class PoolRef:
-    """A pool as the pool index holds it: its spec, validated, and its uid."""
+    """A pool as the pool index holds it: its spec, validated, its uid, and the tenants its status last said
+    a quota holds back (tenant: the quota's figure), which each job of theirs shows (QuotaExceeded)."""
 
     spec: ScrapePoolSpec
     uid: str
+    throttled: dict[str, str] = field(default_factory=dict)
+    # tenant: the figure of its URLs-queued quota, for the tenants whose seeds it stopped (their jobs wait)
+    queue_full: dict[str, str] = field(default_factory=dict)
+
+
+def pool_entry(spec: Mapping[str, Any], uid: str, status: Mapping[str, Any]) -> dict[str, Any]:
+    """A pool as the pool index holds it (read defensively: an index function must never raise)."""
+    throttled: dict[str, str] = {}
+    queue_full: dict[str, str] = {}
+    tenants = status.get("tenants") if isinstance(status, Mapping) else None
+    for row in tenants if isinstance(tenants, list) else []:
+        if not isinstance(row, Mapping) or not isinstance(row.get("tenant"), str):
+            continue
+        if row.get("throttled"):
+            throttled[row["tenant"]] = str(row.get("throttledMessage") or row["throttled"])
+        if row.get("queueFullMessage"):
+            queue_full[row["tenant"]] = str(row["queueFullMessage"])
+    return {"spec": dict(spec), "uid": uid, "throttled": throttled, "queueFull": queue_full}
 
 
 def pool_from_index(pool_index: Mapping[Any, Any], namespace: str, name: str) -> PoolRef | Problem:
@@ -37,7 +56,12 @@ def pool_from_index(pool_index: Mapping[Any, Any], namespace: str, name: str) ->
         return Problem("PoolNotFound", f"ScrapePool {namespace}/{name} does not exist")
     raw = entries[0]
     try:
-        return PoolRef(ScrapePoolSpec.model_validate(raw["spec"]), raw["uid"])
+        return PoolRef(
+            ScrapePoolSpec.model_validate(raw["spec"]),
+            raw["uid"],
+            dict(raw.get("throttled") or {}),
+            dict(raw.get("queueFull") or {}),
+        )
     except ValidationError as exc:
         return Problem("PoolInvalid", f"ScrapePool {name} is invalid: {validation_message(exc)}")
 

@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from trawl.api.common import parse_time
 from trawl.redisconn.memory import RedisMemory
 
 STATUS_PATCHES = Counter("trawl_operator_status_patches_total", "Status patches written, by kind.", ["kind"])
@@ -124,8 +125,9 @@ class _ObjectCollector(Collector):
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         yield from self.pool_families(self.clock())
+        yield from self.tenant_families(time.time())
         yield from self.job_families()
 
     def pool_families(self, now: float) -> Iterator[GaugeMetricFamily]:
@@ -168,6 +170,38 @@ class _ObjectCollector(Collector):
             for ctype in POOL_CONDITIONS:
                 condition.add_metric([ns, name, ctype], 1.0 if conds.get(ctype) == "True" else 0.0)
         yield from (stalled, desired, ready, condition, used, limit)
+
+    def tenant_families(self, wall_now: float) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        """Per tenant of each pool with spec.tenancy, from its status.tenants (the queue's count at the last
+        poll). Throttled: 1 with the quota as reason while it holds the tenant back; throttled seconds: since
+        when (the alert TrawlTenantThrottled reads it)."""
+        labels = ["namespace", "pool", "tenant"]
+        in_flight = GaugeMetricFamily(
+            "trawl_tenant_in_flight_tasks", "Tasks a tenant's jobs have claimed now.", labels=labels
+        )
+        claims = CounterMetricFamily("trawl_tenant_claims", "Tasks a tenant's jobs have claimed.", labels=labels)
+        pages = GaugeMetricFamily(
+            "trawl_tenant_pages_today", "Tasks a tenant's jobs claimed this UTC day.", labels=labels
+        )
+        throttled = GaugeMetricFamily(
+            "trawl_tenant_throttled", "1 while a quota holds the tenant's ready work back.", labels=[*labels, "reason"]
+        )
+        since = GaugeMetricFamily(
+            "trawl_tenant_throttled_seconds",
+            "Seconds a quota has held the tenant's ready work back (0 while none does).",
+            labels=labels,
+        )
+        for (ns, name), seen in sorted(_pools.items()):
+            for row in seen.status.get("tenants") or []:
+                key = [ns, name, str(row.get("tenant") or "")]
+                in_flight.add_metric(key, float(row.get("inFlight") or 0))
+                claims.add_metric(key, float(row.get("claimedTotal") or 0))
+                pages.add_metric(key, float(row.get("pagesToday") or 0))
+                reason = row.get("throttled")
+                throttled.add_metric([*key, str(reason or "")], 1.0 if reason else 0.0)
+                started = parse_time(row.get("throttledSince")) if reason else None
+                since.add_metric(key, max(0.0, wall_now - started.timestamp()) if started is not None else 0.0)
+        yield from (in_flight, claims, pages, throttled, since)
 
     def job_families(self) -> Iterator[GaugeMetricFamily]:
         # "scrapejob", not "job": Prometheus's own target label is "job".

@@ -38,8 +38,9 @@ NAMESPACED_RULES: list[dict[str, Any]] = [
     {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "create"]},
 ]
 
-# Cluster-scoped reads kopf needs to run: CRD discovery for its resource scan, and namespaces
-# when it watches all of them.
+# Cluster-scoped reads kopf needs to run: CRD discovery for its resource scan, and namespaces when it
+# watches all of them; namespaces also for their labels (an index), which name a job's tenant on a pool
+# whose spec.tenancy sets tenantLabel.
 CLUSTER_RULES: list[dict[str, Any]] = [
     {
         "apiGroups": ["apiextensions.k8s.io"],

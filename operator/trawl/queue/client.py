@@ -233,18 +233,21 @@ class Queue:
         """Enqueue seed URLs (depth 0) in batches of ``enqueue_batch``.
 
         With ``start_index`` (the seed index of ``urls[0]``) it is idempotent per (job, seed index): an
-        enqueuer restarting from index 0 after a crash adds nothing twice. Without it the URLs are appended
-        after the seeds already there, so calling it once per URL adds each one."""
+        enqueuer restarting from index 0 after a crash adds nothing twice, and the job's tenant's URLs-queued
+        quota may stop it short (:meth:`seeds_enqueued` says where). Without it the URLs are appended after
+        the seeds already there, so calling it once per URL adds each one."""
         k = self.keys
         keys = [k.job(job_id), k.ready(job_id), k.seen(job_id), k.cross_dedupe, k.events, *self._rings, k.stats]
         added = 0
         for off in range(0, len(urls), self.enqueue_batch):
             batch = urls[off : off + self.enqueue_batch]
             start = "" if start_index is None else start_index + off
-            n = int(await self._run("enqueue", keys, [self._now(), self.events_maxlen, job_id, start, *batch]))
-            if n < 0:
+            res = await self._run("enqueue", keys, [self._now(), self.events_maxlen, job_id, start, *batch])
+            if not isinstance(res, list):
                 raise UnknownJob(job_id)
-            added += n
+            added += int(res[0])
+            if start_index is not None and int(res[1]) < start_index + off + len(batch):
+                break  # the tenant's URLs-queued quota: the cursor says how far; the caller comes back later
         return added
 
     async def seeds_enqueued(self, job_id: str) -> int:

@@ -128,6 +128,9 @@ class TenantLimits:
     max_in_flight: int | None = None  # tasks leased at once, across the tenant's jobs
     requests_per_second: float | None = None  # tasks claimed per second (a token bucket holding 1 s)
     pages_per_day: int | None = None  # tasks claimed per UTC day (every attempt counts)
+    # Tasks ready or delayed at once, across the tenant's jobs: seeds wait in their job's seed stream
+    # beyond it (links a crawl finds are bounded by its maxPages, not by this).
+    max_queued: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,12 +153,17 @@ class TenantUsage:
     in_flight: int
     claimed_total: int  # tasks claimed since the tenant first claimed (monotonic)
     pages_today: int  # tasks claimed this UTC day
+    queued: int = 0  # tasks ready or delayed
     # The quota that held the tenant's ready work back at its latest claim ("inFlight",
     # "requestsPerSecond", "pagesPerDay"), with the figure ("12/12 in flight") and since when; None when
     # its last claim took what was there.
     throttled: str | None = None
     throttled_message: str = ""
     throttled_since: float | None = None
+    # The URLs-queued quota stopped the tenant's seeds at their latest enqueue ("1000/1000 URLs queued"):
+    # its jobs wait to enqueue the rest, which claims do not see (held apart from ``throttled``).
+    queue_full_message: str = ""
+    queue_full_since: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -455,6 +455,9 @@ def _split_limits(limits: TenantLimits, shards: int) -> TenantLimits:
         max_in_flight=part(limits.max_in_flight),
         requests_per_second=None if rps is None else rps / shards,
         pages_per_day=part(limits.pages_per_day),
+        # A sharded pool's seeds are placed over every shard at positions the home records: a shard stopping
+        # short would break that, so the URLs-queued quota is not enforced there (docs/architecture.md).
+        max_queued=None,
     )
 
 
@@ -466,6 +469,7 @@ def _merge_usage(a: TenantUsage, b: TenantUsage) -> TenantUsage:
         in_flight=a.in_flight + b.in_flight,
         claimed_total=a.claimed_total + b.claimed_total,
         pages_today=a.pages_today + b.pages_today,
+        queued=a.queued + b.queued,
         throttled=held.throttled,
         throttled_message=held.throttled_message,
         throttled_since=held.throttled_since,

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 
 from .model import TenantLimits, TenantUsage
 
-# The reasons a tenant's ready work was held back, as claim.lua writes them (``hold``).
+# The reasons a tenant's ready work was held back, as claim.lua writes them (``hold``); enqueue.lua's
+# ``qhold`` is always "urlsQueued".
 HOLD_REASONS = ("inFlight", "requestsPerSecond", "pagesPerDay")
 
 
@@ -21,23 +22,30 @@ def _opt(value: float | None) -> str:
 
 
 def encode_limits(limits: TenantLimits) -> str:
-    """One tenant's row: "weight|in-flight|requests per second|pages per day" (empty: no limit)."""
+    """One tenant's row: "weight|in-flight|requests per second|pages per day|URLs queued" (empty: no limit)."""
     if limits.weight < 1:
         raise ValueError("a tenant's weight must be at least 1")
     return "|".join(
-        (str(limits.weight), _opt(limits.max_in_flight), _opt(limits.requests_per_second), _opt(limits.pages_per_day))
+        (
+            str(limits.weight),
+            _opt(limits.max_in_flight),
+            _opt(limits.requests_per_second),
+            _opt(limits.pages_per_day),
+            _opt(limits.max_queued),
+        )
     )
 
 
 def decode_limits(row: str | None) -> TenantLimits:
     if not row:
         return TenantLimits()
-    weight, inflight, rps, ppd = [*row.split("|"), "", "", ""][:4]
+    weight, inflight, rps, ppd, queued = [*row.split("|"), "", "", "", ""][:5]
     return TenantLimits(
         weight=int(weight or 1),
         max_in_flight=int(inflight) if inflight else None,
         requests_per_second=float(rps) if rps else None,
         pages_per_day=int(ppd) if ppd else None,
+        max_queued=int(queued) if queued else None,
     )
 
 
@@ -63,4 +71,7 @@ def tenant_usage_of(name: str, row: Mapping[str, str], table: Mapping[str, str],
         throttled=hold,
         throttled_message=row.get("hm", "") if hold else "",
         throttled_since=float(row["hs"]) if hold and row.get("hs") else None,
+        queued=max(0, int(row.get("q", 0) or 0)),
+        queue_full_message=row.get("qhm", "") if row.get("qhold") else "",
+        queue_full_since=float(row["qhs"]) if row.get("qhold") and row.get("qhs") else None,
     )

@@ -15,7 +15,7 @@ from trawl.api.common import format_time, parse_time, validation_message
 from trawl.api.cronscrapejob import CronScrapeJobSpec
 from trawl.api.naming import ANNOTATION_SCHEDULED_AT, API_VERSION, GROUP, LABEL_CRON, VERSION
 from trawl.operator import kube
-from trawl.operator.conditions import ConditionType, healthy, merge_conditions, stalled, warn_if_new
+from trawl.operator.conditions import ConditionType, at_rest, healthy, merge_conditions, stalled, warn_if_new
 from trawl.operator.events import Transition
 from trawl.operator.indexes import pool_from_index
 from trawl.operator.job.reconcile import delete_job_object
@@ -185,6 +185,7 @@ async def reconcile_cron(
     if decision.next_time is not None:
         new["nextScheduleTime"] = format_time(decision.next_time)
     msg = "suspended" if spec.suspend else f"{len(active)} active jobs"
-    health = healthy("Suspended" if spec.suspend else "Scheduled", msg)
+    # Suspended is at rest by request (kstatus Current, as a schedule that runs is): see conditions.at_rest.
+    health = at_rest("Suspended", msg) if spec.suspend else healthy("Scheduled", msg)
     new["conditions"] = merge_conditions(prev.get("conditions"), list(health), generation=generation, now=now)
     return CronOutcome(new, events)

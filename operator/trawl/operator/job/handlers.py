@@ -52,7 +52,11 @@ def _remember_deleted(uid: str) -> None:
 
 
 async def _job(
-    body: kopf.Body, patch: kopf.Patch, pool_index: kopf.Index[Any, Any], secret_index: kopf.Index[Any, Any]
+    body: kopf.Body,
+    patch: kopf.Patch,
+    pool_index: kopf.Index[Any, Any],
+    secret_index: kopf.Index[Any, Any],
+    namespace_labels: kopf.Index[Any, Any],
 ) -> None:
     meta = body.metadata
     started = time.monotonic()
@@ -78,6 +82,7 @@ async def _job(
                 connections=connections,
                 now=clock.now(),
                 secrets=secret_index,
+                namespaces=namespace_labels,
             )
         except Exception as exc:
             outcome = failed_job(generation, current, clock.now(), *unexpected("ScrapeJob", meta, exc))
@@ -136,9 +141,14 @@ def _job_finished(status: Mapping[str, Any], **_: Any) -> bool:
 @kopf.on.update(GROUP, VERSION, JOBS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
 @kopf.on.resume(GROUP, VERSION, JOBS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
 async def job_changed(
-    body: kopf.Body, patch: kopf.Patch, pool_index: kopf.Index[Any, Any], secret_index: kopf.Index[Any, Any], **_: Any
+    body: kopf.Body,
+    patch: kopf.Patch,
+    pool_index: kopf.Index[Any, Any],
+    secret_index: kopf.Index[Any, Any],
+    namespace_labels: kopf.Index[Any, Any],
+    **_: Any,
 ) -> None:
-    await _job(body, patch, pool_index, secret_index)
+    await _job(body, patch, pool_index, secret_index, namespace_labels)
 
 
 @kopf.timer(
@@ -151,9 +161,14 @@ async def job_changed(
     backoff=TIMER_BACKOFF_SECONDS,
 )
 async def job_sync(
-    body: kopf.Body, patch: kopf.Patch, pool_index: kopf.Index[Any, Any], secret_index: kopf.Index[Any, Any], **_: Any
+    body: kopf.Body,
+    patch: kopf.Patch,
+    pool_index: kopf.Index[Any, Any],
+    secret_index: kopf.Index[Any, Any],
+    namespace_labels: kopf.Index[Any, Any],
+    **_: Any,
 ) -> None:
-    await _job(body, patch, pool_index, secret_index)
+    await _job(body, patch, pool_index, secret_index, namespace_labels)
 
 
 # Finished jobs: ttlSecondsAfterFinished, and a Redis that lost their data told within seconds (DataLost).
@@ -167,9 +182,14 @@ async def job_sync(
     backoff=TIMER_BACKOFF_SECONDS,
 )
 async def job_finished_sync(
-    body: kopf.Body, patch: kopf.Patch, pool_index: kopf.Index[Any, Any], secret_index: kopf.Index[Any, Any], **_: Any
+    body: kopf.Body,
+    patch: kopf.Patch,
+    pool_index: kopf.Index[Any, Any],
+    secret_index: kopf.Index[Any, Any],
+    namespace_labels: kopf.Index[Any, Any],
+    **_: Any,
 ) -> None:
-    await _job(body, patch, pool_index, secret_index)
+    await _job(body, patch, pool_index, secret_index, namespace_labels)
 
 
 @kopf.on.delete(GROUP, VERSION, JOBS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from itertools import islice
 from typing import Any
@@ -22,6 +22,7 @@ from trawl.api.naming import ANNOTATION_RETRY_DEAD, GROUP, RETRY_ALL_SUFFIX, VER
 from trawl.api.policies import PERMANENT_CLASSES
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.api.scrapepool import ScrapePoolSpec
+from trawl.api.tenancy import TenancyRefusal
 from trawl.egress.addresses import parse_networks
 from trawl.jobspec.admission import (
     browser_missing,
@@ -31,6 +32,7 @@ from trawl.jobspec.admission import (
     unmounted_directory,
     unmounted_secrets,
 )
+from trawl.jobspec.tenancy import place_job, tenant_of
 from trawl.operator import kube
 from trawl.operator.conditions import ConditionType, get_condition
 from trawl.operator.connections import RedisConnections, pool_queue
@@ -81,6 +83,17 @@ class _Pass:
     prev: dict[str, Any]
     now: datetime
     read_secret: SecretReader
+    namespace_labels: Mapping[str, str] | None
+    # The quota that holds the job's tenant back, as its pool's status last said ("" when none does).
+    tenant_throttled: str = ""
+    # The URLs-queued quota that stops the tenant's seeds, as its pool's status last said ("" when none does).
+    tenant_queue_full: str = ""
+
+
+def namespace_labels(index: Mapping[Any, Any] | None, namespace: str) -> Mapping[str, str] | None:
+    """The labels of ``namespace`` as the Namespace index holds them, None when it does not."""
+    entries = list((index or {}).get(namespace, []))
+    return entries[0] if entries and isinstance(entries[0], Mapping) else None
 
 
 def failed_job(generation: int, status: Mapping[str, Any], now: datetime, reason: str, msg: str) -> JobOutcome:
@@ -121,7 +134,9 @@ async def _enqueue_seeds(queue: Queue, uid: str, spec: ScrapeJobSpec) -> int:
     """Enqueue the next part of the job's seed stream, from where the queue's cursor says: at most
     SEED_BATCHES_PER_PASS batches, each built from the spec when it is sent (a range is never expanded
     into a list), each idempotent per position, so a pass after a crash or a restart adds only what is
-    missing. Marks the enqueue done once the stream is all in. Returns the positions enqueued so far."""
+    missing. The job's tenant's URLs-queued quota may stop a batch short: the pass ends there and the next
+    one goes on from the cursor. Marks the enqueue done once the stream is all in. Returns the positions
+    enqueued so far."""
     end = spec.seed_count()
     position = await queue.seeds_enqueued(uid)
     stream = spec.seeds(position)
@@ -130,7 +145,10 @@ async def _enqueue_seeds(queue: Queue, uid: str, spec: ScrapeJobSpec) -> int:
         if not batch:
             break
         await queue.enqueue_seeds(uid, position, batch)
-        position += len(batch)
+        reached = await queue.seeds_enqueued(uid)
+        if reached < position + len(batch):
+            return min(reached, end)  # the tenant's queue is full: its seeds wait in the stream
+        position = reached
     if position >= end:
         await queue.mark_enqueue_done(uid)
     return min(position, end)
@@ -177,8 +195,10 @@ async def reconcile_job(
     connections: RedisConnections,
     now: datetime,
     secrets: Mapping[Any, Any] | None = None,
+    namespaces: Mapping[Any, Any] | None = None,
 ) -> JobOutcome:
-    """One pass over a job. ``secrets``: the operator's Secret index (None: no Secrets exist)."""
+    """One pass over a job. ``secrets``: the operator's Secret index (None: no Secrets exist); ``namespaces``:
+    its Namespace-labels index (read for a pool whose tenancy names a tenantLabel)."""
     prev = dict(status)
     try:
         spec = ScrapeJobSpec.model_validate(dict(spec_raw))
@@ -202,7 +222,14 @@ async def reconcile_job(
         return stalled(Problem("RedisUnavailable", str(exc)))
 
     queue = pool_queue(redis, namespace, spec.pool, pool.spec)
-    job = _Pass(queue, spec, pool.spec, namespace, name, uid, generation, prev, now, secret_reader(secrets or {}))
+    labels = namespace_labels(namespaces, namespace)
+    tenant = tenant_of(namespace, pool.spec.tenancy, labels) if pool.spec.tenancy is not None else None
+    throttled = pool.throttled.get(tenant, "") if isinstance(tenant, str) else ""
+    queue_full = pool.queue_full.get(tenant, "") if isinstance(tenant, str) else ""
+    job = _Pass(
+        queue, spec, pool.spec, namespace, name, uid, generation, prev, now, secret_reader(secrets or {}), labels,
+        throttled, queue_full,
+    )  # fmt: skip
     try:
         return await _reconcile_with_queue(job, config, annotations)
     except NotAccepted as exc:
@@ -226,8 +253,10 @@ async def _reconcile_with_queue(job: _Pass, config: JobConfig, annotations: Mapp
     if not stats.exists and prev.get("phase") in TERMINAL:
         return _finished_record(job, epoch, data_lost)
     enqueued = prev.get("enqueued")
+    registered = None
     if not stats.exists or not stats.enqueue_done:
-        stats, enqueued = await _register(job, config, stats)
+        stats, enqueued, config = await _register(job, config, stats)
+        registered = (config.priority, config.tenant)
     deadline_exceeded = _deadline_exceeded(job.spec, prev, stats, job.now)
     stats, retry_handled = await _steer(job, stats, deadline_exceeded, annotations.get(ANNOTATION_RETRY_DEAD))
 
@@ -251,6 +280,9 @@ async def _reconcile_with_queue(job: _Pass, config: JobConfig, annotations: Mapp
         skipped=notes.skipped,
         skipped_sample=notes.skipped_sample,
         throttled=notes.throttled,
+        tenant_throttled=job.tenant_throttled,
+        tenant_queue_full=job.tenant_queue_full,
+        registered=registered,
     )
     new_status, events = derive_job_status(facts, prev, job.now)
     if not dead_letters and stats.dead and "deadLetters" in prev:
@@ -270,16 +302,23 @@ def _finished_record(job: _Pass, epoch: str, data_lost: str | None) -> JobOutcom
     return JobOutcome(kept, events)
 
 
-async def _register(job: _Pass, config: JobConfig, stats: JobStats) -> tuple[JobStats, int]:
-    """Register the job and enqueue its seeds (again: both are idempotent); (its counters now, seeds).
+async def _register(job: _Pass, config: JobConfig, stats: JobStats) -> tuple[JobStats, int, JobConfig]:
+    """Register the job and enqueue its seeds (again: both are idempotent); (its counters now, seeds, the
+    configuration registered: with its tenant and priority).
 
-    Until its seeds are all in, a job is held to its pool's jobLimits: one above them is refused (Stalled,
-    LimitExceeded) before anything of it is enqueued. A job whose seeds are in runs on as accepted, even if
-    the pool's limits are lowered later."""
+    Until its seeds are all in, a job is held to its pool's jobLimits and tenancy: one above them, or of a
+    tenant the pool does not admit, is refused (Stalled: LimitExceeded, TenantNotAdmitted,
+    PriorityAboveCeiling, ...) before anything of it is enqueued. A job whose seeds are in runs on as
+    accepted, even if the pool's limits or tenants change later."""
     queue, uid, spec = job.queue, job.uid, job.spec
     exceeded = limit_exceeded(spec, job.pool)
     if exceeded is not None:
         raise NotAccepted(Problem("LimitExceeded", exceeded))
+    placement = place_job(job.namespace, spec, job.pool, job.namespace_labels)
+    if isinstance(placement, TenancyRefusal):
+        raise NotAccepted(Problem(placement.reason, placement.message))
+    if placement is not None:
+        config = replace(config, tenant=placement.tenant, priority=placement.priority)
     if not stats.exists:
         # Accepting the job: its sink must be able to take the records before anything is fetched.
         problem = await sink_problem(
@@ -296,7 +335,7 @@ async def _register(job: _Pass, config: JobConfig, stats: JobStats) -> tuple[Job
         # Before the first seed: a job created suspended must never enter the claim ring.
         await queue.suspend(uid)
     enqueued = await _enqueue_seeds(queue, uid, spec)
-    return await queue.job_stats(uid), enqueued
+    return await queue.job_stats(uid), enqueued, config
 
 
 async def _steer(

@@ -16,6 +16,8 @@ from trawl.api.common import format_time, parse_time
 from trawl.operator.conditions import (
     Cond,
     ConditionType,
+    Health,
+    at_rest,
     get_condition,
     healthy,
     merge_conditions,
@@ -49,6 +51,9 @@ class JobFacts:
     skipped: int = 0  # acked without a fetch (robots.txt disallows a discovered link): part of stats.succeeded
     skipped_sample: list[Skipped] = field(default_factory=list)
     throttled: list[Throttled] = field(default_factory=list)  # domains whose circuit breaker is open now
+    tenant_throttled: str = ""  # the quota holding the job's tenant back, with its figure ("" when none is)
+    tenant_queue_full: str = ""  # the URLs-queued quota stopping the tenant's seeds, with its figure
+    registered: tuple[int, str] | None = None  # (priority, tenant) this pass registered the job with
 
 
 def _ts(unix: float | None) -> str | None:
@@ -200,6 +205,13 @@ def _findings(status: dict[str, Any], facts: JobFacts, prev: Mapping[str, Any], 
         status["results"] = prev["results"]
     if facts.retry_handled is not None:
         status["retryDeadLettersHandled"] = facts.retry_handled
+    # What the job was registered with (fixed in the queue then): said by the pass that registered it, kept.
+    if facts.registered is not None:
+        status["priority"] = facts.registered[0]
+        if facts.registered[1]:
+            status["tenant"] = facts.registered[1]
+    else:
+        status.update({key: prev[key] for key in ("priority", "tenant") if key in prev})
 
 
 def _conditions(facts: JobFacts, phase: str, status: Mapping[str, Any], dead: int) -> tuple[list[Cond], str]:
@@ -220,7 +232,7 @@ def _conditions(facts: JobFacts, phase: str, status: Mapping[str, Any], dead: in
         outcome = [Cond(ConditionType.COMPLETE, False, reason), Cond(ConditionType.FAILED, True, reason, msg)]
     else:
         reason, msg = problem if problem is not None else _under_way(facts, phase)
-        health = stalled(reason, msg) if problem is not None else progressing(reason, msg)
+        health = stalled(reason, msg) if problem is not None else _waiting(phase, reason, msg)
         outcome = [Cond(ConditionType.COMPLETE, False, reason), Cond(ConditionType.FAILED, False, reason)]
     # Stalled first: the order a job's conditions have always had (another order is a rewrite of each).
     conds = [health.stalled, health.ready, health.reconciling, *outcome]
@@ -241,6 +253,16 @@ def _conditions(facts: JobFacts, phase: str, status: Mapping[str, Any], dead: in
     return conds, msg
 
 
+def _waiting(phase: str, reason: str, message: str) -> Health:
+    """A job neither finished nor stuck. Suspended is at rest by the user's request: nothing happens until
+    someone resumes it, so GitOps tools must read it as settled (kstatus Current), not as a wait that never
+    ends. Every other wait (Pending, Queued, Running; a tenant's quota holding its tasks back) ends without
+    anyone acting, so it is work under way: Reconciling=True with its reason (kstatus InProgress)."""
+    if phase == "Suspended":
+        return at_rest(reason, message)
+    return progressing(reason, message)
+
+
 def _succeeded_message(facts: JobFacts, status: Mapping[str, Any], dead: int) -> str:
     stats = facts.stats
     total = stats.total if stats is not None and stats.exists else _count(status, "total")
@@ -252,10 +274,39 @@ def _succeeded_message(facts: JobFacts, status: Mapping[str, Any], dead: int) ->
     )
 
 
+def quota_held(facts: JobFacts) -> bool:
+    """The job waits on its tenant's quota: the tenant is throttled, the job has tasks ready and none claimed.
+    (A job with tasks in flight is running; one with nothing ready is waiting on something else.)"""
+    stats = facts.stats
+    return bool(facts.tenant_throttled) and stats is not None and stats.pending > 0 and stats.in_flight == 0
+
+
+def seeds_held(facts: JobFacts) -> bool:
+    """The job waits on its tenant's URLs-queued quota: seeds are left to enqueue, none of its tasks is
+    ready or claimed, and the tenant's queue is full."""
+    stats = facts.stats
+    return (
+        bool(facts.tenant_queue_full)
+        and stats is not None
+        and not stats.enqueue_done
+        and stats.pending == 0
+        and stats.in_flight == 0
+    )
+
+
 def _under_way(facts: JobFacts, phase: str) -> tuple[str, str]:
     """(reason, message) of a job that is neither finished nor stuck."""
     if phase == "Suspended":
         return "Suspended", "the job is suspended: workers claim none of its tasks"
+    if phase in ("Pending", "Queued", "Running") and seeds_held(facts):
+        return (
+            "QuotaExceeded",
+            f"its tenant has as many URLs queued as its pool allows ({facts.tenant_queue_full}): its seeds wait",
+        )
+    if phase in ("Queued", "Running") and quota_held(facts):
+        # Waiting by design, not stuck: it proceeds without anyone acting, so Reconciling=True (kstatus:
+        # InProgress) with this reason, never Stalled.
+        return "QuotaExceeded", f"its tenant is over a quota of its pool ({facts.tenant_throttled}): its tasks wait"
     if phase == "Queued":
         return "Queued", "tasks are queued, waiting for a worker"
     if phase == "Running":

@@ -20,6 +20,7 @@ from redis.exceptions import OutOfMemoryError, RedisError
 from trawl.api.common import format_time, validation_message
 from trawl.api.naming import SECRET_SELECTOR
 from trawl.api.scrapepool import ScrapePoolSpec
+from trawl.jobspec.tenancy import tenant_policy
 from trawl.operator.connections import RedisConnections, pool_queue
 from trawl.operator.events import Transition
 from trawl.operator.podfloor import broken_rules, job_template_pod, operator_service_account, refusal
@@ -37,7 +38,7 @@ from trawl.redisconn.memory import (
 from trawl.redisconn.settings import RedisConfigError, RedisUnreachable
 
 from .scaling import Autoscalers, ScaleAdvice
-from .status import PoolOutcome, finish_pass, pass_status, pool_data_lost, signals_status
+from .status import PoolOutcome, finish_pass, pass_status, pool_data_lost, signals_status, tenants_status
 from .workload import (
     DeploymentRejected,
     WorkloadRefused,
@@ -134,6 +135,7 @@ async def reconcile_pool(
         signals = await queue.pool_signals()
         epoch = await queue.epoch()
         memory = await read_memory(redis)
+        await _tenants(pool, queue)
     except OutOfMemoryError:  # it answers but refuses writes: hold the workers (they keep what they fetched)
         new["desiredReplicas"] = current
         full = await read_memory_or_none(redis)
@@ -162,6 +164,17 @@ async def reconcile_pool(
         redis_warning=eviction_warning(memory) if memory is not None else None,
     )
     return replace(outcome, redis_memory=memory)
+
+
+async def _tenants(pool: _Pass, queue: Queue) -> None:
+    """Write the pool's tenant table to the queue (every poll: a Redis that lost its data gets it back within
+    one) and put each tenant's use on the status. A pool without tenancy writes an empty table once, when its
+    status still lists tenants (its tenancy was removed: the quotas it set are lifted), and nothing after."""
+    if pool.spec.tenancy is None and "tenants" not in pool.prev:
+        return
+    await queue.set_tenant_policy(tenant_policy(pool.spec.tenancy))
+    # The status is merged into the stored one: None (pruned by the API server) removes the list.
+    pool.new["tenants"] = tenants_status(await queue.tenant_usage()) if pool.spec.tenancy is not None else None
 
 
 async def _apply_deployment(pool: _Pass, uid: str) -> int:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
+from trawl.api.common import format_time
 from trawl.api.naming import deployment_name, pool_selector
-from trawl.api.scrapepool import ScrapePoolSpec
+from trawl.api.scrapepool import MAX_TENANTS_ON_STATUS, ScrapePoolSpec
 from trawl.operator.conditions import (
     Cond,
     ConditionType,
@@ -27,7 +28,7 @@ from trawl.operator.conditions import (
 )
 from trawl.operator.events import Transition
 from trawl.operator.problems import Problem
-from trawl.queue.model import PoolSignals
+from trawl.queue.model import PoolSignals, TenantUsage
 from trawl.redisconn.memory import EVICTION_POLICY, RedisMemory
 
 from .scaling import ScaleAdvice
@@ -42,6 +43,7 @@ OBSERVATIONS = (
     "readyReplicas",
     "podStartupSeconds",
     "queueEpoch",
+    "tenants",
 )
 
 
@@ -64,6 +66,7 @@ def pass_status(name: str, generation: int) -> dict[str, Any]:
 def signals_status(signals: PoolSignals, advice: ScaleAdvice | None) -> dict[str, Any]:
     return {
         "ready": signals.ready,
+        "held": signals.held,  # ready tasks a tenant's quota holds back (pools with spec.tenancy only)
         "delayed": signals.delayed,
         "inFlight": signals.in_flight,
         "dead": signals.dead,
@@ -71,6 +74,31 @@ def signals_status(signals: PoolSignals, advice: ScaleAdvice | None) -> dict[str
         "failureRate": round(min(max(advice.failure_rate, 0.0), 1.0), 3) if advice else 0.0,
         "meanTaskSeconds": round(advice.mean_task_seconds, 3) if advice else 0.0,
     }
+
+
+def tenants_status(usage: list[TenantUsage]) -> list[dict[str, Any]]:
+    """status.tenants: each tenant's use of the pool, the throttled first (what an operator looks for), then by
+    name; at most MAX_TENANTS_ON_STATUS (metrics and ``trawl top`` read the queue for all of them)."""
+    ordered = sorted(usage, key=lambda u: (u.throttled is None, u.tenant))[:MAX_TENANTS_ON_STATUS]
+    rows: list[dict[str, Any]] = []
+    for u in ordered:
+        row: dict[str, Any] = {
+            "tenant": u.tenant[:253],
+            "weight": max(1, u.weight),
+            "inFlight": max(0, u.in_flight),
+            "claimedTotal": max(0, u.claimed_total),
+            "pagesToday": max(0, u.pages_today),
+            "queued": max(0, u.queued),
+        }
+        if u.queue_full_message:
+            row["queueFullMessage"] = u.queue_full_message[:1024]
+        if u.throttled is not None:
+            row["throttled"] = u.throttled[:64]
+            row["throttledMessage"] = u.throttled_message[:1024]
+            if u.throttled_since is not None:
+                row["throttledSince"] = format_time(datetime.fromtimestamp(u.throttled_since, UTC))
+        rows.append(row)
+    return rows
 
 
 def pool_data_lost(prev: Mapping[str, Any], epoch: str) -> str | None:

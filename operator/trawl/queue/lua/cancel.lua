@@ -3,11 +3,12 @@
 -- KEYS: 1..9 the job's keys (job hash first; see Keys.job_keys), 10 delayed-jobs index, 11 pool stats,
 --       12 events, 13..22 rings 0..9 (declared: every ring key is built from the prefix)
 -- ARGV: 1 now, 2 events maxlen, 3 job id
--- Its tasks in flight stop counting for its tenant now (their late acks find no job and count nothing).
-local m = redis.call('HMGET', KEYS[1], 'prio', 'dead', 'exp', 'tn', 'inf')
+-- Its tasks stop counting for its tenant now: those in flight (their late acks find no job and count
+-- nothing) and those ready or delayed.
+local m = redis.call('HMGET', KEYS[1], 'prio', 'dead', 'exp', 'tn', 'inf', 'pen', 'ret')
 if m[1] then
   ring_leave(KEYS[1], ARGV[3], m[1], m[4])
-  tenant_inflight(KEYS[1], tonumber(m[5] or '0'))
+  tenant_count(KEYS[1], -tonumber(m[5] or '0'), -(tonumber(m[6] or '0') + tonumber(m[7] or '0')))
   if m[3] ~= '1' then count_dead_forgotten(KEYS[11], tonumber(m[2] or '0')) end
 end
 redis.call('ZREM', KEYS[10], ARGV[3])

@@ -35,7 +35,7 @@ local function replay()
   return out
 end
 
--- Tenants. Each has a row in P:tcfg ("weight|in flight|requests per second|pages per day", "*": the
+-- Tenants. Each has a row in P:tcfg ("weight|in flight|requests per second|pages per day|URLs queued", "*": the
 -- default) and its usage in P:tn:<t>. Rows are read once per claim.
 local tcfg = prefix .. ':tcfg'
 local nowf = tonumber(now)
@@ -45,7 +45,7 @@ local function limits(t)
   local l = limits_of[t]
   if l then return l end
   local row = redis.call('HGET', tcfg, t) or redis.call('HGET', tcfg, '*') or '1|||'
-  local w, inf, rps, ppd = string.match(row, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
+  local w, inf, rps, ppd = string.match(row, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)')
   l = { w = tonumber(w) or 1, inf = tonumber(inf), rps = tonumber(rps), ppd = tonumber(ppd) }
   limits_of[t] = l
   return l
@@ -81,6 +81,7 @@ local function count_tenant(t, l, k, why, msg)
   local tk = prefix .. ':tn:' .. t
   if k > 0 then
     redis.call('HINCRBY', tk, 'inf', k)
+    redis.call('HINCRBY', tk, 'q', -k)
     redis.call('HINCRBY', tk, 'clm', k)
     if l.ppd then
       if redis.call('HGET', tk, 'day') ~= day then redis.call('HSET', tk, 'day', day, 'pd', 0) end

@@ -1,7 +1,9 @@
 -- enqueue: add seed URLs (depth 0) ARGV[5..] whose seed indexes start at ARGV[4]. The job's cursor
 -- ('cur': seeds processed so far) makes it idempotent: indexes below the cursor are skipped, so an
 -- enqueuer that restarts from index 0 after a crash adds nothing twice. A gap (start beyond the cursor)
--- is an error. An empty start index appends at the cursor (callers adding URLs one call at a time). Returns the number added, or -1 when the job does not exist (never registered or cancelled).
+-- is an error. An empty start index appends at the cursor (callers adding URLs one call at a time). Returns
+-- {number added, cursor after}, or -1 when the job does not exist (never registered or cancelled). With a start index, the
+-- tenant's URLs-queued quota may stop the cursor short of the batch's end (Queue.enqueue reads it).
 -- KEYS: 1 job hash, 2 ready list, 3 seen set, 4 cross-job dedupe zset, 5 events, 6..15 rings 0..9 (declared: every ring key is built from the prefix),
 --   16 pool stats
 -- ARGV: 1 now, 2 events maxlen, 3 job id, 4 start index ('' = the cursor), 5.. URLs
@@ -14,7 +16,33 @@ if start > cur then
   return redis.error_reply('ERR trawl enqueue gap: next seed index is ' .. cur .. ', got ' .. start)
 end
 local first = 5 + (cur - start)
-if first > #ARGV then return 0 end
-local n = add_urls(jk, ARGV[3], KEYS[2], KEYS[3], KEYS[4], KEYS[16], m, m[9], ARGV[1], 0, first, #ARGV, false)
-redis.call('HSET', jk, 'cur', start + #ARGV - 4)
-return n
+if first > #ARGV then return { 0, cur } end
+local last = #ARGV
+-- The tenant's URLs-queued quota (the 5th field of its P:tcfg row) bounds the seeds taken from a seed
+-- stream (a start index given): the cursor stops where the quota is reached, the caller sees it and comes
+-- back later, and the tenant is noted (qhold, qhm, qhs) until a pass takes its whole batch.
+if ARGV[4] ~= '' then
+  local prefix = string.sub(jk, 1, #jk - #ARGV[3] - 3)
+  local tn = m[11] or ''
+  local tcfg = prefix .. ':tcfg'
+  local row = redis.call('HGET', tcfg, tn) or redis.call('HGET', tcfg, '*') or ''
+  local uq = tonumber(string.match(row, '^[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)') or '')
+  local tk = prefix .. ':tn:' .. tn
+  if uq then
+    local q = tonumber(redis.call('HGET', tk, 'q') or '0')
+    local room = math.max(0, uq - q)
+    if last - first + 1 > room then
+      last = first + room - 1
+      redis.call('HSET', tk, 'qhold', 'urlsQueued', 'qhm', q .. '/' .. uq .. ' URLs queued')
+      redis.call('HSETNX', tk, 'qhs', ARGV[1])
+    else
+      redis.call('HDEL', tk, 'qhold', 'qhm', 'qhs')
+    end
+  end
+end
+local n = 0
+if last >= first then
+  n = add_urls(jk, ARGV[3], KEYS[2], KEYS[3], KEYS[4], KEYS[16], m, m[9], ARGV[1], 0, first, last, false)
+end
+redis.call('HSET', jk, 'cur', start + last - 4)
+return { n, start + last - 4 }

@@ -11,6 +11,7 @@
 --                 HINCRBY per field it changes (shift: the job half of a move). A task is ready (pen), in
 --                 flight (inf), delayed (ret: a retry or a delayed release), dead (dead) or done (suc); tot
 --                 is their sum, every task the job ever took.
+--                 (and, through tenant_count, the job's tenant's inf and q in P:tn:<t>)
 --                   count_new_to_ready         enqueue: tot, pen; P:st enq
 --                   count_ready_to_inflight    claim: pen, inf
 --                   count_inflight_to_done     ack: inf, suc (returns the job's in flight left)
@@ -21,7 +22,8 @@
 --                   count_dead_to_ready        requeue_dead: dead, pen; P:st dead
 --                   count_dead_forgotten       cancel, retention: P:st dead leaves out the job's dead letters
 --                   count_attempts_ended       ack, fail: P:st completed or failed, svc
---   tenants       prefix_of, tenant_of, tenant_inflight (a tenant's in-flight count, kept by the counters)
+--   tenants       prefix_of, tenant_of, tenant_count (a tenant's in-flight and queued counts, kept by the
+--                 counters)
 --   job state     ring_key, tenant_activate, tenant_leave, ring_join (a job with ready tasks is in its
 --                 tenant's ring; a tenant with a non-empty ring in its priority's tenant queue), ring_leave,
 --                 check_finished (the 'finished' event)
@@ -94,11 +96,14 @@ local function tenant_of(jk)
   return redis.call('HGET', jk, 'tn') or ''
 end
 
--- n of the job's tasks leave flight (or, n < 0, enter it): its tenant's in-flight count (P:tn:<t> inf),
--- which its in-flight quota bounds at claim time.
-local function tenant_inflight(jk, n)
-  if n == 0 then return end  -- and never send -0, which HINCRBY refuses
-  redis.call('HINCRBY', prefix_of(jk) .. ':tn:' .. tenant_of(jk), 'inf', -n)
+-- The job's tasks move: d_inf into its tenant's in flight (P:tn:<t> inf, bounded at claim time by the
+-- in-flight quota), d_q into its tenant's queued tasks (q: ready or delayed, bounded at seed enqueue time by
+-- the URLs-queued quota). Never sends -0, which HINCRBY refuses.
+local function tenant_count(jk, d_inf, d_q)
+  if d_inf == 0 and d_q == 0 then return end
+  local tk = prefix_of(jk) .. ':tn:' .. tenant_of(jk)
+  if d_inf ~= 0 then redis.call('HINCRBY', tk, 'inf', d_inf) end
+  if d_q ~= 0 then redis.call('HINCRBY', tk, 'q', d_q) end
 end
 
 -- Counters. The operator's status and the autoscaler read the counters, not the structures they mirror, so
@@ -115,36 +120,37 @@ end
 -- n new tasks pushed to the ready list. The pool's enqueue counter (st 'enq') counts them: the autoscaler
 -- tells a burst from it between its polls (trawl.autoscale.schedule).
 local function count_new_to_ready(jk, st, n)
+  tenant_count(jk, 0, n)
   redis.call('HINCRBY', jk, 'tot', n)
   redis.call('HINCRBY', jk, 'pen', n)
   redis.call('HINCRBY', st, 'enq', n)
 end
 
--- The job half of a claim: claim.lua counts the tenant's in-flight tasks once per tenant it served.
+-- The job half of a claim: claim.lua counts the tenant's (in flight, queued) once per tenant it served.
 local function count_ready_to_inflight(jk, n)
   shift(jk, 'pen', 'inf', n)
 end
 
 -- Returns the job's tasks still in flight (ack checks for the job's end only when none are).
 local function count_inflight_to_done(jk, n)
-  tenant_inflight(jk, n)
+  tenant_count(jk, -n, 0)
   return shift(jk, 'inf', 'suc', n)
 end
 
 local function count_inflight_to_ready(jk, n)
-  tenant_inflight(jk, n)
+  tenant_count(jk, -n, n)
   shift(jk, 'inf', 'pen', n)
 end
 
 local function count_inflight_to_delayed(jk, n)
-  tenant_inflight(jk, n)
+  tenant_count(jk, -n, n)
   shift(jk, 'inf', 'ret', n)
 end
 
 -- The pool's dead count (st 'dead') is the sum of its jobs' dead letters, less those of jobs whose retention
 -- began (expire_job) or that were cancelled: the pool's status and metrics show it.
 local function count_inflight_to_dead(jk, st, n)
-  tenant_inflight(jk, n)
+  tenant_count(jk, -n, 0)
   shift(jk, 'inf', 'dead', n)
   redis.call('HINCRBY', st, 'dead', n)
 end
@@ -156,6 +162,7 @@ end
 -- n dead letters requeued. A job whose retention had begun (``retained``: expire_job took all its dead
 -- letters out of the pool's count) is live again, so the pool's count takes back those still dead.
 local function count_dead_to_ready(jk, st, n, retained)
+  tenant_count(jk, 0, n)
   local left = shift(jk, 'dead', 'pen', n)
   if not retained then
     redis.call('HINCRBY', st, 'dead', -n)

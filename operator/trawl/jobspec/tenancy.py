@@ -1,0 +1,112 @@
+"""A job's tenant and priority on its pool, and the pool's tenant table for the queue (pure).
+
+The platform declares the pool's tenants (ScrapePool.spec.tenancy); the job author only names a priority
+class. A job's tenant is its namespace, or the value of the Namespace label the pool names (tenantLabel):
+either way nothing the job author writes in the job chooses it. Admission asks :func:`place_job`; the
+pool's reconcile writes :func:`tenant_policy` to the queue on every poll, so claims share the pool by
+weight and stop at each tenant's quotas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from trawl.api.scrapejob import ScrapeJobSpec
+from trawl.api.scrapepool import ScrapePoolSpec
+from trawl.api.tenancy import TenancyRefusal, TenancySpec, TenantTerms
+from trawl.queue.model import TenantLimits, TenantPolicy
+from trawl.queue.tenants import check_tenant_name
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a job runs among the pool's tenants: its tenant and the priority it was granted."""
+
+    tenant: str
+    priority: int
+
+
+def tenant_of(namespace: str, tenancy: TenancySpec, labels: Mapping[str, str] | None) -> str | TenancyRefusal:
+    """A job's tenant: its namespace, or with ``tenancy.tenantLabel`` that label's value on its Namespace
+    (``labels``: the Namespace's labels, None when the operator does not see it). A namespace without the
+    label is refused, never taken as a tenant of its own name (a team that may create namespaces could
+    otherwise name one after another tenant)."""
+    tenant = namespace
+    if tenancy.tenant_label is not None:
+        value = (labels or {}).get(tenancy.tenant_label)
+        if not value:
+            return TenancyRefusal(
+                "TenantNotAdmitted",
+                f"namespace {namespace!r} has no label {tenancy.tenant_label}, which names the tenant on this "
+                f"pool: ask the platform to label the namespace",
+            )
+        tenant = value
+    try:
+        return check_tenant_name(tenant)
+    except ValueError:
+        return TenancyRefusal("TenantNotAdmitted", f"{tenant!r} cannot be a tenant's name on this pool")
+
+
+def place_job(
+    namespace: str, job: ScrapeJobSpec, pool: ScrapePoolSpec, labels: Mapping[str, str] | None = None
+) -> Placement | TenancyRefusal | None:
+    """The job's tenant and priority on a pool with tenancy; why it is refused (TenantNotAdmitted, a priority
+    class it may not use); None on a pool without tenancy (the job's own priority, within jobLimits).
+    ``labels``: the labels of the job's Namespace (read only when the pool names a tenantLabel)."""
+    tenancy = pool.tenancy
+    if tenancy is None:
+        if job.priority_class_name is not None:
+            return TenancyRefusal(
+                "PriorityClassNotFound",
+                f"spec.priorityClassName {job.priority_class_name!r}: ScrapePool {job.pool!r} defines no priority "
+                f"classes (no spec.tenancy); use spec.priority",
+            )
+        return None
+    tenant = tenant_of(namespace, tenancy, labels)
+    if isinstance(tenant, TenancyRefusal):
+        return tenant
+    terms = tenancy.terms_of(tenant)
+    if terms is None:
+        listed = ", ".join(t.name for t in tenancy.tenants or []) or "none"
+        source = "the job's namespace" if tenancy.tenant_label is None else f"its namespace's {tenancy.tenant_label}"
+        return TenancyRefusal(
+            "TenantNotAdmitted",
+            f"tenant {tenant!r} ({source}) is not admitted to ScrapePool {job.pool!r}: the pool's "
+            f"spec.tenancy lists tenants {listed} and has no defaultTenant; ask the platform to add the tenant",
+        )
+    priority = tenancy.resolve_priority(
+        tenant,
+        terms,
+        class_name=job.priority_class_name,
+        priority=job.priority,
+        max_priority=pool.ceilings().max_priority,
+    )
+    if isinstance(priority, TenancyRefusal):
+        return priority
+    return Placement(tenant, priority)
+
+
+def tenant_limits(terms: TenantTerms) -> TenantLimits:
+    quotas = terms.quotas
+    return TenantLimits(
+        weight=terms.weight,
+        max_in_flight=quotas.in_flight if quotas is not None else None,
+        requests_per_second=quotas.requests_per_second if quotas is not None else None,
+        pages_per_day=quotas.pages_per_day if quotas is not None else None,
+        max_queued=quotas.urls_queued if quotas is not None else None,
+    )
+
+
+def tenant_policy(tenancy: TenancySpec | None) -> TenantPolicy:
+    """The pool's tenant table as the claim script reads it. Without tenancy: no tenants, every limit off (so
+    a pool that drops its tenancy lifts the quotas it set). An unlisted tenant without a defaultTenant never
+    gets a job registered; the table's default then only covers jobs registered before the change."""
+    if tenancy is None:
+        return TenantPolicy()
+    default = tenant_limits(tenancy.default_tenant) if tenancy.default_tenant is not None else TenantLimits()
+    return TenantPolicy(
+        tenants={t.name: tenant_limits(t) for t in tenancy.tenants or []},
+        default=default,
+        aging_seconds=tenancy.aging_seconds,
+    )
