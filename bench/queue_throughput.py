@@ -22,6 +22,7 @@ Per concurrency the last line is ``ratio_vs_best_peer_c<N>=<Trawl tasks/s / the 
 
     .venv/bin/python bench/queue_throughput.py            # 20,000 tasks, concurrency 8 and 32, 3 rounds
     .venv/bin/python bench/queue_throughput.py --quick    # 3,000 tasks, concurrency 8, one round
+    .venv/bin/python bench/queue_throughput.py --only trawl --tenants 100   # Trawl's tasks over 100 tenants' jobs
 
 BullMQ is installed with npm into ~/.cache/trawl/bench-node (outside the repository) on first use.
 """
@@ -45,7 +46,8 @@ from pathlib import Path
 import redis
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "operator"))
+# The tree whose queue code enqueues (a baseline row's enqueue runs this script with its own tree here).
+sys.path.insert(0, os.environ.get("TRAWL_BENCH_OPERATOR", str(REPO / "operator")))
 
 from trawl.dev import procs  # noqa: E402
 from trawl.dev.redis_server import RedisServer  # noqa: E402
@@ -133,7 +135,11 @@ def data_memory(r: redis.Redis) -> int:
     return int(info["used_memory"]) - int(info.get("used_memory_scripts", 0)) - int(info.get("mem_clients_normal", 0))
 
 
-def trawl_enqueue(url: str) -> Callable[[int], None]:
+def trawl_enqueue(url: str, tenants: int = 0) -> Callable[[int], None]:
+    """Trawl's enqueue: one job without a tenant, or (``tenants`` N > 0) the tasks spread evenly over N jobs
+    ``bench-job-<i>`` of tenants ``t<i>`` (issue 33: the claim shares among tenants; no tenant policy is set,
+    so each gets the default weight 1 and no quota)."""
+
     def run(n: int) -> None:
         import redis.asyncio as aioredis
 
@@ -143,11 +149,24 @@ def trawl_enqueue(url: str) -> Callable[[int], None]:
             r = aioredis.Redis.from_url(url)
             try:
                 q = Queue(r, TRAWL_PREFIX, enqueue_batch=5000)
-                # Seed indexes continue after what the job holds (enqueue is idempotent per index); 0 after a flush.
-                first = (await q.job_stats("bench-job")).total
-                await q.register_job(JobConfig("bench-job"))
-                urls = [f"https://bench.example/item/{i}" for i in range(first, first + n)]
-                await q.enqueue("bench-job", urls, start_index=first)
+                if not tenants:
+                    jobs = [("bench-job", JobConfig("bench-job"), n)]
+                else:
+                    jobs = [
+                        (
+                            f"bench-job-{i}",
+                            JobConfig(f"bench-job-{i}", tenant=f"t{i}"),
+                            n // tenants + (i < n % tenants),
+                        )
+                        for i in range(tenants)
+                    ]
+                for job, config, count in jobs:
+                    # Seed indexes continue after what the job holds (enqueue is idempotent per index); 0 after a flush.
+                    first = (await q.job_stats(job)).total
+                    await q.register_job(config)
+                    urls = [f"https://bench.example/{job}/item/{i}" for i in range(first, first + count)]
+                    if urls:
+                        await q.enqueue(job, urls, start_index=first)
             finally:
                 await r.aclose()
 
@@ -171,7 +190,18 @@ def celery_argv(i: int, conc: str) -> list[str]:
     ]  # fmt: skip
 
 
-def baseline_system(url: str, conc: int, tree: Path, claim_batch: str = "quarter") -> System:
+def tree_enqueue(url: str, tree: Path, tenants: int) -> Callable[[int], None]:
+    """:func:`trawl_enqueue` run by another tree's queue code (its own Lua: where a job's tasks go may differ)."""
+
+    def run(n: int) -> None:
+        env = {**peer_env(url), "TRAWL_BENCH_OPERATOR": str(tree / "operator")}
+        argv = [PY, str(Path(__file__).resolve()), "--trawl-enqueue", url, str(n), str(tenants)]
+        subprocess.run(argv, env=env, check=True, timeout=600)
+
+    return run
+
+
+def baseline_system(url: str, conc: int, tree: Path, claim_batch: str = "quarter", tenants: int = 0) -> System:
     """Trawl from another source tree (e.g. ``git archive <commit>``), by default with claims of a quarter of
     the concurrency as the worker made them before claim sizing (``claim_batch``: ``auto`` or a number for
     a tree that has claim sizing): the "before" row, run interleaved with the others."""
@@ -181,13 +211,13 @@ def baseline_system(url: str, conc: int, tree: Path, claim_batch: str = "quarter
         "trawl-baseline",
         f"Trawl from {tree} (not a peer; not in the ratio)",
         f"{conc} slots per process, {claims}",
-        trawl_enqueue(url),
+        tree_enqueue(url, tree, tenants),
         lambda i: [trawl_loadgen_argv(url, i, "--concurrency", str(conc), "--claim-batch", size)],
         env={"PYTHONPATH": os.pathsep.join([str(PEERS_DIR), str(tree / "operator")])},
     )
 
 
-def systems(url: str, conc: int, only: set[str] | None, claim_batch: str = "auto") -> list[System]:
+def systems(url: str, conc: int, only: set[str] | None, claim_batch: str = "auto", tenants: int = 0) -> list[System]:
     """Every system at ``conc`` tasks in flight per process, each task's INCR and completion its own round trip
     (conc 0: the pipelined Trawl row, which batches both)."""
     if conc == 0:
@@ -196,7 +226,7 @@ def systems(url: str, conc: int, only: set[str] | None, claim_batch: str = "auto
                 "trawl-pipelined",
                 "as trawl, but a batch's INCRs go in one pipeline and its acks in one call (not a peer's way)",
                 "2 loops x claims of 200 per process",
-                trawl_enqueue(url),
+                trawl_enqueue(url, tenants),
                 lambda i: [trawl_loadgen_argv(url, i, "--batch", "200", "--loops", "2")],
             )
         ]
@@ -207,7 +237,7 @@ def systems(url: str, conc: int, only: set[str] | None, claim_batch: str = "auto
             "trawl",
             "at-least-once: leases + heartbeats; each task acked on its own",
             f"{c} slots per process, claim size {claim_batch}",
-            trawl_enqueue(url),
+            trawl_enqueue(url, tenants),
             lambda i: [trawl_loadgen_argv(url, i, "--concurrency", c, "--claim-batch", claim_batch)],
         ),
         System(
@@ -382,6 +412,10 @@ def load_average() -> str:
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["--trawl-enqueue"]:  # a baseline tree's enqueue (see tree_enqueue)
+        url, n, tenants = sys.argv[2:5]
+        trawl_enqueue(url, int(tenants))(int(n))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="3,000 tasks, a 10 s run limit, concurrency 8, one round")
     ap.add_argument("--tasks", type=int, default=0, help="tasks per system and run (20,000; --quick: 3,000)")
@@ -397,6 +431,12 @@ def main() -> int:
         help="the baseline's claim size: quarter (concurrency / 4, before claim sizing), auto or a number",
     )
     ap.add_argument("--only", default="", help="comma-separated systems to run (default: all)")
+    ap.add_argument(
+        "--tenants",
+        type=int,
+        default=0,
+        help="Trawl rows only: spread the tasks over N jobs of N tenants t0..t<N-1> (default 0: one job, no tenant)",
+    )
     ap.add_argument("--json", default="", help="also write the results to this JSON file")
     args = ap.parse_args()
     tasks = args.tasks or (3000 if args.quick else 20000)
@@ -411,12 +451,12 @@ def main() -> int:
     t0 = time.perf_counter()
     load_before = load_average()
     with RedisServer() as server:
-        plan = [(c, s) for c in concs for s in systems(server.url, c, only, args.claim_batch)]
+        plan = [(c, s) for c in concs for s in systems(server.url, c, only, args.claim_batch, args.tenants)]
         if args.baseline:
             tree = Path(args.baseline).resolve()
-            plan += [(c, baseline_system(server.url, c, tree, args.baseline_claim_batch)) for c in concs]
+            plan += [(c, baseline_system(server.url, c, tree, args.baseline_claim_batch, args.tenants)) for c in concs]
         if not args.no_pipelined:
-            plan += [(0, s) for s in systems(server.url, 0, only)]
+            plan += [(0, s) for s in systems(server.url, 0, only, tenants=args.tenants)]
         for rnd in range(repeat):
             # Interleaved: every system once per round, so a burst of load from elsewhere hits them all alike;
             # each round starts one system later, so none always runs first (or right after the same one).
@@ -437,7 +477,8 @@ def main() -> int:
     print(
         f"queue throughput: {tasks} no-op tasks per system and run, {args.workers} worker processes each, one "
         f"redis-server, {repeat} interleaved round(s), medians ({time.perf_counter() - t0:.0f}s); "
-        f"load average {load_before} before, {load_average()} after, {os.cpu_count()} CPUs"
+        + (f"Trawl's tasks over {args.tenants} jobs of as many tenants; " if args.tenants else "")
+        + f"load average {load_before} before, {load_average()} after, {os.cpu_count()} CPUs"
     )
     status = 0
     for conc in [*concs, 0]:
