@@ -71,7 +71,7 @@ def tenant_usage_of(name: str, row: Mapping[str, str], table: Mapping[str, str],
         throttled=hold,
         throttled_message=row.get("hm", "") if hold else "",
         throttled_since=float(row["hs"]) if hold and row.get("hs") else None,
-        queued=max(0, int(row.get("q", 0) or 0)),
+        queued=max(0, int(row.get("qin", 0) or 0) - int(row.get("clm", 0) or 0)),
         queue_full_message=row.get("qhm", "") if row.get("qhold") else "",
         queue_full_since=float(row["qhs"]) if row.get("qhold") and row.get("qhs") else None,
     )

@@ -14,7 +14,7 @@ for i = 1, n do
   fields[i] = ARGV[3 + tonumber(ARGV[base + 2 * i - 1])] .. '|' .. ARGV[base + 2 * i]
 end
 local vals = redis.call('HMGET', wk, unpack(fields))
-local alive, hist, cnt = {}, {}, {}
+local alive, hist, cnt, tenant = {}, {}, {}, {}
 local res, held = {}, {}
 local svc, done = 0, 0
 for i = 1, n do
@@ -24,7 +24,8 @@ for i = 1, n do
     held[#held + 1] = fields[i]
     local ji = tonumber(ARGV[base + 2 * i - 1])
     if alive[ji] == nil then
-      alive[ji] = redis.call('EXISTS', KEYS[2 + 2 * ji]) == 1
+      local m = redis.call('HMGET', KEYS[2 + 2 * ji], 'prio', 'tn')  -- the job exists: it has a priority
+      alive[ji], tenant[ji] = m[1] ~= false, m[2] or ''
       hist[ji] = alive[ji] and redis.call('EXISTS', KEYS[3 + 2 * ji]) == 1
       cnt[ji] = 0
     end
@@ -44,7 +45,7 @@ for ji = 1, nj do
     local jk = KEYS[2 + 2 * ji]
     redis.call('HSET', jk, 'lf', now)
     -- A job with tasks still in flight cannot be finished: the last of them checks (one read less per ack).
-    if count_inflight_to_done(jk, c) <= 0 then
+    if count_inflight_to_done(jk, c, tenant[ji]) <= 0 then
       check_finished(jk, ARGV[3 + ji], now, KEYS[3], ARGV[2])
     end
   end

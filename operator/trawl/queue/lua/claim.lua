@@ -44,9 +44,10 @@ local limits_of = {}
 local function limits(t)
   local l = limits_of[t]
   if l then return l end
-  local row = redis.call('HGET', tcfg, t) or redis.call('HGET', tcfg, '*') or '1|||'
-  local w, inf, rps, ppd = string.match(row, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)')
+  local rows = redis.call('HMGET', tcfg, t, '*')
+  local w, inf, rps, ppd = string.match(rows[1] or rows[2] or '1|||', '^([^|]*)|([^|]*)|([^|]*)|([^|]*)')
   l = { w = tonumber(w) or 1, inf = tonumber(inf), rps = tonumber(rps), ppd = tonumber(ppd) }
+  l.limited = (l.inf or l.rps or l.ppd) and true or false
   limits_of[t] = l
   return l
 end
@@ -54,8 +55,9 @@ end
 -- How many tasks tenant t may claim now (at most `want`), the quota that binds below `want` (nil: none)
 -- and its figure. The rate quota is a token bucket holding one second of requests (at least 1).
 local function headroom(t, l, want)
-  if not (l.inf or l.rps or l.ppd) then return want, nil, nil end
-  local u = redis.call('HMGET', prefix .. ':tn:' .. t, 'inf', 'tk', 'tt', 'day', 'pd')
+  if not l.limited then return want, nil, nil end
+  local u = redis.call('HMGET', prefix .. ':tn:' .. t, 'inf', 'tk', 'tt', 'day', 'pd', 'hold')
+  l.held = u[6] and true or false
   local cap, why, msg = want, nil, nil
   if l.inf then
     local inf = tonumber(u[1] or '0')
@@ -81,7 +83,6 @@ local function count_tenant(t, l, k, why, msg)
   local tk = prefix .. ':tn:' .. t
   if k > 0 then
     redis.call('HINCRBY', tk, 'inf', k)
-    redis.call('HINCRBY', tk, 'q', -k)
     redis.call('HINCRBY', tk, 'clm', k)
     if l.ppd then
       if redis.call('HGET', tk, 'day') ~= day then redis.call('HSET', tk, 'day', day, 'pd', 0) end
@@ -98,7 +99,7 @@ local function count_tenant(t, l, k, why, msg)
   if why then
     redis.call('HSET', tk, 'hold', why, 'hm', msg)
     redis.call('HSETNX', tk, 'hs', now)
-  elseif k > 0 then
+  elseif k > 0 and l.held then  -- only a limited tenant is ever held (headroom read whether it was)
     redis.call('HDEL', tk, 'hold', 'hm', 'hs')
   end
 end
@@ -109,8 +110,8 @@ end
 -- whether the ring ran empty.
 local function take_from_ring(ring, need, out, fields)
   local taken = 0
+  local len = redis.call('LLEN', ring)
   while need > 0 do
-    local len = redis.call('LLEN', ring)
     if len == 0 then return taken, true end
     local job_id = redis.call('LINDEX', ring, 0)
     local jk = prefix .. ':j:' .. job_id
@@ -123,6 +124,7 @@ local function take_from_ring(ring, need, out, fields)
     end
     if not items then
       redis.call('LPOP', ring)
+      len = len - 1
     else
       local k = #items
       for i = 1, k do
@@ -140,57 +142,74 @@ local function take_from_ring(ring, need, out, fields)
       taken = taken + k
       if redis.call('EXISTS', rk) == 0 then
         redis.call('LPOP', ring)
+        len = len - 1
       else
         redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
       end
     end
   end
-  return taken, redis.call('LLEN', ring) == 0
+  return taken, len == 0
 end
 
--- Share `need` among candidates c = {pass, weight, cap} by weighted fair queueing: raise a water level L
--- until sum(min(cap, floor((L - pass) * weight))) reaches need, then hand the units the floors left one at a
--- time to the lowest pass + given / weight. Sets c.give; O(candidates) per step, 40 bisection steps.
+-- Share `need` among candidates c = {pass, w (weight), cap}, sorted by pass, by weighted fair queueing: the
+-- water level L at which sum((L - pass) * w) over the candidates below it reaches need gives each
+-- floor((L - pass) * w); a candidate whose share would pass its cap gets its cap and the level is found
+-- again for the rest; the units the floors leave go one each in pass order. Sets c.give; O(candidates) per
+-- capped candidate (most claims: one pass).
 local function allocate(cands, need)
-  local function fill(level)
-    local sum = 0
-    for _, c in ipairs(cands) do
-      c.give = math.min(c.cap, math.max(0, math.floor((level - c.pass) * c.w)))
-      sum = sum + c.give
+  for _, c in ipairs(cands) do c.give, c.fixed = 0, false end
+  local left = need
+  for _ = 1, #cands do
+    local free, W, S, L = {}, 0, 0, nil
+    for _, c in ipairs(cands) do if not c.fixed then free[#free + 1] = c end end
+    if #free == 0 or left <= 0 then break end
+    local n = #free
+    for k, c in ipairs(free) do
+      W, S = W + c.w, S + c.pass * c.w
+      L = (left + S) / W
+      if not free[k + 1] or L <= free[k + 1].pass then n = k; break end
     end
-    return sum
-  end
-  local lo, hi = cands[1].pass, cands[1].pass + need
-  for _, c in ipairs(cands) do if c.pass < lo then lo = c.pass end end
-  hi = lo + need
-  for _ = 1, 40 do
-    local mid = (lo + hi) / 2
-    if fill(mid) >= need then hi = mid else lo = mid end
-  end
-  local left = need - fill(lo)
-  while left > 0 do
-    local best = nil
-    for _, c in ipairs(cands) do
-      if c.give < c.cap and (not best or c.pass + c.give / c.w < best.pass + best.give / best.w) then best = c end
+    local capped = false
+    for k = 1, n do
+      local c = free[k]
+      if (L - c.pass) * c.w >= c.cap then c.give, c.fixed, capped = c.cap, true, true; left = left - c.cap end
     end
-    if not best then break end
-    best.give = best.give + 1
-    left = left - 1
+    if not capped then
+      for k = 1, n do
+        local c = free[k]
+        c.give = math.floor((L - c.pass) * c.w)
+        left = left - c.give
+      end
+      for k = 1, n do
+        if left <= 0 then break end
+        local c = free[k]
+        if c.give < c.cap then c.give, left = c.give + 1, left - 1 end
+      end
+      break
+    end
   end
 end
+
+-- Tenants one round of a claim serves at most: the lowest passes. Serving a tenant costs a handful of calls
+-- whatever it takes, so a claim over many tenants gives a few of them several tasks each rather than many of
+-- them one each; the passes make it even over the next claims (a tenant served now waits until the others
+-- caught up), so shares over any window of a few claims per tenant follow the weights all the same.
+local TENANTS_PER_CLAIM = 8
 
 -- Serve priority prio: the tenants with work there, by weight (allocate), each within its quotas; a tenant
 -- that took fewer than it was given (its ring ran empty) leaves its share to the others in the next round
--- (work-conserving). Only the `need` lowest passes can be served (each unit goes to the lowest pass), so a
--- claim reads O(need + tenants held by a quota) of the queue. Returns what is still needed.
+-- (work-conserving, at most 8 rounds). A round reads the TENANTS_PER_CLAIM lowest passes not held by a quota
+-- (O(those + the held ones before them) of the tenant queue, never all tenants). Returns what is still
+-- needed.
 local function serve(prio, need, out, fields)
   local tq = prefix .. ':tq:' .. prio
   local served = false
   for _ = 1, 8 do
     if need <= 0 then break end
     local cands, start = {}, 0
-    while #cands < need do
-      local page = redis.call('ZRANGE', tq, start, start + need - 1, 'WITHSCORES')
+    local want = math.min(need, TENANTS_PER_CLAIM)
+    while #cands < want do
+      local page = redis.call('ZRANGE', tq, start, start + want - 1, 'WITHSCORES')
       if #page == 0 then break end
       for i = 1, #page, 2 do
         local t = page[i]
@@ -202,7 +221,7 @@ local function serve(prio, need, out, fields)
           count_tenant(t, l, 0, why, msg)
         end
       end
-      start = start + need
+      start = start + want
     end
     if #cands == 0 then break end
     allocate(cands, need)
@@ -232,6 +251,10 @@ local function lease(need, out, fields)
   if need <= 0 then return end
   local levels = redis.call('HGETALL', prefix .. ':lsv')
   if #levels == 0 then return end
+  if #levels == 2 then  -- one priority with work (the usual case): nothing to order
+    serve(tonumber(levels[1]), need, out, fields)
+    return
+  end
   local aging = tonumber(redis.call('HGET', tcfg, 'aging') or '300')
   local aged, waiting = {}, {}
   for i = 1, #levels, 2 do
@@ -250,25 +273,12 @@ local function lease(need, out, fields)
   end
 end
 
--- Jobs queued before tenants existed sit in the rings of tenant "" without a tenant queue: once per data
--- set (P:tv), such rings are entered into their tenant queue.
-local function adopt_old_rings()
-  if redis.call('SET', prefix .. ':tv', '1', 'NX') then
-    for p = 0, 9 do
-      if redis.call('LLEN', KEYS[8 + p]) > 0 and not redis.call('ZSCORE', prefix .. ':tq:' .. p, '') then
-        tenant_activate(prefix, p, '', now)
-      end
-    end
-  end
-end
-
 if nonce ~= '' then
   local out = replay()
   if out then return out end
 end
 reap_expired(prefix, KEYS[3], KEYS[4], KEYS[6], KEYS[7], ARGV[8], now, tonumber(ARGV[6]), 16)
 promote_due(prefix, KEYS[5], now, 16, 1000)
-adopt_old_rings()
 local deadline = tostring(tonumber(now) + tonumber(ARGV[5]))
 local cordoned = redis.call('SISMEMBER', KEYS[18], string.match(worker, '^[^@]*'))
 local out, fields = { deadline, cordoned }, {}

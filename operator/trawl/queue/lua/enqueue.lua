@@ -29,7 +29,8 @@ if ARGV[4] ~= '' then
   local uq = tonumber(string.match(row, '^[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)') or '')
   local tk = prefix .. ':tn:' .. tn
   if uq then
-    local q = tonumber(redis.call('HGET', tk, 'q') or '0')
+    local c = redis.call('HMGET', tk, 'qin', 'clm')
+    local q = math.max(0, tonumber(c[1] or '0') - tonumber(c[2] or '0'))
     local room = math.max(0, uq - q)
     if last - first + 1 > room then
       last = first + room - 1

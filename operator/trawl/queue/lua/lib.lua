@@ -97,13 +97,15 @@ local function tenant_of(jk)
 end
 
 -- The job's tasks move: d_inf into its tenant's in flight (P:tn:<t> inf, bounded at claim time by the
--- in-flight quota), d_q into its tenant's queued tasks (q: ready or delayed, bounded at seed enqueue time by
--- the URLs-queued quota). Never sends -0, which HINCRBY refuses.
-local function tenant_count(jk, d_inf, d_q)
+-- in-flight quota), d_q into its tenant's queued tasks (ready or delayed, bounded at seed enqueue time by the
+-- URLs-queued quota). Queued is qin - clm: every entry into ready or delayed counts in qin (a cancelled
+-- job's queued tasks leave it), every claim in clm, which claim.lua counts anyway (one write less per claim). Never sends -0, which HINCRBY refuses. ``tn``: the job's tenant when the caller
+-- read it already (one read less), else it is read here.
+local function tenant_count(jk, d_inf, d_q, tn)
   if d_inf == 0 and d_q == 0 then return end
-  local tk = prefix_of(jk) .. ':tn:' .. tenant_of(jk)
+  local tk = prefix_of(jk) .. ':tn:' .. (tn or tenant_of(jk))
   if d_inf ~= 0 then redis.call('HINCRBY', tk, 'inf', d_inf) end
-  if d_q ~= 0 then redis.call('HINCRBY', tk, 'q', d_q) end
+  if d_q ~= 0 then redis.call('HINCRBY', tk, 'qin', d_q) end
 end
 
 -- Counters. The operator's status and the autoscaler read the counters, not the structures they mirror, so
@@ -132,8 +134,8 @@ local function count_ready_to_inflight(jk, n)
 end
 
 -- Returns the job's tasks still in flight (ack checks for the job's end only when none are).
-local function count_inflight_to_done(jk, n)
-  tenant_count(jk, -n, 0)
+local function count_inflight_to_done(jk, n, tn)
+  tenant_count(jk, -n, 0, tn)
   return shift(jk, 'inf', 'suc', n)
 end
 

@@ -1,34 +1,33 @@
--- signals: a read-only snapshot for the autoscaler, O(active jobs + workers), never a keyspace scan.
+-- signals: a snapshot for the autoscaler, O(active jobs + workers), never a keyspace scan; it writes only to
+-- adopt the rings of jobs queued before tenants (once).
 -- KEYS: 1 delayed-jobs index, 2 worker deadlines, 3 worker info, 4 pool stats, 5..14 rings 0..9 of the tenant ''
 -- ARGV: 1 prefix, 2 now, 3 due-soon horizon seconds
 -- Returns {ready, delayed, delayed due soon, in flight, worker info (flat), pool stats (flat), worker deadlines,
 --          held (ready tasks of tenants a quota holds back)}
 local prefix = ARGV[1]
+-- Jobs queued before tenants existed sit in the rings of tenant "" without a tenant queue: once per data set
+-- (P:tv) the first snapshot enters such rings into their tenant queue (the operator takes one every pool poll,
+-- so claims see them within one poll of an upgrade).
+if redis.call('SET', prefix .. ':tv', '1', 'NX') then
+  for p = 0, 9 do
+    if redis.call('LLEN', KEYS[5 + p]) > 0 and not redis.call('ZSCORE', prefix .. ':tq:' .. p, '') then
+      tenant_activate(prefix, p, '', ARGV[2])
+    end
+  end
+end
 -- Ready work, by tenant: a tenant a quota holds back (P:tn:<t> hold) counts as held, not ready, so the
 -- autoscaler never adds workers for work that may not run now.
--- Until a claim adopted the rings of jobs queued before tenants (P:tv), those rings count as they are.
 local ready, held = 0, 0
 local is_held = {}
-local adopted = redis.call('EXISTS', prefix .. ':tv') == 1
-if not adopted then is_held[''] = false end
 for p = 0, 9 do
-  local tenants = redis.call('ZRANGE', prefix .. ':tq:' .. p, 0, -1)
-  if not adopted then tenants[#tenants + 1] = '' end
-  local seen_blank = false
-  for _, t in ipairs(tenants) do
-    if t == '' then
-      if seen_blank then t = nil end
-      seen_blank = true
-    end
+  for _, t in ipairs(redis.call('ZRANGE', prefix .. ':tq:' .. p, 0, -1)) do
     local n = 0
-    if t ~= nil then
-      local ring = (t == '') and KEYS[5 + p] or (prefix .. ':ring:' .. p .. ':' .. t)
-      for _, job_id in ipairs(redis.call('LRANGE', ring, 0, -1)) do
-        n = n + redis.call('LLEN', prefix .. ':j:' .. job_id .. ':r')
-      end
-      if is_held[t] == nil then is_held[t] = redis.call('HEXISTS', prefix .. ':tn:' .. t, 'hold') == 1 end
-      if is_held[t] then held = held + n else ready = ready + n end
+    local ring = (t == '') and KEYS[5 + p] or (prefix .. ':ring:' .. p .. ':' .. t)
+    for _, job_id in ipairs(redis.call('LRANGE', ring, 0, -1)) do
+      n = n + redis.call('LLEN', prefix .. ':j:' .. job_id .. ':r')
     end
+    if is_held[t] == nil then is_held[t] = redis.call('HEXISTS', prefix .. ':tn:' .. t, 'hold') == 1 end
+    if is_held[t] then held = held + n else ready = ready + n end
   end
 end
 local delayed, soon = 0, 0
