@@ -21,21 +21,20 @@ local last = #ARGV
 -- The tenant's URLs-queued quota (the 5th field of its P:tcfg row) bounds the seeds taken from a seed
 -- stream (a start index given): the cursor stops where the quota is reached, the caller sees it and comes
 -- back later, and the tenant is noted (qhold, qhm, qhs) until a pass takes its whole batch.
+local capped, q, uq, tk = false, 0, nil, nil
 if ARGV[4] ~= '' then
   local prefix = string.sub(jk, 1, #jk - #ARGV[3] - 3)
   local tn = m[11] or ''
   local tcfg = prefix .. ':tcfg'
   local row = redis.call('HGET', tcfg, tn) or redis.call('HGET', tcfg, '*') or ''
-  local uq = tonumber(string.match(row, '^[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)') or '')
-  local tk = prefix .. ':tn:' .. tn
+  uq = tonumber(string.match(row, '^[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)') or '')
+  tk = prefix .. ':tn:' .. tn
   if uq then
     local c = redis.call('HMGET', tk, 'qin', 'clm')
-    local q = math.max(0, tonumber(c[1] or '0') - tonumber(c[2] or '0'))
+    q = math.max(0, tonumber(c[1] or '0') - tonumber(c[2] or '0'))
     local room = math.max(0, uq - q)
     if last - first + 1 > room then
-      last = first + room - 1
-      redis.call('HSET', tk, 'qhold', 'urlsQueued', 'qhm', q .. '/' .. uq .. ' URLs queued')
-      redis.call('HSETNX', tk, 'qhs', ARGV[1])
+      last, capped = first + room - 1, true
     else
       redis.call('HDEL', tk, 'qhold', 'qhm', 'qhs')
     end
@@ -44,6 +43,10 @@ end
 local n = 0
 if last >= first then
   n = add_urls(jk, ARGV[3], KEYS[2], KEYS[3], KEYS[4], KEYS[16], m, m[9], ARGV[1], 0, first, last, false)
+end
+if capped then  -- the figure after this batch: what the tenant holds now
+  redis.call('HSET', tk, 'qhold', 'urlsQueued', 'qhm', (q + n) .. '/' .. uq .. ' URLs queued')
+  redis.call('HSETNX', tk, 'qhs', ARGV[1])
 end
 redis.call('HSET', jk, 'cur', start + last - 4)
 return { n, start + last - 4 }
