@@ -105,6 +105,12 @@ _RULES: dict[str, list[dict[str, str]]] = {
 _SCRAPEJOB_IMMUTABLE = [
     {"rule": "self.pool == oldSelf.pool", "message": "pool is immutable", "fieldPath": ".pool"},
     {
+        "rule": "has(self.poolNamespace) == has(oldSelf.poolNamespace) "
+        "&& (!has(self.poolNamespace) || self.poolNamespace == oldSelf.poolNamespace)",
+        "message": "poolNamespace is immutable",
+        "fieldPath": ".poolNamespace",
+    },
+    {
         "rule": "has(self.urls) == has(oldSelf.urls) && (!has(self.urls) || self.urls == oldSelf.urls)",
         "message": "urls is immutable",
         "fieldPath": ".urls",
