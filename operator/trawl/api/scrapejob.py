@@ -344,7 +344,9 @@ class OnCompleteWebhook(TrawlModel):
 
     url: HttpURL = Field(description="Endpoint receiving the event.")
     secret_ref: SecretKeyRef | None = Field(
-        default=None, description="Secret key (in the job's namespace) holding the HMAC key; X-Trawl-Signature."
+        default=None,
+        description="Secret key holding the HMAC key (X-Trawl-Signature): a Secret the pool mounts, in the pool's "
+        "namespace.",
     )
 
 
