@@ -289,6 +289,13 @@ KINDS: list[Kind] = [
             {"name": "Total", "type": "integer", "jsonPath": ".status.counts.total"},
             {"name": "Duration", "type": "string", "jsonPath": ".status.duration"},
             {"name": "Priority", "type": "integer", "jsonPath": ".status.priority", "priority": 1},
+            {
+                "name": "Pool-Namespace",
+                "type": "string",
+                "jsonPath": ".spec.poolNamespace",
+                "description": "The pool's namespace when it is not the job's (a shared pool)",
+                "priority": 1,
+            },
             {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1},
             _AGE,
         ],

@@ -115,7 +115,7 @@ def job_detail(job: dict[str, Any], now: datetime | None = None) -> RenderableTy
     parts: list[RenderableType] = []
     summary: list[tuple[str, RenderableType]] = [
         ("Name", f"{meta.get('namespace', '')}/{meta['name']}"),
-        ("Pool", spec.get("pool", "")),
+        ("Pool", job_pool_label(job)),
         ("Phase", phase_text(status.get("phase"))),
         ("Progress", f"{status.get('progress', 0)}%"),
         ("Message", status.get("message") or ""),
