@@ -139,6 +139,13 @@ def test_teams_share_the_platforms_pool_that_their_namespaces_are_tenants_of(
             warnings = [e for e in events_for(control_plane, ns, name) if e["reason"] == "PoolNotShared"]
             assert warnings[0]["type"] == "Warning"
 
+        # The pool a job runs on is fixed: its author cannot move it to another namespace's pool.
+        moved = team_a.kubectl(
+            "patch", "scrapejob", "crawl-a", "--type=merge", "-p", '{"spec": {"poolNamespace": "elsewhere"}}',
+            check=False,
+        )  # fmt: skip
+        assert moved.returncode != 0 and "poolNamespace is immutable" in moved.stderr
+
         # A job the pool refused does not keep the platform from deleting it: private goes.
         control_plane.kubectl("delete", "scrapepool", "private", "-n", namespace, "--wait=false")
         wait_for(

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from trawl.api.common import SecretKeyRef
+from trawl.api.cronscrapejob import CronScrapeJobSpec
 from trawl.api.scrapejob import OnCompleteSpec, ScrapeJobSpec
 from trawl.api.tenancy import TenancySpec
 from trawl.clitools.output import job_pool_label
@@ -18,6 +19,7 @@ from trawl.clitools.pooldelete import jobs_naming
 from trawl.clitools.queueaccess import job_ref
 from trawl.clitools.submit import SubmitOptions, build_job, job_pool_namespace
 from trawl.jobspec.tenancy import pool_namespace, sharing_refusal
+from trawl.operator.cron.reconcile import build_job as cron_job
 from trawl.operator.cron.reconcile import template_pool_problem
 from trawl.operator.indexes import job_display_name, job_pool_key, pool_entry, pool_index_entry, served_jobs
 from trawl.operator.job.oncomplete import run_hooks
@@ -109,6 +111,11 @@ def test_the_cron_of_a_namespace_the_pool_does_not_serve_creates_no_jobs() -> No
     assert "no jobs are created" in problem.message
     missing = template_pool_problem({}, "team-a", job)
     assert missing is not None and missing.reason == "PoolNotFound" and "platform/shared" in missing.message
+    # The jobs the cron creates name the same shared pool.
+    cron = CronScrapeJobSpec.model_validate(
+        {"schedule": "@hourly", "jobTemplate": {"spec": job.model_dump(mode="json", by_alias=True, exclude_none=True)}}
+    )
+    assert cron_job("c", "uid", cron, NOW)["spec"]["poolNamespace"] == "platform"
 
 
 class _Connections:
