@@ -297,6 +297,7 @@ _job_optional: dict[str, Strategy] = {
     "retry": retry,
     "priority": ints(0, 9),
     "priorityClassName": dns_label,
+    "poolNamespace": dns_label,
     "dedupe": obj(scrapejob.DedupeSpec, {}, {"acrossJobs": st.booleans(), "windowSeconds": ints(1, 30 * 86400)}),
     "activeDeadlineSeconds": ints(1, 10**9),
     "suspend": st.booleans(),

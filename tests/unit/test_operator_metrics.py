@@ -68,7 +68,7 @@ def test_job_gauges_follow_the_status_and_go_with_the_job() -> None:
     status = {"phase": "Failed", "counts": {"total": 9, "succeeded": 7, "deadLettered": 2}}
     metrics.record_job("uid-1", "ns", "j", "p", status)
     s = _samples(now=0.0)
-    labels = (("scrapejob", "j"), ("namespace", "ns"), ("pool", "p"))
+    labels = (("scrapejob", "j"), ("namespace", "ns"), ("pool", "p"), ("pool_namespace", "ns"))
     assert s[_key("trawl_job_phase", *labels, ("phase", "Failed"))] == 1
     assert s[_key("trawl_job_phase", *labels, ("phase", "Running"))] == 0
     assert s[_key("trawl_job_tasks", *labels, ("state", "deadLettered"))] == 2

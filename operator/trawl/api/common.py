@@ -105,7 +105,8 @@ class Condition(TrawlModel):
 
 
 class SecretKeyRef(TrawlModel):
-    """A key of a Secret in the same namespace as the referring object."""
+    """A key of a Secret in the referring object's namespace; for a ScrapeJob, in its pool's namespace (a Secret
+    the pool mounts into its workers)."""
 
     name: DNSLabel = Field(description="Name of the Secret.")
     key: str = Field(

@@ -105,6 +105,12 @@ _RULES: dict[str, list[dict[str, str]]] = {
 _SCRAPEJOB_IMMUTABLE = [
     {"rule": "self.pool == oldSelf.pool", "message": "pool is immutable", "fieldPath": ".pool"},
     {
+        "rule": "has(self.poolNamespace) == has(oldSelf.poolNamespace) "
+        "&& (!has(self.poolNamespace) || self.poolNamespace == oldSelf.poolNamespace)",
+        "message": "poolNamespace is immutable",
+        "fieldPath": ".poolNamespace",
+    },
+    {
         "rule": "has(self.urls) == has(oldSelf.urls) && (!has(self.urls) || self.urls == oldSelf.urls)",
         "message": "urls is immutable",
         "fieldPath": ".urls",
@@ -283,6 +289,13 @@ KINDS: list[Kind] = [
             {"name": "Total", "type": "integer", "jsonPath": ".status.counts.total"},
             {"name": "Duration", "type": "string", "jsonPath": ".status.duration"},
             {"name": "Priority", "type": "integer", "jsonPath": ".status.priority", "priority": 1},
+            {
+                "name": "Pool-Namespace",
+                "type": "string",
+                "jsonPath": ".spec.poolNamespace",
+                "description": "The pool's namespace when it is not the job's (a shared pool)",
+                "priority": 1,
+            },
             {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1},
             _AGE,
         ],

@@ -344,7 +344,9 @@ class OnCompleteWebhook(TrawlModel):
 
     url: HttpURL = Field(description="Endpoint receiving the event.")
     secret_ref: SecretKeyRef | None = Field(
-        default=None, description="Secret key (in the job's namespace) holding the HMAC key; X-Trawl-Signature."
+        default=None,
+        description="Secret key holding the HMAC key (X-Trawl-Signature): a Secret the pool mounts, in the pool's "
+        "namespace.",
     )
 
 
@@ -434,7 +436,17 @@ class DedupeSpec(TrawlModel):
 class ScrapeJobSpec(TrawlModel):
     """Desired state of a ScrapeJob: what to fetch, how, and where results go."""
 
-    pool: DNSLabel = Field(description="Name of the ScrapePool (same namespace) whose workers run this job. Immutable.")
+    pool: DNSLabel = Field(
+        description="Name of the ScrapePool whose workers run this job (in poolNamespace, by default the job's "
+        "own namespace). Immutable."
+    )
+    pool_namespace: DNSLabel | None = Field(
+        default=None,
+        description="Namespace of the ScrapePool, when the platform runs it for several teams in a namespace of "
+        "its own. A pool in another namespace runs the job only if its spec.tenancy admits the job's tenant "
+        "(listed, or a defaultTenant); otherwise the job is Stalled with reason PoolNotShared. Default: the "
+        "job's namespace. Immutable.",
+    )
     urls: list[HttpURL] | None = Field(
         default=None,
         max_length=MAX_INLINE_URLS,

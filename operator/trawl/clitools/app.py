@@ -72,6 +72,11 @@ def submit(
     include: list[str] = typer.Option([], "--include", help="Crawl: follow only links matching (regex, repeatable)."),
     exclude: list[str] = typer.Option([], "--exclude", help="Crawl: skip links matching (regex, repeatable)."),
     pool: str = typer.Option("default", "--pool", "-p", help="ScrapePool whose workers run the job."),
+    pool_namespace: str | None = typer.Option(
+        None,
+        "--pool-namespace",
+        help="Namespace of the pool (spec.poolNamespace), for a pool the platform shares from another namespace.",
+    ),
     priority: int | None = typer.Option(None, "--priority", min=0, max=9, help="0 (lowest) to 9 (highest)."),
     priority_class: str | None = typer.Option(
         None, "--priority-class", help="A priority class of the pool's spec.tenancy (spec.priorityClassName)."
@@ -94,7 +99,7 @@ def submit(
         cluster = _connect(kubeconfig, context, namespace)
         opts = SubmitOptions(
             list(urls), pool, crawl, max_pages, depth, priority, name, tuple(include), tuple(exclude), max_dead_letters,
-            priority_class,
+            priority_class, pool_namespace,
         )  # fmt: skip
         created = create(cluster, opts)
         job_name = created["metadata"]["name"]
@@ -244,7 +249,8 @@ def results(
         if res.sink_of(obj) == "PostgreSQL":
             pg = ((obj.get("spec") or {}).get("output") or {}).get("postgres") or {}
             ref_pw = pg.get("passwordSecretRef")
-            password = cluster.read_secret_key(ref_pw["name"], ref_pw["key"]) if ref_pw else None
+            pool_ns = pool["metadata"].get("namespace")  # the workers' Secrets, which the sink uses
+            password = cluster.read_secret_key(ref_pw["name"], ref_pw["key"], pool_ns) if ref_pw else None
             target = res.postgres_target(obj, password, postgres_address, pool)
 
             def export(out: Any) -> Any:
@@ -254,8 +260,12 @@ def results(
             access_ref, secret_ref = s3.get("accessKeyIdSecretRef") or {}, s3.get("secretAccessKeySecretRef") or {}
             s3_target = res.s3_target(
                 obj,
-                cluster.read_secret_key(access_ref.get("name", ""), access_ref.get("key", "")),
-                cluster.read_secret_key(secret_ref.get("name", ""), secret_ref.get("key", "")),
+                cluster.read_secret_key(
+                    access_ref.get("name", ""), access_ref.get("key", ""), pool["metadata"].get("namespace")
+                ),
+                cluster.read_secret_key(
+                    secret_ref.get("name", ""), secret_ref.get("key", ""), pool["metadata"].get("namespace")
+                ),
                 s3_endpoint,
                 pool,
             )

@@ -162,15 +162,17 @@ class Cluster:
         items: list[dict[str, Any]] = obj.get("items", [])
         return sorted(items, key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
 
-    def get(self, kind: str, name: str) -> dict[str, Any]:
+    def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any]:
+        """The object ``name`` of ``namespace`` (default: the command's namespace)."""
+        ns = namespace or self.namespace
         obj: dict[str, Any] = self.call(
             self.custom.get_namespaced_custom_object,
             GROUP,
             VERSION,
-            self.namespace,
+            ns,
             PLURALS[kind],
             name,
-            what=f"{kind} {self.namespace}/{name}",
+            what=f"{kind} {ns}/{name}",
         )
         return obj
 
@@ -199,14 +201,16 @@ class Cluster:
         value = str(time.time_ns()) + (RETRY_ALL_SUFFIX if include_permanent else "")
         return self.annotate("ScrapeJob", name, {ANNOTATION_RETRY_DEAD: value}), value
 
-    def read_secret_key(self, name: str, key: str) -> str:
+    def read_secret_key(self, name: str, key: str, namespace: str | None = None) -> str:
+        """Secret ``name``'s ``key`` in ``namespace`` (default: the command's namespace)."""
         import base64
 
-        what = f"Secret {self.namespace}/{name}"
-        secret = self.call(self.core.read_namespaced_secret, name, self.namespace, what=what)
+        ns = namespace or self.namespace
+        what = f"Secret {ns}/{name}"
+        secret = self.call(self.core.read_namespaced_secret, name, ns, what=what)
         data = secret.data or {}
         if key not in data:
-            raise CliError(f"Secret {self.namespace}/{name} has no key {key!r}", EXIT_NOT_FOUND)
+            raise CliError(f"Secret {ns}/{name} has no key {key!r}", EXIT_NOT_FOUND)
         return base64.b64decode(data[key]).decode()
 
 

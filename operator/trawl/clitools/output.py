@@ -15,6 +15,14 @@ from trawl.queue.model import DeadLetterRecord
 
 from .top import History, PoolSample, sparkline
 
+
+def job_pool_label(job: dict[str, Any]) -> str:
+    """The job's pool as a table shows it: its name, or namespace/name for a pool of another namespace."""
+    pool = str((job.get("spec") or {}).get("pool", ""))
+    pool_ns = (job.get("spec") or {}).get("poolNamespace")
+    return f"{pool_ns}/{pool}" if pool_ns and pool_ns != job["metadata"].get("namespace") else pool
+
+
 PHASE_STYLE = {
     "Succeeded": "green",
     "Failed": "red",
@@ -72,7 +80,7 @@ def jobs_table(jobs: Sequence[dict[str, Any]], *, show_namespace: bool = False, 
             row.append(job["metadata"].get("namespace", ""))
         row += [
             job["metadata"]["name"],
-            (job.get("spec") or {}).get("pool", ""),
+            job_pool_label(job),
             phase_text(status.get("phase")),
             f"{status.get('progress', 0)}%",
             str(counts.get("succeeded", 0)),
@@ -107,7 +115,7 @@ def job_detail(job: dict[str, Any], now: datetime | None = None) -> RenderableTy
     parts: list[RenderableType] = []
     summary: list[tuple[str, RenderableType]] = [
         ("Name", f"{meta.get('namespace', '')}/{meta['name']}"),
-        ("Pool", spec.get("pool", "")),
+        ("Pool", job_pool_label(job)),
         ("Phase", phase_text(status.get("phase"))),
         ("Progress", f"{status.get('progress', 0)}%"),
         ("Message", status.get("message") or ""),

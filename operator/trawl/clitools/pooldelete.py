@@ -24,10 +24,17 @@ from .exits import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_TIMEOUT, CliError
 BLOCKED_REASON = "DeletionBlocked"
 
 
-def jobs_naming(pool: str, jobs: Iterable[Mapping[str, Any]]) -> list[str]:
-    """Names of the jobs that block the pool's deletion: every job naming it, finished or not (the
-    operator's rule, operator/pool/handlers.pool_deleted)."""
-    return sorted(str(j["metadata"]["name"]) for j in jobs if (j.get("spec") or {}).get("pool") == pool)
+def jobs_naming(pool: str, jobs: Iterable[Mapping[str, Any]], namespace: str | None = None) -> list[str]:
+    """Names of the jobs of the pool's ``namespace`` that block its deletion: every job naming it, finished
+    or not (the operator's rule, operator/pool/handlers.pool_deleted). Jobs of other namespaces that a
+    shared pool serves also block it; this command does not list them (it may not read other namespaces):
+    the operator holds the deletion and its DeletionBlocked Event names them, which the wait reports."""
+    return sorted(
+        str(j["metadata"]["name"])
+        for j in jobs
+        if (j.get("spec") or {}).get("pool") == pool
+        and (j.get("spec") or {}).get("poolNamespace") in (None, "", namespace, j["metadata"].get("namespace"))
+    )
 
 
 def blocked_message(namespace: str, pool: str, users: list[str]) -> str:
@@ -92,7 +99,7 @@ class PoolDeleter:
             if pool is None:
                 lines.append(f"ScrapePool {ns}/{name} not found: nothing to delete")
                 continue
-            users = jobs_naming(name, jobs)
+            users = jobs_naming(name, jobs, ns)
             if users:
                 # Checked before deleting: a refused pool is left untouched and keeps serving its jobs.
                 raise CliError(blocked_message(ns, name, users), EXIT_FAILED)

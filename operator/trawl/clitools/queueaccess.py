@@ -45,10 +45,11 @@ class JobRef:
 
 def resolve_redis(cluster: Cluster, pool: dict[str, Any], redis_url: str | None) -> ResolvedRedis:
     name = pool["metadata"]["name"]
+    pool_ns = pool["metadata"].get("namespace") or cluster.namespace  # its Secrets are there
     try:
         spec = ScrapePoolSpec.model_validate(pool.get("spec") or {})
     except ValidationError as exc:
-        raise CliError(f"ScrapePool {cluster.namespace}/{name} is invalid: {exc.errors()[0]['msg']}") from None
+        raise CliError(f"ScrapePool {pool_ns}/{name} is invalid: {exc.errors()[0]['msg']}") from None
     r = spec.redis
     redis_cluster = r.mode == RedisMode.CLUSTER
     if redis_url:
@@ -59,7 +60,7 @@ def resolve_redis(cluster: Cluster, pool: dict[str, Any], redis_url: str | None)
 
     def secret(ref: Any) -> str:
         try:
-            return cluster.read_secret_key(ref.name, ref.key)
+            return cluster.read_secret_key(ref.name, ref.key, namespace=pool_ns)
         except CliError as exc:
             raise CliError(f"the Redis settings of ScrapePool {name}: {exc.message}", EXIT_REDIS) from None
 
@@ -83,7 +84,10 @@ def job_ref(job: dict[str, Any], pool: dict[str, Any]) -> JobRef:
         name=meta["name"],
         pool=pool["metadata"]["name"],
         uid=meta["uid"],
-        prefix=queue_prefix(meta["namespace"], pool["metadata"]["name"], key_prefix),
+        # The pool's namespace: a job may run on a pool shared from another one (spec.poolNamespace).
+        prefix=queue_prefix(
+            pool["metadata"].get("namespace") or meta["namespace"], pool["metadata"]["name"], key_prefix
+        ),
         shards=int(((pool.get("spec") or {}).get("redis") or {}).get("shards") or 1),
     )
 

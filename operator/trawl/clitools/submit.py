@@ -33,6 +33,7 @@ class SubmitOptions:
     exclude: tuple[str, ...] = ()
     max_dead_letters: int | None = None
     priority_class: str | None = None  # a class of the pool's spec.tenancy
+    pool_namespace: str | None = None  # a pool the platform shares from another namespace
 
 
 def generate_name_for(url: str) -> str:
@@ -51,6 +52,8 @@ def build_job(opts: SubmitOptions) -> dict[str, Any]:
     if not opts.urls:
         raise CliError("give at least one URL")
     spec: dict[str, Any] = {"pool": opts.pool, "urls": list(opts.urls)}
+    if opts.pool_namespace is not None:
+        spec["poolNamespace"] = opts.pool_namespace
     if opts.crawl or opts.max_pages is not None or opts.depth is not None or opts.include or opts.exclude:
         crawl: dict[str, Any] = {}
         if opts.max_pages is not None:
@@ -77,9 +80,19 @@ def build_job(opts: SubmitOptions) -> dict[str, Any]:
     return {"apiVersion": API_VERSION, "kind": "ScrapeJob", "metadata": metadata, "spec": spec}
 
 
+def job_pool_namespace(job: dict[str, Any]) -> str:
+    """The namespace of the pool a job names: its spec.poolNamespace, else its own."""
+    return str((job.get("spec") or {}).get("poolNamespace") or job["metadata"]["namespace"])
+
+
 def submit(cluster: Cluster, opts: SubmitOptions) -> dict[str, Any]:
-    """Create the job after checking its pool exists (a missing pool would only show as Stalled later)."""
+    """Create the job after checking its pool exists (a missing pool would only show as Stalled later).
+
+    A pool of another namespace (--pool-namespace) is not looked up: a team using a shared pool may not
+    read the platform's namespace; the job's status says whether the pool exists and serves it."""
     body = build_job(opts)
+    if opts.pool_namespace not in (None, cluster.namespace):
+        return cluster.create("ScrapeJob", body)
     try:
         cluster.get("ScrapePool", opts.pool)
     except CliError as exc:
@@ -105,13 +118,12 @@ def get_job(cluster: Cluster, name: str) -> dict[str, Any]:
 def get_job_and_pool(cluster: Cluster, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
     job = get_job(cluster, name)
     pool_name = (job.get("spec") or {}).get("pool", "")
+    pool_ns = job_pool_namespace(job)
     try:
-        pool = cluster.get("ScrapePool", pool_name)
+        pool = cluster.get("ScrapePool", pool_name, namespace=pool_ns)
     except CliError as exc:
         if exc.code == EXIT_NOT_FOUND:
-            raise CliError(
-                f"ScrapePool {cluster.namespace}/{pool_name} of job {name} not found", EXIT_NOT_FOUND
-            ) from None
+            raise CliError(f"ScrapePool {pool_ns}/{pool_name} of job {name} not found", EXIT_NOT_FOUND) from None
         raise
     return job, pool
 

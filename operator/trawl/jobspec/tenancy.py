@@ -48,6 +48,46 @@ def tenant_of(namespace: str, tenancy: TenancySpec, labels: Mapping[str, str] | 
         return TenancyRefusal("TenantNotAdmitted", f"{tenant!r} cannot be a tenant's name on this pool")
 
 
+def pool_namespace(namespace: str, job: ScrapeJobSpec) -> str:
+    """The namespace of the pool a job in ``namespace`` names: its spec.poolNamespace, else its own."""
+    return job.pool_namespace or namespace
+
+
+def sharing_refusal(
+    namespace: str,
+    pool_ns: str,
+    pool_name: str,
+    tenancy: TenancySpec | None,
+    labels: Mapping[str, str] | None = None,
+) -> TenancyRefusal | None:
+    """Why a pool in another namespace does not serve a job of ``namespace`` (reason PoolNotShared), or None.
+
+    A pool serves its own namespace as ever. It serves another namespace's jobs only when its author (the
+    platform) said so in spec.tenancy and that tenancy admits the job's tenant: listed by name, or any tenant
+    when there is a defaultTenant. A pool without tenancy serves only its own namespace, so no team can put
+    work on another team's pool (its workers, Secrets and egress) by naming it. The tenant is derived as on
+    the pool's own namespace (:func:`tenant_of`): nothing the job author writes chooses it."""
+    if pool_ns == namespace:
+        return None
+    where = f"ScrapePool {pool_ns}/{pool_name}"
+    if tenancy is None:
+        return TenancyRefusal(
+            "PoolNotShared",
+            f"{where} serves only its own namespace: it has no spec.tenancy, so it admits no tenant of namespace "
+            f"{namespace!r}; use a pool of this namespace, or ask the platform to share the pool",
+        )
+    tenant = tenant_of(namespace, tenancy, labels)
+    if isinstance(tenant, TenancyRefusal):
+        return TenancyRefusal("PoolNotShared", f"{where} is not shared with namespace {namespace!r}: {tenant.message}")
+    if tenancy.terms_of(tenant) is None:
+        return TenancyRefusal(
+            "PoolNotShared",
+            f"{where} serves only its own namespace and the tenants its spec.tenancy admits; its spec.tenancy "
+            f"must admit tenant {tenant!r} (namespace {namespace!r}): list it, or set a defaultTenant",
+        )
+    return None
+
+
 def place_job(
     namespace: str, job: ScrapeJobSpec, pool: ScrapePoolSpec, labels: Mapping[str, str] | None = None
 ) -> Placement | TenancyRefusal | None:

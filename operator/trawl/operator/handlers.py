@@ -27,7 +27,7 @@ from trawl.api.naming import FINALIZER, GROUP, LABEL_CRON, LABEL_SECRET, SECRET_
 from . import metrics
 from .connections import RedisConnections
 from .events import Transition
-from .indexes import controller_uid, pool_entry, pool_index_entry
+from .indexes import controller_uid, job_pool_key, pool_entry, pool_index_entry
 from .job.status import status_changed
 from .problems import Problem, classify_error
 from .secrets import secret_index_entry
@@ -139,7 +139,8 @@ def pool_index(
 def jobs_by_pool(namespace: str, name: str, spec: Mapping[str, Any], status: Mapping[str, Any], **_: Any) -> Any:
     # An index function that raises drops the object from the index (kopf logs and moves on): the
     # pool could then be deleted under a running job. So this only reads, it never trusts the spec.
-    return {(namespace, spec.get("pool")): pool_index_entry(name, spec, status)}
+    # Keyed by the pool's namespace (a job may name a shared pool in another one).
+    return {job_pool_key(namespace, spec): pool_index_entry(name, spec, status, namespace=namespace)}
 
 
 @kopf.index("v1", "namespaces")

@@ -8,7 +8,7 @@ raise on user input; ``pool_from_index`` is where a job or a cron validates the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +16,8 @@ from pydantic import ValidationError
 
 from trawl.api.common import validation_message
 from trawl.api.scrapepool import ScrapePoolSpec
+from trawl.api.tenancy import TenancySpec
+from trawl.jobspec.tenancy import sharing_refusal
 from trawl.operator.job.status import TERMINAL
 from trawl.operator.pool.scaling import job_hosts
 
@@ -66,6 +68,45 @@ def pool_from_index(pool_index: Mapping[Any, Any], namespace: str, name: str) ->
         return Problem("PoolInvalid", f"ScrapePool {name} is invalid: {validation_message(exc)}")
 
 
+def namespace_labels(index: Mapping[Any, Any] | None, namespace: str) -> Mapping[str, str] | None:
+    """The labels of ``namespace`` as the Namespace index holds them, None when it does not."""
+    entries = list((index or {}).get(namespace, []))
+    return entries[0] if entries and isinstance(entries[0], Mapping) else None
+
+
+def _tenancy(pool_spec: Mapping[str, Any]) -> TenancySpec | None:
+    raw = pool_spec.get("tenancy") if isinstance(pool_spec, Mapping) else None
+    if not isinstance(raw, Mapping):
+        return None
+    try:
+        return TenancySpec.model_validate(dict(raw))
+    except ValidationError:  # an invalid pool shares with no one; its own reconcile says why
+        return None
+
+
+def served_jobs(
+    entries: Iterable[Mapping[str, Any]],
+    pool_namespace: str,
+    pool_name: str,
+    pool_spec: Mapping[str, Any],
+    namespaces: Mapping[Any, Any] | None,
+) -> list[Mapping[str, Any]]:
+    """The jobs of a pool's ``jobs_by_pool`` entries that the pool serves: those of its own namespace, and
+    those of other namespaces its spec.tenancy admits now. Only these hold the pool's deletion and count for
+    its autoscaler: any namespace can name any pool, and a job the pool refuses must not keep the platform
+    from deleting it, nor scale it."""
+    tenancy = _tenancy(pool_spec)
+    served = []
+    for entry in entries:
+        ns = entry.get("namespace") or pool_namespace
+        if ns == pool_namespace or (
+            tenancy is not None
+            and sharing_refusal(ns, pool_namespace, pool_name, tenancy, namespace_labels(namespaces, ns)) is None
+        ):
+            served.append(entry)
+    return served
+
+
 def _int(value: Any) -> int:
     try:
         return int(value or 0)
@@ -73,7 +114,23 @@ def _int(value: Any) -> int:
         return 0
 
 
-def pool_index_entry(name: str, spec: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any]:
+def job_pool_key(namespace: str, spec: Mapping[str, Any]) -> tuple[str, Any]:
+    """(namespace, name) of the pool a job of ``namespace`` names: its spec.poolNamespace, else its own
+    namespace (read defensively, as every index entry)."""
+    pool_ns = spec.get("poolNamespace")
+    return (pool_ns if isinstance(pool_ns, str) and pool_ns else namespace, spec.get("pool"))
+
+
+def job_display_name(entry: Mapping[str, Any], pool_namespace: str | None) -> str:
+    """A job of a pool's index entry as the pool's messages name it: its name, or namespace/name for a job
+    of another namespace than the pool's."""
+    ns = entry.get("namespace")
+    return f"{ns}/{entry['name']}" if ns and ns != pool_namespace else str(entry["name"])
+
+
+def pool_index_entry(
+    name: str, spec: Mapping[str, Any], status: Mapping[str, Any], *, namespace: str | None = None
+) -> dict[str, Any]:
     """A job as its pool sees it: phase, and for the autoscaler's ceiling where waiting work goes."""
     counts = status.get("counts") or {}
     phase = status.get("phase")
@@ -81,6 +138,7 @@ def pool_index_entry(name: str, spec: Mapping[str, Any], status: Mapping[str, An
     politeness = spec.get("politeness")
     return {
         "name": name,
+        "namespace": namespace,
         "phase": phase,
         "waiting": _int(counts.get("pending")) + _int(counts.get("retrying")) if active else 0,
         "hosts": job_hosts(spec) if active else None,

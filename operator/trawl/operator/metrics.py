@@ -83,7 +83,8 @@ class _PoolSeen:
 
 
 _pools: dict[tuple[str, str], _PoolSeen] = {}
-_jobs: dict[str, tuple[str, str, str, dict[str, Any]]] = {}  # uid -> namespace, name, pool, status
+# uid -> namespace, name, pool, the pool's namespace, status
+_jobs: dict[str, tuple[str, str, str, str, dict[str, Any]]] = {}
 
 
 def backlog_moving(status: Mapping[str, Any]) -> bool:
@@ -111,9 +112,12 @@ def forget_pool(namespace: str, name: str) -> None:
     _pools.pop((namespace, name), None)
 
 
-def record_job(uid: str, namespace: str, name: str, pool: str, status: Mapping[str, Any]) -> None:
+def record_job(
+    uid: str, namespace: str, name: str, pool: str, status: Mapping[str, Any], pool_namespace: str | None = None
+) -> None:
+    """``pool_namespace``: the pool's, when the job names one in another namespace (spec.poolNamespace)."""
     record_job_phase(uid, status.get("phase"))
-    _jobs[uid] = (namespace, name, pool, dict(status))
+    _jobs[uid] = (namespace, name, pool, pool_namespace or namespace, dict(status))
 
 
 def forget_job(uid: str) -> None:
@@ -204,17 +208,18 @@ class _ObjectCollector(Collector):
         yield from (in_flight, claims, pages, throttled, since)
 
     def job_families(self) -> Iterator[GaugeMetricFamily]:
-        # "scrapejob", not "job": Prometheus's own target label is "job".
-        labels = ["namespace", "scrapejob", "pool"]
+        # "scrapejob", not "job": Prometheus's own target label is "job". pool_namespace: the pool's, which
+        # differs from the job's for a job of a pool shared between namespaces.
+        labels = ["namespace", "scrapejob", "pool", "pool_namespace"]
         tasks = GaugeMetricFamily("trawl_job_tasks", "A job's tasks by state.", labels=[*labels, "state"])
         phase = GaugeMetricFamily("trawl_job_phase", "1 for the job's current phase.", labels=[*labels, "phase"])
-        for _uid, (ns, name, pool, status) in sorted(_jobs.items(), key=lambda kv: kv[1][:2]):
+        for _uid, (ns, name, pool, pool_ns, status) in sorted(_jobs.items(), key=lambda kv: kv[1][:2]):
             counts = status.get("counts") or {}
             for state in JOB_STATES:
-                tasks.add_metric([ns, name, pool, state], float(counts.get(state) or 0))
+                tasks.add_metric([ns, name, pool, pool_ns, state], float(counts.get(state) or 0))
             current = status.get("phase")
             for p in JOB_PHASES:
-                phase.add_metric([ns, name, pool, p], 1.0 if p == current else 0.0)
+                phase.add_metric([ns, name, pool, pool_ns, p], 1.0 if p == current else 0.0)
         yield from (tasks, phase)
 
 

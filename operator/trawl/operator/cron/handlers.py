@@ -33,7 +33,11 @@ CRON_SYNC_SECONDS = float(os.environ.get("TRAWL_CRON_SYNC_SECONDS", "10"))
 
 
 async def _cron(
-    body: kopf.Body, patch: kopf.Patch, jobs_by_cron: kopf.Index[Any, Any], pool_index: kopf.Index[Any, Any]
+    body: kopf.Body,
+    patch: kopf.Patch,
+    jobs_by_cron: kopf.Index[Any, Any],
+    pool_index: kopf.Index[Any, Any],
+    namespace_labels: kopf.Index[Any, Any],
 ) -> None:
     meta = body.metadata
     async with object_lock(meta.uid):
@@ -51,6 +55,7 @@ async def _cron(
                 jobs=list(jobs_by_cron.get((meta.namespace, meta.name), [])),
                 now=clock.now(),
                 pool_index=pool_index,
+                namespaces=namespace_labels,
             )
         except Exception as exc:
             outcome = failed_cron(previous, generation, clock.now(), *unexpected("CronScrapeJob", meta, exc))
@@ -67,9 +72,10 @@ async def cron_changed(
     patch: kopf.Patch,
     jobs_by_cron: kopf.Index[Any, Any],
     pool_index: kopf.Index[Any, Any],
+    namespace_labels: kopf.Index[Any, Any],
     **_: Any,
 ) -> None:
-    await _cron(body, patch, jobs_by_cron, pool_index)
+    await _cron(body, patch, jobs_by_cron, pool_index, namespace_labels)
 
 
 @kopf.timer(
@@ -80,6 +86,7 @@ async def cron_sync(
     patch: kopf.Patch,
     jobs_by_cron: kopf.Index[Any, Any],
     pool_index: kopf.Index[Any, Any],
+    namespace_labels: kopf.Index[Any, Any],
     **_: Any,
 ) -> None:
-    await _cron(body, patch, jobs_by_cron, pool_index)
+    await _cron(body, patch, jobs_by_cron, pool_index, namespace_labels)

@@ -14,10 +14,12 @@ from pydantic import ValidationError
 from trawl.api.common import format_time, parse_time, validation_message
 from trawl.api.cronscrapejob import CronScrapeJobSpec
 from trawl.api.naming import ANNOTATION_SCHEDULED_AT, API_VERSION, GROUP, LABEL_CRON, VERSION
+from trawl.api.scrapejob import ScrapeJobSpec
+from trawl.jobspec.tenancy import pool_namespace, sharing_refusal
 from trawl.operator import kube
 from trawl.operator.conditions import ConditionType, at_rest, healthy, merge_conditions, stalled, warn_if_new
 from trawl.operator.events import Transition
-from trawl.operator.indexes import pool_from_index
+from trawl.operator.indexes import namespace_labels, pool_from_index
 from trawl.operator.job.reconcile import delete_job_object
 from trawl.operator.job.status import TERMINAL
 from trawl.operator.problems import Problem
@@ -98,10 +100,21 @@ def failed_cron(status: Mapping[str, Any], generation: int, now: datetime, reaso
     return _stalled(new, prev, generation, now, reason, msg)
 
 
-def template_pool_problem(pool_index: Mapping[Any, Any], namespace: str, pool: str) -> Problem | None:
-    found = pool_from_index(pool_index, namespace, pool)
+def template_pool_problem(
+    pool_index: Mapping[Any, Any],
+    namespace: str,
+    job: ScrapeJobSpec,
+    labels: Mapping[str, str] | None = None,
+) -> Problem | None:
+    """Why the pool the template names would refuse every job the cron creates (missing, invalid, or in
+    another namespace and not shared with this one), or None. ``labels``: those of the cron's Namespace."""
+    pool_ns = pool_namespace(namespace, job)
+    found = pool_from_index(pool_index, pool_ns, job.pool)
     if isinstance(found, Problem):
         return Problem(found.reason, f"jobTemplate.spec.pool: {found.message}; no jobs are created until this is fixed")
+    refusal = sharing_refusal(namespace, pool_ns, job.pool, found.spec.tenancy, labels)
+    if refusal is not None:
+        return Problem(refusal.reason, f"jobTemplate.spec: {refusal.message}; no jobs are created until this is fixed")
     return None
 
 
@@ -117,6 +130,7 @@ async def reconcile_cron(
     jobs: list[Mapping[str, Any]],
     now: datetime,
     pool_index: Mapping[Any, Any],
+    namespaces: Mapping[Any, Any] | None = None,
 ) -> CronOutcome:
     prev = dict(status)
     events: list[Transition] = []
@@ -128,7 +142,8 @@ async def reconcile_cron(
         spec = CronScrapeJobSpec.model_validate(dict(spec_raw))
     except ValidationError as exc:
         return _stalled(new, prev, generation, now, "InvalidSpec", validation_message(exc))
-    pool_problem = template_pool_problem(pool_index, namespace, spec.job_template.spec.pool)
+    labels = namespace_labels(namespaces, namespace)
+    pool_problem = template_pool_problem(pool_index, namespace, spec.job_template.spec, labels)
     if pool_problem is not None:
         # Every job it would create would only fail the same way: create none until the pool exists.
         return _stalled(new, prev, generation, now, *pool_problem)

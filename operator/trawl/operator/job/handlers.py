@@ -101,7 +101,16 @@ async def _job(
                     "uid": meta.uid,
                 }
                 await post_aggregated(involved, event.reason, event.type, event.message)
-    metrics.record_job(meta.uid, meta.namespace or "", meta.name, str(body.spec.get("pool") or ""), outcome.status)
+    spec = body.spec
+    pool_ns = spec.get("poolNamespace")
+    metrics.record_job(
+        meta.uid,
+        meta.namespace or "",
+        meta.name,
+        str(spec.get("pool") or ""),
+        outcome.status,
+        pool_namespace=pool_ns if isinstance(pool_ns, str) else None,
+    )
     if any(e.reason == "RedisUnavailable" for e in outcome.events):
         metrics.REDIS_ERRORS.labels(kind="ScrapeJob").inc()
     metrics.RECONCILE_SECONDS.labels(kind="ScrapeJob").observe(time.monotonic() - started)

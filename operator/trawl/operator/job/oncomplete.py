@@ -121,13 +121,19 @@ async def run_hooks(
     allowed: Sequence[IPNetwork],
     now: datetime,
     read_secret: SecretReader = no_secrets,
+    secret_namespace: str | None = None,
 ) -> dict[str, Any]:
-    """The new ``status.onComplete``: each hook acted on once more if due, else carried over."""
+    """The new ``status.onComplete``: each hook acted on once more if due, else carried over.
+
+    ``namespace``: the job's, where its hook Job is created (owned by the job, so the garbage collector
+    removes it with the job: an owner must be in its dependent's namespace); ``secret_namespace``: its pool's,
+    whose mounted Secrets the webhook's key is one of (default ``namespace``)."""
     out: dict[str, Any] = dict(prev or {})
     if spec.webhook is not None and due(out.get("webhook"), now):
         out["webhook"] = await _webhook(
-            namespace, name, uid, spec, status, out.get("webhook") or {}, allowed, now, read_secret
-        )
+            namespace, name, uid, spec, status, out.get("webhook") or {}, allowed, now, read_secret,
+            secret_namespace or namespace,
+        )  # fmt: skip
     if (spec.job is not None or spec.job_template is not None) and due(out.get("job"), now):
         out["job"] = await run_job_hook(
             namespace=namespace,
@@ -169,6 +175,7 @@ async def _webhook(
     allowed: Sequence[IPNetwork],
     now: datetime,
     read_secret: SecretReader,
+    secret_namespace: str,
 ) -> dict[str, Any]:
     assert spec.webhook is not None
     attempts = int(prev.get("attempts") or 0) + 1
@@ -176,7 +183,7 @@ async def _webhook(
     secret = None
     if spec.webhook.secret_ref is not None:
         try:
-            secret = (await read_secret(namespace, spec.webhook.secret_ref)).encode()
+            secret = (await read_secret(secret_namespace, spec.webhook.secret_ref)).encode()
         except SecretNotFound:
             retry = attempts < MAX_ATTEMPTS
             message = f"onComplete.webhook.secretRef: {unreadable(spec.webhook.secret_ref)}"

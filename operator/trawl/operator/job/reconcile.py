@@ -32,12 +32,12 @@ from trawl.jobspec.admission import (
     unmounted_directory,
     unmounted_secrets,
 )
-from trawl.jobspec.tenancy import place_job, tenant_of, tenant_policy
+from trawl.jobspec.tenancy import place_job, pool_namespace, sharing_refusal, tenant_of, tenant_policy
 from trawl.operator import kube
 from trawl.operator.conditions import ConditionType, get_condition
 from trawl.operator.connections import RedisConnections, pool_queue
 from trawl.operator.events import Transition
-from trawl.operator.indexes import pool_from_index
+from trawl.operator.indexes import namespace_labels, pool_from_index
 from trawl.operator.problems import Problem
 from trawl.operator.secrets import secret_reader
 from trawl.queue import Queue, QueueUnavailable
@@ -77,6 +77,9 @@ class _Pass:
     spec: ScrapeJobSpec
     pool: ScrapePoolSpec
     namespace: str
+    # The pool's namespace: where its workers run, so where the Secrets they (and the operator, for the job)
+    # read are. The job's own namespace when it names no poolNamespace.
+    pool_namespace: str
     name: str
     uid: str
     generation: int
@@ -88,12 +91,8 @@ class _Pass:
     tenant_throttled: str = ""
     # The URLs-queued quota that stops the tenant's seeds, as its pool's status last said ("" when none does).
     tenant_queue_full: str = ""
-
-
-def namespace_labels(index: Mapping[Any, Any] | None, namespace: str) -> Mapping[str, str] | None:
-    """The labels of ``namespace`` as the Namespace index holds them, None when it does not."""
-    entries = list((index or {}).get(namespace, []))
-    return entries[0] if entries and isinstance(entries[0], Mapping) else None
+    # Why the pool (in another namespace) does not serve this job: refused before registration.
+    not_shared: Problem | None = None
 
 
 def failed_job(generation: int, status: Mapping[str, Any], now: datetime, reason: str, msg: str) -> JobOutcome:
@@ -210,25 +209,32 @@ async def reconcile_job(
         facts = JobFacts(generation=generation, suspend=spec.suspend, problem=problem)
         return JobOutcome(*derive_job_status(facts, prev, now))
 
-    pool = pool_from_index(pool_index, namespace, spec.pool)
+    pool_ns = pool_namespace(namespace, spec)
+    pool = pool_from_index(pool_index, pool_ns, spec.pool)
     if isinstance(pool, Problem):
         return stalled(pool)
-    config = admit(uid, spec, pool.spec)
-    if isinstance(config, Problem):
-        return stalled(config)
-    try:
-        redis = await connections.for_pool(namespace, spec.pool, pool.spec, secrets or {})
-    except (RedisConfigError, RedisUnreachable) as exc:
-        return stalled(Problem("RedisUnavailable", str(exc)))
-
-    queue = pool_queue(redis, namespace, spec.pool, pool.spec)
     labels = namespace_labels(namespaces, namespace)
+    refusal = sharing_refusal(namespace, pool_ns, spec.pool, pool.spec.tenancy, labels)
+    not_shared = Problem(refusal.reason, refusal.message) if refusal is not None else None
+    config: JobConfig | None = None
+    if not_shared is None:
+        # Checked only for a job the pool serves: one it does not learns nothing of the pool's settings.
+        admitted = admit(uid, spec, pool.spec)
+        if isinstance(admitted, Problem):
+            return stalled(admitted)
+        config = admitted
+    try:
+        redis = await connections.for_pool(pool_ns, spec.pool, pool.spec, secrets or {})
+    except (RedisConfigError, RedisUnreachable) as exc:
+        return stalled(not_shared or Problem("RedisUnavailable", str(exc)))
+
+    queue = pool_queue(redis, pool_ns, spec.pool, pool.spec)
     tenant = tenant_of(namespace, pool.spec.tenancy, labels) if pool.spec.tenancy is not None else None
     throttled = pool.throttled.get(tenant, "") if isinstance(tenant, str) else ""
     queue_full = pool.queue_full.get(tenant, "") if isinstance(tenant, str) else ""
     job = _Pass(
-        queue, spec, pool.spec, namespace, name, uid, generation, prev, now, secret_reader(secrets or {}), labels,
-        throttled, queue_full,
+        queue, spec, pool.spec, namespace, pool_ns, name, uid, generation, prev, now, secret_reader(secrets or {}),
+        labels, throttled, queue_full, not_shared,
     )  # fmt: skip
     try:
         return await _reconcile_with_queue(job, config, annotations)
@@ -237,13 +243,14 @@ async def reconcile_job(
     except OutOfMemoryError:  # Redis answers, but is full: every pass writes (the epoch), so each one says so
         return stalled(Problem(*await out_of_memory(redis)))
     except (QueueUnavailable, RedisError, OSError) as exc:
-        connections.failed(namespace, spec.pool)
+        connections.failed(pool_ns, spec.pool)
         return stalled(Problem("RedisUnavailable", f"Redis error: {type(exc).__name__}: {exc}"))
 
 
-async def _reconcile_with_queue(job: _Pass, config: JobConfig, annotations: Mapping[str, str]) -> JobOutcome:
+async def _reconcile_with_queue(job: _Pass, config: JobConfig | None, annotations: Mapping[str, str]) -> JobOutcome:
     """The pass once the pool's Redis answers: read the counters, register and steer the job in the queue,
-    read what else was noted, derive the status, then what follows a finished job."""
+    read what else was noted, derive the status, then what follows a finished job. ``config`` is None for a
+    job the pool does not serve (``job.not_shared``): it is refused before anything of it is registered."""
     queue, uid, prev = job.queue, job.uid, job.prev
     epoch = await queue.epoch()
     stats: JobStats = await queue.job_stats(uid)
@@ -255,6 +262,10 @@ async def _reconcile_with_queue(job: _Pass, config: JobConfig, annotations: Mapp
     enqueued = prev.get("enqueued")
     registered = None
     if not stats.exists or not stats.enqueue_done:
+        # A shared pool serves a tenant while its tenancy admits it, as tenancy is checked: until the job's
+        # seeds are all in. A job accepted before runs on (its tasks are queued already).
+        if job.not_shared is not None or config is None:
+            raise NotAccepted(job.not_shared or Problem("PoolNotShared", "the pool does not serve this job"))
         stats, enqueued, config = await _register(job, config, stats)
         registered = (config.priority, config.tenant)
     deadline_exceeded = _deadline_exceeded(job.spec, prev, stats, job.now)
@@ -322,7 +333,7 @@ async def _register(job: _Pass, config: JobConfig, stats: JobStats) -> tuple[Job
     if not stats.exists:
         # Accepting the job: its sink must be able to take the records before anything is fetched.
         problem = await sink_problem(
-            job.namespace,
+            job.pool_namespace,
             spec,
             job.read_secret,
             allowed=parse_networks(job.pool.worker.allowed_cidrs),
@@ -426,6 +437,7 @@ async def _after_the_job(job: _Pass, new_status: dict[str, Any]) -> list[Transit
                 new_status,
                 job.read_secret,
                 allowed=parse_networks(job.pool.worker.allowed_cidrs),
+                secret_namespace=job.pool_namespace,
             )
         )
     if terminal and spec.on_complete is not None:
@@ -441,6 +453,7 @@ async def _after_the_job(job: _Pass, new_status: dict[str, Any]) -> list[Transit
             allowed=parse_networks(job.pool.worker.allowed_cidrs),
             now=job.now,
             read_secret=job.read_secret,
+            secret_namespace=job.pool_namespace,
         )
         return hook_events(prev.get("onComplete"), new_status["onComplete"])
     if "onComplete" in prev:
@@ -493,11 +506,14 @@ async def cancel_job(
     pool_name = spec_raw.get("pool")
     if not isinstance(pool_name, str):
         return "no pool: nothing to cancel"
-    pool = pool_from_index(pool_index, namespace, pool_name)
+    pool_ns = spec_raw.get("poolNamespace") or namespace
+    if not isinstance(pool_ns, str):
+        return "no pool: nothing to cancel"
+    pool = pool_from_index(pool_index, pool_ns, pool_name)
     if isinstance(pool, Problem):
         return f"{pool.message}: nothing to cancel"
-    redis = await connections.for_pool(namespace, pool_name, pool.spec, secrets or {})
-    queue = pool_queue(redis, namespace, pool_name, pool.spec)
+    redis = await connections.for_pool(pool_ns, pool_name, pool.spec, secrets or {})
+    queue = pool_queue(redis, pool_ns, pool_name, pool.spec)
     await queue.cancel(uid)
     # The sinks' record of written (job, URL) keys lives beside the results stream.
     await redis.delete(queue.keys.results_written(uid), queue.keys.skipped(uid), queue.keys.throttled(uid))

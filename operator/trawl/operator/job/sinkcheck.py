@@ -68,6 +68,7 @@ async def sink_problem(
     cleartext_password: bool = False,
 ) -> Problem | None:
     """None when the job's sink is ready for its records, else the Stalled reason and message.
+    ``namespace``: where the Secrets it names are, its pool's (the workers, which write, run there).
     ``allowed`` and ``cleartext_password``: the pool's ``worker.allowedCidrs`` and
     ``worker.allowCleartextPostgresPassword``."""
     output = spec.output
@@ -117,13 +118,16 @@ async def finish_sink(
     read_secret: SecretReader = no_secrets,
     *,
     allowed: Sequence[IPNetwork] = (),
+    secret_namespace: str | None = None,
 ) -> dict[str, Any]:
-    """Fields for ``status.results`` once the job is finished: the S3 manifest written, or why not."""
+    """Fields for ``status.results`` once the job is finished: the S3 manifest written, or why not.
+    ``namespace``: the job's (the manifest names it); ``secret_namespace``: its pool's, whose Secrets the
+    credentials are (default ``namespace``)."""
     output = spec.output
     if output is None or output.sink != SinkKind.S3 or output.s3 is None:
         return {}
     try:
-        target = await s3_target(namespace, spec, read_secret, allowed)
+        target = await s3_target(secret_namespace or namespace, spec, read_secret, allowed)
         info = {
             "name": name,
             "namespace": namespace,

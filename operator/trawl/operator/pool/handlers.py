@@ -32,6 +32,7 @@ from trawl.operator.handlers import (
     unexpected,
     write_status,
 )
+from trawl.operator.indexes import job_display_name, served_jobs
 
 from .reconcile import reconcile_pool
 from .scaling import Autoscalers
@@ -57,11 +58,21 @@ def pool_poll_seconds(spec: Mapping[str, Any]) -> float:
         return POOL_SYNC_SECONDS
 
 
+def _users(
+    body: kopf.Body, jobs_by_pool: kopf.Index[Any, Any], namespace_labels: kopf.Index[Any, Any]
+) -> list[Mapping[str, Any]]:
+    """The jobs the pool serves (trawl.operator.indexes.served_jobs)."""
+    meta = body.metadata
+    entries: list[Mapping[str, Any]] = list(jobs_by_pool.get((meta.namespace, meta.name), []))
+    return served_jobs(entries, meta.namespace or "", meta.name, body.spec, namespace_labels)
+
+
 async def _pool(
     body: kopf.Body,
     patch: kopf.Patch,
     jobs_by_pool: kopf.Index[Any, Any],
     secret_index: kopf.Index[Any, Any],
+    namespace_labels: kopf.Index[Any, Any],
     *,
     scheduled: bool = True,
 ) -> None:
@@ -83,7 +94,7 @@ async def _pool(
                 connections=connections,
                 autoscalers=autoscalers,
                 now=clock.now(),
-                jobs=list(jobs_by_pool.get((meta.namespace, meta.name), [])),
+                jobs=_users(body, jobs_by_pool, namespace_labels),
                 secrets=secret_index,
             )
         except Exception as exc:
@@ -110,9 +121,10 @@ async def pool_changed(
     patch: kopf.Patch,
     jobs_by_pool: kopf.Index[Any, Any],
     secret_index: kopf.Index[Any, Any],
+    namespace_labels: kopf.Index[Any, Any],
     **_: Any,
 ) -> None:
-    await _pool(body, patch, jobs_by_pool, secret_index)
+    await _pool(body, patch, jobs_by_pool, secret_index, namespace_labels)
 
 
 @kopf.timer(
@@ -123,24 +135,32 @@ async def pool_sync(
     patch: kopf.Patch,
     jobs_by_pool: kopf.Index[Any, Any],
     secret_index: kopf.Index[Any, Any],
+    namespace_labels: kopf.Index[Any, Any],
     **_: Any,
 ) -> None:
     key = (body.metadata.namespace or "", body.metadata.name)
     # Every pollSeconds (sooner after a burst's scale-up, rule 10), or at once when a burst was enqueued
     # since the last pass (rule 11: one counter read per tick).
     if autoscalers.pass_due(key, pool_poll_seconds(body.spec)):
-        await _pool(body, patch, jobs_by_pool, secret_index)
+        await _pool(body, patch, jobs_by_pool, secret_index, namespace_labels)
     elif await autoscalers.burst_due(key):
         log.info("pool %s/%s: a burst of new tasks since the last pass; passing before the next poll", *key)
-        await _pool(body, patch, jobs_by_pool, secret_index, scheduled=False)
+        await _pool(body, patch, jobs_by_pool, secret_index, namespace_labels, scheduled=False)
 
 
 @kopf.on.delete(GROUP, VERSION, POOLS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
-async def pool_deleted(body: kopf.Body, retry: int, jobs_by_pool: kopf.Index[Any, Any], **_: Any) -> None:
+async def pool_deleted(
+    body: kopf.Body,
+    retry: int,
+    jobs_by_pool: kopf.Index[Any, Any],
+    namespace_labels: kopf.Index[Any, Any],
+    **_: Any,
+) -> None:
     meta = body.metadata
-    # Any job naming the pool blocks it, finished or not: deleting a job needs the pool's Redis to
-    # cancel its tasks and remove its keys, which a deleted pool could no longer reach.
-    users = sorted(j["name"] for j in jobs_by_pool.get((meta.namespace, meta.name), []))
+    # Any job the pool serves blocks it, finished or not: deleting a job needs the pool's Redis to
+    # cancel its tasks and remove its keys, which a deleted pool could no longer reach. A job of another
+    # namespace that the pool does not serve does not (any namespace may name any pool).
+    users = sorted(job_display_name(j, meta.namespace) for j in _users(body, jobs_by_pool, namespace_labels))
     if users:
         message = f"{len(users)} ScrapeJobs still name this pool ({', '.join(users[:5])}); delete them first"
         if retry == 0:
