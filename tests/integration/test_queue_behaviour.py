@@ -11,22 +11,12 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
+from clocks import Clock
 from trawl.dev.redis_server import RedisServer
 from trawl.queue import JobConfig, Queue, QueueUnavailable, RetryPolicy, Task, UnknownJob
 from trawl.redisconn.client import connect
 
 PREFIX = "trawl:{ns/pool}"
-
-
-class Clock:
-    def __init__(self, t: float = 1_800_000_000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-    def advance(self, seconds: float) -> None:
-        self.t += seconds
 
 
 def urls(host: str, n: int) -> list[str]:

@@ -10,17 +10,10 @@ from dataclasses import replace
 import pytest
 import redis.asyncio as aioredis
 
+from clocks import Clock
 from trawl.queue import JobConfig, Queue, Task, TenantLimits, TenantPolicy
 
 PREFIX = "trawl:{ns/tenants}"
-
-
-class Clock:
-    def __init__(self, t: float = 1_800_000_000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
 
 
 @pytest.fixture
