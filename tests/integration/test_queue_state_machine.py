@@ -2,7 +2,8 @@
 and a model of what every task's state must be; the invariants are checked after every step:
 every task is in exactly one state, the counters equal the true counts, and nothing disappears. Jobs
 belong to tenants (one with an in-flight quota): a claim takes all it may (work-conserving), never more
-than a quota allows, and each tenant's in-flight count is the truth."""
+than a quota allows, serves the least-served tenant at the top priority (fairness), and each tenant's
+in-flight and queued counts are the truth."""
 
 from __future__ import annotations
 
@@ -173,7 +174,21 @@ class QueueMachine(RuleBasedStateMachine):
         may_take = sum(
             min(sum(1 for t in available if self.jobs[t.job].tenant == tn), self.headroom(tn)) for tn in TENANTS
         )
+        # Fairness: at the highest priority with claimable work, a tenant with the lowest pass (claims taken /
+        # weight: the least served for its weight) gets at least one of the claim's tasks.
+        claimable = [t for t in available if self.headroom(self.jobs[t.job].tenant) > 0]
+        top = max((self.jobs[t.job].priority for t in claimable), default=None)
+        least_served: set[str] = set()
+        if top is not None:
+            with_work = {self.jobs[t.job].tenant for t in claimable if self.jobs[t.job].priority == top}
+            passes = dict(self.run(self.redis.zrange(self.q.keys.tenant_queue(top), 0, -1, withscores=True)))
+            # A tenant whose tasks the claim's reaping or promotion brings back enters at the lowest pass.
+            floor = min(passes.values(), default=0.0)
+            low = min(passes.get(tn, floor) for tn in with_work)
+            least_served = {tn for tn in with_work if passes.get(tn, floor) == low}
         got = self.run(self.q.claim(worker, count))
+        if least_served:
+            assert least_served & {self.jobs[t.job_id].tenant for t in got}, (least_served, got)
         # work-conserving: everything the quotas allow, up to the count
         assert len(got) == min(count, may_take), (len(got), count, may_take)
         for task in got:
