@@ -12,11 +12,11 @@ Pool-wide keys (``P`` is the prefix)::
                              non-empty ring at that priority; a claim serves the lowest passes first
     P:tcfg           hash    tenant -> "weight|in-flight|requests per second|pages per day" (empty: no limit),
                              "*" -> the default of unlisted tenants, "aging" -> seconds (the operator writes it)
-    P:tn:<t>         hash    tenant <t>'s usage: inf (in flight), clm (claimed, total), qin (entries into ready
-                             or delayed: queued = qin - clm), day/pd (UTC day and its claims), tk/tt (rate
-                             tokens and their time), hold/hm/hs (the quota that held it back at its latest
-                             claim, its figure, since when), qhold/qhm/qhs (the URLs-queued quota that stopped
-                             its seeds at their latest enqueue)
+    P:tn:<t>         hash    tenant <t>'s usage: clm (claimed, total), out (left flight: in flight = clm - out),
+                             qin (entries into ready or delayed: queued = qin - clm), day/pd (UTC day and its
+                             claims), tk/tt (rate tokens and their time), hold/hm/hs (the quota that held it
+                             back at its latest claim, its figure, since when), qhold/qhm/qhs (the URLs-queued
+                             quota that stopped its seeds at their latest enqueue)
     P:tset           set     every tenant that registered a job (tenant_usage lists them)
     P:lsv            hash    priority -> when that level last had a claim serve it, or began waiting (aging);
                              a priority is there exactly when its tenant queue is not empty

@@ -65,7 +65,7 @@ def tenant_usage_of(name: str, row: Mapping[str, str], table: Mapping[str, str],
     return TenantUsage(
         tenant=name,
         weight=limits.weight,
-        in_flight=int(row.get("inf", 0) or 0),
+        in_flight=max(0, int(row.get("clm", 0) or 0) - int(row.get("out", 0) or 0)),
         claimed_total=int(row.get("clm", 0) or 0),
         pages_today=int(row.get("pd", 0) or 0) if int(row.get("day", -1) or -1) == today else 0,
         throttled=hold,

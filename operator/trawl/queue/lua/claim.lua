@@ -56,11 +56,11 @@ end
 -- and its figure. The rate quota is a token bucket holding one second of requests (at least 1).
 local function headroom(t, l, want)
   if not l.limited then return want, nil, nil end
-  local u = redis.call('HMGET', prefix .. ':tn:' .. t, 'inf', 'tk', 'tt', 'day', 'pd', 'hold')
+  local u = redis.call('HMGET', prefix .. ':tn:' .. t, 'clm', 'tk', 'tt', 'day', 'pd', 'hold', 'out')
   l.held = u[6] and true or false
   local cap, why, msg = want, nil, nil
   if l.inf then
-    local inf = tonumber(u[1] or '0')
+    local inf = tonumber(u[1] or '0') - tonumber(u[7] or '0')
     if l.inf - inf < cap then cap, why, msg = l.inf - inf, 'inFlight', inf .. '/' .. l.inf .. ' in flight' end
   end
   if l.rps then
@@ -82,7 +82,6 @@ end
 local function count_tenant(t, l, k, why, msg)
   local tk = prefix .. ':tn:' .. t
   if k > 0 then
-    redis.call('HINCRBY', tk, 'inf', k)
     redis.call('HINCRBY', tk, 'clm', k)
     if l.ppd then
       if redis.call('HGET', tk, 'day') ~= day then redis.call('HSET', tk, 'day', day, 'pd', 0) end
@@ -134,13 +133,13 @@ local function take_from_ring(ring, need, out, fields)
         out[#out + 1] = job_id
         out[#out + 1] = p
       end
-      count_ready_to_inflight(jk, k)
+      local left = count_ready_to_inflight(jk, k)
       if redis.call('HSETNX', jk, 'fc', now) == 1 then
         event(KEYS[7], ARGV[8], 'type', 'started', 'job', job_id, 't', now)
       end
       need = need - k
       taken = taken + k
-      if redis.call('EXISTS', rk) == 0 then
+      if left <= 0 then
         redis.call('LPOP', ring)
         len = len - 1
       else
@@ -195,22 +194,24 @@ end
 -- them one each; the passes make it even over the next claims (a tenant served now waits until the others
 -- caught up), so shares over any window of a few claims per tenant follow the weights all the same.
 local TENANTS_PER_CLAIM = 8
+-- ... and for smaller claims, at least this many tasks per tenant served (a claim of 16 serves 4 tenants).
+local TASKS_PER_TENANT = 4
 
 -- Serve priority prio: the tenants with work there, by weight (allocate), each within its quotas; a tenant
 -- that took fewer than it was given (its ring ran empty) leaves its share to the others in the next round
 -- (work-conserving, at most 8 rounds). A round reads the TENANTS_PER_CLAIM lowest passes not held by a quota
 -- (O(those + the held ones before them) of the tenant queue, never all tenants). Returns what is still
 -- needed.
-local function serve(prio, need, out, fields)
+local function serve(prio, need, out, fields, alone)
   local tq = prefix .. ':tq:' .. prio
-  local served = false
+  local served, left_queue = false, false
   for _ = 1, 8 do
     if need <= 0 then break end
-    local cands, start = {}, 0
-    local want = math.min(need, TENANTS_PER_CLAIM)
+    local cands, start, others = {}, 0, true
+    local want = math.min(math.ceil(need / TASKS_PER_TENANT), TENANTS_PER_CLAIM)
     while #cands < want do
       local page = redis.call('ZRANGE', tq, start, start + want - 1, 'WITHSCORES')
-      if #page == 0 then break end
+      if #page < 2 * want then others = start > 0 or #page > 2 end  -- the queue ends in this page
       for i = 1, #page, 2 do
         local t = page[i]
         local l = limits(t)
@@ -222,6 +223,7 @@ local function serve(prio, need, out, fields)
         end
       end
       start = start + want
+      if #page < 2 * want then break end
     end
     if #cands == 0 then break end
     allocate(cands, need)
@@ -233,7 +235,8 @@ local function serve(prio, need, out, fields)
         count_tenant(c.t, c.l, k, c.give >= c.cap and c.why or nil, c.msg)
         if empty then
           tenant_leave(prefix, prio, c.t)
-        elseif k > 0 then
+          left_queue = true
+        elseif k > 0 and others then  -- a tenant alone in the queue has no one to be fair to
           redis.call('ZINCRBY', tq, k / c.w, c.t)
         end
       end
@@ -241,7 +244,11 @@ local function serve(prio, need, out, fields)
     if took == 0 then break end
     served = true
   end
-  if served and redis.call('EXISTS', tq) == 1 then redis.call('HSET', prefix .. ':lsv', prio, now) end
+  -- When this priority was last served, for aging: only needed beside other priorities (tenant_activate
+  -- sets it for a priority that is alone when another one arrives).
+  if served and not alone and not (left_queue and redis.call('EXISTS', tq) == 0) then
+    redis.call('HSET', prefix .. ':lsv', prio, now)
+  end
   return need
 end
 
@@ -252,7 +259,7 @@ local function lease(need, out, fields)
   local levels = redis.call('HGETALL', prefix .. ':lsv')
   if #levels == 0 then return end
   if #levels == 2 then  -- one priority with work (the usual case): nothing to order
-    serve(tonumber(levels[1]), need, out, fields)
+    serve(tonumber(levels[1]), need, out, fields, true)
     return
   end
   local aging = tonumber(redis.call('HGET', tcfg, 'aging') or '300')
@@ -264,11 +271,11 @@ local function lease(need, out, fields)
   table.sort(aged, function(a, b) return a[2] < b[2] end)
   table.sort(waiting, function(a, b) return a > b end)
   for _, a in ipairs(aged) do
-    need = serve(a[1], need, out, fields)
+    need = serve(a[1], need, out, fields, false)
     if need <= 0 then return end
   end
   for _, p in ipairs(waiting) do
-    need = serve(p, need, out, fields)
+    need = serve(p, need, out, fields, false)
     if need <= 0 then return end
   end
 end

@@ -96,15 +96,16 @@ local function tenant_of(jk)
   return redis.call('HGET', jk, 'tn') or ''
 end
 
--- The job's tasks move: d_inf into its tenant's in flight (P:tn:<t> inf, bounded at claim time by the
+-- The job's tasks move: d_inf (never positive) into its tenant's in flight (bounded at claim time by the
 -- in-flight quota), d_q into its tenant's queued tasks (ready or delayed, bounded at seed enqueue time by the
--- URLs-queued quota). Queued is qin - clm: every entry into ready or delayed counts in qin (a cancelled
--- job's queued tasks leave it), every claim in clm, which claim.lua counts anyway (one write less per claim). Never sends -0, which HINCRBY refuses. ``tn``: the job's tenant when the caller
--- read it already (one read less), else it is read here.
+-- URLs-queued quota). Both are differences of monotonic counts in P:tn:<t>, so a claim writes one field:
+-- clm counts claims (claim.lua), out the tasks that left flight (in flight = clm - out), qin the entries
+-- into ready or delayed (queued = qin - clm; a cancelled job's tasks leave both). Never sends -0, which
+-- HINCRBY refuses. ``tn``: the job's tenant when the caller read it already, else it is read here.
 local function tenant_count(jk, d_inf, d_q, tn)
   if d_inf == 0 and d_q == 0 then return end
   local tk = prefix_of(jk) .. ':tn:' .. (tn or tenant_of(jk))
-  if d_inf ~= 0 then redis.call('HINCRBY', tk, 'inf', d_inf) end
+  if d_inf ~= 0 then redis.call('HINCRBY', tk, 'out', -d_inf) end
   if d_q ~= 0 then redis.call('HINCRBY', tk, 'qin', d_q) end
 end
 
@@ -128,9 +129,10 @@ local function count_new_to_ready(jk, st, n)
   redis.call('HINCRBY', st, 'enq', n)
 end
 
--- The job half of a claim: claim.lua counts the tenant's (in flight, queued) once per tenant it served.
+-- The job half of a claim (claim.lua counts the tenant's claims once per tenant it served). Returns the
+-- job's ready tasks left: pen mirrors the ready list, so 0 says the list ran empty without reading it.
 local function count_ready_to_inflight(jk, n)
-  shift(jk, 'pen', 'inf', n)
+  return shift(jk, 'pen', 'inf', n)
 end
 
 -- Returns the job's tasks still in flight (ack checks for the job's end only when none are).
@@ -203,7 +205,12 @@ local function tenant_activate(prefix, prio, tenant, now)
     redis.call('ZADD', tq, 'NX', low[2], tenant)
   else
     redis.call('ZADD', tq, 0, tenant)
-    redis.call('HSET', prefix .. ':lsv', prio, now)
+    -- A priority that was alone was served by every claim, which does not write its time (claim.lua):
+    -- it has waited since now, not since it was alone.
+    local lsv = prefix .. ':lsv'
+    local levels = redis.call('HKEYS', lsv)
+    if #levels == 1 then redis.call('HSET', lsv, levels[1], now) end
+    redis.call('HSET', lsv, prio, now)
   end
 end
 
