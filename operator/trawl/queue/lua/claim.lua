@@ -210,9 +210,11 @@ local function serve(prio, need, out, fields, alone)
     local cands, start, others = {}, 0, true
     local want = math.min(math.ceil(need / TASKS_PER_TENANT), TENANTS_PER_CLAIM)
     while #cands < want do
-      local page = redis.call('ZRANGE', tq, start, start + want - 1, 'WITHSCORES')
-      if #page < 2 * want then others = start > 0 or #page > 2 end  -- the queue ends in this page
-      for i = 1, #page, 2 do
+      -- One entry more than a page: whether the queue goes on (and, on the first page, whether this
+      -- tenant is alone in it).
+      local page = redis.call('ZRANGE', tq, start, start + want, 'WITHSCORES')
+      if start == 0 then others = #page > 2 end
+      for i = 1, math.min(#page, 2 * want), 2 do
         local t = page[i]
         local l = limits(t)
         local cap, why, msg = headroom(t, l, need)
@@ -223,7 +225,7 @@ local function serve(prio, need, out, fields, alone)
         end
       end
       start = start + want
-      if #page < 2 * want then break end
+      if #page <= 2 * want then break end
     end
     if #cands == 0 then break end
     allocate(cands, need)
