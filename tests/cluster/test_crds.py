@@ -158,6 +158,7 @@ def test_get_prints_printer_columns(control_plane: ControlPlane, namespace: str)
         "TOTAL",
         "DURATION",
         "PRIORITY",
+        "POOL-NAMESPACE",
         "MESSAGE",
         "AGE",
     ]
