@@ -12,10 +12,6 @@ from collections.abc import Mapping
 
 from .model import TenantLimits, TenantUsage
 
-# The reasons a tenant's ready work was held back, as claim.lua writes them (``hold``); enqueue.lua's
-# ``qhold`` is always "urlsQueued".
-HOLD_REASONS = ("inFlight", "requestsPerSecond", "pagesPerDay")
-
 
 def _opt(value: float | None) -> str:
     return "" if value is None else repr(value) if isinstance(value, float) else str(value)
