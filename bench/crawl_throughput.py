@@ -367,7 +367,7 @@ async def _run_trawl(
         # the queue's own timestamps (unix seconds): the first claim after the clock started, and the crawl
         # from that claim to the job's last result (Trawl's figure "timed inside the process")
         "first_claim": (stats.first_claim_at or wall0) - wall0,
-        "seconds_inside": (stats.finished_at or stats.last_finish_at or time.time()) - (stats.first_claim_at or wall0),
+        "seconds_inside": (stats.finished_at or time.time()) - (stats.first_claim_at or wall0),
     }
 
 

@@ -111,7 +111,6 @@ def _stats(**overrides: Any) -> JobStats:
         "enqueue_done": True,
         "suspended": False,
         "first_claim_at": 1.0,
-        "last_finish_at": 2.0,
     }
     return JobStats(**{**values, **overrides})
 

@@ -22,7 +22,7 @@ NOW = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
 def _stats(**kw: Any) -> JobStats:
     base: dict[str, Any] = dict(
         total=10, pending=5, in_flight=1, retrying=0, succeeded=4, dead=0, enqueue_done=True, suspended=False,
-        first_claim_at=1.0, last_finish_at=2.0,
+        first_claim_at=1.0,
     )  # fmt: skip
     base.update(kw)
     return JobStats(**base)

@@ -29,7 +29,6 @@ def stats(**kw: object) -> JobStats:
         enqueue_done=True,
         suspended=False,
         first_claim_at=None,
-        last_finish_at=None,
     )
     base.update(kw)
     return JobStats(**base)  # type: ignore[arg-type]
@@ -67,7 +66,6 @@ def test_finished_job_is_complete_and_ready() -> None:
         pending=0,
         succeeded=10,
         first_claim_at=NOW.timestamp() - 5,
-        last_finish_at=NOW.timestamp() - 3,  # the last ack; a dead letter ended the job later
         finished_at=NOW.timestamp() - 1,
     )
     status, events = derive_job_status(JobFacts(generation=2, suspend=False, stats=s), {"phase": "Running"}, NOW)
@@ -172,7 +170,7 @@ def test_unchanged_counts_keep_eta() -> None:
 
 
 def test_skipped_links_are_counted_apart_and_do_not_fail_the_job() -> None:
-    s = stats(pending=0, succeeded=10, first_claim_at=NOW.timestamp() - 5, last_finish_at=NOW.timestamp() - 1)
+    s = stats(pending=0, succeeded=10, first_claim_at=NOW.timestamp() - 5)
     sample = [Skipped("http://x/private/a", "robots.txt disallows http://x/private/a", NOW.timestamp())]
     facts = JobFacts(generation=1, suspend=False, stats=s, skipped=2, skipped_sample=sample)
     status, _ = derive_job_status(facts, {"phase": "Running"}, NOW)

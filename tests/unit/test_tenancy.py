@@ -312,7 +312,6 @@ def _stats(pending: int, in_flight: int, succeeded: int = 0) -> JobStats:
         enqueue_done=True,
         suspended=False,
         first_claim_at=NOW.timestamp() - 60 if succeeded or in_flight else None,
-        last_finish_at=None,
     )
 
 

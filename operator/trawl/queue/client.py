@@ -524,10 +524,10 @@ class Queue:
     # ------------------------------------------------------------------ status
 
     async def job_stats(self, job_id: str) -> JobStats:
-        fields = ("tot", "pen", "inf", "ret", "suc", "dead", "ed", "sus", "fc", "lf", "fin", "dld")
+        fields = ("tot", "pen", "inf", "ret", "suc", "dead", "ed", "sus", "fc", "fin", "dld")
         raw = await self._retrying(lambda: self.redis.hmget(self.keys.job(job_id), fields))  # type: ignore[arg-type,return-value]
         if raw[0] is None:
-            return JobStats(0, 0, 0, 0, 0, 0, False, False, None, None, exists=False)
+            return JobStats(0, 0, 0, 0, 0, 0, False, False, None, exists=False)
         v = [None if x is None else _s(x) for x in raw]
         return JobStats(
             total=int(v[0] or 0),
@@ -539,9 +539,8 @@ class Queue:
             enqueue_done=v[6] == "1",
             suspended=v[7] == "1",
             first_claim_at=float(v[8]) if v[8] else None,
-            last_finish_at=float(v[9]) if v[9] else None,
-            finished_at=float(v[10]) if v[10] else None,
-            dead_dropped=int(v[11] or 0),
+            finished_at=float(v[9]) if v[9] else None,
+            dead_dropped=int(v[10] or 0),
         )
 
     async def job_spec(self, job_id: str) -> dict[str, Any] | None:

@@ -91,7 +91,6 @@ class JobStats:
     enqueue_done: bool  # the seed enqueue finished (crawl links may still be discovered)
     suspended: bool
     first_claim_at: float | None
-    last_finish_at: float | None
     exists: bool = True  # False when the job was never registered or was cancelled/expired
     finished_at: float | None = None  # when its last task was acked or dead-lettered (the queue's "fin")
     dead_dropped: int = 0  # dead letters whose records were dropped (the oldest beyond the job's cap)

@@ -481,7 +481,6 @@ def _merge_stats(all_parts: Sequence[JobStats]) -> JobStats:
     # a job that began before the pool's shard count grew is on the shards it had
     parts = [p for p in all_parts if p.exists] or [home]
     firsts = [p.first_claim_at for p in parts if p.first_claim_at is not None]
-    lasts = [p.last_finish_at for p in parts if p.last_finish_at is not None]
     fins = [p.finished_at for p in parts]
     return JobStats(
         total=sum(p.total for p in parts),
@@ -493,7 +492,6 @@ def _merge_stats(all_parts: Sequence[JobStats]) -> JobStats:
         enqueue_done=all(p.enqueue_done for p in parts),
         suspended=home.suspended,
         first_claim_at=min(firsts) if firsts else None,
-        last_finish_at=max(lasts) if lasts else None,
         exists=home.exists,
         finished_at=max(f for f in fins if f is not None) if all(f is not None for f in fins) else None,
         dead_dropped=sum(p.dead_dropped for p in parts),

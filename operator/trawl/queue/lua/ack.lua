@@ -43,7 +43,6 @@ for ji = 1, nj do
   local c = cnt[ji]
   if c and c > 0 then
     local jk = KEYS[2 + 2 * ji]
-    redis.call('HSET', jk, 'lf', now)
     -- A job with tasks still in flight cannot be finished: the last of them checks (one read less per ack).
     if count_inflight_to_done(jk, c, tenant[ji]) <= 0 then
       check_finished(jk, ARGV[3 + ji], now, KEYS[3], ARGV[2])
