@@ -135,6 +135,7 @@ def tenant_limits(terms: TenantTerms) -> TenantLimits:
         requests_per_second=quotas.requests_per_second if quotas is not None else None,
         pages_per_day=quotas.pages_per_day if quotas is not None else None,
         max_queued=quotas.urls_queued if quotas is not None else None,
+        browser_seconds_per_day=quotas.browser_seconds_per_day if quotas is not None else None,
     )
 
 
