@@ -550,6 +550,7 @@ _quotas = obj(
         "requestsPerSecond": floats(0, 100_000, exclude_min=True),
         "pagesPerDay": ints(1, 10**12),
         "urlsQueued": ints(1, 10**12),
+        "browserSecondsPerDay": floats(0, 86400 * 100_000, exclude_min=True),
     },
 )
 _terms_fields: dict[str, Strategy] = {

@@ -101,7 +101,7 @@ def test_a_tenant_cannot_rise_above_its_ceiling_nor_run_where_it_is_not_admitted
         assert batch_status["tenant"] == namespace
         # The pool's tenant table, as the claim script reads it, and the tenant's use on the pool's status.
         table = wait_for("the tenant table", lambda: client.hgetall(keys.tenant_config) or None)
-        assert table[namespace] == "3|2||1000|" and table["someone-else"] == "1||||"
+        assert table[namespace] == "3|2||1000||" and table["someone-else"] == "1|||||"
 
         def listed() -> Any:
             rows = (get(control_plane, "scrapepool", "shared", namespace).get("status") or {}).get("tenants") or []
@@ -109,7 +109,14 @@ def test_a_tenant_cannot_rise_above_its_ceiling_nor_run_where_it_is_not_admitted
 
         row = wait_for("the tenant on the pool's status", listed, diag=operator.log_tail)
         assert row.pop("queued") in (0, 1)  # batch's one URL, once the pool's poll has seen it
-        assert row == {"tenant": namespace, "weight": 3, "inFlight": 0, "claimedTotal": 0, "pagesToday": 0}
+        assert row == {
+            "tenant": namespace,
+            "weight": 3,
+            "inFlight": 0,
+            "claimedTotal": 0,
+            "pagesToday": 0,
+            "browserSecondsToday": 0,
+        }
 
         for name, reason in (("vip", "PriorityAboveCeiling"), ("loud", "PriorityAboveCeiling"),
                              ("outsider", "TenantNotAdmitted")):  # fmt: skip
@@ -145,7 +152,7 @@ def test_a_tenant_cannot_rise_above_its_ceiling_nor_run_where_it_is_not_admitted
             lambda: "tenants" not in (get(control_plane, "scrapepool", "shared", namespace).get("status") or {}),
             diag=operator.log_tail,
         )
-        assert client.hgetall(keys.tenant_config) == {"*": "1||||", "aging": "300.0"}
+        assert client.hgetall(keys.tenant_config) == {"*": "1|||||", "aging": "300.0"}
         assert operator.running
     finally:
         for key in client.scan_iter(match=f"trawl:{{{namespace}/*", count=1000):

@@ -94,8 +94,9 @@ def _job(**spec: Any) -> ScrapeJobSpec:
         ({"tenants": [{"name": "t", "weight": 0}]}, "greater than or equal to 1"),
         ({"priorityClasses": [{"name": "x", "value": 10}]}, "less than or equal to 9"),
         ({"tenants": [{"name": "team a"}]}, "should match pattern"),
-        # Not enforced by the queue at this stage: refused rather than accepted and ignored.
-        ({"tenants": [{"name": "t", "quotas": {"browserSecondsPerDay": 3600}}]}, "browserSecondsPerDay"),
+        ({"tenants": [{"name": "t", "quotas": {"browserSecondsPerDay": 0}}]}, "browserSecondsPerDay"),
+        ({"defaultTenant": {"quotas": {"browserSecondsPerDay": 1e13}}}, "browserSecondsPerDay"),
+        ({"tenants": [{"name": "t", "quotas": {"browserMinutesPerDay": 60}}]}, "browserMinutesPerDay"),
         ({"defaultTenant": {"quotas": {"urlsQueued": 0}}}, "urlsQueued"),
         ({"tenants": [{"name": "aging"}]}, "tenant name 'aging' is reserved"),
         ({"tenantLabel": "not a key"}, "should match pattern"),
@@ -271,12 +272,21 @@ def test_the_pool_status_lists_tenants_the_throttled_first() -> None:
             "inFlight": 20,
             "claimedTotal": 0,
             "pagesToday": 700,
+            "browserSecondsToday": 0.0,
             "queued": 0,
             "throttled": "inFlight",
             "throttledMessage": "20/20 in flight",
             "throttledSince": "2026-11-27T11:58:30Z",
         },
-        {"tenant": "team-c", "weight": 1, "inFlight": 0, "claimedTotal": 4, "pagesToday": 0, "queued": 0},
+        {
+            "tenant": "team-c",
+            "weight": 1,
+            "inFlight": 0,
+            "claimedTotal": 4,
+            "pagesToday": 0,
+            "browserSecondsToday": 0.0,
+            "queued": 0,
+        },
     ]
     ScrapePoolStatus.model_validate({"tenants": rows})  # what the CRD's schema takes
 

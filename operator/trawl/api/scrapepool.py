@@ -875,6 +875,12 @@ class TenantStatus(TrawlModel):
     in_flight: int = Field(default=0, ge=0, description="Tasks its jobs have claimed now.")
     claimed_total: int = Field(default=0, ge=0, description="Tasks its jobs claimed since it first claimed.")
     pages_today: int = Field(default=0, ge=0, description="Tasks its jobs claimed this UTC day.")
+    browser_seconds_today: float = Field(
+        default=0,
+        ge=0,
+        description="Seconds its jobs' browser tasks held a browser page this UTC day, every attempt (what its "
+        "browserSecondsPerDay quota counts).",
+    )
     throttled: str | None = Field(
         default=None,
         max_length=64,

@@ -3,9 +3,9 @@
 The platform (whoever may write ScrapePools) declares the tenants of a pool; a job author only names a
 priority class. A job's tenant is its namespace, or the value of a label on its Namespace that the pool
 names (``tenantLabel``: set by the platform, never by a job author). Each tenant gets a weight (its share
-of claims while several tenants have ready work), quotas the queue enforces at claim time, and a priority
-ceiling: no job of the tenant runs above it. Priority classes work like Kubernetes PriorityClasses: named
-values the platform defines, one of them the global default.
+of claims while several tenants have ready work), quotas the queue enforces at claim time (its daily browser
+time: the operator), and a priority ceiling: no job of the tenant runs above it. Priority classes work like
+Kubernetes PriorityClasses: named values the platform defines, one of them the global default.
 
 The decisions here are pure (no queue, no Kubernetes): :meth:`TenancySpec.resolve_priority` says what
 priority a job gets, or why it is refused, so admission (trawl.jobspec.tenancy) and the tests share them.
@@ -25,6 +25,8 @@ DEFAULT_PRIORITY = 5
 DEFAULT_AGING_SECONDS = 300.0
 MAX_TENANTS = 1000
 MAX_PRIORITY_CLASSES = 32
+# A day of browser time for 100,000 pages held at once: any real pool's whole day fits below it.
+MAX_BROWSER_SECONDS_PER_DAY = 86400 * 100_000
 
 # A tenant is a namespace's name or a label's value (which every namespace name also is).
 TENANT_NAME_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
@@ -50,8 +52,9 @@ class PriorityClass(TrawlModel):
 
 
 class TenantQuotas(TrawlModel):
-    """What one tenant may use of the pool, enforced by the queue when tasks are claimed. A tenant over a
-    quota waits (its jobs show QuotaExceeded), it never fails. Unset: no limit."""
+    """What one tenant may use of the pool, enforced by the queue when tasks are claimed (browserSecondsPerDay:
+    by the operator, which holds the tenant's browser jobs). A tenant over a quota waits (its jobs show
+    QuotaExceeded), it never fails. Unset: no limit."""
 
     in_flight: int | None = Field(
         default=None, ge=1, le=1_000_000, description="Tasks the tenant's jobs may have claimed at once."
@@ -72,6 +75,19 @@ class TenantQuotas(TrawlModel):
         description="Tasks the tenant's jobs may have waiting (ready or delayed) at once: seeds beyond it stay in "
         "their job's seed stream until there is room, so one tenant's flood cannot fill the pool's Redis. Links a "
         "crawl finds are bounded by its maxPages, not by this. Not enforced on a sharded pool.",
+    )
+    browser_seconds_per_day: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_BROWSER_SECONDS_PER_DAY,
+        description="Browser time the tenant's jobs may use per UTC day, in seconds: the wall-clock time a "
+        "task of a job with spec.render held a browser page (from opening its context to closing it, failed and "
+        "timed-out attempts included), summed over the pool's workers. Enforced by the operator, not at claim "
+        "time: once the day's sum reaches the quota, the tenant's jobs with spec.render are held (suspended in "
+        "the queue, their spec untouched; condition QuotaExceeded) until 00:00 UTC or until the quota is raised; "
+        "its plain jobs run on. A soft bound: tasks already claimed, and those claimed before the operator "
+        "learns the sum (about the pool's poll interval, plus a second), still run, so the day may end a few "
+        "pages' time over it.",
     )
 
 

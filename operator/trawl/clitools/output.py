@@ -314,7 +314,7 @@ def top_frame(
 
 def tenant_table(samples: Sequence[PoolSample], *, show_namespace: bool = False) -> Table | None:
     """The tenants of the pools with spec.tenancy, a row each (None when no pool has any): weight, in flight,
-    pages today, claims, and the quota holding a tenant back."""
+    pages and browser seconds today, claims, and the quota holding a tenant back."""
     if not any(s.tenants for s in samples):
         return None
     table = Table(box=None, header_style="bold", pad_edge=False, title="TENANTS", title_justify="left")
@@ -322,13 +322,14 @@ def tenant_table(samples: Sequence[PoolSample], *, show_namespace: bool = False)
         table.add_column("NAMESPACE", no_wrap=True, overflow="ellipsis")
     table.add_column("POOL", no_wrap=True, overflow="ellipsis")
     table.add_column("TENANT", no_wrap=True, overflow="ellipsis")
-    for header in ("WEIGHT", "IN FLIGHT", "PAGES TODAY", "CLAIMED"):
+    for header in ("WEIGHT", "IN FLIGHT", "PAGES TODAY", "BROWSER S TODAY", "CLAIMED"):
         table.add_column(header, justify="right", no_wrap=True)
     table.add_column("THROTTLED", overflow="ellipsis", no_wrap=True, max_width=48)
     for s in samples:
         for t in s.tenants:
             row = [s.namespace] if show_namespace else []
-            row += [s.name, t.tenant, str(t.weight), str(t.in_flight), str(t.pages_today), str(t.claimed_total)]
+            row += [s.name, t.tenant, str(t.weight), str(t.in_flight), str(t.pages_today)]
+            row += [f"{t.browser_seconds_today:,.0f}", str(t.claimed_total)]
             table.add_row(*row, Text(t.throttled, style="yellow") if t.throttled else "")
     return table
 

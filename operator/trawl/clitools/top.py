@@ -27,6 +27,7 @@ class TenantSample:
     pages_today: int
     claimed_total: int
     throttled: str  # the quota's figure while one holds the tenant back, else ""
+    browser_seconds_today: float = 0.0  # browser page time of its jobs this UTC day (browserSecondsPerDay)
 
 
 def sample_tenants(status: dict[str, Any]) -> tuple[TenantSample, ...]:
@@ -38,6 +39,7 @@ def sample_tenants(status: dict[str, Any]) -> tuple[TenantSample, ...]:
             pages_today=int(row.get("pagesToday") or 0),
             claimed_total=int(row.get("claimedTotal") or 0),
             throttled=str(row.get("throttledMessage") or row.get("throttled") or "") if row.get("throttled") else "",
+            browser_seconds_today=float(row.get("browserSecondsToday") or 0),
         )
         for row in status.get("tenants") or []
         if isinstance(row, dict)

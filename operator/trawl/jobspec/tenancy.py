@@ -135,7 +135,42 @@ def tenant_limits(terms: TenantTerms) -> TenantLimits:
         requests_per_second=quotas.requests_per_second if quotas is not None else None,
         pages_per_day=quotas.pages_per_day if quotas is not None else None,
         max_queued=quotas.urls_queued if quotas is not None else None,
+        browser_seconds_per_day=quotas.browser_seconds_per_day if quotas is not None else None,
     )
+
+
+def browser_quota_of(tenancy: TenancySpec | None, tenant: str) -> float | None:
+    """The tenant's browserSecondsPerDay on a pool with this tenancy (None: no such quota)."""
+    terms = tenancy.terms_of(tenant) if tenancy is not None else None
+    return terms.quotas.browser_seconds_per_day if terms is not None and terms.quotas is not None else None
+
+
+def browser_quota_hold(*, renders: bool, quota: float | None, used_today: float) -> str:
+    """Whether a job is held by its tenant's daily browser time, as the quota's figure for its status
+    ("browserSecondsPerDay: 3,612/3,600 s today"), or "" when it is not.
+
+    Only a job that renders (spec.render) is held, once the tenant's browser time this UTC day reached the
+    quota; the tenant's plain jobs run on. The operator enforces it, not the claim script (which would have to
+    skip the tenant's browser jobs inside its ring): the job is suspended in the queue, never in its spec, and
+    resumed when the day's sum is reset (00:00 UTC) or the quota is raised or removed. The hold comes a little
+    late by nature: tasks already claimed finish, and others are claimed until the operator sees the sum."""
+    if not renders or quota is None or used_today < quota:
+        return ""
+    return f"browserSecondsPerDay: {_figure(used_today)}/{_figure(quota)} s today"
+
+
+def over_browser_quota(tenancy: TenancySpec | None, usage: Mapping[str, float]) -> set[str]:
+    """The tenants (of ``usage``: tenant -> browser seconds today) whose browser time reached their quota."""
+    return {
+        tenant
+        for tenant, used in usage.items()
+        if browser_quota_hold(renders=True, quota=browser_quota_of(tenancy, tenant), used_today=used)
+    }
+
+
+def _figure(seconds: float) -> str:
+    """Whole seconds with thousands separators; a fraction only for a quota under a few seconds."""
+    return f"{seconds:,.0f}" if seconds >= 10 or seconds == int(seconds) else f"{seconds:,.1f}"
 
 
 def tenant_policy(tenancy: TenancySpec | None) -> TenantPolicy:

@@ -34,12 +34,16 @@ class PoolRef:
     throttled: dict[str, str] = field(default_factory=dict)
     # tenant: the figure of its URLs-queued quota, for the tenants whose seeds it stopped (their jobs wait)
     queue_full: dict[str, str] = field(default_factory=dict)
+    # tenant: seconds its browser tasks held a browser page this UTC day, as the status said at the pool's
+    # last poll (its browserSecondsPerDay holds its browser jobs: trawl.jobspec.tenancy.browser_quota_hold)
+    browser_seconds: dict[str, float] = field(default_factory=dict)
 
 
 def pool_entry(spec: Mapping[str, Any], uid: str, status: Mapping[str, Any]) -> dict[str, Any]:
     """A pool as the pool index holds it (read defensively: an index function must never raise)."""
     throttled: dict[str, str] = {}
     queue_full: dict[str, str] = {}
+    browser: dict[str, float] = {}
     tenants = status.get("tenants") if isinstance(status, Mapping) else None
     for row in tenants if isinstance(tenants, list) else []:
         if not isinstance(row, Mapping) or not isinstance(row.get("tenant"), str):
@@ -48,7 +52,10 @@ def pool_entry(spec: Mapping[str, Any], uid: str, status: Mapping[str, Any]) -> 
             throttled[row["tenant"]] = str(row.get("throttledMessage") or row["throttled"])
         if row.get("queueFullMessage"):
             queue_full[row["tenant"]] = str(row["queueFullMessage"])
-    return {"spec": dict(spec), "uid": uid, "throttled": throttled, "queueFull": queue_full}
+        seconds = row.get("browserSecondsToday")
+        if isinstance(seconds, int | float) and not isinstance(seconds, bool) and seconds > 0:
+            browser[row["tenant"]] = float(seconds)
+    return {"spec": dict(spec), "uid": uid, "throttled": throttled, "queueFull": queue_full, "browser": browser}
 
 
 def pool_from_index(pool_index: Mapping[Any, Any], namespace: str, name: str) -> PoolRef | Problem:
@@ -63,6 +70,7 @@ def pool_from_index(pool_index: Mapping[Any, Any], namespace: str, name: str) ->
             raw["uid"],
             dict(raw.get("throttled") or {}),
             dict(raw.get("queueFull") or {}),
+            dict(raw.get("browser") or {}),
         )
     except ValidationError as exc:
         return Problem("PoolInvalid", f"ScrapePool {name} is invalid: {validation_message(exc)}")

@@ -187,6 +187,11 @@ class _ObjectCollector(Collector):
         pages = GaugeMetricFamily(
             "trawl_tenant_pages_today", "Tasks a tenant's jobs claimed this UTC day.", labels=labels
         )
+        browser = GaugeMetricFamily(
+            "trawl_tenant_browser_seconds_today",
+            "Seconds a tenant's browser tasks held a browser page this UTC day (its browserSecondsPerDay quota).",
+            labels=labels,
+        )
         throttled = GaugeMetricFamily(
             "trawl_tenant_throttled", "1 while a quota holds the tenant's ready work back.", labels=[*labels, "reason"]
         )
@@ -201,11 +206,12 @@ class _ObjectCollector(Collector):
                 in_flight.add_metric(key, float(row.get("inFlight") or 0))
                 claims.add_metric(key, float(row.get("claimedTotal") or 0))
                 pages.add_metric(key, float(row.get("pagesToday") or 0))
+                browser.add_metric(key, float(row.get("browserSecondsToday") or 0))
                 reason = row.get("throttled")
                 throttled.add_metric([*key, str(reason or "")], 1.0 if reason else 0.0)
                 started = parse_time(row.get("throttledSince")) if reason else None
                 since.add_metric(key, max(0.0, wall_now - started.timestamp()) if started is not None else 0.0)
-        yield from (in_flight, claims, pages, throttled, since)
+        yield from (in_flight, claims, pages, browser, throttled, since)
 
     def job_families(self) -> Iterator[GaugeMetricFamily]:
         # "scrapejob", not "job": Prometheus's own target label is "job". pool_namespace: the pool's, which

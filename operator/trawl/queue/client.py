@@ -21,7 +21,7 @@ import json
 import os
 import random
 import time
-from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -71,6 +71,7 @@ SCRIPT_NAMES = (
     "retire_worker",
     "signals",
     "cordon",
+    "add_browser_seconds",
 )
 
 _FORBIDDEN_ID_CHARS = frozenset("|{}")
@@ -388,6 +389,26 @@ class Queue:
             tenant_usage_of(name, {_s(a): _s(b) for a, b in row.items()}, table, today)
             for name, row in zip(names, rows, strict=True)
         ]
+
+    # Jobs per add_browser_seconds call: a worker has few jobs at once, so one call nearly always.
+    BROWSER_SECONDS_BATCH = 500
+
+    async def add_browser_seconds(self, seconds: Mapping[str, float]) -> int:
+        """Count browser page time (job id -> seconds held, as the workers measured it) against each job
+        (field 'bms', milliseconds) and its tenant's UTC day (P:tn:<t> 'bday'/'bms'; the day rolls over as
+        pages-per-day does). Jobs that are gone are skipped. Returns how many jobs counted time.
+
+        Not idempotent: a call retried after a lost reply may count its time twice (the workers' time is an
+        estimate of use, and the quota it feeds a soft one)."""
+        items = [(_check_id("job id", job), round(s * 1000)) for job, s in seconds.items() if s > 0]
+        counted = 0
+        for off in range(0, len(items), self.BROWSER_SECONDS_BATCH):
+            batch = items[off : off + self.BROWSER_SECONDS_BATCH]
+            res = await self._run(
+                "add_browser_seconds", [self.keys.job(job) for job, _ in batch], [self._now(), *(ms for _, ms in batch)]
+            )
+            counted += int(res)
+        return counted
 
     async def set_cordoned(self, pods: Collection[str], ttl_seconds: float) -> None:
         """Replace the set of cordoned pods (the autoscaler's choice at this poll): their workers claim

@@ -10,13 +10,15 @@ Pool-wide keys (``P`` is the prefix)::
     P:ring:<0-9>:<t> list    the same ring of tenant <t>
     P:tq:<0-9>       zset    tenant -> pass (its virtual time: claims taken / weight) for the tenants with a
                              non-empty ring at that priority; a claim serves the lowest passes first
-    P:tcfg           hash    tenant -> "weight|in-flight|requests per second|pages per day" (empty: no limit),
+    P:tcfg           hash    tenant -> "weight|in-flight|requests per second|pages per day|URLs queued|browser
+                             seconds per day" (empty: no limit; trawl.queue.tenants.encode_limits),
                              "*" -> the default of unlisted tenants, "aging" -> seconds (the operator writes it)
     P:tn:<t>         hash    tenant <t>'s usage: clm (claimed, total), out (left flight: in flight = clm - out),
                              qin (entries into ready or delayed: queued = qin - clm), day/pd (UTC day and its
                              claims), tk/tt (rate tokens and their time), hold/hm/hs (the quota that held it
                              back at its latest claim, its figure, since when), qhold/qhm/qhs (the URLs-queued
-                             quota that stopped its seeds at their latest enqueue)
+                             quota that stopped its seeds at their latest enqueue), bday/bms (UTC day and the
+                             browser page milliseconds of its jobs that day: add_browser_seconds)
     P:tset           set     every tenant that registered a job (tenant_usage lists them)
     P:lsv            hash    priority -> when that level last had a claim serve it, or began waiting (aging);
                              a priority is there exactly when its tenant queue is not empty
@@ -42,7 +44,8 @@ Pool-wide keys (``P`` is the prefix)::
 
 Per-job keys (``J`` is ``P:j:<job_id>``)::
 
-    J                hash    config (priority, retry policy, caps) and counters (tot, pen, inf, ret, suc, dead, ...)
+    J                hash    config (priority, retry policy, caps) and counters (tot, pen, inf, ret, suc, dead, ...;
+                             bms: browser page milliseconds of its tasks, every attempt)
     J:spec           string  the job's resolved spec as JSON, for workers
     J:r              list    ready tasks, each a compact payload "<task>|<attempts>|<stalls>|<depth>|<url>"
     J:z              zset    delayed tasks (payload -> due time)

@@ -6,7 +6,7 @@ boundary so the worker, the operator and the autoscaler can rely on it.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -130,6 +130,10 @@ class TenantLimits:
     # Tasks ready or delayed at once, across the tenant's jobs: seeds wait in their job's seed stream
     # beyond it (links a crawl finds are bounded by its maxPages, not by this).
     max_queued: int | None = None
+    # Seconds of browser page time per UTC day. Not enforced by the claim script (it would have to skip the
+    # tenant's browser jobs inside its ring): the operator holds the tenant's browser jobs once the day's sum
+    # (TenantUsage.browser_seconds_today) reaches it. In the table so every reader sees one row per tenant.
+    browser_seconds_per_day: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +167,9 @@ class TenantUsage:
     # its jobs wait to enqueue the rest, which claims do not see (held apart from ``throttled``).
     queue_full_message: str = ""
     queue_full_since: float | None = None
+    # Seconds the tenant's browser tasks held a browser page this UTC day (every attempt), as the workers
+    # flushed them (add_browser_seconds: at most about a second behind).
+    browser_seconds_today: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +277,11 @@ class QueueClient(Protocol):
 
     async def tenant_usage(self) -> list[TenantUsage]:
         """Every tenant that claimed or holds ready work: weight, in flight, claims, and what throttles it."""
+        ...
+
+    async def add_browser_seconds(self, seconds: Mapping[str, float]) -> int:
+        """Count browser page time (job id -> seconds) against each job and its tenant's day; jobs that are
+        gone are ignored. Returns how many jobs counted it."""
         ...
 
     async def set_cordoned(self, pods: Collection[str], ttl_seconds: float) -> None:

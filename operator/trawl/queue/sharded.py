@@ -458,6 +458,8 @@ def _split_limits(limits: TenantLimits, shards: int) -> TenantLimits:
         # A sharded pool's seeds are placed over every shard at positions the home records: a shard stopping
         # short would break that, so the URLs-queued quota is not enforced there (docs/architecture.md).
         max_queued=None,
+        # Enforced by the operator against the sum over the shards (tenant_usage), never by a shard: whole.
+        browser_seconds_per_day=limits.browser_seconds_per_day,
     )
 
 
@@ -470,6 +472,7 @@ def _merge_usage(a: TenantUsage, b: TenantUsage) -> TenantUsage:
         claimed_total=a.claimed_total + b.claimed_total,
         pages_today=a.pages_today + b.pages_today,
         queued=a.queued + b.queued,
+        browser_seconds_today=a.browser_seconds_today + b.browser_seconds_today,
         throttled=held.throttled,
         throttled_message=held.throttled_message,
         throttled_since=held.throttled_since,

@@ -18,7 +18,9 @@ def _opt(value: float | None) -> str:
 
 
 def encode_limits(limits: TenantLimits) -> str:
-    """One tenant's row: "weight|in-flight|requests per second|pages per day|URLs queued" (empty: no limit)."""
+    """One tenant's row: "weight|in-flight|requests per second|pages per day|URLs queued|browser seconds per
+    day" (empty: no limit). The scripts read the fields they enforce by position, so a field is only ever
+    added at the end: rows written before it came decode with that limit off."""
     if limits.weight < 1:
         raise ValueError("a tenant's weight must be at least 1")
     return "|".join(
@@ -28,6 +30,7 @@ def encode_limits(limits: TenantLimits) -> str:
             _opt(limits.requests_per_second),
             _opt(limits.pages_per_day),
             _opt(limits.max_queued),
+            _opt(limits.browser_seconds_per_day),
         )
     )
 
@@ -35,13 +38,14 @@ def encode_limits(limits: TenantLimits) -> str:
 def decode_limits(row: str | None) -> TenantLimits:
     if not row:
         return TenantLimits()
-    weight, inflight, rps, ppd, queued = [*row.split("|"), "", "", "", ""][:5]
+    weight, inflight, rps, ppd, queued, bspd = [*row.split("|"), "", "", "", "", ""][:6]
     return TenantLimits(
         weight=int(weight or 1),
         max_in_flight=int(inflight) if inflight else None,
         requests_per_second=float(rps) if rps else None,
         pages_per_day=int(ppd) if ppd else None,
         max_queued=int(queued) if queued else None,
+        browser_seconds_per_day=float(bspd) if bspd else None,
     )
 
 
@@ -70,4 +74,6 @@ def tenant_usage_of(name: str, row: Mapping[str, str], table: Mapping[str, str],
         queued=max(0, int(row.get("qin", 0) or 0) - int(row.get("clm", 0) or 0)),
         queue_full_message=row.get("qhm", "") if row.get("qhold") else "",
         queue_full_since=float(row["qhs"]) if row.get("qhold") and row.get("qhs") else None,
+        # bday/bms: the UTC day of the browser milliseconds and their sum (add_browser_seconds.lua)
+        browser_seconds_today=int(row.get("bms", 0) or 0) / 1000 if int(row.get("bday", -1) or -1) == today else 0.0,
     )

@@ -197,7 +197,13 @@ class TaskPipeline:
                         else None
                     )
                     result, render_info = await self.renderer.render(
-                        task.url, spec.render, job.limits, headers_for, spec.request.user_agent, before_hop
+                        task.url,
+                        spec.render,
+                        job.limits,
+                        headers_for,
+                        spec.request.user_agent,
+                        before_hop,
+                        job_id=task.job_id,  # its page time counts against the job's tenant's browser quota
                     )
                 else:
                     result = await self.fetcher.fetch(

@@ -27,6 +27,7 @@ from trawl.queue.errors import WorkerCordoned
 from trawl.queue.model import QueueClient, Task
 from trawl.queue.notes import JobNotes
 from trawl.worker.browser.hook import Renderer
+from trawl.worker.browser.usage import FLUSH_SECONDS
 
 from .breaker import CircuitBreaker
 from .config import WorkerConfig, default_worker_id
@@ -46,6 +47,7 @@ log = logging.getLogger("trawl.worker")
 
 # How often in-flight tasks are checked against cancelled (deleted) jobs.
 CANCEL_CHECK_SECONDS = 1.0
+BROWSER_TIME_FLUSH_SECONDS = FLUSH_SECONDS
 
 
 def rss_mb() -> float | None:
@@ -178,18 +180,21 @@ class Worker:
         )
         heartbeat = asyncio.create_task(self._heartbeat_loop(), name="heartbeat")
         cancel_watch = asyncio.create_task(self._cancel_watch_loop(), name="cancel-watch")
+        browser_time = asyncio.create_task(self._browser_time_loop(), name="browser-time")
         self.finisher.start()
         try:
             await self._claim_loop()
             await self._drain()
         finally:
             await self.finisher.close()
-            for loop_task in (heartbeat, cancel_watch, ticker):
+            for loop_task in (heartbeat, cancel_watch, ticker, browser_time):
                 loop_task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await loop_task
             with contextlib.suppress(Exception):
                 await self._heartbeat(draining=True)
+            with contextlib.suppress(Exception):  # the page time of the last renders (the loop is stopped)
+                await self.renderer.time.flush(self.queue.add_browser_seconds)
             await self.limiter.release_all()
             await self.sinks.close()
             await self.fetcher.close()
@@ -320,6 +325,16 @@ class Worker:
         if since > stale:
             return f"no heartbeat for {since:.0f}s"
         return None
+
+    async def _browser_time_loop(self) -> None:
+        """Send the browser page time measured here (tenants' browserSecondsPerDay) about once a second: what
+        a worker that dies has not sent is at most that second's (plus a failed send's, kept for the next)."""
+        while True:
+            await asyncio.sleep(BROWSER_TIME_FLUSH_SECONDS)
+            try:
+                await self.renderer.time.flush(self.queue.add_browser_seconds)
+            except Exception as exc:
+                log.warning("sending browser time failed", extra={"worker": self.worker_id, "error": repr(exc)})
 
     async def _cancel_watch_loop(self) -> None:
         """Stop work on jobs that were cancelled (deleted) while their tasks are in flight here.

@@ -32,7 +32,15 @@ from trawl.jobspec.admission import (
     unmounted_directory,
     unmounted_secrets,
 )
-from trawl.jobspec.tenancy import place_job, pool_namespace, sharing_refusal, tenant_of, tenant_policy
+from trawl.jobspec.tenancy import (
+    browser_quota_hold,
+    browser_quota_of,
+    place_job,
+    pool_namespace,
+    sharing_refusal,
+    tenant_of,
+    tenant_policy,
+)
 from trawl.operator import kube
 from trawl.operator.conditions import ConditionType, get_condition
 from trawl.operator.connections import RedisConnections, pool_queue
@@ -93,6 +101,9 @@ class _Pass:
     tenant_queue_full: str = ""
     # Why the pool (in another namespace) does not serve this job: refused before registration.
     not_shared: Problem | None = None
+    # The job renders and its tenant's browser time today reached its browserSecondsPerDay: the quota's
+    # figure, and the job is held (suspended in the queue, not in its spec); "" when it is not.
+    browser_held: str = ""
 
 
 def failed_job(generation: int, status: Mapping[str, Any], now: datetime, reason: str, msg: str) -> JobOutcome:
@@ -232,9 +243,20 @@ async def reconcile_job(
     tenant = tenant_of(namespace, pool.spec.tenancy, labels) if pool.spec.tenancy is not None else None
     throttled = pool.throttled.get(tenant, "") if isinstance(tenant, str) else ""
     queue_full = pool.queue_full.get(tenant, "") if isinstance(tenant, str) else ""
+    # The day's browser time as the pool's status said at its last poll (no Redis read per job per pass), the
+    # quota as the pool's spec says now: a quota raised releases the job at its next pass.
+    browser_held = (
+        browser_quota_hold(
+            renders=spec.render is not None,
+            quota=browser_quota_of(pool.spec.tenancy, tenant),
+            used_today=pool.browser_seconds.get(tenant, 0.0),
+        )
+        if isinstance(tenant, str)
+        else ""
+    )
     job = _Pass(
         queue, spec, pool.spec, namespace, pool_ns, name, uid, generation, prev, now, secret_reader(secrets or {}),
-        labels, throttled, queue_full, not_shared,
+        labels, throttled, queue_full, not_shared, browser_held,
     )  # fmt: skip
     try:
         return await _reconcile_with_queue(job, config, annotations)
@@ -293,6 +315,7 @@ async def _reconcile_with_queue(job: _Pass, config: JobConfig | None, annotation
         throttled=notes.throttled,
         tenant_throttled=job.tenant_throttled,
         tenant_queue_full=job.tenant_queue_full,
+        browser_quota=job.browser_held if not stats.finished else "",
         registered=registered,
     )
     new_status, events = derive_job_status(facts, prev, job.now)
@@ -346,8 +369,9 @@ async def _register(job: _Pass, config: JobConfig, stats: JobStats) -> tuple[Job
             # yet, and its quotas (URLs queued above all) hold from the first seed on.
             await queue.set_tenant_policy(tenant_policy(job.pool.tenancy))
     await queue.register_job(config)
-    if spec.suspend and not stats.suspended:
-        # Before the first seed: a job created suspended must never enter the claim ring.
+    if (spec.suspend or job.browser_held) and not stats.suspended:
+        # Before the first seed: a job created suspended (or held by its tenant's browser time) must never
+        # enter the claim ring.
         await queue.suspend(uid)
     enqueued = await _enqueue_seeds(queue, uid, spec)
     return await queue.job_stats(uid), enqueued, config
@@ -359,7 +383,8 @@ async def _steer(
     """Suspend or resume the job in the queue as its spec (or its deadline) says, and requeue its dead
     letters when the retry annotation changed: (its counters now, the annotation value handled)."""
     queue, uid = job.queue, job.uid
-    want_suspended = job.spec.suspend or deadline_exceeded
+    # spec.suspend is the user's; the deadline and the browser quota suspend the job in the queue only.
+    want_suspended = job.spec.suspend or deadline_exceeded or (bool(job.browser_held) and not stats.finished)
     if want_suspended and not stats.suspended:
         await queue.suspend(uid)
     elif not want_suspended and stats.suspended:

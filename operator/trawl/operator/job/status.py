@@ -53,6 +53,8 @@ class JobFacts:
     throttled: list[Throttled] = field(default_factory=list)  # domains whose circuit breaker is open now
     tenant_throttled: str = ""  # the quota holding the job's tenant back, with its figure ("" when none is)
     tenant_queue_full: str = ""  # the URLs-queued quota stopping the tenant's seeds, with its figure
+    # The tenant's browserSecondsPerDay holds the job (it renders): the quota's figure ("" when it does not)
+    browser_quota: str = ""
     registered: tuple[int, str] | None = None  # (priority, tenant) this pass registered the job with
 
 
@@ -298,6 +300,12 @@ def _under_way(facts: JobFacts, phase: str) -> tuple[str, str]:
     """(reason, message) of a job that is neither finished nor stuck."""
     if phase == "Suspended":
         return "Suspended", "the job is suspended: workers claim none of its tasks"
+    if phase in ("Pending", "Queued", "Running") and facts.browser_quota:
+        # Held in the queue by the operator until the day's browser time is reset: waiting by design, as below.
+        return (
+            "QuotaExceeded",
+            f"its tenant is over a quota of its pool ({facts.browser_quota}): its browser tasks wait until 00:00 UTC",
+        )
     if phase in ("Pending", "Queued", "Running") and seeds_held(facts):
         return (
             "QuotaExceeded",

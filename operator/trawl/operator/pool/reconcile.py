@@ -20,7 +20,7 @@ from redis.exceptions import OutOfMemoryError, RedisError
 from trawl.api.common import format_time, validation_message
 from trawl.api.naming import SECRET_SELECTOR
 from trawl.api.scrapepool import ScrapePoolSpec
-from trawl.jobspec.tenancy import tenant_policy
+from trawl.jobspec.tenancy import over_browser_quota, tenant_policy
 from trawl.operator.connections import RedisConnections, pool_queue
 from trawl.operator.events import Transition
 from trawl.operator.podfloor import broken_rules, job_template_pod, operator_service_account, refusal
@@ -174,7 +174,12 @@ async def _tenants(pool: _Pass, queue: Queue) -> None:
         return
     await queue.set_tenant_policy(tenant_policy(pool.spec.tenancy))
     # The status is merged into the stored one: None (pruned by the API server) removes the list.
-    pool.new["tenants"] = tenants_status(await queue.tenant_usage()) if pool.spec.tenancy is not None else None
+    if pool.spec.tenancy is None:
+        pool.new["tenants"] = None
+        return
+    usage = await queue.tenant_usage()
+    held = over_browser_quota(pool.spec.tenancy, {u.tenant: u.browser_seconds_today for u in usage})
+    pool.new["tenants"] = tenants_status(usage, held)
 
 
 async def _apply_deployment(pool: _Pass, uid: str) -> int:

@@ -8,7 +8,7 @@ deserve an Event.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -76,10 +76,16 @@ def signals_status(signals: PoolSignals, advice: ScaleAdvice | None) -> dict[str
     }
 
 
-def tenants_status(usage: list[TenantUsage]) -> list[dict[str, Any]]:
+def tenants_status(usage: list[TenantUsage], over_browser_quota: Set[str] = frozenset()) -> list[dict[str, Any]]:
     """status.tenants: each tenant's use of the pool, the throttled first (what an operator looks for), then by
-    name; at most MAX_TENANTS_ON_STATUS (metrics and ``trawl top`` read the queue for all of them)."""
-    ordered = sorted(usage, key=lambda u: (u.throttled is None, u.tenant))[:MAX_TENANTS_ON_STATUS]
+    name; at most MAX_TENANTS_ON_STATUS (metrics and ``trawl top`` read the queue for all of them).
+
+    ``over_browser_quota``: tenants whose browser time today reached their browserSecondsPerDay. They come
+    first too: their jobs learn the day's sum from this list (trawl.operator.indexes), so a pool with more
+    tenants than the list holds must never leave them out."""
+    ordered = sorted(usage, key=lambda u: (u.throttled is None and u.tenant not in over_browser_quota, u.tenant))[
+        :MAX_TENANTS_ON_STATUS
+    ]
     rows: list[dict[str, Any]] = []
     for u in ordered:
         row: dict[str, Any] = {
@@ -88,6 +94,7 @@ def tenants_status(usage: list[TenantUsage]) -> list[dict[str, Any]]:
             "inFlight": max(0, u.in_flight),
             "claimedTotal": max(0, u.claimed_total),
             "pagesToday": max(0, u.pages_today),
+            "browserSecondsToday": round(max(0.0, u.browser_seconds_today), 3),  # the queue counts milliseconds
             "queued": max(0, u.queued),
         }
         if u.queue_full_message:

@@ -35,8 +35,9 @@ local function replay()
   return out
 end
 
--- Tenants. Each has a row in P:tcfg ("weight|in flight|requests per second|pages per day|URLs queued", "*": the
--- default) and its usage in P:tn:<t>. Rows are read once per claim.
+-- Tenants. Each has a row in P:tcfg ("weight|in flight|requests per second|pages per day|URLs queued|browser
+-- seconds per day", "*": the default) and its usage in P:tn:<t>. Rows are read once per claim; the last two
+-- fields are not enforced here (enqueue.lua: URLs queued; the operator: browser seconds).
 local tcfg = prefix .. ':tcfg'
 local nowf = tonumber(now)
 local day = tostring(math.floor(nowf / 86400))

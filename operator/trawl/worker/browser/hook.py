@@ -19,6 +19,7 @@ from ..fetch import FetchLimits, FetchResult
 from .crash import BrowserCrashed
 from .metrics import BrowserMetrics
 from .settings import BrowserSettings
+from .usage import BrowserTime
 
 if TYPE_CHECKING:
     from .page import HeadersFor, HopHook
@@ -38,6 +39,8 @@ class Renderer:
         self.registry = registry
         self.settings = settings
         self.pool: BrowserPool | None = None
+        # Page time per job, for the tenants' browserSecondsPerDay: the runner flushes it to the queue.
+        self.time = BrowserTime()
 
     def _pool(self) -> BrowserPool:
         if self.pool is None:
@@ -56,11 +59,25 @@ class Renderer:
         headers_for: HeadersFor | None,
         user_agent: str | None,
         before_hop: HopHook,
+        *,
+        job_id: str = "",
     ) -> tuple[FetchResult, dict[str, Any]]:
         """The rendered page as a fetch result, and the fields it adds to the record. ``headers_for``: the
-        headers a request of the page to a URL carries (the job's, to its own origins), None for none."""
+        headers a request of the page to a URL carries (the job's, to its own origins), None for none.
+        ``job_id``: whose page time it is (:attr:`time`), counted whether the render succeeds or not."""
+
+        def held(seconds: float) -> None:
+            if job_id:
+                self.time.add(job_id, seconds)
+
         rendered = await self._pool().render(
-            url, spec, limits=limits, headers_for=headers_for, user_agent=user_agent, before_navigation=before_hop
+            url,
+            spec,
+            limits=limits,
+            headers_for=headers_for,
+            user_agent=user_agent,
+            before_navigation=before_hop,
+            on_held=held,
         )
         return rendered.fetch, rendered.info.record_fields()
 

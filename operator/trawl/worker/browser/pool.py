@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -229,13 +229,17 @@ class BrowserPool:
         headers_for: HeadersFor | None = None,
         user_agent: str | None = None,
         before_navigation: HopHook | None = None,
+        on_held: Callable[[float], None] | None = None,
     ) -> RenderResult:
-        """Render ``url`` and return its HTML; raises :class:`FetchError` like a fetch would."""
+        """Render ``url`` and return its HTML; raises :class:`FetchError` like a fetch would. ``on_held`` is
+        told the seconds the page held the browser (its context open), whatever the outcome."""
         async with self._slots:
             started = time.monotonic()
             outcome = "ok"
             try:
-                result = await self._render(url, spec, limits, headers_for, user_agent, before_navigation, started)
+                result = await self._render(
+                    url, spec, limits, headers_for, user_agent, before_navigation, started, on_held
+                )
                 if result.info.timed_out:
                     outcome = "timed_out"
                 return result
@@ -256,6 +260,7 @@ class BrowserPool:
         user_agent: str | None,
         before_navigation: HopHook | None,
         started: float,
+        on_held: Callable[[float], None] | None = None,
     ) -> RenderResult:
         # robots.txt and the rate limit for the page URL, before the browser does anything
         if before_navigation is not None:
@@ -267,11 +272,17 @@ class BrowserPool:
         b.active += 1
         if self.metrics is not None:
             self.metrics.pages.inc()
+        # The page's time in the browser (its tenant's browserSecondsPerDay): from here, where it has a
+        # browser, until its context is closed; the waits before it (a page slot, robots.txt, the rate
+        # limit) held no page.
+        held_from = time.monotonic()
         try:
             return await self._pages.render(
                 b.browser, b.lost, url, spec, limits, headers_for, user_agent, before_navigation, started
             )
         finally:
+            if on_held is not None:
+                on_held(time.monotonic() - held_from)
             b.active -= 1
             if self.metrics is not None:
                 self.metrics.pages.dec()
