@@ -115,7 +115,7 @@ def test_the_pool_status_lists_the_tenants_over_it_first_and_its_index_carries_t
 def _stats(pending: int, in_flight: int) -> JobStats:
     return JobStats(
         total=pending + in_flight, pending=pending, in_flight=in_flight, retrying=0, succeeded=0, dead=0,
-        enqueue_done=True, suspended=True, first_claim_at=None, last_finish_at=None,
+        enqueue_done=True, suspended=True, first_claim_at=None,
     )  # fmt: skip
 
 
