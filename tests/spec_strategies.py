@@ -13,7 +13,7 @@ from typing import Any
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from trawl.api import policies, render, scrapejob, scrapepool, tenancy
+from trawl.api import policies, refresh, render, scrapejob, scrapepool, tenancy
 from trawl.api.cronscrapejob import TIMEZONE_PATTERN, CronScrapeJobSpec, JobTemplateMetadata, ScrapeJobTemplate
 
 Strategy = st.SearchStrategy[Any]
@@ -183,6 +183,20 @@ url_range = ordered(
 )
 
 
+refresh_spec = obj(
+    refresh.RefreshSpec,
+    {},
+    {
+        "lineage": dns_label,
+        "fingerprint": enum(refresh.Fingerprint),
+        "conditionalRequests": st.booleans(),
+        "forceRefresh": st.booleans(),
+        "records": enum(refresh.RefreshRecords),
+        "retainDays": ints(1, refresh.MAX_RETAIN_DAYS),
+    },
+)
+
+
 pg_name = st.from_regex(r"[a-z_][a-z0-9_]{0,20}", fullmatch=True)
 
 
@@ -291,6 +305,7 @@ def _job_spec(seeds: dict[str, Strategy], more: dict[str, Strategy]) -> Strategy
 _job_optional: dict[str, Strategy] = {
     "crawl": crawl,
     "render": render_spec,
+    "refresh": refresh_spec,
     "extract": extract,
     "request": request,
     "politeness": politeness,

@@ -16,6 +16,7 @@ from .common import Condition, DNSLabel, HttpURL, SecretKeyRef, TrawlModel, chec
 from .patterns import SYNTAX as PATTERN_SYNTAX
 from .patterns import check as check_pattern
 from .policies import FailureClass, PolitenessSpec, RequestSpec, RetrySpec
+from .refresh import RefreshSpec
 from .render import RenderSpec
 
 MAX_INLINE_URLS = 5000
@@ -461,6 +462,11 @@ class ScrapeJobSpec(TrawlModel):
     render: RenderSpec | None = Field(
         default=None, description="Load pages in a headless browser before extraction. Default: plain fetching."
     )
+    refresh: RefreshSpec | None = Field(
+        default=None,
+        description="Fetch the pages again cheaply and label each record new, changed, unchanged or gone against "
+        "the last run of the same lineage (conditional requests, content fingerprints).",
+    )
     request: RequestSpec | None = Field(default=None, description="Request settings; unset fields use the pool's.")
     politeness: PolitenessSpec | None = Field(
         default=None, description="Politeness settings; unset fields use the pool's."
@@ -604,6 +610,15 @@ class TaskCounts(TrawlModel):
     )
 
 
+class ChangeCounts(TrawlModel):
+    """A refresh job's pages by what changed since the lineage's last run (spec.refresh)."""
+
+    new: int = Field(default=0, ge=0, description="Pages the lineage had not seen.")
+    changed: int = Field(default=0, ge=0, description="Pages whose fingerprint differs from the last run's.")
+    unchanged: int = Field(default=0, ge=0, description="Pages answered 304, or whose fingerprint is the same.")
+    gone: int = Field(default=0, ge=0, description="Pages the lineage had seen that now answer 404 or 410.")
+
+
 class SkippedURL(TrawlModel):
     """A discovered URL that was not fetched, and why (not a failure)."""
 
@@ -691,6 +706,9 @@ class ScrapeJobStatus(TrawlModel):
         "DataLost.",
     )
     counts: TaskCounts | None = Field(default=None, description="Tasks by state.")
+    changes: ChangeCounts | None = Field(
+        default=None, description="With spec.refresh: the pages by what changed since the lineage's last run."
+    )
     progress: int | None = Field(default=None, ge=0, le=100, description="Finished tasks as a percentage of all.")
     progress_text: str | None = Field(default=None, max_length=8, description="progress with its %, for kubectl.")
     duration: str | None = Field(

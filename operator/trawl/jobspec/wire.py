@@ -15,6 +15,8 @@ workers read it back with :func:`trawl.worker.jobsettings.parse_worker_spec` (ca
       "render":     RenderSpec dump or None  (mode Browser: waits, time cap, screenshot, blocked resources)
       "header_scope": None, or where the headers go (trawl.jobspec.headerscope: the job's own origins; the
                     pool's headers other than the harmless ones and the origins they may go to)
+      "refresh":    None, or spec.refresh resolved (trawl.refresh.decide.RefreshSettings: the lineage with
+                    the job's namespace, fingerprint, conditional, records_all, retain_seconds)
     }
 
 ``request.headers`` holds the headers sent to each of the job's own origins (the job's, or the pool's
@@ -38,6 +40,7 @@ from trawl.api.policies import (
     resolve_request,
     resolve_retry,
 )
+from trawl.api.refresh import RefreshRecords
 from trawl.api.scrapejob import ExtractSpec, OutputSpec, RedisStreamSink, ScrapeJobSpec, SinkKind
 
 from .headerscope import build_scope, job_origins
@@ -49,13 +52,38 @@ if TYPE_CHECKING:  # the operator's side; a worker never builds the pool's model
 SPEC_VERSION = 1
 
 
-def build_worker_spec(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec | None) -> dict[str, Any]:
+def refresh_lineage(namespace: str, name: str, job_spec: ScrapeJobSpec, cron: str | None = None) -> str | None:
+    """The page state a refresh job compares with: ``<namespace>/<lineage>``, where the lineage is the one the
+    spec names, else the CronScrapeJob that created the job (``cron``: its label, which the author could set
+    too, to the same effect as naming the lineage), else the job's name. Always in the job's own namespace:
+    the author chooses among their own lineages only. None for a job without spec.refresh."""
+    if job_spec.refresh is None:
+        return None
+    return f"{namespace}/{job_spec.refresh.lineage or cron or name}"
+
+
+def _refresh_settings(job_spec: ScrapeJobSpec, lineage: str | None) -> dict[str, Any] | None:
+    refresh = job_spec.refresh
+    if refresh is None or lineage is None:
+        return None
+    return {
+        "lineage": lineage,
+        "fingerprint": refresh.fingerprint.value,
+        "conditional": refresh.conditional(),
+        "records_all": refresh.records == RefreshRecords.ALL,
+        "retain_seconds": refresh.retain_days * 86400,
+    }
+
+
+def build_worker_spec(
+    job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec | None, lineage: str | None = None
+) -> dict[str, Any]:
     """Resolve a job's settings against its pool's defaults into the dict stored in JobConfig.spec.
 
     Layers: the built-in defaults, lowered to the pool's jobLimits where those are lower; the pool's
     defaults; the job. The pool's defaults are within its limits (the model says so) and a job asking
     for more is refused before it is registered (admission.limit_exceeded), so what a worker reads is
-    always within the pool's limits."""
+    always within the pool's limits. ``lineage``: a refresh job's (:func:`refresh_lineage`)."""
     defaults = pool_spec.defaults if pool_spec is not None else None
     ceilings = pool_spec.ceilings() if pool_spec is not None else None
     within_request, within_politeness = _within(ceilings)
@@ -86,6 +114,7 @@ def build_worker_spec(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec | None)
         # Only a Browser render is sent: plain fetching stays the spec that workers have always read.
         "render": job_spec.render.model_dump(mode="json") if job_spec.render and job_spec.render.browser else None,
         "header_scope": header_scope,
+        "refresh": _refresh_settings(job_spec, lineage),
     }
 
 
@@ -103,12 +132,14 @@ def _within(ceilings: Ceilings | None) -> tuple[RequestSpec | None, PolitenessSp
     return request, politeness
 
 
-def build_job_config(job_id: str, job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec | None) -> Any:
+def build_job_config(
+    job_id: str, job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec | None, lineage: str | None = None
+) -> Any:
     """The queue's JobConfig for a job (retry policy, crawl caps, priority, dedupe) with its worker spec."""
     from trawl.api.tenancy import DEFAULT_PRIORITY
     from trawl.queue.model import JobConfig, RetryPolicy
 
-    spec = build_worker_spec(job_spec, pool_spec)
+    spec = build_worker_spec(job_spec, pool_spec, lineage)
     retry = ResolvedRetry.model_validate(spec["retry"])
     dedupe = job_spec.dedupe
     ceilings = pool_spec.ceilings() if pool_spec is not None else None

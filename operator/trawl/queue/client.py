@@ -545,7 +545,7 @@ class Queue:
     # ------------------------------------------------------------------ status
 
     async def job_stats(self, job_id: str) -> JobStats:
-        fields = ("tot", "pen", "inf", "ret", "suc", "dead", "ed", "sus", "fc", "fin", "dld")
+        fields = ("tot", "pen", "inf", "ret", "suc", "dead", "ed", "sus", "fc", "fin", "dld", "rn", "rc", "ru", "rg")
         raw = await self._retrying(lambda: self.redis.hmget(self.keys.job(job_id), fields))  # type: ignore[arg-type,return-value]
         if raw[0] is None:
             return JobStats(0, 0, 0, 0, 0, 0, False, False, None, exists=False)
@@ -562,6 +562,7 @@ class Queue:
             first_claim_at=float(v[8]) if v[8] else None,
             finished_at=float(v[9]) if v[9] else None,
             dead_dropped=int(v[10] or 0),
+            changes=(int(v[11] or 0), int(v[12] or 0), int(v[13] or 0), int(v[14] or 0)),
         )
 
     async def job_spec(self, job_id: str) -> dict[str, Any] | None:

@@ -245,6 +245,10 @@ class Keys:
         """The domains whose circuit breaker held the job's tasks back (:mod:`trawl.queue.notes`)."""
         return throttled_key(self.job(job_id))
 
+    def page_state(self, lineage: str) -> str:
+        """A refresh lineage's page state, URL digest -> state (:mod:`trawl.queue.pagestate`)."""
+        return f"{self.prefix}:ps:{lineage}"
+
     def rate_limit(self, domain: str, kind: str = "rate") -> str:
         """Per-domain politeness state shared by a pool's workers (``kind``: e.g. ``rate``, ``conc``)."""
         return f"{self.prefix}:rl:{kind}:{domain}"

@@ -94,6 +94,8 @@ class JobStats:
     exists: bool = True  # False when the job was never registered or was cancelled/expired
     finished_at: float | None = None  # when its last task was acked or dead-lettered (the queue's "fin")
     dead_dropped: int = 0  # dead letters whose records were dropped (the oldest beyond the job's cap)
+    # A refresh job's pages by label (trawl.queue.pagestate): new, changed, unchanged, gone.
+    changes: tuple[int, int, int, int] = (0, 0, 0, 0)
 
     @property
     def finished(self) -> bool:

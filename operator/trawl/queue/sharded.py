@@ -498,6 +498,12 @@ def _merge_stats(all_parts: Sequence[JobStats]) -> JobStats:
         exists=home.exists,
         finished_at=max(f for f in fins if f is not None) if all(f is not None for f in fins) else None,
         dead_dropped=sum(p.dead_dropped for p in parts),
+        changes=(
+            sum(p.changes[0] for p in parts),
+            sum(p.changes[1] for p in parts),
+            sum(p.changes[2] for p in parts),
+            sum(p.changes[3] for p in parts),
+        ),
     )
 
 

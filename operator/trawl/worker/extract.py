@@ -17,10 +17,12 @@ from selectolax.lexbor import LexborNode as Node
 from w3lib.encoding import html_body_declared_encoding, html_to_unicode, http_content_type_encoding, read_bom
 
 from trawl.api.patterns import compiled as compiled_pattern
+from trawl.refresh import fingerprint as fingerprints
 
 _WS = re.compile(r"\s+")
 _SKIP_TEXT_TAGS = ("script", "style", "noscript", "template", "head")
 _UTF8 = frozenset({"utf-8", "utf8"})  # w3lib's names for UTF-8 (resolved labels, and its default)
+FINGERPRINT_TEXT = 2_000_000  # characters of readable text a Text fingerprint covers (a record's text: 100,000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +42,9 @@ class ExtractOptions:
     title: bool = True
     text: bool = False
     only_matching: str | None = None
+    # A refresh job's fingerprint of the page, computed where the page is parsed: "Record" (the fields
+    # extracted) or "Text" (the readable text); "" for none (or "Body", which the worker takes of the bytes).
+    fingerprint: str = ""
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> ExtractOptions:
@@ -106,6 +111,7 @@ class Page:
     data: dict[str, Any] = field(default_factory=dict)  # the record's fields (title, fields, links...)
     links: list[str] = field(default_factory=list)  # absolute hrefs, for crawl mode
     matched: bool = True  # only_matching
+    fingerprint: str = ""  # ExtractOptions.fingerprint's, of a matched page
 
 
 class Extractor:
@@ -165,6 +171,12 @@ class Extractor:
             data["images"] = list(dict.fromkeys(images))
         if opts.text:
             data["text"] = readable_text(tree)
+        if opts.fingerprint == "Record":
+            page.fingerprint = fingerprints.of_record(data)
+        elif opts.fingerprint == "Text":
+            page.fingerprint = fingerprints.of_text(
+                data["text"] if opts.text else readable_text(tree, FINGERPRINT_TEXT)
+            )
         return page
 
     @staticmethod

@@ -15,7 +15,7 @@ import email.utils
 import functools
 import time
 import zlib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urljoin, urlsplit
@@ -301,14 +301,18 @@ class Fetcher:
         headers: dict[str, str] | None = None,
         user_agent: str | None = None,
         before_hop: HopHook | None = None,
+        conditional: Mapping[str, str] | None = None,
     ) -> FetchResult:
-        """GET ``url`` following redirects by hand; raises :class:`FetchError` on any failure."""
+        """GET ``url`` following redirects by hand; raises :class:`FetchError` on any failure.
+
+        ``conditional``: validators (If-None-Match, If-Modified-Since) of ``url`` itself, so sent with the first
+        request only, never to where it redirects; a 304 to them is a result with status 304 and no body."""
         if self._session is None:
             await self.start()
         started = time.monotonic()
         try:
             async with asyncio.timeout(limits.total_timeout):
-                return await self._fetch(url, limits, headers, user_agent, before_hop, started)
+                return await self._fetch(url, limits, headers, user_agent, before_hop, started, conditional)
         except TimeoutError as exc:
             raise FetchError(
                 FailureClass.TIMEOUT, f"fetch of {url} exceeded {limits.total_timeout:g}s", url=url
@@ -322,6 +326,7 @@ class Fetcher:
         user_agent: str | None,
         before_hop: HopHook | None,
         started: float,
+        conditional: Mapping[str, str] | None = None,
     ) -> FetchResult:
         assert self._session is not None
         req_headers = {k: v for k, v in (headers or {}).items() if k.lower() not in HOP_BY_HOP}
@@ -341,6 +346,8 @@ class Fetcher:
             # The first hop is the first URL's origin by definition: the origins are compared (two URL
             # parses) only after a redirect.
             hop_headers = req_headers if not redirects or _origin_of(current) == _origin_of(url) else own_headers
+            if conditional and not redirects:
+                hop_headers = {**hop_headers, **conditional}
             try:
                 async with self._session.get(
                     current, headers=hop_headers, allow_redirects=False, timeout=timeout
@@ -359,6 +366,8 @@ class Fetcher:
                         current = urljoin(current, location)
                         redirects.append(current)
                         continue
+                    if status == 304 and conditional and not redirects:
+                        return _not_modified(resp, url, started)
                     error = classify_status(status, parse_retry_after(resp.headers.get("Retry-After")))
                     if error is not None:
                         error.url = current
@@ -444,6 +453,21 @@ class Fetcher:
 
 
 @functools.lru_cache(maxsize=4096)  # a pure function of the host; a crawl asks it once per page
+def _not_modified(resp: aiohttp.ClientResponse, url: str, started: float) -> FetchResult:
+    """A 304 to the validators sent: nothing to read (RFC 9110 15.4.5: a 304 has no content)."""
+    return FetchResult(
+        url=url,
+        final_url=url,
+        status=304,
+        headers=dict(resp.headers),
+        body=b"",
+        content_type="",
+        charset=None,
+        elapsed=time.monotonic() - started,
+        wire_bytes=0,
+    )
+
+
 def _is_ip(host: str) -> bool:
     import ipaddress
 

@@ -9,7 +9,8 @@ order (so a crash at any point leaves the task leased, to be redelivered, and re
 1. links: one ``enqueue_discovered`` per (job, depth) — the queue dedupes and enforces maxPages
    exactly; links this worker already submitted for the job are not sent again;
 2. records: one write per (sink, job) — deduplicated by (job, URL) in the sink;
-3. one ``ack_many`` for every task whose links and record were stored.
+3. a refresh job's page state: one save per (job, lineage) (trawl.queue.pagestate; counted once per page);
+4. one ``ack_many`` for every task whose links, record and page state were stored.
 
 A task whose links could not be enqueued (Redis trouble) is released. A task whose record the sink
 refused is *not* given back (that would refetch the page, again and again while the sink is down): the
@@ -32,15 +33,17 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from trawl.api.policies import FailureClass
 from trawl.queue.model import QueueClient, Task
 from trawl.queue.notes import JobNotes
+from trawl.queue.pagestate import PageStates
 from trawl.sinks.base import Record, Sink, SinkError
 
 from .metrics import WorkerMetrics
+from .refresh import PageWrite
 
 log = logging.getLogger("trawl.worker.finish")
 
@@ -59,6 +62,7 @@ class Finish:
     links: list[str]
     record: Record | None
     sink: Sink | None
+    page: PageWrite | None = None  # a refresh job's page state, saved after the record and before the ack
     sink_failures: int = 0  # failed writes of this record so far
     first_failure: float = 0.0  # monotonic time of the first
 
@@ -78,6 +82,7 @@ class Finisher:
         max_batch: int = 512,
         on_finished: Callable[[int], None] | None = None,
         notes: JobNotes | None = None,
+        pages: PageStates | None = None,
         sink_retry_seconds: float = SINK_RETRY_SECONDS,
         sink_backoff_first: float = SINK_BACKOFF_FIRST,
     ) -> None:
@@ -87,6 +92,7 @@ class Finisher:
         self.max_batch = max_batch
         self.on_finished = on_finished
         self.notes = notes
+        self.pages = pages
         self.sink_retry_seconds = sink_retry_seconds
         self.sink_backoff_first = sink_backoff_first
         self._waiting: dict[int, tuple[Finish, asyncio.TimerHandle]] = {}  # records waiting to be written again
@@ -248,7 +254,10 @@ class Finisher:
                 self.metrics.duplicates.inc(max(0, len(keys) - int(res)))
                 await self._note_sink(job_id, None)
 
-        # 3. acks for the stored, releases for the rest
+        # 3. refresh jobs' page state, once their records are stored
+        await self._save_pages(batch, failed, sink_failed)
+
+        # 4. acks for the stored, releases for the rest
         ok = [batch[i].task for i in range(len(batch)) if i not in failed and i not in sink_failed]
         if ok:
             await self._ack(ok)
@@ -263,6 +272,31 @@ class Finisher:
             self.metrics.outcomes.labels("released").inc()
         for i, reason in sink_failed.items():
             await self._sink_failed(batch[i], reason)
+
+    async def _save_pages(self, batch: list[Finish], failed: dict[int, str], sink_failed: dict[int, str]) -> None:
+        """Save the page state of the stored items, one call per (job, lineage). An item whose save fails
+        is released: its record is stored, and its page is fetched and labelled again from the state as it
+        was (the sink keeps one record per URL and job)."""
+        groups: dict[tuple[str, str], list[int]] = {}
+        for i, item in enumerate(batch):
+            if item.page is not None and i not in failed and i not in sink_failed:
+                groups.setdefault((item.task.job_id, item.page.lineage), []).append(i)
+        if not groups or self.pages is None:
+            return
+        pages = self.pages
+        calls = list(groups.items())
+
+        def save(job_id: str, idxs: list[int]) -> Awaitable[int]:
+            first = batch[idxs[0]].page
+            assert first is not None
+            saves = [p.save for p in (batch[i].page for i in idxs) if p is not None]
+            return pages.save(job_id, first.lineage, first.tag_prefix, saves, first.retain_seconds)
+
+        results = await asyncio.gather(*(save(job_id, idxs) for (job_id, _), idxs in calls), return_exceptions=True)
+        for (_key, idxs), res in zip(calls, results, strict=True):
+            if isinstance(res, BaseException):
+                for i in idxs:
+                    failed[i] = f"saving the page state failed: {res!r}"
 
     async def _sink_failed(self, item: Finish, reason: str) -> None:
         """Keep the record and write it again later, or, once its budget is spent, dead-letter the task."""

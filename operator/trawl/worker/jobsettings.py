@@ -7,13 +7,14 @@ crawl policy the worker runs on.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from trawl.api.policies import ResolvedPoliteness, ResolvedRequest, ResolvedRetry
 from trawl.api.render import RenderSpec
 from trawl.api.scrapejob import CrawlSpec, ExtractSpec, OutputSpec
 from trawl.jobspec.headerscope import HeaderScope
+from trawl.refresh.decide import RefreshSettings
 
 from .extract import ExtractOptions
 from .urls import CrawlPolicy
@@ -32,6 +33,7 @@ class WorkerJobSpec:
     output: OutputSpec
     render: RenderSpec | None = None  # set only for mode Browser
     headers: HeaderScope | None = None  # which requests carry which headers; None: the job sends none
+    refresh: RefreshSettings | None = None  # spec.refresh (trawl.worker.refresh)
 
 
 def parse_worker_spec(spec: dict[str, Any] | None) -> WorkerJobSpec:
@@ -41,11 +43,15 @@ def parse_worker_spec(spec: dict[str, Any] | None) -> WorkerJobSpec:
     crawl = CrawlSpec.model_validate(crawl_raw) if crawl_raw is not None else None
     extract = ExtractSpec.model_validate(spec.get("extract") or {})
     request = ResolvedRequest.model_validate(spec.get("request") or {})
+    refresh = RefreshSettings.parse(spec.get("refresh"))
+    extract_options = ExtractOptions.from_dict(extract.model_dump(mode="json"))
+    if refresh is not None and refresh.fingerprint in ("Record", "Text"):
+        extract_options = replace(extract_options, fingerprint=refresh.fingerprint)
     return WorkerJobSpec(
         request=request,
         politeness=ResolvedPoliteness.model_validate(spec.get("politeness") or {}),
         retry=ResolvedRetry.model_validate(spec.get("retry") or {}),
-        extract=ExtractOptions.from_dict(extract.model_dump(mode="json")),
+        extract=extract_options,
         crawl=(
             CrawlPolicy.build(
                 scope=str(crawl.scope.value if hasattr(crawl.scope, "value") else crawl.scope),
@@ -60,4 +66,5 @@ def parse_worker_spec(spec: dict[str, Any] | None) -> WorkerJobSpec:
         output=OutputSpec.model_validate(spec.get("output") or {}),
         render=RenderSpec.model_validate(spec["render"]) if spec.get("render") else None,
         headers=HeaderScope.parse(request.headers, spec.get("header_scope")),
+        refresh=refresh,
     )

@@ -67,6 +67,12 @@ class WorkerMetrics:
             "trawl_worker_rate_limit_wait_seconds_total", "Seconds spent waiting for a domain's rate.", registry=r
         )
         self.results = Counter("trawl_worker_results_written_total", "Result records written.", registry=r)
+        self.refresh = Counter(
+            "trawl_worker_refresh_pages_total",
+            "Refresh jobs' pages by what changed since the lineage's last run (new, changed, unchanged, gone).",
+            ["change"],
+            registry=r,
+        )
         self.duplicates = Counter(
             "trawl_worker_duplicate_records_total",
             "Records not written because their (job, URL) was stored already: a redelivered task's second "

@@ -90,7 +90,7 @@ def _child_main(conn: Connection) -> None:
                     extractors.clear()
                 extractor = extractors[key] = Extractor(options, need_links=need_links)
             page = extractor.extract(body, url, content_type=content_type)
-            reply: tuple[Any, ...] = ("ok", page.data, page.links, page.matched)
+            reply: tuple[Any, ...] = ("ok", page.data, page.links, page.matched, page.fingerprint)
         except Exception as exc:  # a bug in extraction: the page fails, the child lives on
             reply = ("error", f"{type(exc).__name__}: {exc}")
         try:
@@ -190,7 +190,7 @@ class ParsePool:
                 await asyncio.shield(self._replace(child))
         if reply[0] != "ok":
             raise RuntimeError(f"extraction failed: {reply[1]}")  # a bug, not the page: class Internal
-        return Page(data=reply[1], links=reply[2], matched=reply[3])
+        return Page(data=reply[1], links=reply[2], matched=reply[3], fingerprint=reply[4])
 
     async def _replace(self, child: _Child) -> None:
         await asyncio.to_thread(child.kill)

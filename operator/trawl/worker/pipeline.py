@@ -28,6 +28,7 @@ from trawl.queue.claimsize import TaskTimer
 from trawl.queue.errors import QueueUnavailable
 from trawl.queue.model import QueueClient, Task
 from trawl.queue.notes import JobNotes
+from trawl.queue.pagestate import PageStates
 from trawl.redisconn.client import TRANSIENT_ERRORS
 from trawl.sinks.base import Record, record_key
 from trawl.worker.browser.hook import BrowserCrashed, Renderer
@@ -40,6 +41,8 @@ from .jobsettings import WorkerJobSpec
 from .metrics import WorkerMetrics
 from .parsepool import ParseLimit, ParsePool
 from .politeness import DomainLimiter, RateWaitTooLong, RobotsCache
+from .refresh import RefreshPage
+from .refresh import begin as refresh_begin
 from .urls import host_of
 
 log = logging.getLogger("trawl.worker")
@@ -68,6 +71,15 @@ def is_skipped(failure: FailureClass, depth: int) -> bool:
     """A link the crawl found that robots.txt forbids is not a failure of the job: it is recorded as skipped
     (count and sample on the job's status) and acked. A listed seed (depth 0) stays a dead letter."""
     return failure == FailureClass.ROBOTS_DISALLOWED and depth > 0
+
+
+def _labelled(record: Record | None, refresh: RefreshPage) -> Record | None:
+    """A refresh job's record of a fetched page: labelled, or none for an unchanged page (unless all are
+    written)."""
+    if record is None or not refresh.write_record:
+        return None
+    record.data.update(refresh.record_fields())
+    return record
 
 
 def record_for(task: Task, result: FetchResult, data: dict[str, Any], render_info: dict[str, Any]) -> Record:
@@ -108,6 +120,7 @@ class TaskPipeline:
         notes: JobNotes,
         task_time: TaskTimer,
         max_rate_wait: float,
+        pages: PageStates,
     ) -> None:
         self.queue = queue
         self.worker_id = worker_id
@@ -125,6 +138,7 @@ class TaskPipeline:
         self.notes = notes
         self.task_time = task_time  # how long a task holds its slot, which sizes the runner's claims
         self.max_rate_wait = max_rate_wait  # wait longer for a domain and the task is given back with a delay
+        self.pages = pages  # refresh jobs' page state (trawl.worker.refresh)
         self._deferred: OrderedDict[tuple[str, str], int] = OrderedDict()  # Retry-After releases per task
 
     async def process(self, task: Task) -> None:
@@ -182,6 +196,7 @@ class TaskPipeline:
         verdict = await self.breaker.check(domain)
         if verdict.state == "open":
             return await self._circuit_open(task, domain, verdict)
+        refresh = await self._refresh_begin(task, spec) if spec.refresh is not None else None
         fetch_started = time.monotonic()
         render_info: dict[str, Any] = {}
         try:
@@ -212,6 +227,7 @@ class TaskPipeline:
                         headers=scope.for_request(task.url, task.url, task.depth) if scope is not None else None,
                         user_agent=spec.request.user_agent,
                         before_hop=before_hop,
+                        conditional=refresh.headers if refresh is not None else None,
                     )
             elapsed = time.monotonic() - fetch_started - waited
             if pol.adaptive_delay:
@@ -228,7 +244,11 @@ class TaskPipeline:
         except BrowserCrashed as exc:
             return await self._browser_crashed(task, exc)
         except FetchError as exc:
+            if refresh is not None and refresh.gone(exc.status):
+                return self._hand_refresh(task, job, refresh, exc.status)
             return await self._failed(task, job, domain, exc, time.monotonic() - fetch_started - waited)
+        if refresh is not None and refresh.not_modified(result):
+            return self._hand_refresh(task, job, refresh, result.status)
 
         content_type = result.content_type + (f"; charset={result.charset}" if result.charset else "")
         try:
@@ -239,7 +259,42 @@ class TaskPipeline:
         if spec.crawl is not None and page.links:
             links = spec.crawl.select(page.links, task.url, task.depth, self.finisher.submitted(task.job_id))
         record = record_for(task, result, page.data, render_info) if page.matched else None
-        self.finisher.submit(Finish(task, links, record, job.sink))
+        page_write = None
+        if refresh is not None and page.matched:
+            refresh.fetched(result, page.fingerprint)
+            self.metrics.refresh.labels(refresh.record_fields()["change"]).inc()
+            record = _labelled(record, refresh)
+            page_write = refresh.write()
+        self.finisher.submit(Finish(task, links, record, job.sink, page=page_write))
+        return "handed"
+
+    async def _refresh_begin(self, task: Task, spec: WorkerJobSpec) -> RefreshPage:
+        """What the lineage knows of the page. A crawl page whose links are followed is fetched in full: a
+        304 has no body to find them in."""
+        assert spec.refresh is not None
+        page = await refresh_begin(self.pages, spec.refresh, task)
+        if spec.crawl is not None and task.depth < spec.crawl.max_depth:
+            page.headers = {}
+        return page
+
+    def _hand_refresh(self, task: Task, job: Job, refresh: RefreshPage, status: int | None) -> str:
+        """A page decided without a body (a 304: unchanged; a 404/410: gone): its record, if it writes one,
+        says where, when and what; its state goes to the finisher."""
+        record = None
+        if refresh.write_record:
+            fields = {
+                "key": record_key(task.job_id, task.url),
+                "job": task.job_id,
+                "url": task.url,
+                "status": status,
+                "depth": task.depth,
+                "attempt": task.attempt,
+                "fetchedAt": round(time.time(), 3),
+                **refresh.record_fields(),
+            }
+            record = Record(task.job_id, task.url, fields)
+        self.metrics.refresh.labels(refresh.record_fields()["change"]).inc()
+        self.finisher.submit(Finish(task, [], record, job.sink, page=refresh.write()))
         return "handed"
 
     async def _before_hop(self, url: str, spec: WorkerJobSpec) -> None:

@@ -26,6 +26,7 @@ from trawl.queue.claimsize import ClaimState, TaskTimer, claim_size
 from trawl.queue.errors import WorkerCordoned
 from trawl.queue.model import QueueClient, Task
 from trawl.queue.notes import JobNotes
+from trawl.queue.pagestate import PageStates
 from trawl.worker.browser.hook import Renderer
 from trawl.worker.browser.usage import FLUSH_SECONDS
 
@@ -88,6 +89,7 @@ class Worker:
             unavailable_seconds=config.robots_unavailable_seconds,
         )
         self.notes = JobNotes(redis, keys.job)
+        self.pages = PageStates(redis, keys)  # refresh jobs' page state, on the home shard with the notes
         self.breaker = CircuitBreaker(
             redis,
             lambda domain: keys.rate_limit(domain, "cb"),
@@ -127,6 +129,7 @@ class Worker:
             self.metrics,
             on_finished=self._finished,
             notes=self.notes,
+            pages=self.pages,
             sink_retry_seconds=config.sink_retry_seconds,
             sink_backoff_first=config.sink_backoff_seconds,
         )
@@ -151,6 +154,7 @@ class Worker:
             notes=self.notes,
             task_time=self._task_time,
             max_rate_wait=self.config.max_rate_wait,
+            pages=self.pages,
         )
 
     # --- lifecycle -----------------------------------------------------------------------------

@@ -83,6 +83,7 @@ async def _job(
                 now=clock.now(),
                 secrets=secret_index,
                 namespaces=namespace_labels,
+                job_labels=meta.labels,
             )
         except Exception as exc:
             outcome = failed_job(generation, current, clock.now(), *unexpected("ScrapeJob", meta, exc))

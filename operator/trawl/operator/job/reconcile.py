@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from redis.exceptions import OutOfMemoryError, RedisError
 
 from trawl.api.common import parse_time, validation_message
-from trawl.api.naming import ANNOTATION_RETRY_DEAD, GROUP, RETRY_ALL_SUFFIX, VERSION
+from trawl.api.naming import ANNOTATION_RETRY_DEAD, GROUP, LABEL_CRON, RETRY_ALL_SUFFIX, VERSION
 from trawl.api.policies import PERMANENT_CLASSES
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.api.scrapepool import ScrapePoolSpec
@@ -41,6 +41,7 @@ from trawl.jobspec.tenancy import (
     tenant_of,
     tenant_policy,
 )
+from trawl.jobspec.wire import refresh_lineage
 from trawl.operator import kube
 from trawl.operator.conditions import ConditionType, get_condition
 from trawl.operator.connections import RedisConnections, pool_queue
@@ -112,10 +113,10 @@ def failed_job(generation: int, status: Mapping[str, Any], now: datetime, reason
     return JobOutcome(*derive_job_status(facts, dict(status), now))
 
 
-def job_config(uid: str, spec: ScrapeJobSpec, pool: ScrapePoolSpec) -> JobConfig:
+def job_config(uid: str, spec: ScrapeJobSpec, pool: ScrapePoolSpec, lineage: str | None = None) -> JobConfig:
     from trawl.jobspec.wire import build_job_config
 
-    config: JobConfig = build_job_config(uid, spec, pool)
+    config: JobConfig = build_job_config(uid, spec, pool, lineage)
     return config
 
 
@@ -164,8 +165,9 @@ async def _enqueue_seeds(queue: Queue, uid: str, spec: ScrapeJobSpec) -> int:
     return min(position, end)
 
 
-def admit(uid: str, spec: ScrapeJobSpec, pool: ScrapePoolSpec) -> JobConfig | Problem:
-    """The job's configuration on its pool, or why the pool cannot run it (no I/O)."""
+def admit(uid: str, spec: ScrapeJobSpec, pool: ScrapePoolSpec, lineage: str | None = None) -> JobConfig | Problem:
+    """The job's configuration on its pool, or why the pool cannot run it (no I/O). ``lineage``: a refresh
+    job's page state (trawl.jobspec.wire.refresh_lineage)."""
     unmounted = unmounted_secrets(spec, pool)
     if unmounted:
         return Problem(
@@ -183,7 +185,7 @@ def admit(uid: str, spec: ScrapeJobSpec, pool: ScrapePoolSpec) -> JobConfig | Pr
     if no_browser is not None:
         return Problem("BrowserNotAvailable", no_browser)
     try:
-        config = job_config(uid, spec, pool)
+        config = job_config(uid, spec, pool, lineage)
     except ValueError as exc:
         return Problem("InvalidSpec", f"spec combined with pool defaults is invalid: {exc}")
     unusable = spec_problem(config.spec)
@@ -206,9 +208,11 @@ async def reconcile_job(
     now: datetime,
     secrets: Mapping[Any, Any] | None = None,
     namespaces: Mapping[Any, Any] | None = None,
+    job_labels: Mapping[str, str] | None = None,
 ) -> JobOutcome:
     """One pass over a job. ``secrets``: the operator's Secret index (None: no Secrets exist); ``namespaces``:
-    its Namespace-labels index (read for a pool whose tenancy names a tenantLabel)."""
+    its Namespace-labels index (read for a pool whose tenancy names a tenantLabel); ``job_labels``: the job's
+    own (a CronScrapeJob's jobs share its refresh lineage)."""
     prev = dict(status)
     try:
         spec = ScrapeJobSpec.model_validate(dict(spec_raw))
@@ -230,7 +234,8 @@ async def reconcile_job(
     config: JobConfig | None = None
     if not_shared is None:
         # Checked only for a job the pool serves: one it does not learns nothing of the pool's settings.
-        admitted = admit(uid, spec, pool.spec)
+        lineage = refresh_lineage(namespace, name, spec, (job_labels or {}).get(LABEL_CRON))
+        admitted = admit(uid, spec, pool.spec, lineage)
         if isinstance(admitted, Problem):
             return stalled(admitted)
         config = admitted

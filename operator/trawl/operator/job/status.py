@@ -110,6 +110,8 @@ def _progress(status: dict[str, Any], facts: JobFacts, prev: Mapping[str, Any], 
     completion_time = prev.get("completionTime") if phase in TERMINAL else None
     if stats is not None and stats.exists:
         status["counts"] = _counts(stats, facts.skipped)
+        if any(stats.changes):  # a refresh job's pages by label (spec.refresh)
+            status["changes"] = dict(zip(("new", "changed", "unchanged", "gone"), stats.changes, strict=True))
         done = stats.succeeded + stats.dead
         status["progress"] = int(100 * done / stats.total) if stats.total else 0
         if start_time is None and stats.first_claim_at is not None:
@@ -121,6 +123,8 @@ def _progress(status: dict[str, Any], facts: JobFacts, prev: Mapping[str, Any], 
         _eta(status, stats, prev, phase, parse_time(start_time), now)
     elif "counts" in prev:
         status["counts"] = prev["counts"]
+        if "changes" in prev:
+            status["changes"] = prev["changes"]
         if "progress" in prev:
             status["progress"] = prev["progress"]
     if phase in TERMINAL and completion_time is None:

@@ -1,0 +1,54 @@
+"""Refresh jobs' page state (spec.refresh) beside the queue: per lineage, one hash of URL -> what the last run
+learnt (``<prefix>:ps:<namespace>/<lineage>``), and per job the count of pages by label in its job hash
+(``rn``/``rc``/``ru``/``rg``: new, changed, unchanged, gone), which the operator shows as status.changes.
+
+Values are opaque here (trawl.refresh.state encodes them). A lineage outlives its jobs: its hash expires when
+no run wrote to it for its retention, never with a job. On a sharded pool it lives on the home shard, with
+the results and the notes. The save and the counts are one script, after the page's record is stored and
+before its ack (trawl.worker.finish), so a page is counted once however often its task is redelivered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+
+from trawl.redisconn.scripts import read_script
+
+from .keys import Keys
+
+COUNTERS = {"new": "rn", "changed": "rc", "unchanged": "ru", "gone": "rg"}
+
+
+@dataclass(frozen=True, slots=True)
+class PageSave:
+    """One page's state to save: its hash field, the encoded state, and its label (a key of COUNTERS)."""
+
+    field: str
+    value: str
+    change: str
+
+
+class PageStates:
+    def __init__(self, redis: Redis, keys: Keys) -> None:
+        self.redis = redis
+        self.keys = keys
+        self._save = redis.register_script(read_script("trawl.queue", "page_state_save"))
+
+    async def get(self, lineage: str, field: str) -> bytes | str | None:
+        value: bytes | str | None = await self.redis.hget(self.keys.page_state(lineage), field)  # type: ignore[misc]
+        return value
+
+    async def save(
+        self, job_id: str, lineage: str, tag_prefix: str, pages: Sequence[PageSave], retain_seconds: int
+    ) -> int:
+        """Save the pages' state and count their labels on the job (once per page and job)."""
+        if not pages:
+            return 0
+        args: list[str | int] = [max(1, int(retain_seconds)), tag_prefix]
+        for page in pages:
+            args += [page.field, page.value, COUNTERS[page.change]]
+        keys = [self.keys.job(job_id), self.keys.page_state(lineage)]
+        return int(await self._save(keys=keys, args=args))

@@ -1,0 +1,119 @@
+"""What a refresh job's worker does with a page, given the lineage's state of it: the validators it sends,
+the label the page gets, the state saved, and whether a record is written. Pure (no I/O).
+
+A task can be redelivered after its state was saved (the worker died before its ack): the state then carries
+this job's own tag, and the label already decided stands. Such a task is fetched in full, without
+validators, so its record can be rebuilt (the sink keeps one record per URL and job, whichever write wins).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .state import Change, PageState
+
+GONE_STATUSES = frozenset({404, 410})
+
+
+@dataclass(frozen=True, slots=True)
+class RefreshSettings:
+    """spec.refresh as the worker reads it from the job's settings (trawl.jobspec.wire)."""
+
+    lineage: str  # "<namespace>/<lineage>": the operator sets the namespace, never the job author
+    fingerprint: str = "Record"  # Record, Text or Body
+    conditional: bool = True
+    records_all: bool = False
+    retain_seconds: int = 30 * 86400
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any] | None) -> RefreshSettings | None:
+        if not raw or not raw.get("lineage"):
+            return None
+        return cls(
+            lineage=str(raw["lineage"]),
+            fingerprint=str(raw.get("fingerprint") or "Record"),
+            conditional=bool(raw.get("conditional", True)),
+            records_all=bool(raw.get("records_all", False)),
+            retain_seconds=int(raw.get("retain_seconds") or 30 * 86400),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A page's label, the state to save for it, and whether it writes a record."""
+
+    change: Change
+    state: PageState
+    write_record: bool
+
+
+def conditional_headers(old: PageState | None, tag: str, settings: RefreshSettings) -> dict[str, str]:
+    """The validators to send with the first request of a page."""
+    if not settings.conditional or old is None or old.tag == tag or old.change == Change.GONE:
+        return {}
+    headers = {}
+    if old.etag:
+        headers["If-None-Match"] = old.etag
+    if old.last_modified:
+        headers["If-Modified-Since"] = old.last_modified
+    return headers
+
+
+def fetched(
+    old: PageState | None, tag: str, fingerprint: str, validators: Mapping[str, str], now: int, records_all: bool
+) -> Outcome:
+    """A page fetched in full (2xx): new, changed or unchanged by its fingerprint."""
+    if old is not None and old.tag == tag:
+        return _again(old, now, records_all)
+    if old is None or old.change == Change.GONE:
+        change, changed_at = Change.NEW, now
+    elif old.fingerprint == fingerprint:
+        change, changed_at = Change.UNCHANGED, old.changed_at
+    else:
+        change, changed_at = Change.CHANGED, now
+    state = PageState(
+        tag=tag,
+        change=change,
+        fingerprint=fingerprint,
+        etag=validators.get("etag", ""),
+        last_modified=validators.get("last-modified", ""),
+        fetched_at=now,
+        changed_at=changed_at,
+    )
+    return Outcome(change, state, writes_record(change, records_all))
+
+
+def not_modified(old: PageState, tag: str, validators: Mapping[str, str], now: int, records_all: bool) -> Outcome:
+    """A 304 to the validators sent: unchanged, and nothing was fetched to tell otherwise. A 304 may carry
+    newer validators (RFC 9111 4.3.4): they replace the stored ones."""
+    state = PageState(
+        tag=tag,
+        change=Change.UNCHANGED,
+        fingerprint=old.fingerprint,
+        etag=validators.get("etag") or old.etag,
+        last_modified=validators.get("last-modified") or old.last_modified,
+        fetched_at=now,
+        changed_at=old.changed_at,
+    )
+    return Outcome(Change.UNCHANGED, state, records_all)
+
+
+def gone(old: PageState | None, tag: str, status: int | None, now: int) -> Outcome | None:
+    """A 404 or 410 for a page the lineage had seen: gone (a record, not a failure). None for any other
+    failure, or a page never seen (which fails as in any job)."""
+    if old is None or status not in GONE_STATUSES:
+        return None
+    if old.tag == tag:
+        return _again(old, now, True)
+    state = PageState(tag=tag, change=Change.GONE, fetched_at=now, changed_at=now)
+    return Outcome(Change.GONE, state, True)
+
+
+def writes_record(change: Change, records_all: bool) -> bool:
+    return records_all or change != Change.UNCHANGED
+
+
+def _again(old: PageState, now: int, records_all: bool) -> Outcome:
+    return Outcome(old.change, replace(old, fetched_at=now), writes_record(old.change, records_all))

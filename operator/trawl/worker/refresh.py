@@ -1,0 +1,95 @@
+"""A refresh job's pages in the worker (spec.refresh): read the lineage's state of a page before its fetch,
+send its validators, label what came back, and hand the state to save to the finisher, which saves it after
+the page's record is stored and before its ack (trawl.worker.finish). The decisions are trawl.refresh.decide's.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from trawl.queue.model import Task
+from trawl.queue.pagestate import PageSave, PageStates
+from trawl.refresh import decide
+from trawl.refresh import fingerprint as fingerprints
+from trawl.refresh.decide import Outcome, RefreshSettings
+from trawl.refresh.state import PageState, decode, encode, encoded_prefix, job_tag, url_field
+
+from .fetch import FetchResult
+
+
+@dataclass(frozen=True, slots=True)
+class PageWrite:
+    """A page's state for the finisher to save (trawl.queue.pagestate)."""
+
+    lineage: str
+    tag_prefix: str
+    retain_seconds: int
+    save: PageSave
+
+
+@dataclass(slots=True)
+class RefreshPage:
+    """One task's page under spec.refresh: what the lineage knew of it, and its decision once made."""
+
+    settings: RefreshSettings
+    tag: str
+    key: str  # the page's field in the lineage's hash
+    old: PageState | None
+    outcome: Outcome | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def write_record(self) -> bool:
+        return self.outcome is None or self.outcome.write_record
+
+    def record_fields(self) -> dict[str, Any]:
+        """What the record adds: its label."""
+        return {"change": self.outcome.change.value} if self.outcome is not None else {}
+
+    def not_modified(self, result: FetchResult) -> bool:
+        """Decide a 304 (True), which only validators this page sent can earn."""
+        if result.status != 304 or self.old is None:
+            return False
+        self.outcome = decide.not_modified(
+            self.old, self.tag, _validators(result), int(time.time()), self.settings.records_all
+        )
+        return True
+
+    def fetched(self, result: FetchResult, page_fingerprint: str) -> None:
+        fp = page_fingerprint if self.settings.fingerprint != "Body" else fingerprints.of_bytes(result.body)
+        self.outcome = decide.fetched(
+            self.old, self.tag, fp, _validators(result), int(time.time()), self.settings.records_all
+        )
+
+    def gone(self, status: int | None) -> bool:
+        """Decide a failed fetch: True when it means the page is gone (a record, not a failure)."""
+        self.outcome = decide.gone(self.old, self.tag, status, int(time.time()))
+        return self.outcome is not None
+
+    def write(self) -> PageWrite | None:
+        if self.outcome is None:
+            return None
+        save = PageSave(self.key, encode(self.outcome.state), self.outcome.change.value)
+        return PageWrite(self.settings.lineage, encoded_prefix(self.tag), self.settings.retain_seconds, save)
+
+
+async def begin(pages: PageStates, settings: RefreshSettings, task: Task) -> RefreshPage:
+    """Read what the lineage knows of the task's page (one HGET) and the validators to send."""
+    field_name = url_field(task.url)
+    old = decode(await pages.get(settings.lineage, field_name))
+    tag = job_tag(task.job_id)
+    page = RefreshPage(settings, tag, field_name, old)
+    page.headers = decide.conditional_headers(old, tag, settings)
+    return page
+
+
+def _validators(result: FetchResult) -> dict[str, str]:
+    """The response's validators, by lower-case name."""
+    found = {}
+    for name, value in result.headers.items():
+        lower = name.lower()
+        if lower in ("etag", "last-modified"):
+            found[lower] = value
+    return found
