@@ -13,6 +13,7 @@ from typing import Any
 from trawl.api.policies import ResolvedPoliteness, ResolvedRequest, ResolvedRetry
 from trawl.api.render import RenderSpec
 from trawl.api.scrapejob import CrawlSpec, ExtractSpec, OutputSpec
+from trawl.jobspec.domains import DomainRules, HostCache
 from trawl.jobspec.headerscope import HeaderScope
 
 from .extract import ExtractOptions
@@ -32,6 +33,14 @@ class WorkerJobSpec:
     output: OutputSpec
     render: RenderSpec | None = None  # set only for mode Browser
     headers: HeaderScope | None = None  # which requests carry which headers; None: the job sends none
+    hosts: HostCache | None = None  # the rate and concurrency per host (domain rules); None: politeness's
+
+    def host(self, authority: str) -> tuple[float, int]:
+        """(requests per second, concurrency) for requests to ``authority`` (a URL's host[:port])."""
+        if self.hosts is None:
+            return self.politeness.requests_per_second, self.politeness.max_concurrency_per_domain
+        got = self.hosts.get(authority)
+        return got.requests_per_second, got.max_concurrency_per_domain
 
 
 def parse_worker_spec(spec: dict[str, Any] | None) -> WorkerJobSpec:
@@ -41,9 +50,12 @@ def parse_worker_spec(spec: dict[str, Any] | None) -> WorkerJobSpec:
     crawl = CrawlSpec.model_validate(crawl_raw) if crawl_raw is not None else None
     extract = ExtractSpec.model_validate(spec.get("extract") or {})
     request = ResolvedRequest.model_validate(spec.get("request") or {})
+    politeness = ResolvedPoliteness.model_validate(spec.get("politeness") or {})
+    rules = DomainRules.from_wire(spec.get("domains"))
+    hosts = HostCache(politeness.requests_per_second, politeness.max_concurrency_per_domain, rules) if rules else None
     return WorkerJobSpec(
         request=request,
-        politeness=ResolvedPoliteness.model_validate(spec.get("politeness") or {}),
+        politeness=politeness,
         retry=ResolvedRetry.model_validate(spec.get("retry") or {}),
         extract=ExtractOptions.from_dict(extract.model_dump(mode="json")),
         crawl=(
@@ -59,5 +71,6 @@ def parse_worker_spec(spec: dict[str, Any] | None) -> WorkerJobSpec:
         max_pages=crawl.max_pages if crawl is not None else None,
         output=OutputSpec.model_validate(spec.get("output") or {}),
         render=RenderSpec.model_validate(spec["render"]) if spec.get("render") else None,
-        headers=HeaderScope.parse(request.headers, spec.get("header_scope")),
+        headers=HeaderScope.parse(request.headers, spec.get("header_scope"), hosts),
+        hosts=hosts,
     )
