@@ -168,6 +168,31 @@ INVALID: list[Case] = [
         "spec.defaults.politeness.requestsPerSecond",
         "exceeds jobLimits.requestsPerSecond",
     ),
+    # Per-domain rules: a pool's stay within its jobLimits too; a rule writes its rate once; a host pattern.
+    Case(
+        "pool-domain-rule-above-its-job-limit",
+        "ScrapePool",
+        _pool(
+            defaults={"politeness": {"domains": [{"host": "a.example", "delaySeconds": 0.001}]}},
+            jobLimits={"requestsPerSecond": 100},
+        ),
+        "spec.defaults.politeness.domains",
+        "exceeds jobLimits.requestsPerSecond",
+    ),
+    Case(
+        "domain-rule-rate-twice",
+        "ScrapeJob",
+        _job(politeness={"domains": [{"host": "a.example", "requestsPerSecond": 1, "delaySeconds": 1}]}),
+        "spec.politeness.domains[0]",
+        "not both",
+    ),
+    Case(
+        "domain-rule-host-with-port",
+        "ScrapeJob",
+        _job(politeness={"domains": [{"host": "a.example:8080", "requestsPerSecond": 1}]}),
+        "spec.politeness.domains[0].host",
+        "not a host pattern",
+    ),
     Case(
         "redis-url-and-secret",
         "ScrapePool",

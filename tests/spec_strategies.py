@@ -13,7 +13,7 @@ from typing import Any
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from trawl.api import policies, refresh, render, scrapejob, scrapepool, tenancy
+from trawl.api import domainrules, policies, refresh, render, scrapejob, scrapepool, tenancy
 from trawl.api.cronscrapejob import TIMEZONE_PATTERN, CronScrapeJobSpec, JobTemplateMetadata, ScrapeJobTemplate
 
 Strategy = st.SearchStrategy[Any]
@@ -86,10 +86,26 @@ origin = st.from_regex(r"https?://[a-z]{1,10}\.example(:[1-9][0-9]{0,3})?", full
 pool_request = obj(
     scrapepool.PoolRequestSpec, {"headerOrigins": st.lists(origin, min_size=1, max_size=3)}, _request_fields
 )
+_label = r"[a-z0-9]([a-z0-9-]{0,6}[a-z0-9])?"
+rule_host = st.from_regex(rf"{_label}(\.{_label}){{0,2}}", fullmatch=True)  # a domain rule's host: DNS labels
+_rate_fields: dict[str, Strategy] = {
+    "requestsPerSecond": floats(0, 10000, exclude_min=True),
+    "delaySeconds": floats(0.0001, 86400),
+}
+domain_rule = obj(
+    domainrules.DomainRule,
+    {"host": st.one_of(rule_host, st.builds("*.{}".format, rule_host))},
+    {
+        **_rate_fields,
+        "maxConcurrencyPerDomain": ints(1, 1000),
+        "headers": st.dictionaries(st.from_regex(r"X-[A-Za-z]{1,10}", fullmatch=True), short_text, max_size=2),
+    },
+).filter(lambda r: not ("requestsPerSecond" in r and "delaySeconds" in r) and len(r) > 1 and r.get("headers", 1))
 politeness = obj(
     policies.PolitenessSpec,
     {},
     {
+        "domains": st.lists(domain_rule, max_size=3, unique_by=lambda r: r["host"]),
         "respectRobotsTxt": st.booleans(),
         "requestsPerSecond": floats(0, 10000, exclude_min=True),
         "maxConcurrencyPerDomain": ints(1, 1000),
@@ -630,6 +646,12 @@ def _defaults_within_limits(d: dict[str, Any]) -> dict[str, Any]:
         value = (defaults.get(group) or {}).get(field)
         if value is not None and limits.get(field) is not None and value > limits[field]:
             limits[field] = value
+    for rule in (defaults.get("politeness") or {}).get("domains") or ():  # the pool's rules likewise
+        rates = [rule.get("requestsPerSecond"), 1 / rule["delaySeconds"] if "delaySeconds" in rule else None]
+        for field, value in (("requestsPerSecond", max((r for r in rates if r), default=None)),
+                             ("maxConcurrencyPerDomain", rule.get("maxConcurrencyPerDomain"))):  # fmt: skip
+            if value is not None and limits.get(field) is not None and value > limits[field]:
+                limits[field] = value
     return d
 
 

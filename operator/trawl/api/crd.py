@@ -21,6 +21,7 @@ import yaml
 from pydantic import BaseModel
 
 from .cronscrapejob import REVERSED_RANGE_RULE, CronScrapeJobSpec, CronScrapeJobStatus
+from .domainrules import ONE_RATE_RULE
 from .naming import GROUP, VERSION
 from .scrapejob import PG_HOST_MESSAGE, PG_HOST_PATTERN, URL_RANGE_LENGTH_RULE, ScrapeJobSpec, ScrapeJobStatus
 from .scrapepool import DEFAULTS_WITHIN_LIMITS_RULES, REDIS_DB_RULE, ScrapePoolSpec, ScrapePoolStatus
@@ -85,6 +86,7 @@ _RULES: dict[str, list[dict[str, str]]] = {
     ],
     "CronScrapeJobSpec": [REVERSED_RANGE_RULE],
     "ScrapePoolSpec": DEFAULTS_WITHIN_LIMITS_RULES,
+    "DomainRule": [ONE_RATE_RULE],
     "WorkerSpec": [
         {
             "rule": "!has(self.secretKeys) || self.secretKeys.all(k, has(self.secrets) && k.name in self.secrets)",

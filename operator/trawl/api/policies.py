@@ -11,9 +11,10 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from .common import TrawlModel
+from .domainrules import MAX_DOMAIN_RULES, DomainRule, unique_hosts
 
 DEFAULT_USER_AGENT = "trawl/0.1 (+https://trawl.dev/bot)"
 
@@ -143,6 +144,21 @@ class PolitenessSpec(TrawlModel):
     robots_cache_seconds: int | None = Field(
         default=None, ge=1, le=604800, description="How long a robots.txt is cached. Default: 3600."
     )
+    domains: list[DomainRule] | None = Field(
+        default=None,
+        max_length=MAX_DOMAIN_RULES,
+        description="Rules for particular hosts, matched by host pattern (the most specific wins: an exact host "
+        "over *.domain, then the longer suffix): their rate, concurrency and headers replace the settings above "
+        "for those hosts. A pool's rules bind its jobs: a job's settings and rules may only be stricter for "
+        "the hosts a pool rule matches (a lower rate, a lower concurrency, a longer delay). A job that sets "
+        "domains keeps the pool's rules and adds its own. Render mode and proxy per domain are not built yet.",
+    )
+
+    @field_validator("domains")
+    @classmethod
+    def _unique_hosts(cls, value: list[DomainRule] | None) -> list[DomainRule] | None:
+        unique_hosts(value)
+        return value
 
 
 class RetrySpec(TrawlModel):
@@ -223,7 +239,7 @@ def _layer(resolved_cls: type[TrawlModel], *layers: TrawlModel | None) -> dict[s
         if layer is None:
             continue
         for name in type(layer).model_fields:
-            if name not in resolved_cls.model_fields:  # a pool's own setting (headerOrigins), not resolved
+            if name not in resolved_cls.model_fields:  # headerOrigins, domains: not resolved here
                 continue
             value = getattr(layer, name)
             if value is not None:

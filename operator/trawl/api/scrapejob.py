@@ -691,6 +691,36 @@ class OnCompleteStatus(TrawlModel):
     job: HookOutcome | None = Field(default=None, description="The Job created from the template onComplete.job names.")
 
 
+class EffectiveDomainRule(TrawlModel):
+    """How one host pattern of the pool's and the job's domain rules applies to this job."""
+
+    host: str = Field(max_length=253, description="The host pattern (of a pool rule, a job rule or both).")
+    requests_per_second: float = Field(
+        ge=0, description="The rate a host matching this pattern (and no more specific one) gets."
+    )
+    max_concurrency_per_domain: int = Field(ge=0, description="Its concurrency.")
+    pool_rule: str | None = Field(
+        default=None, max_length=253, description="The pool rule that applied (its host pattern), if any."
+    )
+    job_rule: str | None = Field(
+        default=None, max_length=253, description="The job rule that applied (its host pattern), if any."
+    )
+    header_names: list[str] | None = Field(
+        default=None, max_length=128, description="The names of the rules' headers (never their values)."
+    )
+
+
+class EffectivePoliteness(TrawlModel):
+    """The politeness the job was registered with: its pool's defaults, its own settings and the domain rules
+    of both, resolved."""
+
+    requests_per_second: float = Field(ge=0, description="Per host, for hosts no domain rule matches.")
+    max_concurrency_per_domain: int = Field(ge=0, description="Per host, for hosts no domain rule matches.")
+    domains: list[EffectiveDomainRule] | None = Field(
+        default=None, max_length=128, description="The domain rules as they apply, one per host pattern."
+    )
+
+
 class ScrapeJobStatus(TrawlModel):
     """Observed state of a ScrapeJob, written by the operator."""
 
@@ -753,6 +783,11 @@ class ScrapeJobStatus(TrawlModel):
     )
     tenant: str | None = Field(
         default=None, max_length=253, description="On a pool with spec.tenancy: the tenant the job runs as."
+    )
+    politeness: EffectivePoliteness | None = Field(
+        default=None,
+        description="The politeness the job was registered with (fixed then, as its other settings): the rate "
+        "and concurrency per host, and how each domain rule of the pool and the job applies.",
     )
     queue_epoch: str | None = Field(
         default=None,

@@ -780,6 +780,13 @@ class ScrapePoolSpec(TrawlModel):
                 )
         return self
 
+    @model_validator(mode="after")
+    def _rules_within_limits(self) -> Self:
+        problem = pool_rule_above_limits(self.defaults, self.job_limits)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
     def _default_and_limit(self) -> list[tuple[str, float | None, float | None]]:
         """(the pool default's path, its value, the ceiling set on it), each None when unset."""
         defaults = self.defaults or PoolDefaults()
@@ -823,6 +830,27 @@ class ScrapePoolSpec(TrawlModel):
         )
 
 
+def pool_rule_above_limits(defaults: PoolDefaults | None, limits: JobLimits | None) -> str | None:
+    """Which of the pool's domain rules asks for more than a ceiling its jobLimits set, or None. Like the pool's
+    defaults, its rules stay within the limits its author set; a ceiling left unset does not bind them."""
+    rules = defaults.politeness.domains if defaults and defaults.politeness else None
+    limits = limits or JobLimits()
+    for i, rule in enumerate(rules or ()):
+        rate = rule.rate()
+        if rate is not None and limits.requests_per_second is not None and rate > limits.requests_per_second:
+            return (
+                f"defaults.politeness.domains[{i}] ({rule.host}): {rule.rate_text()} exceeds "
+                f"jobLimits.requestsPerSecond {format_number(limits.requests_per_second)}"
+            )
+        conc, ceiling = rule.max_concurrency_per_domain, limits.max_concurrency_per_domain
+        if conc is not None and ceiling is not None and conc > ceiling:
+            return (
+                f"defaults.politeness.domains[{i}] ({rule.host}): maxConcurrencyPerDomain {conc} exceeds "
+                f"jobLimits.maxConcurrencyPerDomain {ceiling}"
+            )
+    return None
+
+
 # The pool defaults that JobLimits cap, for the API server (ScrapePoolSpec._defaults_within_limits).
 DEFAULTS_WITHIN_LIMITS_RULES = [
     {
@@ -836,6 +864,26 @@ DEFAULTS_WITHIN_LIMITS_RULES = [
         ("request", "maxResponseBytes", "maxResponseBytes"),
         ("politeness", "requestsPerSecond", "requestsPerSecond"),
         ("politeness", "maxConcurrencyPerDomain", "maxConcurrencyPerDomain"),
+    )
+] + [
+    # The same for the pool's domain rules (pool_rule_above_limits).
+    {
+        "rule": f"!has(self.jobLimits) || !has(self.jobLimits.{limit}) || !has(self.defaults) "
+        f"|| !has(self.defaults.politeness) || !has(self.defaults.politeness.domains) "
+        f"|| self.defaults.politeness.domains.all(r, {check})",
+        "message": f"a rule of defaults.politeness.domains exceeds jobLimits.{limit}",
+        "fieldPath": ".defaults.politeness.domains",
+    }
+    for limit, check in (
+        (
+            "requestsPerSecond",
+            "(!has(r.requestsPerSecond) || r.requestsPerSecond <= self.jobLimits.requestsPerSecond) && "
+            "(!has(r.delaySeconds) || 1.0 / r.delaySeconds <= self.jobLimits.requestsPerSecond)",
+        ),
+        (
+            "maxConcurrencyPerDomain",
+            "!has(r.maxConcurrencyPerDomain) || r.maxConcurrencyPerDomain <= self.jobLimits.maxConcurrencyPerDomain",
+        ),
     )
 ]
 

@@ -14,6 +14,7 @@ from trawl.api.common import SecretKeyRef, SecretUse, format_number
 from trawl.api.policies import PolitenessSpec, RequestSpec
 from trawl.api.scrapejob import ScrapeJobSpec
 
+from .domains import rule_problem
 from .headerscope import scope_problem
 
 if TYPE_CHECKING:
@@ -133,7 +134,7 @@ def limit_exceeded(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> str | 
                 f"{job_spec.pool!r} allows (its spec.jobLimits.{limit}): ask for at most that, or have the "
                 f"pool's owner raise it"
             )
-    return None
+    return rule_problem(job_spec, pool_spec)
 
 
 _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # an HTTP token (RFC 9110 5.1)
@@ -164,10 +165,26 @@ def spec_problem(spec: dict[str, Any]) -> str | None:
     if too_wide is not None:
         return too_wide
     headers = {**((spec.get("request") or {}).get("headers") or {}), **((scope or {}).get("pool_headers") or {})}
+    problem = header_problem(headers, "spec.request.headers[{!r}] (or the pool's defaults.request.headers)")
+    if problem is not None:
+        return problem
+    domains = spec.get("domains") or {}
+    for side, field in (("job", "spec.politeness.domains"), ("pool", "the pool's defaults.politeness.domains")):
+        for i, rule in enumerate(domains.get(side) or ()):
+            where = f"{field}[{i}] ({rule.get('host')}).headers[{{!r}}]"
+            problem = header_problem(rule.get("headers") or {}, where)
+            if problem is not None:
+                return problem
+    return None
+
+
+def header_problem(headers: dict[str, Any], where: str) -> str | None:
+    """Why a header of ``headers`` cannot be sent (``where`` formats with its name), or None: one check for
+    the job's request headers and its domain rules' alike."""
     for name, value in headers.items():
-        where = f"spec.request.headers[{name!r}] (or the pool's defaults.request.headers)"
+        at = where.format(name)
         if not _HEADER_NAME.fullmatch(name):
-            return f"{where}: {name!r} is not a valid header name"
+            return f"{at}: {name!r} is not a valid header name"
         if any(c in str(value) for c in "\r\n\0"):
-            return f"{where}: the value contains CR, LF or NUL (header injection)"
+            return f"{at}: the value contains CR, LF or NUL (header injection)"
     return None

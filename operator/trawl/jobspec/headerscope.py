@@ -17,6 +17,10 @@ asks it per request):
   are also the job's own: a job author naming their own server gets none of it. A pool with such a
   header and no ``headerOrigins`` is refused (:class:`trawl.api.scrapepool.PoolRequestSpec`).
 
+- A domain rule's headers (``politeness.domains[].headers``, the pool's and the job's) go with the job's:
+  to its own origins whose host the rule matches, never further; a pool rule's non-harmless ones over
+  https only (:func:`trawl.jobspec.domains.rule_headers`).
+
 The fetcher adds one rule of its own per fetch: a redirect to another origin than the request's (a
 downgrade to http on the same host included) carries none of them (:mod:`trawl.worker.fetch`).
 """
@@ -29,6 +33,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from trawl.api.policies import HARMLESS_HEADERS as HARMLESS
+
+from .domains import HostCache, rule_headers
 
 MAX_ORIGINS = 5000  # as many as `urls` may list; a job with headers and more distinct origins is refused
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -130,21 +136,27 @@ class HeaderScope:
     origins: frozenset[str] | None
     pool_headers: dict[str, str] = field(default_factory=dict)
     pool_origins: frozenset[str] = frozenset()
+    hosts: HostCache | None = None  # the job's domain rules, when one of them has headers
     _memo: dict[str, dict[str, str] | None] = field(default_factory=dict)
 
     @classmethod
-    def parse(cls, headers: Mapping[str, str] | None, scope: Mapping[str, Any] | None) -> HeaderScope | None:
-        """None when the job sends no header at all (the fetcher's fast path)."""
+    def parse(
+        cls, headers: Mapping[str, str] | None, scope: Mapping[str, Any] | None, hosts: HostCache | None = None
+    ) -> HeaderScope | None:
+        """None when the job sends no header at all (the fetcher's fast path). ``hosts``: the job's domain
+        rules (their headers count only where the scope names the job's origins)."""
         if scope is None:
             return cls(dict(headers), None) if headers else None
         pool_headers = dict(scope.get("pool_headers") or {})
-        if not headers and not pool_headers:
+        rules = hosts if hosts is not None and hosts.rules is not None and hosts.rules.has_headers() else None
+        if not headers and not pool_headers and rules is None:
             return None
         return cls(
             dict(headers or {}),
             frozenset(scope.get("origins") or ()),
             pool_headers,
             frozenset(scope.get("pool_origins") or ()),
+            rules,
         )
 
     def for_request(self, url: str, task_url: str, depth: int) -> dict[str, str] | None:
@@ -163,8 +175,19 @@ class HeaderScope:
             out = dict(self.headers)
             if key in self.pool_origins:
                 out.update(self.pool_headers)
+            if self.hosts is not None:
+                scheme, authority = key.split("://", 1)
+                replace_headers(out, rule_headers(self.hosts.get(authority), scheme))
             out = out or None
         if len(self._memo) > 1024:
             self._memo.clear()
         self._memo[key] = out
         return out
+
+
+def replace_headers(headers: dict[str, str], more: Mapping[str, str]) -> None:
+    """Add ``more`` to ``headers``, each replacing one of the same name in any case (HTTP names are)."""
+    for name, value in more.items():
+        for same in [k for k in headers if k.lower() == name.lower()]:
+            del headers[same]
+        headers[name] = value

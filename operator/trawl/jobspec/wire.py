@@ -17,7 +17,11 @@ workers read it back with :func:`trawl.worker.jobsettings.parse_worker_spec` (ca
                     pool's headers other than the harmless ones and the origins they may go to)
       "refresh":    None, or spec.refresh resolved (trawl.refresh.decide.RefreshSettings: the lineage with
                     the job's namespace, fingerprint, conditional, records_all, retain_seconds)
+      "domains":    None, or the pool's and the job's per-domain rules (trawl.jobspec.domains.DomainRules)
     }
+
+``politeness`` is what a host no rule matches gets; :class:`trawl.jobspec.domains.HostCache` resolves the
+others (a worker that predates rules reads ``politeness`` alone).
 
 ``request.headers`` holds the headers sent to each of the job's own origins (the job's, or the pool's
 harmless ones); a pool's other default headers are only in ``header_scope``.
@@ -43,6 +47,7 @@ from trawl.api.policies import (
 from trawl.api.refresh import RefreshRecords
 from trawl.api.scrapejob import ExtractSpec, OutputSpec, RedisStreamSink, ScrapeJobSpec, SinkKind
 
+from .domains import DomainRules
 from .headerscope import build_scope, job_origins
 
 if TYPE_CHECKING:  # the operator's side; a worker never builds the pool's model
@@ -89,13 +94,18 @@ def build_worker_spec(
     within_request, within_politeness = _within(ceilings)
     request = resolve_request(within_request, defaults.request if defaults else None, job_spec.request)
     pool_request = defaults.request if defaults else None
+    origins = job_origins(job_spec.urls or (), job_spec.url_ranges or ())
     request.headers, header_scope = build_scope(
         job_spec.request.headers if job_spec.request else None,
         pool_request.headers if pool_request else None,
         pool_request.header_origins if pool_request else None,
-        job_origins(job_spec.urls or (), job_spec.url_ranges or ()),
+        origins,
     )
     politeness = resolve_politeness(within_politeness, defaults.politeness if defaults else None, job_spec.politeness)
+    rules = DomainRules.build(defaults.politeness if defaults else None, job_spec.politeness)
+    if header_scope is None and rules is not None and rules.has_headers():
+        # The rules' headers go where the job's would: its own origins, which the scope names.
+        header_scope = {"origins": origins}
     retry = resolve_retry(defaults.retry if defaults else None, job_spec.retry)
     extract = job_spec.extract or ExtractSpec()
     output = job_spec.output or OutputSpec()
@@ -115,6 +125,7 @@ def build_worker_spec(
         "render": job_spec.render.model_dump(mode="json") if job_spec.render and job_spec.render.browser else None,
         "header_scope": header_scope,
         "refresh": _refresh_settings(job_spec, lineage),
+        "domains": rules.to_wire() if rules is not None else None,
     }
 
 

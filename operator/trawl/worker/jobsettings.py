@@ -13,6 +13,7 @@ from typing import Any
 from trawl.api.policies import ResolvedPoliteness, ResolvedRequest, ResolvedRetry
 from trawl.api.render import RenderSpec
 from trawl.api.scrapejob import CrawlSpec, ExtractSpec, OutputSpec
+from trawl.jobspec.domains import DomainRules, HostCache
 from trawl.jobspec.headerscope import HeaderScope
 from trawl.refresh.decide import RefreshSettings
 
@@ -34,6 +35,14 @@ class WorkerJobSpec:
     render: RenderSpec | None = None  # set only for mode Browser
     headers: HeaderScope | None = None  # which requests carry which headers; None: the job sends none
     refresh: RefreshSettings | None = None  # spec.refresh (trawl.worker.refresh)
+    hosts: HostCache | None = None  # the rate and concurrency per host (domain rules); None: politeness's
+
+    def host(self, authority: str) -> tuple[float, int]:
+        """(requests per second, concurrency) for requests to ``authority`` (a URL's host[:port])."""
+        if self.hosts is None:
+            return self.politeness.requests_per_second, self.politeness.max_concurrency_per_domain
+        got = self.hosts.get(authority)
+        return got.requests_per_second, got.max_concurrency_per_domain
 
 
 def parse_worker_spec(spec: dict[str, Any] | None) -> WorkerJobSpec:
@@ -47,9 +56,12 @@ def parse_worker_spec(spec: dict[str, Any] | None) -> WorkerJobSpec:
     extract_options = ExtractOptions.from_dict(extract.model_dump(mode="json"))
     if refresh is not None and refresh.fingerprint in ("Record", "Text"):
         extract_options = replace(extract_options, fingerprint=refresh.fingerprint)
+    politeness = ResolvedPoliteness.model_validate(spec.get("politeness") or {})
+    rules = DomainRules.from_wire(spec.get("domains"))
+    hosts = HostCache(politeness.requests_per_second, politeness.max_concurrency_per_domain, rules) if rules else None
     return WorkerJobSpec(
         request=request,
-        politeness=ResolvedPoliteness.model_validate(spec.get("politeness") or {}),
+        politeness=politeness,
         retry=ResolvedRetry.model_validate(spec.get("retry") or {}),
         extract=extract_options,
         crawl=(
@@ -65,6 +77,7 @@ def parse_worker_spec(spec: dict[str, Any] | None) -> WorkerJobSpec:
         max_pages=crawl.max_pages if crawl is not None else None,
         output=OutputSpec.model_validate(spec.get("output") or {}),
         render=RenderSpec.model_validate(spec["render"]) if spec.get("render") else None,
-        headers=HeaderScope.parse(request.headers, spec.get("header_scope")),
         refresh=refresh,
+        headers=HeaderScope.parse(request.headers, spec.get("header_scope"), hosts),
+        hosts=hosts,
     )

@@ -200,9 +200,8 @@ class TaskPipeline:
         fetch_started = time.monotonic()
         render_info: dict[str, Any] = {}
         try:
-            async with self.slots.slot(
-                domain, pol.max_concurrency_per_domain, deadline=time.monotonic() + self.max_rate_wait
-            ):
+            _rate, concurrency = spec.host(domain)  # the host's domain rule, else the job's politeness
+            async with self.slots.slot(domain, concurrency, deadline=time.monotonic() + self.max_rate_wait):
                 waited = time.monotonic() - fetch_started
                 scope = spec.headers  # the job's headers go to its own origins only (trawl.jobspec.headerscope)
                 if spec.render is not None and spec.render.applies(task.url):  # same limits, hooks, errors as a fetch
@@ -301,9 +300,11 @@ class TaskPipeline:
         pol = spec.politeness
 
         async def robots_hop(hop_url: str) -> None:
-            await self.rate.take_token(host_of(hop_url), pol.requests_per_second, adaptive=pol.adaptive_delay)
+            hop_host = host_of(hop_url)
+            await self.rate.take_token(hop_host, spec.host(hop_host)[0], adaptive=pol.adaptive_delay)
 
-        rate = pol.requests_per_second
+        host = host_of(url)  # each hop (a redirect to another host too) at that host's rate
+        rate = spec.host(host)[0]
         if pol.respect_robots_txt:
             if not await self.robots.allowed(url, spec.request.user_agent, pol.robots_cache_seconds, robots_hop):
                 raise FetchError(FailureClass.ROBOTS_DISALLOWED, f"robots.txt disallows {url}", url=url)
@@ -311,7 +312,7 @@ class TaskPipeline:
             if crawl_delay:  # the site's Crawl-delay wins over a faster job rate
                 rate = min(rate, 1.0 / crawl_delay)
         await self.rate.take_token(
-            host_of(url),
+            host,
             rate,
             adaptive=pol.adaptive_delay,
             deadline=time.monotonic() + self.max_rate_wait,

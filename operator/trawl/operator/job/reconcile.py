@@ -32,6 +32,7 @@ from trawl.jobspec.admission import (
     unmounted_directory,
     unmounted_secrets,
 )
+from trawl.jobspec.domains import effective_politeness
 from trawl.jobspec.tenancy import (
     browser_quota_hold,
     browser_quota_of,
@@ -288,6 +289,7 @@ async def _reconcile_with_queue(job: _Pass, config: JobConfig | None, annotation
         return _finished_record(job, epoch, data_lost)
     enqueued = prev.get("enqueued")
     registered = None
+    politeness: dict[str, Any] | None = None
     if not stats.exists or not stats.enqueue_done:
         # A shared pool serves a tenant while its tenancy admits it, as tenancy is checked: until the job's
         # seeds are all in. A job accepted before runs on (its tasks are queued already).
@@ -295,6 +297,7 @@ async def _reconcile_with_queue(job: _Pass, config: JobConfig | None, annotation
             raise NotAccepted(job.not_shared or Problem("PoolNotShared", "the pool does not serve this job"))
         stats, enqueued, config = await _register(job, config, stats)
         registered = (config.priority, config.tenant)
+        politeness = effective_politeness(config.spec)
     deadline_exceeded = _deadline_exceeded(job.spec, prev, stats, job.now)
     stats, retry_handled = await _steer(job, stats, deadline_exceeded, annotations.get(ANNOTATION_RETRY_DEAD))
 
@@ -322,6 +325,7 @@ async def _reconcile_with_queue(job: _Pass, config: JobConfig | None, annotation
         tenant_queue_full=job.tenant_queue_full,
         browser_quota=job.browser_held if not stats.finished else "",
         registered=registered,
+        politeness=politeness,
     )
     new_status, events = derive_job_status(facts, prev, job.now)
     if not dead_letters and stats.dead and "deadLetters" in prev:

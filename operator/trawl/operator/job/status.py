@@ -56,6 +56,7 @@ class JobFacts:
     # The tenant's browserSecondsPerDay holds the job (it renders): the quota's figure ("" when it does not)
     browser_quota: str = ""
     registered: tuple[int, str] | None = None  # (priority, tenant) this pass registered the job with
+    politeness: dict[str, Any] | None = None  # what this pass registered the job's politeness as (its status)
 
 
 def _ts(unix: float | None) -> str | None:
@@ -218,6 +219,10 @@ def _findings(status: dict[str, Any], facts: JobFacts, prev: Mapping[str, Any], 
             status["tenant"] = facts.registered[1]
     else:
         status.update({key: prev[key] for key in ("priority", "tenant") if key in prev})
+    if facts.politeness is not None:
+        status["politeness"] = facts.politeness
+    elif "politeness" in prev:
+        status["politeness"] = prev["politeness"]
 
 
 def _conditions(facts: JobFacts, phase: str, status: Mapping[str, Any], dead: int) -> tuple[list[Cond], str]:
