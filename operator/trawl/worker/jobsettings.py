@@ -16,6 +16,7 @@ from trawl.api.scrapejob import CrawlSpec, ExtractSpec, OutputSpec
 from trawl.jobspec.headerscope import HeaderScope
 
 from .extract import ExtractOptions
+from .sitemaps import SitemapRules
 from .urls import CrawlPolicy
 
 
@@ -32,6 +33,7 @@ class WorkerJobSpec:
     output: OutputSpec
     render: RenderSpec | None = None  # set only for mode Browser
     headers: HeaderScope | None = None  # which requests carry which headers; None: the job sends none
+    sitemaps: SitemapRules | None = None  # what the job takes from sitemaps; None: it lists none
 
 
 def parse_worker_spec(spec: dict[str, Any] | None) -> WorkerJobSpec:
@@ -60,4 +62,9 @@ def parse_worker_spec(spec: dict[str, Any] | None) -> WorkerJobSpec:
         output=OutputSpec.model_validate(spec.get("output") or {}),
         render=RenderSpec.model_validate(spec["render"]) if spec.get("render") else None,
         headers=HeaderScope.parse(request.headers, spec.get("header_scope")),
+        sitemaps=(
+            SitemapRules.from_spec(spec["sitemaps"], str(crawl.scope.value) if crawl is not None else None)
+            if spec.get("sitemaps")
+            else None
+        ),
     )
