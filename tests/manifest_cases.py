@@ -77,7 +77,7 @@ INVALID: list[Case] = [
     Case("crawl-scope-enum", "ScrapeJob", _job(crawl={"scope": "Everywhere"}), "spec.crawl.scope", "crawl.scope"),
     Case("pool-missing", "ScrapeJob", _job(pool=_DELETE), "spec.pool", "pool"),
     Case("pool-not-dns-label", "ScrapeJob", _job(pool="Bad_Pool"), "spec.pool", "pool"),
-    Case("no-urls", "ScrapeJob", _job(urls=_DELETE), "spec.urls: Invalid value", "urls or urlRanges"),
+    Case("no-urls", "ScrapeJob", _job(urls=_DELETE), "spec.urls: Invalid value", "urls, urlRanges or sitemaps.urls"),
     Case("too-many-urls", "ScrapeJob", _job(urls=MANY_URLS), "spec.urls", "urls"),
     Case(
         "url-range-reversed",

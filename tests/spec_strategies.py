@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import zoneinfo
+from datetime import datetime
 from typing import Any
 
 from hypothesis import strategies as st
@@ -143,6 +144,27 @@ crawl = obj(
         "include": st.lists(regex, max_size=3),
         "exclude": st.lists(regex, max_size=3),
     },
+)
+# An RFC 3339 time in UTC, whole seconds (as the model dumps it: "...Z").
+_rfc3339 = st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1)).map(
+    lambda d: d.replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+)
+_sitemap_optional: dict[str, Strategy] = {
+    "fromRobotsTxt": st.booleans(),
+    "lastmodAfter": _rfc3339,
+    "maxUrls": ints(1, 1_000_000),
+    "include": st.lists(regex, max_size=3),
+    "exclude": st.lists(regex, max_size=3),
+}
+# sitemaps needs urls or fromRobotsTxt
+sitemaps_with_urls = obj(scrapejob.SitemapSpec, {"urls": st.lists(http_url, min_size=1, max_size=3)}, _sitemap_optional)
+sitemaps = st.one_of(
+    sitemaps_with_urls,
+    obj(
+        scrapejob.SitemapSpec,
+        {"fromRobotsTxt": st.just(True)},
+        {**{k: v for k, v in _sitemap_optional.items() if k != "fromRobotsTxt"}, "urls": st.nothing()},
+    ),
 )
 field_rule = obj(
     scrapejob.FieldRule,
@@ -350,10 +372,20 @@ _job_optional: dict[str, Strategy] = {
         obj(scrapejob.OnCompleteSpec, {"jobTemplate": _job_template}, {"webhook": st.nothing(), "job": st.nothing()}),
     ),
 }
-# A job needs urls or urlRanges (or both).
+_job_optional["sitemaps"] = sitemaps
+# A job needs urls, urlRanges or sitemaps.urls (or more than one).
 scrape_job_spec = st.one_of(
     _job_spec({"urls": _urls}, {"urlRanges": _url_ranges}),
     _job_spec({"urlRanges": _url_ranges}, {"urls": st.nothing()}),
+    obj(
+        scrapejob.ScrapeJobSpec,
+        {"pool": dns_label, "sitemaps": sitemaps_with_urls},
+        {
+            **{k: v for k, v in _job_optional.items() if k != "sitemaps"},
+            "urls": st.nothing(),
+            "urlRanges": st.nothing(),
+        },
+    ),
 )
 
 # ------------------------------------------------------------------ ScrapePool

@@ -32,9 +32,15 @@ Schema = dict[str, Any]
 _RULES: dict[str, list[dict[str, str]]] = {
     "ScrapeJobSpec": [
         {
-            "rule": "has(self.urls) || has(self.urlRanges)",
-            "message": "a ScrapeJob needs urls or urlRanges",
+            "rule": "has(self.urls) || has(self.urlRanges) || (has(self.sitemaps) && has(self.sitemaps.urls))",
+            "message": "a ScrapeJob needs urls, urlRanges or sitemaps.urls",
             "fieldPath": ".urls",
+        },
+    ],
+    "SitemapSpec": [
+        {
+            "rule": "has(self.urls) || (has(self.fromRobotsTxt) && self.fromRobotsTxt)",
+            "message": "sitemaps needs urls or fromRobotsTxt",
         },
     ],
     "UrlRange": [
@@ -122,6 +128,12 @@ _SCRAPEJOB_IMMUTABLE = [
         "&& (!has(self.urlRanges) || self.urlRanges == oldSelf.urlRanges)",
         "message": "urlRanges is immutable",
         "fieldPath": ".urlRanges",
+    },
+    {
+        "rule": "has(self.sitemaps) == has(oldSelf.sitemaps) "
+        "&& (!has(self.sitemaps) || self.sitemaps == oldSelf.sitemaps)",
+        "message": "sitemaps is immutable",
+        "fieldPath": ".sitemaps",
     },
 ]
 

@@ -58,6 +58,7 @@ class FailureClass(StrEnum):
     INTERNAL = "Internal"
     SINK_FAILED = "SinkFailed"
     PARSE_LIMIT = "ParseLimit"
+    BAD_SITEMAP = "BadSitemap"  # a sitemap refused: not one, too large, too many entries, nested too deep
 
 
 RETRYABLE_BY_DEFAULT: tuple[FailureClass, ...] = (
@@ -81,6 +82,7 @@ PERMANENT_CLASSES: frozenset[str] = frozenset(
         FailureClass.TOO_LARGE,
         FailureClass.INVALID_URL,
         FailureClass.PARSE_LIMIT,
+        FailureClass.BAD_SITEMAP,
     )
 )
 

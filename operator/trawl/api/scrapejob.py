@@ -9,6 +9,7 @@ from enum import StrEnum
 from itertools import islice
 from math import gcd
 from typing import Annotated, Any, Self
+from urllib.parse import urlsplit
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
@@ -24,6 +25,7 @@ MAX_URL_LENGTH = 2048  # every URL a job lists or a range makes (HttpURL's bound
 MAX_GENERATED_URLS = 1_000_000
 MAX_DEAD_LETTERS_ON_STATUS = 20
 MAX_SKIPPED_ON_STATUS = 10
+ROBOTS_PATH = "/robots.txt"
 
 
 class CrawlScope(StrEnum):
@@ -70,6 +72,64 @@ class CrawlSpec(TrawlModel):
 
     _valid_include = field_validator("include")(_check_regexes)
     _valid_exclude = field_validator("exclude")(_check_regexes)
+
+
+MAX_SITEMAPS_LISTED = 100
+MAX_ROBOTS_ORIGINS = 100  # robots.txt files read for Sitemap: lines (fromRobotsTxt), one per origin
+DEFAULT_SITEMAP_URLS = 10_000
+
+
+class SitemapSpec(TrawlModel):
+    """Seed the job from sitemaps (sitemaps.org XML, gzip or not, sitemap indexes, plain-text lists).
+
+    Each sitemap is fetched by a worker like a page (same address checks, robots.txt, rate and size
+    limits) and parsed under hard limits; a sitemap that breaks one is dead-lettered (class BadSitemap)
+    and the rest of the job goes on. The page URLs it lists are depth-0 seeds (a crawl follows links
+    from them)."""
+
+    urls: list[HttpURL] | None = Field(
+        default=None,
+        max_length=MAX_SITEMAPS_LISTED,
+        description=f"Sitemaps or sitemap indexes to read (at most {MAX_SITEMAPS_LISTED}). Immutable.",
+    )
+    from_robots_txt: bool = Field(
+        default=False,
+        description="Also read the Sitemap: lines of the robots.txt of every origin of urls, urlRanges and "
+        f"sitemaps.urls (at most {MAX_ROBOTS_ORIGINS} origins). Immutable.",
+    )
+    lastmod_after: datetime | None = Field(
+        default=None,
+        description="Take only the URLs whose <lastmod> is at or after this time (RFC 3339). URLs without a "
+        "lastmod are taken; a lastmod without a time of day counts as the end of its day. Immutable.",
+    )
+    max_urls: int = Field(
+        default=DEFAULT_SITEMAP_URLS,
+        ge=1,
+        le=MAX_GENERATED_URLS,
+        description="Most tasks the sitemaps may add to the job: page URLs and the sitemaps an index names. "
+        "Without crawl it is part of the job's URL count (the pool's jobLimits.maxUrlsPerJob); with crawl, "
+        "crawl.maxPages bounds every task of the job as well. Immutable.",
+    )
+    include: list[Pattern] | None = Field(
+        default=None,
+        max_length=50,
+        description=f"Regular expressions in {PATTERN_SYNTAX}; when set, a page URL of a sitemap is taken only "
+        "if one matches.",
+    )
+    exclude: list[Pattern] | None = Field(
+        default=None,
+        max_length=50,
+        description=f"Regular expressions in {PATTERN_SYNTAX}; a page URL of a sitemap that matches one is not taken.",
+    )
+
+    _valid_include = field_validator("include")(_check_regexes)
+    _valid_exclude = field_validator("exclude")(_check_regexes)
+
+    @model_validator(mode="after")
+    def _has_source(self) -> Self:
+        if not self.urls and not self.from_robots_txt:
+            raise ValueError("sitemaps needs urls or fromRobotsTxt")
+        return self
 
 
 class SelectorKind(StrEnum):
@@ -457,6 +517,9 @@ class ScrapeJobSpec(TrawlModel):
     url_ranges: list[UrlRange] | None = Field(
         default=None, max_length=100, description="Numbered URL sequences added to urls. Immutable."
     )
+    sitemaps: SitemapSpec | None = Field(
+        default=None, description="Take more seed URLs from sitemaps (listed, or named by robots.txt)."
+    )
     crawl: CrawlSpec | None = Field(default=None, description="Follow links from the URLs.")
     extract: ExtractSpec | None = Field(default=None, description="What to extract from each page.")
     render: RenderSpec | None = Field(
@@ -505,11 +568,33 @@ class ScrapeJobSpec(TrawlModel):
 
     @model_validator(mode="after")
     def _has_urls(self) -> Self:
-        if not self.urls and not self.url_ranges:
-            raise ValueError("a ScrapeJob needs urls or urlRanges")
+        if not self.urls and not self.url_ranges and not (self.sitemaps and self.sitemaps.urls):
+            raise ValueError("a ScrapeJob needs urls, urlRanges or sitemaps.urls")
         if self.total_seed_count() > MAX_GENERATED_URLS:
             raise ValueError(f"a ScrapeJob may list at most {MAX_GENERATED_URLS} URLs (urls plus urlRanges)")
         return self
+
+    def sitemap_seeds(self) -> list[str]:
+        """The sitemap tasks the operator enqueues: the listed sitemaps, then (fromRobotsTxt) the robots.txt
+        of each of the job's origins, whose Sitemap: lines the worker reads (trawl.worker.sitemaps)."""
+        if self.sitemaps is None:
+            return []
+        listed = list(dict.fromkeys(self.sitemaps.urls or []))
+        if not self.sitemaps.from_robots_txt:
+            return listed
+        origins: dict[str, None] = {}
+        for url in [*(self.urls or []), *listed, *(r.url(r.start) for r in self.url_ranges or [])]:
+            parts = urlsplit(url)
+            origins.setdefault(f"{parts.scheme}://{parts.netloc}", None)
+            if len(origins) >= MAX_ROBOTS_ORIGINS:
+                break
+        return [*listed, *(o + ROBOTS_PATH for o in origins)]
+
+    def sitemap_task_budget(self) -> int:
+        """Most tasks sitemaps bring into the job: the top-level ones and what they may add."""
+        if self.sitemaps is None:
+            return 0
+        return len(self.sitemap_seeds()) + self.sitemaps.max_urls
 
     def total_seed_count(self) -> int:
         return len(self.urls or []) + sum(r.count() for r in self.url_ranges or [])
@@ -600,6 +685,11 @@ class TaskCounts(TrawlModel):
     dead_lettered: int = Field(default=0, ge=0, description="Failed for good.")
     skipped: int | None = Field(
         default=None, ge=0, description="Discovered links not fetched because robots.txt disallows them."
+    )
+    from_sitemaps: int | None = Field(
+        default=None,
+        ge=0,
+        description="Page URLs taken from sitemaps (spec.sitemaps), each once: counted in total when added.",
     )
     dead_letters_dropped: int | None = Field(
         default=None,

@@ -11,7 +11,8 @@ value); 404; 503 that recovers after ``fail`` hits (per ``id``); ``/hostile/deep
 ``div``s, 200,000 by default: a parser trap); ``/hostile/charset/<kind>`` (Shift_JIS and ISO-8859-1
 pages whose charset only the document or only the header declares, :data:`CHARSET_PAGES`);
 ``/hostile/headers`` (echoes the request headers as JSON: what reached this origin);
-and ``/private/`` which robots.txt disallows. ``?delay=S`` on any page answers ``S`` seconds later (at
+``/private/`` which robots.txt disallows; and sitemaps, good and hostile (:mod:`trawl.dev.sitemapsite`).
+``?delay=S`` on any page answers ``S`` seconds later (at
 most ``MAX_DELAY_SECONDS``): one slow task among fast ones keeps one worker pod busy. Every request is
 written to an access log with its arrival time, so tests can measure the request rate the site saw.
 
@@ -264,11 +265,14 @@ def build_app(
     to ``access_log`` (when given) and answered ``?delay=`` seconds late."""
     from aiohttp import web
 
+    from .sitemapsite import add_sitemaps
+
     log_file = open(access_log, "a", buffering=1) if access_log else None  # noqa: SIM115 - lives with the app
     hits = _Hits()
     app = web.Application(middlewares=[_log_requests(log_file), _delay_requests()])
     _add_shop(app, renderer, hits, latency=latency, robots_txt=robots_txt, robots_fail=robots_fail)
     _add_hostile(app, hits, redirect_port=redirect_port)
+    add_sitemaps(app, renderer)
     app.router.add_get("/_hits", hits.report)
     if log_file is not None:
 

@@ -122,6 +122,11 @@ def limit_exceeded(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> str | 
         )  # fmt: skip
     if job_spec.crawl is not None:
         asked.append(("spec.crawl.maxPages {}", job_spec.crawl.max_pages, ceilings.max_urls_per_job, "maxUrlsPerJob"))
+    elif job_spec.sitemaps is not None:
+        asked.append(
+            ("spec.urls and spec.urlRanges with spec.sitemaps (maxUrls, and one task per sitemap): {} URLs",
+             job_spec.seed_count() + job_spec.sitemap_task_budget(), ceilings.max_urls_per_job, "maxUrlsPerJob")
+        )  # fmt: skip
     else:
         asked.append(
             ("spec.urls and spec.urlRanges: {} URLs", job_spec.seed_count(), ceilings.max_urls_per_job,

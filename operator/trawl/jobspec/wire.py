@@ -11,6 +11,8 @@ workers read it back with :func:`trawl.worker.jobsettings.parse_worker_spec` (ca
       "retry":      ResolvedRetry dump
       "extract":    ExtractSpec dump         (fields, links, images, title, text, only_matching)
       "crawl":      CrawlSpec dump or None   (max_depth, max_pages, scope, include, exclude)
+      "sitemaps":   SitemapSpec dump or None (lastmod_after, max_urls, include, exclude, ...; absent before
+                    sitemaps came, which reads as None)
       "output":     OutputSpec dump          (sink, redis_stream, json_lines, webhook incl. secret_ref)
       "render":     RenderSpec dump or None  (mode Browser: waits, time cap, screenshot, blocked resources)
       "header_scope": None, or where the headers go (trawl.jobspec.headerscope: the job's own origins; the
@@ -94,7 +96,7 @@ def build_worker_spec(
     within_request, within_politeness = _within(ceilings)
     request = resolve_request(within_request, defaults.request if defaults else None, job_spec.request)
     pool_request = defaults.request if defaults else None
-    origins = job_origins(job_spec.urls or (), job_spec.url_ranges or ())
+    origins = job_origins([*(job_spec.urls or ()), *_listed_sitemaps(job_spec)], job_spec.url_ranges or ())
     request.headers, header_scope = build_scope(
         job_spec.request.headers if job_spec.request else None,
         pool_request.headers if pool_request else None,
@@ -120,6 +122,7 @@ def build_worker_spec(
         "retry": retry.model_dump(mode="json"),
         "extract": extract.model_dump(mode="json"),
         "crawl": job_spec.crawl.model_dump(mode="json") if job_spec.crawl is not None else None,
+        "sitemaps": job_spec.sitemaps.model_dump(mode="json") if job_spec.sitemaps is not None else None,
         "output": output.model_dump(mode="json"),
         # Only a Browser render is sent: plain fetching stays the spec that workers have always read.
         "render": job_spec.render.model_dump(mode="json") if job_spec.render and job_spec.render.browser else None,
@@ -127,6 +130,24 @@ def build_worker_spec(
         "refresh": _refresh_settings(job_spec, lineage),
         "domains": rules.to_wire() if rules is not None else None,
     }
+
+
+def _listed_sitemaps(job_spec: ScrapeJobSpec) -> list[str]:
+    return list(job_spec.sitemaps.urls or ()) if job_spec.sitemaps is not None else []
+
+
+def task_cap(job_spec: ScrapeJobSpec) -> int | None:
+    """The most tasks the job may ever hold (the queue's max_pages), or None for no cap.
+
+    A crawl's maxPages caps every task (seeds, sitemaps, what they add, links). Without crawl a job with
+    sitemaps is capped at its seeds plus its sitemap budget: the operator enqueues the sitemaps after the
+    last seed, so what sitemaps add never takes a seed's place and stays within sitemaps.maxUrls (give or
+    take the URLs the seeds repeat). A job of listed URLs only has no cap: it holds its seeds."""
+    if job_spec.crawl is not None:
+        return job_spec.crawl.max_pages
+    if job_spec.sitemaps is not None:
+        return job_spec.seed_count() + job_spec.sitemap_task_budget()
+    return None
 
 
 def _within(ceilings: Ceilings | None) -> tuple[RequestSpec | None, PolitenessSpec | None]:
@@ -167,11 +188,12 @@ def build_job_config(
             retry_on=tuple(str(c.value) for c in retry.retry_on),
             honor_retry_after=retry.honor_retry_after,
         ),
-        max_pages=job_spec.crawl.max_pages if job_spec.crawl is not None else None,
+        max_pages=task_cap(job_spec),
         max_depth=job_spec.crawl.max_depth if job_spec.crawl is not None else 0,
         dedupe_across_jobs=dedupe.across_jobs if dedupe is not None else False,
         dedupe_window_seconds=dedupe.window_seconds if dedupe is not None else 3600,
-        dedupe_seeds=job_spec.seeds_may_repeat(),
+        # With sitemaps every seed is remembered, so a sitemap listing a seed again adds nothing.
+        dedupe_seeds=job_spec.seeds_may_repeat() or job_spec.sitemaps is not None,
         max_dead_letters_kept=ceilings.max_dead_letters_retained if ceilings is not None else None,
         spec=spec,
     )

@@ -55,6 +55,7 @@ SCRIPT_NAMES = (
     "register",
     "enqueue",
     "enqueue_discovered",
+    "enqueue_sitemap",
     "mark_enqueue_done",
     "claim",
     "heartbeat",
@@ -282,6 +283,23 @@ class Queue:
             )
             if n < 0:
                 return added  # the job was cancelled meanwhile: nothing to add to
+            added += n
+        return added
+
+    async def enqueue_sitemap(self, job_id: str, depth: int, urls: Sequence[str]) -> int:
+        """Add what a sitemap named: page URLs at ``depth`` 0 (counted as the job's URLs from sitemaps), or
+        sitemaps at -1 (the job's own), -2 or -3 (named by an index one level up). Deduplicated within the
+        job, never beyond its task cap. Returns how many were added (0 for a job that is gone)."""
+        if not urls:
+            return 0
+        k = self.keys
+        keys = [k.job(job_id), k.ready(job_id), k.seen(job_id), k.cross_dedupe, k.events, *self._rings, k.stats]
+        added = 0
+        for off in range(0, len(urls), self.enqueue_batch):
+            batch = urls[off : off + self.enqueue_batch]
+            n = int(await self._run("enqueue_sitemap", keys, [self._now(), self.events_maxlen, job_id, depth, *batch]))
+            if n < 0:
+                return added  # the job was cancelled meanwhile
             added += n
         return added
 
@@ -545,7 +563,24 @@ class Queue:
     # ------------------------------------------------------------------ status
 
     async def job_stats(self, job_id: str) -> JobStats:
-        fields = ("tot", "pen", "inf", "ret", "suc", "dead", "ed", "sus", "fc", "fin", "dld", "rn", "rc", "ru", "rg")
+        fields = (
+            "tot",
+            "pen",
+            "inf",
+            "ret",
+            "suc",
+            "dead",
+            "ed",
+            "sus",
+            "fc",
+            "fin",
+            "dld",
+            "rn",
+            "rc",
+            "ru",
+            "rg",
+            "smu",
+        )
         raw = await self._retrying(lambda: self.redis.hmget(self.keys.job(job_id), fields))  # type: ignore[arg-type,return-value]
         if raw[0] is None:
             return JobStats(0, 0, 0, 0, 0, 0, False, False, None, exists=False)
@@ -563,6 +598,7 @@ class Queue:
             finished_at=float(v[9]) if v[9] else None,
             dead_dropped=int(v[10] or 0),
             changes=(int(v[11] or 0), int(v[12] or 0), int(v[13] or 0), int(v[14] or 0)),
+            from_sitemaps=int(v[15] or 0),
         )
 
     async def job_spec(self, job_id: str) -> dict[str, Any] | None:

@@ -65,6 +65,7 @@ J:z (backoff retries and delayed releases), ``dead`` = size of J:dl plus ``dld``
 records were dropped: the oldest beyond ``dlmax``, the records the job keeps), ``suc`` = acked; ``tot`` is
 their sum. Seeds: ``cur`` is the seed cursor (positions of the seed stream taken), and on a sharded pool
 the home's ``sm`` records the stream position with every shard's cursor there (ShardedQueue.enqueue_seeds).
+``smu`` counts the page URLs sitemaps added (enqueue_sitemap.lua; a sitemap task has a negative depth).
 Scripts change these and P:st only through lib.lua's counter helpers, one per move between states.
 Job and worker ids must not contain ``|``, ``{`` or ``}``. A worker id names one process incarnation,
 ``<pod>@<random>`` (:func:`incarnation_id`): a process restarted in the same pod gets a new id, so it never

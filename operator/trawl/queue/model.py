@@ -96,6 +96,7 @@ class JobStats:
     dead_dropped: int = 0  # dead letters whose records were dropped (the oldest beyond the job's cap)
     # A refresh job's pages by label (trawl.queue.pagestate): new, changed, unchanged, gone.
     changes: tuple[int, int, int, int] = (0, 0, 0, 0)
+    from_sitemaps: int = 0  # page URLs sitemaps added (each counted once, in total too)
 
     @property
     def finished(self) -> bool:
@@ -216,6 +217,12 @@ class QueueClient(Protocol):
     async def enqueue_discovered(self, parent: Task, urls: Sequence[str]) -> int:
         """Crawl mode: add links found on ``parent``'s page at depth+1, deduplicated within the job and
         never beyond max_pages in total. Returns how many were added."""
+        ...
+
+    async def enqueue_sitemap(self, job_id: str, depth: int, urls: Sequence[str]) -> int:
+        """Sitemap seeds: page URLs a sitemap named (``depth`` 0, counted in :attr:`JobStats.from_sitemaps`)
+        or sitemaps (-1: the job's own; -2, -3: named by an index a level up; a task with a negative depth is
+        a sitemap). Deduplicated within the job, never beyond its task cap. Returns how many were added."""
         ...
 
     async def claim(self, worker_id: str, count: int) -> list[Task]:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -267,16 +267,31 @@ class ShardedQueue(Queue):
 
     async def _discover_on(self, shard: int, parent: Task, urls: list[str]) -> int:
         q = self.shards[shard]
-        added = await q.enqueue_discovered(parent, urls)
+        return await self._add_on(shard, parent.job_id, urls, lambda: q.enqueue_discovered(parent, urls))
+
+    async def enqueue_sitemap(self, job_id: str, depth: int, urls: Sequence[str]) -> int:
+        if not urls:
+            return 0
+        placed = await self._place(job_id, urls)
+
+        def on(i: int, part: list[str]) -> Awaitable[int]:
+            return self._add_on(i, job_id, part, lambda: self.shards[i].enqueue_sitemap(job_id, depth, part))
+
+        return sum(await self._each(on(i, part) for i, part in placed.items()))
+
+    async def _add_on(self, shard: int, job_id: str, urls: list[str], add: Callable[[], Awaitable[int]]) -> int:
+        """``add`` (links or sitemap seeds for ``shard``), and once more after borrowing quota when the
+        shard's part of the job's cap refused some."""
+        added = await add()
         if added == len(urls):
             return added
-        cap, held = await self._cap(shard, parent.job_id)
+        cap, held = await self._cap(shard, job_id)
         if cap is None or held < cap:
             return added  # the rest were duplicates or beyond max depth, not over the quota
         # The shard's quota is used up: links refused for it were not marked seen, so once quota moves
         # here they can be offered again (duplicates among them are refused again, exactly).
-        if await self._borrow(shard, parent.job_id, len(urls) - added):
-            added += await q.enqueue_discovered(parent, urls)
+        if await self._borrow(shard, job_id, len(urls) - added):
+            added += await add()
         return added
 
     # ------------------------------------------------------------------ workers
@@ -504,6 +519,7 @@ def _merge_stats(all_parts: Sequence[JobStats]) -> JobStats:
             sum(p.changes[2] for p in parts),
             sum(p.changes[3] for p in parts),
         ),
+        from_sitemaps=sum(p.from_sitemaps for p in parts),
     )
 
 

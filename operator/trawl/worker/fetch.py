@@ -302,17 +302,22 @@ class Fetcher:
         user_agent: str | None = None,
         before_hop: HopHook | None = None,
         conditional: Mapping[str, str] | None = None,
+        content_types: tuple[str, ...] | None = HTML_TYPES,
     ) -> FetchResult:
         """GET ``url`` following redirects by hand; raises :class:`FetchError` on any failure.
 
         ``conditional``: validators (If-None-Match, If-Modified-Since) of ``url`` itself, so sent with the first
-        request only, never to where it redirects; a 304 to them is a result with status 304 and no body."""
+        request only, never to where it redirects; a 304 to them is a result with status 304 and no body.
+        A body whose content type starts with none of ``content_types`` is refused (BadContent); None takes
+        any (a sitemap: its reader decides, by the bytes)."""
         if self._session is None:
             await self.start()
         started = time.monotonic()
         try:
             async with asyncio.timeout(limits.total_timeout):
-                return await self._fetch(url, limits, headers, user_agent, before_hop, started, conditional)
+                return await self._fetch(
+                    url, limits, headers, user_agent, before_hop, started, conditional, content_types
+                )
         except TimeoutError as exc:
             raise FetchError(
                 FailureClass.TIMEOUT, f"fetch of {url} exceeded {limits.total_timeout:g}s", url=url
@@ -327,6 +332,7 @@ class Fetcher:
         before_hop: HopHook | None,
         started: float,
         conditional: Mapping[str, str] | None = None,
+        content_types: tuple[str, ...] | None = HTML_TYPES,
     ) -> FetchResult:
         assert self._session is not None
         req_headers = {k: v for k, v in (headers or {}).items() if k.lower() not in HOP_BY_HOP}
@@ -372,7 +378,7 @@ class Fetcher:
                     if error is not None:
                         error.url = current
                         raise error
-                    return await self._read(resp, url, current, limits, started, redirects)
+                    return await self._read(resp, url, current, limits, started, redirects, content_types)
             except FetchError:
                 raise
             except (aiohttp.ServerTimeoutError, aiohttp.ConnectionTimeoutError, TimeoutError) as exc:
@@ -409,6 +415,7 @@ class Fetcher:
         limits: FetchLimits,
         started: float,
         redirects: list[str],
+        content_types: tuple[str, ...] | None = HTML_TYPES,
     ) -> FetchResult:
         cap = limits.max_bytes
         length = resp.content_length
@@ -416,7 +423,7 @@ class Fetcher:
             raise FetchError(FailureClass.TOO_LARGE, f"Content-Length {length} exceeds {cap} bytes", url=final_url)
         content_type = resp.headers.get("Content-Type", "")
         mime = content_type.split(";", 1)[0].strip().lower()
-        if mime and not mime.startswith(HTML_TYPES):
+        if mime and content_types is not None and not mime.startswith(content_types):
             raise FetchError(FailureClass.BAD_CONTENT, f"unsupported content type {mime!r}", url=final_url)
         encoding = resp.headers.get("Content-Encoding", "").strip().lower()
         decoder = _Decoder(encoding, cap) if encoding and encoding != "identity" else None

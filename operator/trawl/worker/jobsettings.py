@@ -18,6 +18,7 @@ from trawl.jobspec.headerscope import HeaderScope
 from trawl.refresh.decide import RefreshSettings
 
 from .extract import ExtractOptions
+from .sitemaps import SitemapRules
 from .urls import CrawlPolicy
 
 
@@ -35,6 +36,7 @@ class WorkerJobSpec:
     render: RenderSpec | None = None  # set only for mode Browser
     headers: HeaderScope | None = None  # which requests carry which headers; None: the job sends none
     refresh: RefreshSettings | None = None  # spec.refresh (trawl.worker.refresh)
+    sitemaps: SitemapRules | None = None  # what the job takes from sitemaps; None: it lists none
     hosts: HostCache | None = None  # the rate and concurrency per host (domain rules); None: politeness's
 
     def host(self, authority: str) -> tuple[float, int]:
@@ -80,4 +82,9 @@ def parse_worker_spec(spec: dict[str, Any] | None) -> WorkerJobSpec:
         refresh=refresh,
         headers=HeaderScope.parse(request.headers, spec.get("header_scope"), hosts),
         hosts=hosts,
+        sitemaps=(
+            SitemapRules.from_spec(spec["sitemaps"], str(crawl.scope.value) if crawl is not None else None)
+            if spec.get("sitemaps")
+            else None
+        ),
     )

@@ -19,6 +19,9 @@ Both raise :class:`ParseLimit`, which the worker dead-letters as the permanent c
 A child that dies for another reason (out of memory) fails its page the same way. Pages are decoded in
 the child as a browser would (:func:`trawl.worker.extract.decode_html`).
 
+Sitemaps (:meth:`ParsePool.sitemap`) go to a child always, under the same time budget: a refused one
+(:class:`~trawl.worker.sitemaps.BadSitemap`) is its reply, not a dead child.
+
 ``processes=0`` parses in-process, on the event loop (tests and benchmarks that compare).
 """
 
@@ -34,6 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .extract import ExtractOptions, Extractor, Page
+from .sitemaps import BadSitemap, SitemapFound, SitemapRules, read_sitemap
 
 if TYPE_CHECKING:  # multiprocessing is imported when the first parser process starts (most workers: never)
     from multiprocessing.connection import Connection
@@ -81,16 +85,22 @@ def _child_main(conn: Connection) -> None:
             raw = conn.recv_bytes()
         except (EOFError, OSError):
             return
-        options, need_links, body, url, content_type = pickle.loads(raw)
+        request = pickle.loads(raw)
         try:
-            key = (options, need_links)
-            extractor = extractors.get(key)
-            if extractor is None:
-                if len(extractors) > 64:
-                    extractors.clear()
-                extractor = extractors[key] = Extractor(options, need_links=need_links)
-            page = extractor.extract(body, url, content_type=content_type)
-            reply: tuple[Any, ...] = ("ok", page.data, page.links, page.matched, page.fingerprint)
+            if request[0] == "sitemap":
+                reply: tuple[Any, ...] = ("ok", read_sitemap(*request[1:]))
+            else:
+                _kind, options, need_links, body, url, content_type = request
+                key = (options, need_links)
+                extractor = extractors.get(key)
+                if extractor is None:
+                    if len(extractors) > 64:
+                        extractors.clear()
+                    extractor = extractors[key] = Extractor(options, need_links=need_links)
+                page = extractor.extract(body, url, content_type=content_type)
+                reply = ("ok", page.data, page.links, page.matched, page.fingerprint)
+        except BadSitemap as exc:  # the document's fault: its task fails as BadSitemap
+            reply = ("refused", str(exc))
         except Exception as exc:  # a bug in extraction: the page fails, the child lives on
             reply = ("error", f"{type(exc).__name__}: {exc}")
         try:
@@ -171,6 +181,30 @@ class ParsePool:
         tags = check_size(body, self.limits)
         if self.processes <= 0 or (tags <= self.limits.inline_max_tags and extractor.inline_safe):
             return extractor.extract(body, url, content_type=content_type)
+        request = ("page", extractor.options, extractor.need_links, body, url, content_type)
+        reply = await self._in_child(request, url)
+        if reply[0] != "ok":
+            raise RuntimeError(f"extraction failed: {reply[1]}")  # a bug, not the page: class Internal
+        return Page(data=reply[1], links=reply[2], matched=reply[3], fingerprint=reply[4])
+
+    async def sitemap(self, body: bytes, content_type: str, url: str, rules: SitemapRules) -> SitemapFound:
+        """:func:`~trawl.worker.sitemaps.read_sitemap` in a child, always (inflating and reading up to 50 MB is
+        no work for the event loop), under the same time budget as a page; raises :class:`BadSitemap` or
+        :class:`ParseLimit`."""
+        if len(body) > self.limits.max_bytes:
+            raise ParseLimit(f"document of {len(body)} bytes is over the parse limit of {self.limits.max_bytes}")
+        if self.processes <= 0:
+            return read_sitemap(body, content_type, url, rules)
+        reply = await self._in_child(("sitemap", body, content_type, url, rules), url)
+        if reply[0] == "refused":
+            raise BadSitemap(reply[1])
+        if reply[0] != "ok":
+            raise RuntimeError(f"reading the sitemap failed: {reply[1]}")  # a bug: class Internal
+        found: SitemapFound = reply[1]
+        return found
+
+    async def _in_child(self, request: tuple[Any, ...], url: str) -> tuple[Any, ...]:
+        """Send ``request`` to a free child and wait for its reply within the time budget."""
         try:  # bounded: if replacements could not be started, fail the page (Internal, retried) not hang
             async with asyncio.timeout(STARTUP_SECONDS + self.limits.seconds):
                 idle = await self._start()
@@ -179,7 +213,7 @@ class ParsePool:
             raise RuntimeError("no parser process became free (could they not be started?)") from None
         keep = False  # unless the child answered: over a limit, dead or cancelled mid-parse, it is replaced
         try:
-            reply = await self._call(child, extractor, body, url, content_type)
+            reply = await self._call(child, request, url)
             keep = True
         finally:
             self.busy_since.pop(child, None)
@@ -188,9 +222,7 @@ class ParsePool:
             else:
                 self._all.discard(child)
                 await asyncio.shield(self._replace(child))
-        if reply[0] != "ok":
-            raise RuntimeError(f"extraction failed: {reply[1]}")  # a bug, not the page: class Internal
-        return Page(data=reply[1], links=reply[2], matched=reply[3], fingerprint=reply[4])
+        return reply
 
     async def _replace(self, child: _Child) -> None:
         await asyncio.to_thread(child.kill)
@@ -201,13 +233,9 @@ class ParsePool:
         except Exception as exc:
             log.error("could not start a parser process", extra={"error": repr(exc)})
 
-    async def _call(
-        self, child: _Child, extractor: Extractor, body: bytes, url: str, content_type: str | None
-    ) -> tuple[Any, ...]:
+    async def _call(self, child: _Child, request: tuple[Any, ...], url: str) -> tuple[Any, ...]:
         loop = asyncio.get_running_loop()
-        data = pickle.dumps(
-            (extractor.options, extractor.need_links, body, url, content_type), protocol=pickle.HIGHEST_PROTOCOL
-        )
+        data = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
         self.busy_since[child] = time.monotonic()
         if len(data) > _SEND_IN_THREAD:
             await asyncio.to_thread(child.conn.send_bytes, data)

@@ -19,6 +19,7 @@ import functools
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from redis.exceptions import OutOfMemoryError
@@ -34,7 +35,7 @@ from trawl.sinks.base import Record, record_key
 from trawl.worker.browser.hook import BrowserCrashed, Renderer
 
 from .breaker import CircuitBreaker, Verdict
-from .fetch import Fetcher, FetchError, FetchResult
+from .fetch import HTML_TYPES, Fetcher, FetchError, FetchResult
 from .finish import Finish, Finisher
 from .jobcache import Job, JobCache
 from .jobsettings import WorkerJobSpec
@@ -43,6 +44,7 @@ from .parsepool import ParseLimit, ParsePool
 from .politeness import DomainLimiter, RateWaitTooLong, RobotsCache
 from .refresh import RefreshPage
 from .refresh import begin as refresh_begin
+from .sitemaps import INDEX, MAX_SITEMAP_LEVEL, BadSitemap, SitemapRules, is_robots_task, robots_sitemaps
 from .urls import host_of
 
 log = logging.getLogger("trawl.worker")
@@ -80,6 +82,16 @@ def _labelled(record: Record | None, refresh: RefreshPage) -> Record | None:
         return None
     record.data.update(refresh.record_fields())
     return record
+
+
+def found_depth(depth: int, kind: str) -> int:
+    """Where what a sitemap at ``depth`` (< 0) named goes: page URLs are seeds (0); an index's sitemaps go a
+    level down, at most MAX_SITEMAP_LEVEL deep (an index deeper than that is refused)."""
+    if kind != INDEX:
+        return 0
+    if depth <= -MAX_SITEMAP_LEVEL:
+        raise BadSitemap(f"a sitemap index nested more than {MAX_SITEMAP_LEVEL} levels deep: refused")
+    return depth - 1
 
 
 def record_for(task: Task, result: FetchResult, data: dict[str, Any], render_info: dict[str, Any]) -> Record:
@@ -196,7 +208,10 @@ class TaskPipeline:
         verdict = await self.breaker.check(domain)
         if verdict.state == "open":
             return await self._circuit_open(task, domain, verdict)
-        refresh = await self._refresh_begin(task, spec) if spec.refresh is not None else None
+        if is_robots_task(task.url, task.depth):
+            return await self._robots_sitemaps(task, job, domain)
+        sitemap = task.depth < 0  # only the operator and a sitemap's task make these (enqueue_sitemap.lua)
+        refresh = await self._refresh_begin(task, spec) if spec.refresh is not None and not sitemap else None
         fetch_started = time.monotonic()
         render_info: dict[str, Any] = {}
         try:
@@ -204,7 +219,8 @@ class TaskPipeline:
             async with self.slots.slot(domain, concurrency, deadline=time.monotonic() + self.max_rate_wait):
                 waited = time.monotonic() - fetch_started
                 scope = spec.headers  # the job's headers go to its own origins only (trawl.jobspec.headerscope)
-                if spec.render is not None and spec.render.applies(task.url):  # same limits, hooks, errors as a fetch
+                rendered = not sitemap and spec.render is not None and spec.render.applies(task.url)
+                if rendered and spec.render is not None:  # same limits, hooks, errors as a fetch
                     headers_for = (
                         functools.partial(scope.for_request, task_url=task.url, depth=task.depth)
                         if scope is not None
@@ -227,6 +243,7 @@ class TaskPipeline:
                         user_agent=spec.request.user_agent,
                         before_hop=before_hop,
                         conditional=refresh.headers if refresh is not None else None,
+                        content_types=None if sitemap else HTML_TYPES,  # a sitemap's reader judges its bytes
                     )
             elapsed = time.monotonic() - fetch_started - waited
             if pol.adaptive_delay:
@@ -249,6 +266,8 @@ class TaskPipeline:
         if refresh is not None and refresh.not_modified(result):
             return self._hand_refresh(task, job, refresh, result.status)
 
+        if sitemap:
+            return await self._sitemap(task, job, result)
         content_type = result.content_type + (f"; charset={result.charset}" if result.charset else "")
         try:
             page = await self.parser.extract(job.extractor, result.body, task.url, content_type=content_type)
@@ -296,13 +315,19 @@ class TaskPipeline:
         self.finisher.submit(Finish(task, [], record, job.sink, page=refresh.write()))
         return "handed"
 
-    async def _before_hop(self, url: str, spec: WorkerJobSpec) -> None:
+    def _robots_hop(self, spec: WorkerJobSpec) -> Callable[[str], Awaitable[None]]:
+        """What runs before each robots.txt request: the job's rate, as for any request to the site."""
         pol = spec.politeness
 
         async def robots_hop(hop_url: str) -> None:
             hop_host = host_of(hop_url)
             await self.rate.take_token(hop_host, spec.host(hop_host)[0], adaptive=pol.adaptive_delay)
 
+        return robots_hop
+
+    async def _before_hop(self, url: str, spec: WorkerJobSpec) -> None:
+        pol = spec.politeness
+        robots_hop = self._robots_hop(spec)
         host = host_of(url)  # each hop (a redirect to another host too) at that host's rate
         rate = spec.host(host)[0]
         if pol.respect_robots_txt:
@@ -317,6 +342,52 @@ class TaskPipeline:
             adaptive=pol.adaptive_delay,
             deadline=time.monotonic() + self.max_rate_wait,
         )
+
+    # --- sitemaps --------------------------------------------------------------------------------
+
+    async def _robots_sitemaps(self, task: Task, job: Job, domain: str) -> str:
+        """A robots.txt read for its Sitemap: lines (spec.sitemaps.fromRobotsTxt), through the robots cache:
+        the same copy politeness reads, fetched once per origin for the pool. The sitemaps it names on its
+        site are enqueued a level down."""
+        spec = job.spec
+        try:
+            named = await self.robots.sitemaps(task.url, spec.politeness.robots_cache_seconds, self._robots_hop(spec))
+        except FetchError as exc:
+            return await self._failed(task, job, domain, exc, 0.0)
+        urls = robots_sitemaps(named, task.url, spec.sitemaps or SitemapRules())
+        added = await self.queue.enqueue_sitemap(task.job_id, task.depth - 1, urls)
+        log.info(
+            "robots.txt sitemaps", extra={"job": task.job_id, "url": task.url, "named": len(named), "added": added}
+        )
+        self.finisher.submit(Finish(task, [], None, None))
+        return "handed"
+
+    async def _sitemap(self, task: Task, job: Job, result: FetchResult) -> str:
+        """A fetched sitemap: read in a parser child under its limits, its page URLs (depth 0: seeds a crawl
+        follows from) or child sitemaps (a level down) enqueued; a refused one fails as BadSitemap, alone."""
+        try:
+            found = await self.parser.sitemap(
+                result.body, result.content_type, task.url, job.spec.sitemaps or SitemapRules()
+            )
+            depth = found_depth(task.depth, found.kind)
+        except BadSitemap as exc:
+            self.metrics.parse_limits.inc()
+            log.warning("sitemap refused", extra={"job": task.job_id, "url": task.url, "error": str(exc)})
+            failed = await self.queue.fail(task, self.worker_id, FailureClass.BAD_SITEMAP.value, str(exc)[:1024])
+            return "dead" if failed.dead_lettered else "failed"
+        except ParseLimit as exc:
+            return await self._parse_limit(task, exc)
+        added = await self.queue.enqueue_sitemap(task.job_id, depth, found.urls)
+        self.metrics.discovered.inc(added)
+        log.info(
+            "sitemap read",
+            extra={
+                "job": task.job_id, "url": task.url, "kind": found.kind, "entries": found.entries,
+                "added": added, "too_old": found.too_old, "off_site": found.off_site, "filtered": found.filtered,
+            },
+        )  # fmt: skip
+        self.finisher.submit(Finish(task, [], None, None))
+        return "handed"
 
     # --- failures --------------------------------------------------------------------------------
 

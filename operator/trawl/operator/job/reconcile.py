@@ -147,8 +147,8 @@ async def _enqueue_seeds(queue: Queue, uid: str, spec: ScrapeJobSpec) -> int:
     SEED_BATCHES_PER_PASS batches, each built from the spec when it is sent (a range is never expanded
     into a list), each idempotent per position, so a pass after a crash or a restart adds only what is
     missing. The job's tenant's URLs-queued quota may stop a batch short: the pass ends there and the next
-    one goes on from the cursor. Marks the enqueue done once the stream is all in. Returns the positions
-    enqueued so far."""
+    one goes on from the cursor. Once the stream is all in, enqueues the job's sitemaps and marks the
+    enqueue done. Returns the positions enqueued so far."""
     end = spec.seed_count()
     position = await queue.seeds_enqueued(uid)
     stream = spec.seeds(position)
@@ -162,6 +162,9 @@ async def _enqueue_seeds(queue: Queue, uid: str, spec: ScrapeJobSpec) -> int:
             return min(reached, end)  # the tenant's queue is full: its seeds wait in the stream
         position = reached
     if position >= end:
+        # The sitemaps after the last seed (a job's task cap counts seeds first: what sitemaps add never
+        # takes a seed's place); idempotent, the queue deduplicates them. Workers read them (depth -1).
+        await queue.enqueue_sitemap(uid, -1, spec.sitemap_seeds())
         await queue.mark_enqueue_done(uid)
     return min(position, end)
 

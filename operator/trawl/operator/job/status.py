@@ -156,6 +156,8 @@ def _counts(stats: JobStats, skipped_acks: int) -> dict[str, int]:
         counts["skipped"] = skipped
     if stats.dead_dropped:
         counts["deadLettersDropped"] = stats.dead_dropped
+    if stats.from_sitemaps:
+        counts["fromSitemaps"] = stats.from_sitemaps
     return counts
 
 

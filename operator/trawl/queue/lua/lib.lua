@@ -36,7 +36,8 @@
 --   adding        url_digest, add_urls (enqueue, enqueue_discovered)
 --
 -- A task is stored as one compact string, its payload: "<task>|<attempts>|<stalls>|<depth>|<url>"
--- (attempts = failed attempts so far; stalls = expired leases so far). The URL is last so it may contain "|".
+-- (attempts = failed attempts so far; stalls = expired leases so far; depth < 0: a sitemap, see
+-- enqueue_sitemap.lua). The URL is last so it may contain "|".
 -- A leased task lives in its worker's hash P:w:<worker> under "<job>|<task>" as "<claimed_at>|<payload>".
 --
 -- Keys built inside scripts: claim, reap, evict, heartbeat and signals discover job and worker ids in the
@@ -48,7 +49,8 @@
 -- cluster-mode server, which rejects any cross-slot access).
 
 local function split_payload(p)
-  local tid, a, s, d, url = string.match(p, '^([^|]*)|(%d+)|(%d+)|(%d+)|(.*)$')
+  -- depth may be negative: a sitemap task (-1 listed or from robots.txt, -2 and -3 named by an index)
+  local tid, a, s, d, url = string.match(p, '^([^|]*)|(%d+)|(%d+)|(-?%d+)|(.*)$')
   return tid, tonumber(a), tonumber(s), tonumber(d), url
 end
 
@@ -371,8 +373,10 @@ end
 -- within-job dedupe set (crawl jobs) and the pool's cross-job dedupe window. m is the job hash's
 -- HMGET of: seq, tot, crawl, maxp, xd, xdw, sus, (cur or maxd), prio, dg, tn. Jobs registered since the
 -- digests came ('dg' set at creation) dedupe by url_digest; older ones by the full URL, as they began.
--- Returns the number added.
-local function add_urls(jk, job_id, rk, uk, xk, st, m, prio, now, depth, first, last, force_dedupe)
+-- ns (optional) prefixes the within-job dedupe member: sitemap tasks have a namespace of their own, so a
+-- page that links the sitemap's URL never stops the sitemap being read (nor the other way round); they
+-- skip the cross-job window, which is about pages. Returns the number added.
+local function add_urls(jk, job_id, rk, uk, xk, st, m, prio, now, depth, first, last, force_dedupe, ns)
   local nowf = tonumber(now)
   local dg = m[10] == '1'
   local seq, tot = tonumber(m[1]), tonumber(m[2])
@@ -385,11 +389,11 @@ local function add_urls(jk, job_id, rk, uk, xk, st, m, prio, now, depth, first, 
   for i = first, last do
     if maxp and tot + #items >= maxp then break end
     local url = ARGV[i]
-    local member = url
-    if dg and (crawl or xd) then member = url_digest(url) end
+    local member = (ns or '') .. url
+    if dg and (crawl or xd) then member = url_digest(member) end
     local ok = true
     if crawl then ok = redis.call('SADD', uk, member) == 1 end
-    if ok and xd then
+    if ok and xd and not ns then
       local sc = redis.call('ZSCORE', xk, member)
       if sc and tonumber(sc) > nowf then
         ok = false

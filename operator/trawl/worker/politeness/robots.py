@@ -111,6 +111,21 @@ class RobotsCache:
     async def allowed(self, url: str, user_agent: str, ttl: int, hook: Any = None) -> bool:
         """Whether robots.txt lets ``user_agent`` fetch ``url``; ``hook`` runs before each robots.txt request
         (the caller's rate limit: a robots.txt fetch is a request to the site like any other)."""
+        entry = await self._entry(url, ttl, hook)
+        if entry.disallow_all:
+            return False
+        if entry.parser is None:
+            return True
+        return bool(entry.parser.can_fetch(url, user_agent))
+
+    async def sitemaps(self, url: str, ttl: int, hook: Any = None) -> list[str]:
+        """The ``Sitemap:`` lines of the robots.txt of ``url``'s origin (loaded like :meth:`allowed`; none
+        when it has no robots.txt). Raises :class:`RobotsUnavailable` as :meth:`allowed` does."""
+        entry = await self._entry(url, ttl, hook)
+        return list(entry.parser.sitemaps) if entry.parser is not None else []
+
+    async def _entry(self, url: str, ttl: int, hook: Any) -> _Robots:
+        """The origin's robots.txt, loaded when not known or expired; raises :class:`RobotsUnavailable`."""
         origin = origin_of(url)
         entry = self._local.get(origin)
         if entry is None or entry.expires < time.monotonic():
@@ -122,11 +137,7 @@ class RobotsCache:
                 url=url,
                 retry_after=max(1.0, entry.expires - time.monotonic()),
             )
-        if entry.disallow_all:
-            return False
-        if entry.parser is None:
-            return True
-        return bool(entry.parser.can_fetch(url, user_agent))
+        return entry
 
     def crawl_delay(self, url: str, user_agent: str) -> float | None:
         """The origin's robots.txt ``Crawl-delay`` for ``user_agent`` (seconds, capped), if it has one;
