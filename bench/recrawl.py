@@ -80,7 +80,7 @@ class Site:
         self.pages = pages
         self.version = [1] * pages
         self.bodies: dict[tuple[int, int], str] = {}
-        self.stats = {"requests": 0, "not_modified": 0, "bytes": 0}
+        self.stats = {"requests": 0, "not_modified": 0, "bytes": 0, "bytes_validated": 0}
 
     def body(self, page: int) -> str:
         v = self.version[page]
@@ -118,6 +118,8 @@ class Site:
         footer = f"served at {time.time():.6f}" if kind == "noise" else "static"
         text = self.body(page).replace("{footer}", footer)
         self.stats["bytes"] += len(text)
+        if kind in ("etag", "lastmod"):
+            self.stats["bytes_validated"] += len(text)
         return web.Response(text=text, content_type="text/html", headers=headers)
 
 
@@ -132,7 +134,7 @@ def site_main(pages: int, port_file: Path) -> None:
             changed = site.change(float(request.query["percent"]), int(request.query["seed"]))
             return web.json_response({"changed": changed})
         stats = dict(site.stats)
-        site.stats = {"requests": 0, "not_modified": 0, "bytes": 0}
+        site.stats = {"requests": 0, "not_modified": 0, "bytes": 0, "bytes_validated": 0}
         return web.json_response(stats)
 
     async def start() -> None:
@@ -378,6 +380,8 @@ async def controller(args: argparse.Namespace) -> int:
     precision = min(c["detection"]["precision"] for c in cycles)
     k1 = out[f"k{args.k[0]:g}"]
     full_bytes = k1["trawl-full"][0]["bytes"]
+    validated = k1["trawl-refresh"][0]["bytes_validated"] / k1["trawl-full"][0]["bytes_validated"]
+    print(f"bytes ratio at k={args.k[0]:g}% of the pages with validators alone: {validated:.4f}")
     print(
         f"recall={recall:.4f} precision={precision:.4f} "
         f"bytes_ratio_k1={k1['trawl-refresh'][0]['bytes'] / full_bytes:.4f} "
