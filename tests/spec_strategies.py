@@ -152,6 +152,7 @@ _rfc3339 = st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2100,
 _sitemap_optional: dict[str, Strategy] = {
     "fromRobotsTxt": st.booleans(),
     "lastmodAfter": _rfc3339,
+    "lastmodSinceLastRun": st.booleans(),
     "maxUrls": ints(1, 1_000_000),
     "include": st.lists(regex, max_size=3),
     "exclude": st.lists(regex, max_size=3),

@@ -188,3 +188,42 @@ def test_a_range_that_runs_backwards_is_refused_as_a_cronjob_refuses_it(schedule
 def test_a_range_of_one_value_is_that_value(schedule: str, expected: datetime) -> None:
     """A CronJob reads 5-5 as minute 5; croniter reads it as * (every minute), so it is given the value."""
     assert next_time(schedule, None, T0) == expected
+
+
+def test_sitemaps_since_the_last_successful_run() -> None:
+    """A template with sitemaps.lastmodSinceLastRun gets lastmodAfter at the start of the cron's latest
+    successful run (its first job takes every URL; a later lastmodAfter of its own wins)."""
+    from trawl.api.cronscrapejob import CronScrapeJobSpec
+    from trawl.operator.cron.reconcile import build_job, last_successful_start
+
+    def cron(sitemaps: dict[str, object]) -> CronScrapeJobSpec:
+        template = {"spec": {"pool": "p", "sitemaps": {"urls": ["https://shop.test/sitemap.xml"], **sitemaps}}}
+        return CronScrapeJobSpec.model_validate({"schedule": "0 * * * *", "jobTemplate": template})
+
+    jobs = [
+        {
+            "name": "a",
+            "phase": "Succeeded",
+            "startTime": "2026-11-25T09:00:05Z",
+            "completionTime": "2026-11-25T09:10:00Z",
+        },
+        {
+            "name": "b",
+            "phase": "Succeeded",
+            "startTime": "2026-11-25T10:00:07Z",
+            "completionTime": "2026-11-25T10:09:00Z",
+        },
+        {"name": "c", "phase": "Failed", "startTime": "2026-11-25T11:00:02Z", "completionTime": "2026-11-25T11:01:00Z"},
+        {"name": "d", "phase": "Running", "startTime": "2026-11-25T12:00:01Z"},
+    ]
+    last = last_successful_start(jobs)
+    assert last == datetime(2026, 11, 25, 10, 0, 7, tzinfo=UTC), "the latest success's start, not a failure's"
+    assert last_successful_start([jobs[2], jobs[3]]) is None
+    since = build_job("c", "uid", cron({"lastmodSinceLastRun": True}), T0, last)
+    assert since["spec"]["sitemaps"]["lastmodAfter"] == "2026-11-25T10:00:07Z"
+    first = build_job("c", "uid", cron({"lastmodSinceLastRun": True}), T0, None)
+    assert "lastmodAfter" not in first["spec"]["sitemaps"], "the first run takes every URL"
+    own = build_job("c", "uid", cron({"lastmodSinceLastRun": True, "lastmodAfter": "2026-11-25T11:00:00Z"}), T0, last)
+    assert own["spec"]["sitemaps"]["lastmodAfter"] == "2026-11-25T11:00:00Z", "a later date of its own wins"
+    off = build_job("c", "uid", cron({}), T0, last)
+    assert "lastmodAfter" not in off["spec"]["sitemaps"]

@@ -102,6 +102,12 @@ class SitemapSpec(TrawlModel):
         description="Take only the URLs whose <lastmod> is at or after this time (RFC 3339). URLs without a "
         "lastmod are taken; a lastmod without a time of day counts as the end of its day. Immutable.",
     )
+    lastmod_since_last_run: bool = Field(
+        default=False,
+        description="In a CronScrapeJob's jobTemplate: take only the URLs whose <lastmod> is at or after the start "
+        "of the CronScrapeJob's last successful run (the CronScrapeJob sets lastmodAfter on each job it creates; "
+        "its first job, and a ScrapeJob of its own, take every URL). A later lastmodAfter wins.",
+    )
     max_urls: int = Field(
         default=DEFAULT_SITEMAP_URLS,
         ge=1,

@@ -169,6 +169,7 @@ def jobs_by_cron(
             "name": name,
             "phase": status.get("phase"),
             "completionTime": status.get("completionTime"),
+            "startTime": status.get("startTime"),
             "owner": controller_uid(meta),
         }
     }

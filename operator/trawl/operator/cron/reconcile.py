@@ -35,7 +35,11 @@ class CronOutcome:
     events: list[Transition] = field(default_factory=list)
 
 
-def build_job(cron_name: str, cron_uid: str, spec: CronScrapeJobSpec, scheduled: datetime) -> dict[str, Any]:
+def build_job(
+    cron_name: str, cron_uid: str, spec: CronScrapeJobSpec, scheduled: datetime, last_run: datetime | None = None
+) -> dict[str, Any]:
+    """The ScrapeJob of one run. ``last_run``: when the cron's last successful run started, which a template
+    with ``sitemaps.lastmodSinceLastRun`` turns into the job's ``sitemaps.lastmodAfter``."""
     template = spec.job_template
     meta = template.metadata
     labels = {**(meta.labels if meta and meta.labels else {}), LABEL_CRON: cron_name}
@@ -61,8 +65,31 @@ def build_job(cron_name: str, cron_uid: str, spec: CronScrapeJobSpec, scheduled:
                 }
             ],
         },
-        "spec": template.spec.model_dump(mode="json", by_alias=True, exclude_unset=True),
+        "spec": _since_last_run(template.spec.model_dump(mode="json", by_alias=True, exclude_unset=True), last_run),
     }
+
+
+def _since_last_run(job_spec: dict[str, Any], last_run: datetime | None) -> dict[str, Any]:
+    """The job's spec with ``sitemaps.lastmodAfter`` at the last successful run's start, when the template
+    asks for it (``lastmodSinceLastRun``) and that is later than its own lastmodAfter."""
+    sitemaps = job_spec.get("sitemaps")
+    if last_run is None or not isinstance(sitemaps, dict) or not sitemaps.get("lastmodSinceLastRun"):
+        return job_spec
+    own = parse_time(sitemaps.get("lastmodAfter"))
+    if own is None or own < last_run:
+        job_spec = {**job_spec, "sitemaps": {**sitemaps, "lastmodAfter": format_time(last_run)}}
+    return job_spec
+
+
+def last_successful_start(jobs: list[Mapping[str, Any]]) -> datetime | None:
+    """When the latest successful run of a cron started (its first claim; its completion if it has none)."""
+    starts = [
+        parse_time(j.get("startTime")) or parse_time(j.get("completionTime"))
+        for j in jobs
+        if j.get("phase") == "Succeeded"
+    ]
+    found = [t for t in starts if t is not None]
+    return max(found) if found else None
 
 
 async def create_job(namespace: str, body: dict[str, Any]) -> bool:
@@ -186,7 +213,7 @@ async def reconcile_cron(
         events.append(Transition("Normal", "SuccessfulDelete", f"replaced active job {doomed}"))
         active.remove(doomed)
     if decision.create_for is not None:
-        body = build_job(name, uid, spec, decision.create_for)
+        body = build_job(name, uid, spec, decision.create_for, last_successful_start(jobs))
         if await create_job(namespace, body):
             events.append(Transition("Normal", "SuccessfulCreate", f"created ScrapeJob {body['metadata']['name']}"))
         if body["metadata"]["name"] not in active:
