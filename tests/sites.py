@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import pytest
 
-from trawl.dev.bookstore import Bookstore
+from trawl.dev.bookstore import AccessEntry, Bookstore
 
 
 def bookstore_fixture(scope: Literal["function", "module"], *, name: str = "site", **arguments: Any) -> Any:
@@ -23,3 +23,13 @@ def bookstore_fixture(scope: Literal["function", "module"], *, name: str = "site
             yield store
 
     return bookstore
+
+
+def peak_overlap(entries: list[AccessEntry]) -> int:
+    """The most requests the site was answering at one instant (its access log's own times)."""
+    edges = sorted([(e.time, 1) for e in entries] + [(e.finished or e.time, -1) for e in entries])
+    peak = cur = 0
+    for _, step in edges:  # an answer at the instant another arrives frees its slot first (-1 sorts first)
+        cur += step
+        peak = max(peak, cur)
+    return peak

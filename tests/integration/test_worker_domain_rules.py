@@ -16,10 +16,11 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from sites import peak_overlap
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.dev import procs
-from trawl.dev.bookstore import AccessEntry, Bookstore
+from trawl.dev.bookstore import Bookstore
 from trawl.dev.redis_server import RedisServer
 from trawl.jobspec.wire import build_job_config
 from trawl.queue import Queue
@@ -44,16 +45,6 @@ POOL = {
     },
 }
 STRICT_RATE = 1.0  # job A's own rule for SLOW: stricter than the pool's, so it holds for job A
-
-
-def peak_overlap(entries: list[AccessEntry]) -> int:
-    """The most requests the site was answering at one instant."""
-    edges = sorted([(e.time, 1) for e in entries] + [(e.finished or e.time, -1) for e in entries])
-    peak = cur = 0
-    for _, step in edges:  # an answer at the instant another arrives frees its slot first (-1 sorts first)
-        cur += step
-        peak = max(peak, cur)
-    return peak
 
 
 def worst_window(times: list[float], window: float) -> int:

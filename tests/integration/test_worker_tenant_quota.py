@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
+from sites import peak_overlap
 from trawl.api.scrapejob import ScrapeJobSpec
-from trawl.dev.bookstore import AccessEntry, Bookstore
+from trawl.dev.bookstore import Bookstore
 from trawl.jobspec.wire import build_job_config
 from trawl.queue import Queue, TenantLimits, TenantPolicy
 from trawl.queue.keys import Keys
@@ -30,16 +31,6 @@ QUOTAS = {"a": 3, "b": 5}
 @pytest.fixture(scope="module")
 def site_options() -> dict[str, Any]:
     return {"categories": 1, "books_per_category": PAGES}
-
-
-def peak_overlap(entries: list[AccessEntry]) -> int:
-    """The most requests the site was answering at one instant."""
-    edges = sorted([(e.time, 1) for e in entries] + [(e.finished or e.time, -1) for e in entries])
-    peak = cur = 0
-    for _, step in edges:  # an answer at the instant another arrives frees its slot first (-1 sorts first)
-        cur += step
-        peak = max(peak, cur)
-    return peak
 
 
 async def test_no_tenant_is_ever_above_its_in_flight_quota_at_the_site(
