@@ -328,10 +328,24 @@ def test_busy_pods_the_work_no_longer_needs_are_cordoned_then_removed_without_in
     assert cordoned[0][0] > t0
     assert running.get("succeeded", 0) < len(urls), running
     fetched = Counter(e.path for e in bookstore.entries() if e.path.startswith("/product/"))
-    assert all(n == 1 for n in fetched.values()), fetched  # nothing interrupted and run again
+    # nothing interrupted and run again
+    assert all(n == 1 for n in fetched.values()), _twice(fetched, bookstore, supervisor, namespace)
     assert all(fetched[f"/product/{i}.html?delay={d}"] == 1 for i, d in long_ids), fetched
     scaled = [e["message"] for e in events_for(control_plane, namespace, "cordon") if e["reason"] == "Scaled"]
     print(f"cordoned: {cordoned[:3]}; scaled: {scaled}")
+
+
+def _twice(fetched: Counter[str], bookstore: Bookstore, supervisor: Any, namespace: str) -> str:
+    """Why a page was fetched twice: its requests (start, end) and what the workers said about leases."""
+    twice = {p for p, n in fetched.items() if n > 1}
+    requests = [(e.path, e.time, e.finished) for e in bookstore.entries() if e.path in twice]
+    words = ("drain", "releas", "cordon", "orphan", "lease", "giving back", "started", "stopped")
+    lines = []
+    for log_path in sorted(supervisor.log_dir.glob(f"{namespace}_*.log")):
+        for line in log_path.read_text(errors="replace").splitlines():
+            if any(w in line for w in words):
+                lines.append(f"{log_path.stem}: {line[:300]}")
+    return f"{fetched}\nrequests={requests}\nhistory={supervisor.history[-10:]}\n" + "\n".join(lines[-60:])
 
 
 def test_a_burst_of_tasks_brings_the_pass_forward(

@@ -427,6 +427,20 @@ async def test_pool_signals(q: Queue, clock: Clock) -> None:
     assert "w1" not in (await q.pool_signals()).workers
 
 
+async def test_a_claim_since_the_last_heartbeat_counts_in_the_workers_load(q: Queue) -> None:
+    """The autoscaler picks idle workers to cordon and remove from these loads: a worker that reported 0 and
+    then claimed a (long) task must not read as idle until its next heartbeat, or it is removed with the task
+    in hand and the page is fetched twice."""
+    await q.register_job(JobConfig("l"))
+    await q.enqueue("l", urls("l", 3))
+    await q.heartbeat("w1", in_flight=0, draining=False)
+    assert (await q.pool_signals()).workers["w1"].in_flight == 0
+    await q.claim("w1", 2)
+    assert (await q.pool_signals()).workers["w1"].in_flight == 2  # before any heartbeat
+    await q.heartbeat("w1", in_flight=3, draining=False)  # one more buffered than leased: the report counts
+    assert (await q.pool_signals()).workers["w1"].in_flight == 3
+
+
 async def test_job_spec_roundtrip_and_unknown_job(q: Queue) -> None:
     await q.register_job(JobConfig("s", spec={"extract": {"title": "h1"}}))
     assert await q.job_spec("s") == {"extract": {"title": "h1"}}

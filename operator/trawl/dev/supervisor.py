@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import math
 import secrets
 import shutil
 import subprocess
@@ -297,16 +298,18 @@ class WorkerSupervisor:
 
 
 def _in_flight(worker: _Worker) -> float:
-    """The worker's ``trawl_worker_in_flight`` gauge (0 without a metrics port or an answer)."""
+    """The worker's ``trawl_worker_in_flight`` gauge (0 without a metrics port). A worker that does not
+    answer (a loaded machine) counts as the busiest: stopping it could interrupt what it holds, whereas
+    stopping one that answered with fewer tasks is what the ReplicaSet's pod-deletion-cost would do."""
     if not worker.metrics_port:
         return 0.0
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{worker.metrics_port}/metrics", timeout=2) as reply:
+        with urllib.request.urlopen(f"http://127.0.0.1:{worker.metrics_port}/metrics", timeout=5) as reply:
             for line in reply.read().decode().splitlines():
                 if line.startswith("trawl_worker_in_flight "):
                     return float(line.split()[1])
     except (OSError, ValueError):
-        pass
+        return math.inf
     return 0.0
 
 

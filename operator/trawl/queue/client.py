@@ -697,11 +697,15 @@ class Queue:
         info_flat = [_s(x) for x in res[4]]
         stats_flat = [_s(x) for x in res[5]]
         stats = dict(zip(stats_flat[::2], stats_flat[1::2], strict=True))
+        leases_flat = [_s(x) for x in res[8]] if len(res) > 8 else []
+        leases = {w: int(n) for w, n in zip(leases_flat[::2], leases_flat[1::2], strict=True)}
         workers: dict[str, WorkerActivity] = {}
         for wid, value in zip(info_flat[::2], info_flat[1::2], strict=True):
             inflight_s, seen_s, draining_s = value.split("|")
+            # A claim since the last heartbeat counts at once (signals.lua): never idle with a task in hand.
+            load = max(int(inflight_s), leases.get(wid, 0))
             activity = WorkerActivity(
-                worker_id=wid, in_flight=int(inflight_s), last_seen=float(seen_s), draining=draining_s == "1"
+                worker_id=wid, in_flight=load, last_seen=float(seen_s), draining=draining_s == "1"
             )
             # Keyed by pod: a pod's newest incarnation speaks for it (older ones are evicted at its start).
             pod = pod_of(wid)

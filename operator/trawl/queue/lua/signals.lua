@@ -3,7 +3,10 @@
 -- KEYS: 1 delayed-jobs index, 2 worker deadlines, 3 worker info, 4 pool stats, 5..14 rings 0..9 of the tenant ''
 -- ARGV: 1 prefix, 2 now, 3 due-soon horizon seconds
 -- Returns {ready, delayed, delayed due soon, in flight, worker info (flat), pool stats (flat), worker deadlines,
---          held (ready tasks of tenants a quota holds back)}
+--          held (ready tasks of tenants a quota holds back), leases per worker (flat: id, count)}
+-- A worker's load is the larger of what its last heartbeat reported and the leases it holds now: a claim
+-- made since that heartbeat counts at once, so the autoscaler never takes a worker that just claimed for
+-- an idle one (and removes it with a task in hand).
 local prefix = ARGV[1]
 -- Jobs queued before tenants existed sit in the rings of tenant "" without a tenant queue: once per data set
 -- (P:tv) the first snapshot enters such rings into their tenant queue (the operator takes one every pool poll,
@@ -37,9 +40,13 @@ for _, job_id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
   delayed = delayed + redis.call('ZCARD', zk)
   soon = soon + redis.call('ZCOUNT', zk, '-inf', horizon)
 end
-local inflight = 0
+local inflight, leases = 0, {}
 local wd = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
 for i = 1, #wd, 2 do
-  inflight = inflight + redis.call('HLEN', prefix .. ':w:' .. wd[i])
+  local n = redis.call('HLEN', prefix .. ':w:' .. wd[i])
+  inflight = inflight + n
+  leases[#leases + 1] = wd[i]
+  leases[#leases + 1] = n
 end
-return { ready, delayed, soon, inflight, redis.call('HGETALL', KEYS[3]), redis.call('HGETALL', KEYS[4]), wd, held }
+return { ready, delayed, soon, inflight, redis.call('HGETALL', KEYS[3]), redis.call('HGETALL', KEYS[4]), wd, held,
+         leases }
