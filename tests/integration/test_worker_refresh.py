@@ -12,7 +12,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -40,6 +40,7 @@ class Site:
 
     version: dict[str, int] = field(default_factory=dict)
     gone: set[str] = field(default_factory=set)
+    broken: set[str] = field(default_factory=set)  # answer 500
     log: list[tuple[str, int, bool]] = field(default_factory=list)  # (path, status, validators sent)
     stamp: int = 0
     url: str = ""
@@ -51,6 +52,9 @@ class Site:
         path = request.path
         kind = path.split("/")[1]
         sent = "If-None-Match" in request.headers or "If-Modified-Since" in request.headers
+        if path in self.broken:
+            self.log.append((path, 500, sent))
+            return web.Response(status=500, text="broken")
         if path in self.gone:
             self.log.append((path, 404, sent))
             return web.Response(status=404, text="gone")
@@ -90,16 +94,25 @@ async def site() -> AsyncIterator[Site]:
         await runner.cleanup()
 
 
-async def _run(redis: aioredis.Redis, site: Site, workers: int = 1, **refresh: Any) -> tuple[str, dict[str, Any]]:
-    """One refresh run of the lineage over every page, to its end; its job id and records by path."""
+async def _run(
+    redis: aioredis.Redis,
+    site: Site,
+    workers: int = 1,
+    paths: list[str] | None = None,
+    sweep: bool = False,
+    **refresh: Any,
+) -> tuple[str, dict[str, Any]]:
+    """One refresh run of the lineage over every page (or ``paths``), to its end; its job id and records by
+    path. ``sweep``: then, as the operator does, the job's sweep (pages the run never reached are gone)."""
     spec = ScrapeJobSpec.model_validate(
         {
             "pool": "p",
-            "urls": [site.url + p for p in site.paths()],
+            "urls": [site.url + p for p in (site.paths() if paths is None else paths)],
             "extract": {"fields": [{"name": "price", "selector": ".price"}], "title": False},
             "politeness": {"requestsPerSecond": 1000, "maxConcurrencyPerDomain": 8, "respectRobotsTxt": False},
             "refresh": {"lineage": "shop", **refresh},
             "maxDeadLetters": 100,
+            "retry": {"maxAttempts": 2, "initialDelaySeconds": 0.1},
         }
     )
     job_id = uuid.uuid4().hex[:12]
@@ -120,6 +133,12 @@ async def _run(redis: aioredis.Redis, site: Site, workers: int = 1, **refresh: A
         await wait_for_async(
             "the run to finish", finished, 60, 0.05, diag=lambda: queue.job_stats(job_id), runner=running[0][1]
         )
+        if sweep:
+            assert await queue.enqueue_sweep(job_id) == 1
+            assert await queue.enqueue_sweep(job_id) == 0, "once per job"
+            await wait_for_async(
+                "the sweep to finish", finished, 60, 0.05, diag=lambda: queue.job_stats(job_id), runner=running[0][1]
+            )
     finally:
         for worker, _task in running:
             worker.request_stop()
@@ -188,3 +207,68 @@ async def test_a_page_is_counted_once_however_often_its_state_is_saved(redis_cli
     # a job that is gone (cancelled, expired) writes no state and counts nothing
     assert await pages.save("gone", LINEAGE, encoded_prefix(job_tag("gone")), [PageSave("f2", value, "new")], 60) == 0
     assert await redis_client.hexists(keys.page_state(LINEAGE), "f2") == 0
+
+
+async def test_pages_a_run_no_longer_reaches_are_gone_once_then_forgotten(
+    redis_client: aioredis.Redis, site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sweep after a run: a page of the last run that this run's list no longer holds is gone (a record,
+    counted once); a page that failed for good in this run is not; in small steps (a sweep task per 5 pages
+    of the lineage) nothing is reported twice or missed; a page gone in the last run and still absent is
+    forgotten (not reported again), and comes back as new."""
+    import trawl.worker.sweep as sweep_module
+
+    monkeypatch.setattr(sweep_module, "MAX_PAGES_PER_TASK", 5)
+    monkeypatch.setattr(sweep_module, "SCAN_COUNT", 2)
+    await redis_client.flushall()
+    queue = Queue(redis_client, PREFIX)
+    keys = Keys(PREFIX)
+    every = site.paths()
+    await _run(redis_client, site, sweep=True)
+    dropped = ["/plain/5", "/etag/4"]
+    kept = [p for p in every if p not in dropped]
+
+    job2, records = await _run(redis_client, site, paths=kept, sweep=True)
+    gone = {path: r for path, r in records.items() if r["change"] == "gone"}
+    assert set(gone) == set(dropped), records
+    assert all(r["status"] is None and r["reached"] is False for r in gone.values())
+    stats = await queue.job_stats(job2)
+    assert stats.changes == (0, 0, len(kept), len(dropped))
+    assert stats.total - len(kept) >= len(every) // 5, "swept in steps of 5 pages, each a task"
+    assert await redis_client.hlen(keys.page_state(LINEAGE)) == len(every), "gone pages keep a state for a run"
+
+    job3, records = await _run(redis_client, site, paths=kept, sweep=True)
+    assert records == {}, "gone once: not again"
+    assert (await queue.job_stats(job3)).changes == (0, 0, len(kept), 0)
+    assert await redis_client.hlen(keys.page_state(LINEAGE)) == len(kept), "then forgotten"
+
+    _job4, records = await _run(redis_client, site, sweep=True)
+    assert {path: r["change"] for path, r in records.items()} == dict.fromkeys(dropped, "new")
+
+
+async def test_a_page_that_failed_in_the_run_is_not_gone(redis_client: aioredis.Redis, site: Site) -> None:
+    await redis_client.flushall()
+    queue = Queue(redis_client, PREFIX)
+    await _run(redis_client, site, sweep=True)
+    site.broken.add("/plain/2")
+    job_id, records = await _run(redis_client, site, sweep=True)
+    assert records == {}, records
+    stats = await queue.job_stats(job_id)
+    assert stats.dead == 1 and stats.changes == (0, 0, len(site.paths()) - 1, 0)
+
+
+async def test_no_sweep_for_a_run_its_task_cap_stopped(redis_client: aioredis.Redis) -> None:
+    """Pages past the cap were never tried: not gone. Nor under cross-job dedupe (a page another job
+    fetched was not reached by this one, yet is not gone)."""
+    await redis_client.flushall()
+    queue = Queue(redis_client, PREFIX)
+    for name, config in (("capped", {"max_pages": 2}), ("deduped", {"dedupe_across_jobs": True})):
+        spec = ScrapeJobSpec.model_validate({"pool": "p", "urls": ["http://127.0.0.1:9/a", "http://127.0.0.1:9/b"]})
+        job = build_job_config(name, spec, None, LINEAGE)
+        await queue.register_job(replace(job, **config))
+        await queue.enqueue(name, spec.seed_urls())
+        await queue.mark_enqueue_done(name)
+    assert await queue.enqueue_sweep("capped") == -2
+    assert await queue.enqueue_sweep("deduped") == -3
+    assert await queue.enqueue_sweep("capped") == 0, "decided once"
+    assert await queue.enqueue_sweep("no-such-job") == -1

@@ -32,5 +32,13 @@ async def test_page_state_saves_and_counts_once_on_a_cluster(cluster_client: aio
     assert (await queue.job_stats("job-1")).changes == (1, 1, 1, 1)
     state = decode(await pages.get(LINEAGE, url_field("https://shop.test/1")))
     assert state is not None and (state.tag, state.change) == (tag, Change.CHANGED)
+    # The sweep's scan and forget run on the slot too; its task is added once, beside the job's queue.
+    cursor, found = await pages.scan(LINEAGE, "0", 100)
+    assert cursor == "0" and len(found) == 4
+    gone = {k: v for k, v in found.items() if decode(v) is not None and decode(v).change == Change.GONE}  # type: ignore[union-attr]
+    assert await pages.forget(LINEAGE, gone) == 1
+    await queue.enqueue("job-1", ["https://shop.test/1"])
+    await queue.mark_enqueue_done("job-1")
+    assert await queue.enqueue_sweep("job-1") == 1 and await queue.enqueue_sweep("job-1") == 0
     await cluster_client.delete(keys.page_state(LINEAGE))
     await queue.cancel("job-1")

@@ -20,6 +20,7 @@ from trawl.refresh import fingerprint as fp
 from trawl.refresh.decide import RefreshSettings
 from trawl.refresh.state import (
     MAX_ETAG,
+    MAX_URL,
     MAX_VALUE,
     Change,
     PageState,
@@ -56,8 +57,12 @@ def test_state_round_trips_and_stays_bounded() -> None:
     raw = encode(huge)
     assert len(raw) < 80, "validators over their caps are not kept: the page is fetched in full next time"
     assert decode(raw) == PageState(TAG, Change.NEW, "f" * 16, "", "", NOW, NOW)
-    worst = PageState(TAG, Change.UNCHANGED, "f" * 16, "e" * MAX_ETAG, "x" * 40, 2**40, 2**40)
+    worst = PageState(TAG, Change.UNCHANGED, "f" * 16, "e" * MAX_ETAG, "x" * 40, 2**40, 2**40, "u" * MAX_URL)
     assert len(encode(worst)) <= MAX_VALUE
+    with_url = PageState(TAG, Change.NEW, "f" * 16, url="https://shop.test/a")
+    assert decode(encode(with_url)) == with_url
+    assert decode(encode(replace(with_url, url="u" * (MAX_URL + 1)))) == replace(with_url, url=""), "too long: not kept"
+    assert decode("1\nab\nnew\nf\n\n\n1\n1") == PageState("ab", Change.NEW, "f", "", "", 1, 1), "saved before URLs"
     # a newline in a header value would split the record: it is not kept
     assert decode(encode(PageState(TAG, Change.NEW, "f", 'a"\nb', "", 1, 1))) == PageState(
         TAG, Change.NEW, "f", "", "", 1, 1
@@ -182,3 +187,21 @@ def test_status_shows_the_changes() -> None:
     assert status["changes"] == {"new": 2, "changed": 3, "unchanged": 4, "gone": 1}
     plain = JobStats(10, 0, 0, 0, 10, 0, True, False, now.timestamp() - 9, finished_at=now.timestamp() - 1)
     assert "changes" not in derive_job_status(JobFacts(generation=1, suspend=False, stats=plain), {}, now)[0]
+
+
+def test_a_page_the_run_never_reached_is_gone_once_then_forgotten() -> None:
+    known = _old(Change.CHANGED, url="https://shop.test/a")
+    outcome = decide.unlinked(known, TAG, NOW)
+    assert outcome is not None and outcome.write_record
+    assert (outcome.change, outcome.state.tag, outcome.state.url, outcome.state.changed_at) == (
+        Change.GONE,
+        TAG,
+        known.url,
+        NOW,
+    )
+    assert decide.unlinked(replace(known, tag=TAG), TAG, NOW) is None, "this run handled it"
+    assert decide.unlinked(replace(known, url=""), TAG, NOW) is None, "no URL to name"
+    gone_before = outcome.state
+    assert decide.unlinked(gone_before, "other-run", NOW) is None, "reported once"
+    assert decide.forgotten(gone_before, "other-run") and not decide.forgotten(gone_before, TAG)
+    assert not decide.forgotten(known, TAG)

@@ -34,6 +34,7 @@ from . import backoff
 from .errors import QueueUnavailable, UnknownJob, WorkerCordoned
 from .keys import PRIORITIES, Keys, pod_of
 from .model import (
+    SWEEP_DEPTH,
     DeadLetterRecord,
     FailOutcome,
     Heartbeat,
@@ -46,6 +47,7 @@ from .model import (
     TenantPolicy,
     TenantUsage,
     WorkerActivity,
+    sweep_url,
 )
 from .tenants import check_tenant_name, encode_limits, tenant_usage_of
 
@@ -56,6 +58,7 @@ SCRIPT_NAMES = (
     "enqueue",
     "enqueue_discovered",
     "enqueue_sitemap",
+    "enqueue_sweep",
     "mark_enqueue_done",
     "claim",
     "heartbeat",
@@ -302,6 +305,15 @@ class Queue:
                 return added  # the job was cancelled meanwhile
             added += n
         return added
+
+    async def enqueue_sweep(self, job_id: str, cursor: str = "0", *, first: bool = True) -> int:
+        """Add a refresh job's sweep task at the page state's scan ``cursor`` (enqueue_sweep.lua): the
+        operator's first (once per job), or a worker's continuation. Returns 1 added, 0 not, -1 no job, -2
+        not swept because the task cap was reached, -3 because cross-job dedupe skips pages."""
+        k = self.keys
+        keys = [k.job(job_id), k.ready(job_id), k.seen(job_id), k.cross_dedupe, k.events, *self._rings, k.stats]
+        args = [self._now(), self.events_maxlen, job_id, SWEEP_DEPTH, sweep_url(cursor), "1" if first else "0"]
+        return int(await self._run("enqueue_sweep", keys, args))
 
     # ------------------------------------------------------------------ workers
 

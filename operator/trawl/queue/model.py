@@ -49,6 +49,25 @@ class JobConfig:
     tenant: str = ""
 
 
+# A refresh job's sweep (trawl.worker.sweep): a task no page or sitemap can make (links enter at depth >= 1,
+# sitemaps at -1..-3), whose URL carries the page state's scan cursor.
+SWEEP_DEPTH = -9
+SWEEP_SCHEME = "trawl-sweep:"
+# A run with more dead letters than this is not swept (their URLs, which are not gone, are read per step).
+SWEEP_MAX_DEAD = 50_000
+
+
+def sweep_url(cursor: str) -> str:
+    return f"{SWEEP_SCHEME}{cursor}"
+
+
+def sweep_cursor(task: Task) -> str | None:
+    """The scan cursor of a sweep task; None for any other task."""
+    if task.depth != SWEEP_DEPTH or not task.url.startswith(SWEEP_SCHEME):
+        return None
+    return task.url[len(SWEEP_SCHEME) :]
+
+
 @dataclass(slots=True)
 class Task:
     """A claimed task. ``attempt`` counts from 1; ``depth`` is 0 for seeds."""
@@ -223,6 +242,13 @@ class QueueClient(Protocol):
         """Sitemap seeds: page URLs a sitemap named (``depth`` 0, counted in :attr:`JobStats.from_sitemaps`)
         or sitemaps (-1: the job's own; -2, -3: named by an index a level up; a task with a negative depth is
         a sitemap). Deduplicated within the job, never beyond its task cap. Returns how many were added."""
+        ...
+
+    async def enqueue_sweep(self, job_id: str, cursor: str = "0", *, first: bool = True) -> int:
+        """A refresh job's sweep task (depth :data:`SWEEP_DEPTH`, URL :func:`sweep_url`): the operator's
+        first once the job's own work is done (once per job), or a worker's continuation at ``cursor``.
+        Returns 1 added, 0 not, -1 no such job, -2 / -3 not swept: the task cap was reached / cross-job
+        dedupe skips pages (the run did not cover its whole scope)."""
         ...
 
     async def claim(self, worker_id: str, count: int) -> list[Task]:

@@ -10,7 +10,7 @@ before its ack (trawl.worker.finish), so a page is counted once however often it
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
@@ -36,6 +36,7 @@ class PageStates:
         self.redis = redis
         self.keys = keys
         self._save = redis.register_script(read_script("trawl.queue", "page_state_save"))
+        self._forget = redis.register_script(read_script("trawl.queue", "page_state_forget"))
 
     async def get(self, lineage: str, field: str) -> bytes | str | None:
         value: bytes | str | None = await self.redis.hget(self.keys.page_state(lineage), field)  # type: ignore[misc]
@@ -52,3 +53,20 @@ class PageStates:
             args += [page.field, page.value, COUNTERS[page.change]]
         keys = [self.keys.job(job_id), self.keys.page_state(lineage)]
         return int(await self._save(keys=keys, args=args))
+
+    async def scan(self, lineage: str, cursor: str, count: int) -> tuple[str, dict[str, str]]:
+        """One HSCAN step over the lineage's pages: the next cursor ("0" at the end) and field -> value."""
+        nxt, found = await self.redis.hscan(self.keys.page_state(lineage), cursor=int(cursor), count=count)  # type: ignore[misc]
+        items = {_text(k): _text(v) for k, v in found.items()}
+        return str(nxt), items
+
+    async def forget(self, lineage: str, pages: Mapping[str, str]) -> int:
+        """Drop these pages' states (field -> the value read), each only if it still holds that value."""
+        if not pages:
+            return 0
+        args = [x for field_value in pages.items() for x in field_value]
+        return int(await self._forget(keys=[self.keys.page_state(lineage)], args=args))
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value

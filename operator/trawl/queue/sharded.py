@@ -279,6 +279,10 @@ class ShardedQueue(Queue):
 
         return sum(await self._each(on(i, part) for i, part in placed.items()))
 
+    async def enqueue_sweep(self, job_id: str, cursor: str = "0", *, first: bool = True) -> int:
+        # On the home shard, with the page state it scans (trawl.queue.pagestate).
+        return await self.shards[0].enqueue_sweep(job_id, cursor, first=first)
+
     async def _add_on(self, shard: int, job_id: str, urls: list[str], add: Callable[[], Awaitable[int]]) -> int:
         """``add`` (links or sitemap seeds for ``shard``), and once more after borrowing quota when the
         shard's part of the job's cap refused some."""

@@ -111,6 +111,22 @@ def gone(old: PageState | None, tag: str, status: int | None, now: int) -> Outco
     return Outcome(Change.GONE, state, True)
 
 
+def unlinked(old: PageState, tag: str, now: int) -> Outcome | None:
+    """A page the lineage knew that this run (``tag``) never reached, once the run has ended with its whole
+    scope done (the job's sweep): gone, now, with a record. None for a page this run handled, one without its
+    URL kept, or one already reported gone by an earlier run (the sweep forgets those: :func:`forgotten`)."""
+    if old.tag == tag or old.change == Change.GONE or not old.url:
+        return None
+    state = replace(old, tag=tag, change=Change.GONE, fingerprint="", changed_at=now)
+    return Outcome(Change.GONE, state, True)
+
+
+def forgotten(old: PageState, tag: str) -> bool:
+    """A page an earlier run reported gone and this run did not reach again: its state goes (should it come
+    back, it is new), so pages that are gone for good do not hold memory until the lineage expires."""
+    return old.tag != tag and old.change == Change.GONE
+
+
 def writes_record(change: Change, records_all: bool) -> bool:
     return records_all or change != Change.UNCHANGED
 

@@ -3,8 +3,9 @@
 Stored per lineage in one hash (``<pool prefix>:ps:<namespace>/<lineage>``), field :func:`url_field` (24
 characters), value :func:`encode` (newline-separated: no header value may hold a newline). What one URL costs
 is bounded: validators longer than the caps below are not kept (the page is then fetched in full, as if the
-server sent none), so a value is at most MAX_VALUE bytes and usually about 100 (see docs/architecture.md for
-the measured cost per URL in Redis).
+server sent none), nor is a URL longer than MAX_URL (such a page cannot be reported gone when a run no longer
+reaches it), so a value is at most MAX_VALUE bytes and usually about 100 plus the URL (see
+docs/architecture.md for the measured cost per URL in Redis).
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from enum import StrEnum
 FORMAT = "1"
 MAX_ETAG = 128  # characters; RFC 9110 sets none, real servers send 10 to 70
 MAX_LAST_MODIFIED = 40  # an IMF-fixdate is 29
-# The longest value: format, tag, the longest label, fingerprint, both validators, two 13-digit times, 7 newlines.
-MAX_VALUE = 1 + 8 + 9 + 16 + MAX_ETAG + MAX_LAST_MODIFIED + 13 + 13 + 7
+MAX_URL = 2048  # characters; the URL is kept so that a run that no longer reaches the page can report it gone
+# The longest value: format, tag, the longest label, fingerprint, both validators, two 13-digit times, the URL,
+# 8 newlines.
+MAX_VALUE = 1 + 8 + 9 + 16 + MAX_ETAG + MAX_LAST_MODIFIED + 13 + 13 + MAX_URL + 8
 
 
 class Change(StrEnum):
@@ -41,6 +44,7 @@ class PageState:
     last_modified: str = ""
     fetched_at: int = 0  # unix seconds
     changed_at: int = 0  # when the fingerprint last differed (or the page was first seen, or went)
+    url: str = ""  # the page's URL ("" when longer than MAX_URL, or saved before URLs were kept)
 
 
 def job_tag(job_id: str) -> str:
@@ -65,6 +69,7 @@ def encode(state: PageState) -> str:
         _one_line(last_modified),
         str(state.fetched_at),
         str(state.changed_at),
+        _one_line(state.url) if len(state.url) <= MAX_URL else "",
     )
     return "\n".join(parts)
 
@@ -81,7 +86,9 @@ def decode(raw: str | bytes | None) -> PageState | None:
         return None
     text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
     parts = text.split("\n")
-    if len(parts) != 8 or parts[0] != FORMAT:
+    if len(parts) == 8:  # saved before URLs were kept
+        parts.append("")
+    if len(parts) != 9 or parts[0] != FORMAT:
         return None
     try:
         return PageState(
@@ -92,6 +99,7 @@ def decode(raw: str | bytes | None) -> PageState | None:
             last_modified=parts[5],
             fetched_at=int(parts[6]),
             changed_at=int(parts[7]),
+            url=parts[8],
         )
     except ValueError:
         return None

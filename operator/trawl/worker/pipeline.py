@@ -27,7 +27,7 @@ from redis.exceptions import OutOfMemoryError
 from trawl.api.policies import FailureClass
 from trawl.queue.claimsize import TaskTimer
 from trawl.queue.errors import QueueUnavailable
-from trawl.queue.model import QueueClient, Task
+from trawl.queue.model import QueueClient, Task, sweep_cursor
 from trawl.queue.notes import JobNotes
 from trawl.queue.pagestate import PageStates
 from trawl.redisconn.client import TRANSIENT_ERRORS
@@ -45,6 +45,7 @@ from .politeness import DomainLimiter, RateWaitTooLong, RobotsCache
 from .refresh import RefreshPage
 from .refresh import begin as refresh_begin
 from .sitemaps import INDEX, MAX_SITEMAP_LEVEL, BadSitemap, SitemapRules, is_robots_task, robots_sitemaps
+from .sweep import sweep
 from .urls import host_of
 
 log = logging.getLogger("trawl.worker")
@@ -193,6 +194,8 @@ class TaskPipeline:
             await self.queue.release(task, self.worker_id, delay=2.0)
             return "released"
         spec = job.spec
+        if sweep_cursor(task) is not None:  # only the operator and a sweep make these (enqueue_sweep.lua)
+            return await self._sweep(task, job)
         pol = spec.politeness
         domain = host_of(task.url)
         waited = 0.0  # time spent waiting for politeness (slot, robots, rate): not the site's latency
@@ -342,6 +345,19 @@ class TaskPipeline:
             adaptive=pol.adaptive_delay,
             deadline=time.monotonic() + self.max_rate_wait,
         )
+
+    async def _sweep(self, task: Task, job: Job) -> str:
+        """A refresh job's sweep step: the lineage's pages the run never reached, reported gone
+        (trawl.worker.sweep)."""
+        if job.spec.refresh is not None:
+            step = await sweep(task, job.spec.refresh, job.sink, self.pages, self.queue)
+            self.metrics.refresh.labels("gone").inc(len(step.records))
+            log.info(
+                "refresh sweep",
+                extra={"job": task.job_id, "looked": step.looked, "gone": len(step.records), "next": step.cursor},
+            )
+        self.finisher.submit(Finish(task, [], None, None))
+        return "handed"
 
     # --- sitemaps --------------------------------------------------------------------------------
 

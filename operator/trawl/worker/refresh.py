@@ -6,7 +6,7 @@ the page's record is stored and before its ack (trawl.worker.finish). The decisi
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from trawl.queue.model import Task
@@ -37,6 +37,7 @@ class RefreshPage:
     tag: str
     key: str  # the page's field in the lineage's hash
     old: PageState | None
+    url: str = ""  # kept in the state, so that a later run that no longer reaches the page can name it gone
     outcome: Outcome | None = None
     headers: dict[str, str] = field(default_factory=dict)
 
@@ -71,7 +72,7 @@ class RefreshPage:
     def write(self) -> PageWrite | None:
         if self.outcome is None:
             return None
-        save = PageSave(self.key, encode(self.outcome.state), self.outcome.change.value)
+        save = PageSave(self.key, encode(replace(self.outcome.state, url=self.url)), self.outcome.change.value)
         return PageWrite(self.settings.lineage, encoded_prefix(self.tag), self.settings.retain_seconds, save)
 
 
@@ -80,7 +81,7 @@ async def begin(pages: PageStates, settings: RefreshSettings, task: Task) -> Ref
     field_name = url_field(task.url)
     old = decode(await pages.get(settings.lineage, field_name))
     tag = job_tag(task.job_id)
-    page = RefreshPage(settings, tag, field_name, old)
+    page = RefreshPage(settings, tag, field_name, old, task.url)
     page.headers = decide.conditional_headers(old, tag, settings)
     return page
 

@@ -51,7 +51,7 @@ from trawl.operator.indexes import namespace_labels, pool_from_index
 from trawl.operator.problems import Problem
 from trawl.operator.secrets import secret_reader
 from trawl.queue import Queue, QueueUnavailable
-from trawl.queue.model import DeadLetterRecord, JobConfig, JobStats
+from trawl.queue.model import SWEEP_MAX_DEAD, DeadLetterRecord, JobConfig, JobStats
 from trawl.queue.notes import JobNotes, Skipped, Throttled
 from trawl.redisconn.memory import out_of_memory
 from trawl.redisconn.settings import RedisConfigError, RedisUnreachable
@@ -303,6 +303,8 @@ async def _reconcile_with_queue(job: _Pass, config: JobConfig | None, annotation
         politeness = effective_politeness(config.spec)
     deadline_exceeded = _deadline_exceeded(job.spec, prev, stats, job.now)
     stats, retry_handled = await _steer(job, stats, deadline_exceeded, annotations.get(ANNOTATION_RETRY_DEAD))
+    if await _sweep_due(job, stats, deadline_exceeded):
+        stats = await queue.job_stats(uid)  # unfinished again until the sweep is done
 
     notes = await _read_notes(job, stats)
     dead_letters: list[DeadLetterRecord] = []  # read only when their count changed
@@ -335,6 +337,17 @@ async def _reconcile_with_queue(job: _Pass, config: JobConfig | None, annotation
         new_status["deadLetters"] = prev["deadLetters"]
     events += await _after_the_job(job, new_status)
     return JobOutcome(new_status, events, _ttl_expired(job.spec, new_status, job.now))
+
+
+async def _sweep_due(job: _Pass, stats: JobStats, deadline_exceeded: bool) -> bool:
+    """A refresh job whose own work is done and that would succeed gets its sweep (trawl.worker.sweep: the
+    lineage's pages the run never reached are reported gone) before it finishes; True when it was added
+    now. Once per job (the queue refuses a second), and not for a run that did not cover its scope."""
+    if job.spec.refresh is None or not stats.finished or deadline_exceeded or job.prev.get("phase") in TERMINAL:
+        return False
+    if stats.dead > job.spec.max_dead_letters or stats.dead > SWEEP_MAX_DEAD:
+        return False
+    return await job.queue.enqueue_sweep(job.uid) == 1
 
 
 def _finished_record(job: _Pass, epoch: str, data_lost: str | None) -> JobOutcome:
