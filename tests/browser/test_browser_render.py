@@ -281,6 +281,26 @@ async def test_only_matching_urls_go_through_the_browser(
     assert by_url[static]["names"] == by_url[js]["names"] and len(by_url[js]["names"]) == 5
 
 
+async def test_a_domain_rule_decides_which_hosts_pages_go_through_the_browser(
+    js_site: tuple[str, Renderer, Hits], redis_client: aioredis.Redis
+) -> None:
+    """politeness.domains[].render: Browser for the site's host renders a job that has no render of its own
+    (with the default render settings); Fetch fetches a Browser job's pages plainly."""
+    base, renderer, _hits = js_site
+    host = base.split("//", 1)[1].rsplit(":", 1)[0]
+    urls = [base + listing_paths(renderer, "static")[0], base + listing_paths(renderer, "js")[0]]
+    for rule, render, rendered in (("Browser", None, True), ("Fetch", {"mode": "Browser"}, False)):
+        spec: dict[str, Any] = {
+            "urls": urls,
+            "extract": {"fields": LISTING_FIELDS},
+            "politeness": {**POLITE, "domains": [{"host": host, "render": rule}]},
+        }
+        if render is not None:
+            spec["render"] = render
+        _job_id, _queue, _worker, records = await run_job(redis_client, spec)
+        assert {r["url"]: "render" in r for r in records} == dict.fromkeys(urls, rendered), (rule, records)
+
+
 async def _serve(app: web.Application) -> tuple[web.AppRunner, str]:
     """``app`` on a free port of SITE_HOST: its runner and URL."""
     runner = web.AppRunner(app, access_log=None)

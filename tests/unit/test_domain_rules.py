@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from trawl.api.domainrules import DomainRule, matches, most_specific
 from trawl.api.scrapejob import ScrapeJobSpec, ScrapeJobStatus
 from trawl.api.scrapepool import ScrapePoolSpec
-from trawl.jobspec.admission import limit_exceeded, spec_problem
+from trawl.jobspec.admission import browser_missing, limit_exceeded, spec_problem
 from trawl.jobspec.domains import DomainRules, HostCache, effective_politeness, resolve_host
 from trawl.jobspec.wire import build_worker_spec
 from trawl.worker.jobsettings import parse_worker_spec
@@ -266,3 +266,43 @@ def test_the_status_shows_the_rules_as_they_apply_without_header_values() -> Non
     }
     assert "secret" not in str(shown)
     ScrapeJobStatus.model_validate({"politeness": shown})  # the CRD's status schema takes it
+
+
+# --- render mode per domain --------------------------------------------------------------------------
+
+
+def test_render_per_domain_a_pool_rule_wins_then_the_job_rule_then_the_jobs_render() -> None:
+    browser_pool = _pool([{"host": "*.example.com", "render": "Browser"}], worker={"browser": {}})
+    job = _job(
+        {"domains": [{"host": "blog.example.com", "render": "Fetch"}, {"host": "shop.example.com", "render": "Fetch"}]}
+    )
+    spec = parse_worker_spec(build_worker_spec(job, browser_pool))
+    # the pool's rule covers both hosts and wins over the job's Fetch
+    assert spec.renders(URLS[0], "shop.example.com") and spec.renders(URLS[1], "blog.example.com")
+    assert spec.render is not None and not spec.render.browser, "the job's settings, mode Fetch: rules decide"
+    assert not spec.renders("https://other.test/x", "other.test"), "no rule: the job's render (none)"
+
+    plain_pool = _pool([{"host": "shop.example.com", "requestsPerSecond": 1}], worker={"browser": {}})
+    job = _job({"domains": [{"host": "blog.example.com", "render": "Fetch"}]}, render={"mode": "Browser"})
+    spec = parse_worker_spec(build_worker_spec(job, plain_pool))
+    assert spec.renders(URLS[0], "shop.example.com"), "a pool rule without render keeps the job's"
+    assert not spec.renders(URLS[1], "blog.example.com"), "the job's rule fetches its host plainly"
+    status = effective_politeness(build_worker_spec(job, plain_pool))
+    assert [d.get("render") for d in status["domains"]] == ["Fetch", None]
+
+
+def test_a_rule_that_renders_needs_a_pool_with_browser_workers() -> None:
+    job = _job({"domains": [{"host": "shop.example.com", "render": "Browser"}]})
+    problem = browser_missing(job, _pool())
+    assert problem is not None and "a domain rule's render" in problem and "spec.worker.browser" in problem
+    assert browser_missing(job, _pool(worker={"browser": {}})) is None
+    pool_renders = _pool([{"host": "*.example.com", "render": "Browser"}])
+    problem = browser_missing(_job(), pool_renders)
+    assert problem is not None and "a domain rule's render" in problem
+    assert parse_worker_spec(build_worker_spec(_job(), _pool())).render is None, "nothing renders: none sent"
+
+
+def test_a_rule_may_set_only_its_render() -> None:
+    assert _rule("shop.example.com", render="Browser").render == "Browser"
+    with pytest.raises(ValidationError, match="headers or render"):
+        _rule("shop.example.com")

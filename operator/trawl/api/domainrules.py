@@ -28,6 +28,7 @@ from typing import Self
 from pydantic import Field, field_validator, model_validator
 
 from .common import TrawlModel, format_number
+from .render import RenderMode
 
 MAX_DOMAIN_RULES = 64
 _LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
@@ -98,8 +99,8 @@ def host_of_authority(authority: str) -> str:
 
 
 class DomainRule(TrawlModel):
-    """Politeness for the hosts one pattern matches. Unset fields keep what the host would get without
-    the rule. Render mode and proxy per domain are not built yet."""
+    """Politeness for the hosts one pattern matches, and how their pages load. Unset fields keep what the
+    host would get without the rule. A proxy per domain is not built yet."""
 
     host: str = Field(
         min_length=1,
@@ -140,6 +141,13 @@ class DomainRule(TrawlModel):
         "sent over https only.",
     )
 
+    render: RenderMode | None = Field(
+        default=None,
+        description="How the matching hosts' pages load: Browser (headless Chromium, with the job's render "
+        "settings or their defaults; the pool must run browser workers) or Fetch (plain HTTP, even in a job whose "
+        "render.mode is Browser). Unset: as the job's render says. A pool rule's render wins over a job rule's.",
+    )
+
     @field_validator("host", mode="before")
     @classmethod
     def _host_pattern(cls, value: object) -> object:
@@ -149,10 +157,10 @@ class DomainRule(TrawlModel):
     def _one_rate(self) -> Self:
         if self.requests_per_second is not None and self.delay_seconds is not None:
             raise ValueError(f"domain rule {self.host}: set requestsPerSecond or delaySeconds, not both")
-        if self.rate() is None and self.max_concurrency_per_domain is None and not self.headers:
+        if self.rate() is None and self.max_concurrency_per_domain is None and not self.headers and not self.render:
             raise ValueError(
                 f"domain rule {self.host} sets nothing: give requestsPerSecond, delaySeconds, "
-                "maxConcurrencyPerDomain or headers"
+                "maxConcurrencyPerDomain, headers or render"
             )
         return self
 

@@ -14,7 +14,7 @@ from trawl.api.common import SecretKeyRef, SecretUse, format_number
 from trawl.api.policies import PolitenessSpec, RequestSpec
 from trawl.api.scrapejob import ScrapeJobSpec
 
-from .domains import rule_problem
+from .domains import renders_in_browser, rule_problem
 from .headerscope import scope_problem
 
 if TYPE_CHECKING:
@@ -88,10 +88,11 @@ def browser_missing(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> str |
     Caught at admission so the job is Stalled once, with the fix, instead of failing every URL on
     workers that have no browser.
     """
-    if job_spec.render is None or not job_spec.render.browser or pool_spec.worker.browser is not None:
+    if pool_spec.worker.browser is not None or not renders_in_browser(job_spec, pool_spec):
         return None
+    why = "render.mode Browser" if job_spec.render is not None and job_spec.render.browser else "a domain rule's render"
     return (
-        f"the job renders pages in a headless browser (render.mode Browser), but ScrapePool {job_spec.pool!r} "
+        f"the job renders pages in a headless browser ({why}), but ScrapePool {job_spec.pool!r} "
         f"runs plain workers: set the pool's spec.worker.browser and use the browser worker image, or pick a "
         f"pool that has them"
     )

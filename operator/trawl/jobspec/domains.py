@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from trawl.api.common import format_number
 from trawl.api.domainrules import DomainRule, host_of_authority, most_specific
 from trawl.api.policies import HARMLESS_HEADERS, PolitenessSpec
+from trawl.api.render import RenderMode
 
 if TYPE_CHECKING:
     from trawl.api.scrapejob import ScrapeJobSpec
@@ -47,6 +48,7 @@ class HostPoliteness:
     job_headers: Mapping[str, str] = field(default_factory=dict)
     pool_rule: str | None = None  # the host pattern of the pool rule that applied
     job_rule: str | None = None
+    render: RenderMode | None = None  # the rules' render mode (the pool rule's first); None: the job's render
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,10 @@ class DomainRules:
 
     def has_headers(self) -> bool:
         return any(r.headers for r in (*self.pool, *self.job))
+
+    def render_browser(self) -> bool:
+        """Whether a rule renders some host's pages in the browser (the pool must run browser workers)."""
+        return any(r.render == RenderMode.BROWSER for r in (*self.pool, *self.job))
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -128,6 +134,7 @@ def resolve_host(host: str, base_rate: float, base_concurrency: int, rules: Doma
         job_headers=dict(job.headers or {}) if job else {},
         pool_rule=pool.host if pool else None,
         job_rule=job.host if job else None,
+        render=(pool.render if pool and pool.render else None) or (job.render if job else None),
     )
 
 
@@ -166,6 +173,20 @@ class HostCache:
         if len(self._hosts) > HOST_CACHE_SIZE:
             self._hosts.popitem(last=False)
         return found
+
+
+def job_rules(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> DomainRules | None:
+    """The pool's rules (its defaults.politeness.domains) and the job's, as the job's workers get them."""
+    defaults = pool_spec.defaults
+    return DomainRules.build(defaults.politeness if defaults else None, job_spec.politeness)
+
+
+def renders_in_browser(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> bool:
+    """Whether some of the job's pages may be rendered in a browser: its render.mode, or a rule's render."""
+    if job_spec.render is not None and job_spec.render.browser:
+        return True
+    rules = job_rules(job_spec, pool_spec)
+    return rules is not None and rules.render_browser()
 
 
 def rule_problem(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> str | None:
@@ -244,6 +265,8 @@ def effective_rules(base_rate: float, base_concurrency: int, rules: DomainRules 
             entry["poolRule"] = got.pool_rule
         if got.job_rule is not None:
             entry["jobRule"] = got.job_rule
+        if got.render is not None:
+            entry["render"] = got.render.value
         names = sorted({*got.job_headers, *got.pool_headers}, key=str.lower)
         if names:
             entry["headerNames"] = names

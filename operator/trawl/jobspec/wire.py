@@ -47,6 +47,7 @@ from trawl.api.policies import (
     resolve_retry,
 )
 from trawl.api.refresh import RefreshRecords
+from trawl.api.render import RenderSpec
 from trawl.api.scrapejob import ExtractSpec, OutputSpec, RedisStreamSink, ScrapeJobSpec, SinkKind
 
 from .domains import DomainRules
@@ -124,12 +125,21 @@ def build_worker_spec(
         "crawl": job_spec.crawl.model_dump(mode="json") if job_spec.crawl is not None else None,
         "sitemaps": job_spec.sitemaps.model_dump(mode="json") if job_spec.sitemaps is not None else None,
         "output": output.model_dump(mode="json"),
-        # Only a Browser render is sent: plain fetching stays the spec that workers have always read.
-        "render": job_spec.render.model_dump(mode="json") if job_spec.render and job_spec.render.browser else None,
+        # Only a render that may happen is sent: plain fetching stays the spec that workers have always read.
+        # A rule's Browser render takes the job's render settings (mode Fetch: only where a rule says Browser).
+        "render": _render(job_spec, rules),
         "header_scope": header_scope,
         "refresh": _refresh_settings(job_spec, lineage),
         "domains": rules.to_wire() if rules is not None else None,
     }
+
+
+def _render(job_spec: ScrapeJobSpec, rules: DomainRules | None) -> dict[str, Any] | None:
+    if job_spec.render is not None and job_spec.render.browser:
+        return job_spec.render.model_dump(mode="json")
+    if rules is not None and rules.render_browser():
+        return (job_spec.render or RenderSpec()).model_dump(mode="json")
+    return None
 
 
 def _listed_sitemaps(job_spec: ScrapeJobSpec) -> list[str]:

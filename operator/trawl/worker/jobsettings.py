@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from trawl.api.policies import ResolvedPoliteness, ResolvedRequest, ResolvedRetry
-from trawl.api.render import RenderSpec
+from trawl.api.render import RenderMode, RenderSpec
 from trawl.api.scrapejob import CrawlSpec, ExtractSpec, OutputSpec
 from trawl.jobspec.domains import DomainRules, HostCache
 from trawl.jobspec.headerscope import HeaderScope
@@ -33,7 +33,7 @@ class WorkerJobSpec:
     crawl: CrawlPolicy | None
     max_pages: int | None
     output: OutputSpec
-    render: RenderSpec | None = None  # set only for mode Browser
+    render: RenderSpec | None = None  # set only where pages may render: mode Browser, or a rule's Browser
     headers: HeaderScope | None = None  # which requests carry which headers; None: the job sends none
     refresh: RefreshSettings | None = None  # spec.refresh (trawl.worker.refresh)
     sitemaps: SitemapRules | None = None  # what the job takes from sitemaps; None: it lists none
@@ -45,6 +45,16 @@ class WorkerJobSpec:
             return self.politeness.requests_per_second, self.politeness.max_concurrency_per_domain
         got = self.hosts.get(authority)
         return got.requests_per_second, got.max_concurrency_per_domain
+
+    def renders(self, url: str, authority: str) -> bool:
+        """Whether ``url`` (on ``authority``, its host[:port]) is rendered in the browser: as its host's rule
+        says (Browser or Fetch), else as the job's render says (mode Browser and onlyMatching)."""
+        if self.render is None:
+            return False
+        rule = self.hosts.get(authority).render if self.hosts is not None else None
+        if rule is not None:
+            return rule == RenderMode.BROWSER
+        return self.render.applies(url)
 
 
 def parse_worker_spec(spec: dict[str, Any] | None) -> WorkerJobSpec:

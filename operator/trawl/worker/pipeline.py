@@ -222,7 +222,7 @@ class TaskPipeline:
             async with self.slots.slot(domain, concurrency, deadline=time.monotonic() + self.max_rate_wait):
                 waited = time.monotonic() - fetch_started
                 scope = spec.headers  # the job's headers go to its own origins only (trawl.jobspec.headerscope)
-                rendered = not sitemap and spec.render is not None and spec.render.applies(task.url)
+                rendered = not sitemap and spec.renders(task.url, domain)
                 if rendered and spec.render is not None:  # same limits, hooks, errors as a fetch
                     headers_for = (
                         functools.partial(scope.for_request, task_url=task.url, depth=task.depth)

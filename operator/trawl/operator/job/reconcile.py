@@ -32,7 +32,7 @@ from trawl.jobspec.admission import (
     unmounted_directory,
     unmounted_secrets,
 )
-from trawl.jobspec.domains import effective_politeness
+from trawl.jobspec.domains import effective_politeness, renders_in_browser
 from trawl.jobspec.tenancy import (
     browser_quota_hold,
     browser_quota_of,
@@ -256,7 +256,7 @@ async def reconcile_job(
     # quota as the pool's spec says now: a quota raised releases the job at its next pass.
     browser_held = (
         browser_quota_hold(
-            renders=spec.render is not None,
+            renders=renders_in_browser(spec, pool.spec),
             quota=browser_quota_of(pool.spec.tenancy, tenant),
             used_today=pool.browser_seconds.get(tenant, 0.0),
         )
