@@ -223,10 +223,16 @@ url_range = ordered(
 )
 
 
+revisit_spec = obj(
+    refresh.RevisitSpec,
+    {"maxHours": floats(0.1, refresh.MAX_RETAIN_DAYS * 24)},
+    {"minHours": floats(0, refresh.MAX_RETAIN_DAYS * 24)},
+).filter(lambda r: r.get("minHours", 0) <= r["maxHours"])
 refresh_spec = obj(
     refresh.RefreshSpec,
     {},
     {
+        "revisit": revisit_spec,
         "lineage": dns_label,
         "fingerprint": enum(refresh.Fingerprint),
         "conditionalRequests": st.booleans(),

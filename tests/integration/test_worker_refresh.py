@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
@@ -24,7 +25,7 @@ from trawl.jobspec.wire import build_job_config
 from trawl.queue import Queue
 from trawl.queue.keys import Keys
 from trawl.queue.pagestate import PageSave, PageStates
-from trawl.refresh.state import encoded_prefix, job_tag
+from trawl.refresh.state import Change, decode, encode, encoded_prefix, job_tag, url_field
 from trawl.worker.runner import Worker, WorkerConfig
 from waits import wait_for_async
 
@@ -272,3 +273,34 @@ async def test_no_sweep_for_a_run_its_task_cap_stopped(redis_client: aioredis.Re
     assert await queue.enqueue_sweep("deduped") == -3
     assert await queue.enqueue_sweep("capped") == 0, "decided once"
     assert await queue.enqueue_sweep("no-such-job") == -1
+
+
+async def test_adaptive_revisits_leave_stable_pages_alone_and_count_the_fetches_saved(
+    redis_client: aioredis.Redis, site: Site
+) -> None:
+    """Pages unchanged for 10 hours at a visit an hour ago are fresh for 5 more (revisit.maxHours 24): the
+    next run sends them no request, labels them unchanged (not revisited), counts them apart and keeps them
+    from the sweep; pages changed at their last visit are fetched (conditionally) as before."""
+    await redis_client.flushall()
+    queue = Queue(redis_client, PREFIX)
+    keys = Keys(PREFIX)
+    await _run(redis_client, site, sweep=True)
+    now = int(time.time())
+    stable = [p for p in site.paths() if p.endswith(("/0", "/1", "/2"))]
+    for path in stable:  # as if fetched an hour ago, unchanged for the 10 hours before
+        key = url_field(site.url + path)
+        state = decode(await redis_client.hget(keys.page_state(LINEAGE), key))
+        assert state is not None
+        old = replace(state, change=Change.UNCHANGED, fetched_at=now - 3600, changed_at=now - 11 * 3600)
+        await redis_client.hset(keys.page_state(LINEAGE), key, encode(old))
+    site.log.clear()
+
+    job_id, records = await _run(redis_client, site, sweep=True, revisit={"maxHours": 24}, records="All")
+    requested = {path for path, _status, _sent in site.log}
+    assert requested == set(site.paths()) - set(stable), "no request for a page not due"
+    assert {p: (r["change"], r.get("revisited", True)) for p, r in records.items() if p in stable} == dict.fromkeys(
+        stable, ("unchanged", False)
+    )
+    stats = await queue.job_stats(job_id)
+    assert stats.not_revisited == len(stable) and stats.changes[3] == 0, "counted apart; not gone"
+    assert stats.changes[2] == len(site.paths()) - len(stable)

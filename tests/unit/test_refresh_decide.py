@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from trawl.api.scrapejob import ScrapeJobSpec
+from trawl.api.scrapejob import ScrapeJobSpec, ScrapeJobStatus
 from trawl.jobspec.wire import build_worker_spec, refresh_lineage
 from trawl.operator.job.status import JobFacts, derive_job_status
 from trawl.queue.model import JobStats
@@ -169,6 +169,8 @@ def test_wire_settings_round_trip() -> None:
         "conditional": False,
         "records_all": True,
         "retain_seconds": 7 * 86400,
+        "revisit_min_seconds": 0,
+        "revisit_max_seconds": 0,
     }
     worker = parse_worker_spec(spec)
     assert worker.refresh == RefreshSettings("ns/l", "Text", False, True, 7 * 86400)
@@ -185,6 +187,10 @@ def test_status_shows_the_changes() -> None:
     )
     status, _ = derive_job_status(JobFacts(generation=1, suspend=False, stats=stats), {}, now)
     assert status["changes"] == {"new": 2, "changed": 3, "unchanged": 4, "gone": 1}
+    skipped = replace(stats, changes=(0, 0, 1, 0), not_revisited=9)
+    status, _ = derive_job_status(JobFacts(generation=1, suspend=False, stats=skipped), {}, now)
+    assert status["changes"] == {"new": 0, "changed": 0, "unchanged": 1, "gone": 0, "notRevisited": 9}
+    ScrapeJobStatus.model_validate(status)
     plain = JobStats(10, 0, 0, 0, 10, 0, True, False, now.timestamp() - 9, finished_at=now.timestamp() - 1)
     assert "changes" not in derive_job_status(JobFacts(generation=1, suspend=False, stats=plain), {}, now)[0]
 
@@ -205,3 +211,36 @@ def test_a_page_the_run_never_reached_is_gone_once_then_forgotten() -> None:
     assert decide.unlinked(gone_before, "other-run", NOW) is None, "reported once"
     assert decide.forgotten(gone_before, "other-run") and not decide.forgotten(gone_before, TAG)
     assert not decide.forgotten(known, TAG)
+
+
+def test_adaptive_revisits_leave_a_stable_page_alone_for_half_its_stable_time_within_the_bounds() -> None:
+    hour = 3600
+    settings = RefreshSettings("ns/l", revisit_min_seconds=2 * hour, revisit_max_seconds=24 * hour)
+    # unchanged for 10 hours at its last visit, an hour ago: fresh for 5 hours
+    stable = PageState(OTHER, Change.UNCHANGED, "aaaa", fetched_at=NOW - hour, changed_at=NOW - 11 * hour)
+    assert decide.revisit_interval(stable, settings) == 5 * hour
+    skipped = decide.not_due(stable, TAG, settings, NOW)
+    assert skipped is not None and skipped.change == Change.UNCHANGED and not skipped.write_record
+    assert skipped.state == replace(stable, tag=TAG), "state kept, tagged with this run (the sweep skips it)"
+    assert decide.not_due(stable, TAG, settings, NOW + 4 * hour) is None, "due once 5 hours have passed"
+    # bounds: a page unchanged for months is revisited at least daily; a page stable for minutes every 2 hours
+    ancient = replace(stable, changed_at=NOW - 90 * 24 * hour)
+    assert decide.revisit_interval(ancient, settings) == 24 * hour
+    assert decide.revisit_interval(replace(stable, changed_at=NOW - hour - 60), settings) == 2 * hour
+    # always due: changed or new at the last visit, gone, handled by this run, or revisits off
+    for change in (Change.CHANGED, Change.NEW, Change.GONE):
+        assert decide.not_due(replace(stable, change=change), TAG, settings, NOW) is None
+    assert decide.not_due(stable, OTHER, settings, NOW) is None
+    assert decide.not_due(stable, TAG, RefreshSettings("ns/l"), NOW) is None
+    assert decide.not_due(None, TAG, settings, NOW) is None
+
+
+def test_revisit_bounds_reach_the_worker_unless_every_page_is_forced() -> None:
+    revisit = {"maxHours": 24, "minHours": 1.5}
+    worker = parse_worker_spec(build_worker_spec(_job(revisit=revisit), None, "ns/l"))
+    assert worker.refresh is not None
+    assert (worker.refresh.revisit_min_seconds, worker.refresh.revisit_max_seconds) == (5400, 86400)
+    forced = parse_worker_spec(build_worker_spec(_job(revisit=revisit, forceRefresh=True), None, "ns/l"))
+    assert forced.refresh is not None and forced.refresh.revisit_max_seconds == 0
+    with pytest.raises(ValidationError, match="minHours 3 is above maxHours 2"):
+        _job(revisit={"maxHours": 2, "minHours": 3})

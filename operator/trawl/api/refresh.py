@@ -12,8 +12,9 @@ the other runs of their own jobs, never read or overwrite another team's page st
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Self
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from .common import DNSLabel, TrawlModel
 
@@ -34,6 +35,34 @@ class RefreshRecords(StrEnum):
 
     CHANGES = "Changes"  # new, changed and gone pages
     ALL = "All"  # every page, unchanged ones included
+
+
+class RevisitSpec(TrawlModel):
+    """Adaptive revisits: a page whose content has not changed for a while is fetched again only after half
+    that while has passed, bounded by minHours and maxHours (Nutch's adaptive fetch schedule, in its simplest
+    form). A page not due is labelled unchanged without a request (the job's status counts it as
+    notRevisited), so a change on it is seen at its next visit, at most maxHours later. Pages whose links a
+    crawl follows are always fetched (their links are the crawl), and forceRefresh fetches everything."""
+
+    max_hours: float = Field(
+        ge=0.1,
+        le=MAX_RETAIN_DAYS * 24,
+        description="The longest a page may go without a visit, however long it has not changed. Keep it below "
+        "retainDays: a lineage whose runs write nothing for retainDays is dropped.",
+    )
+    min_hours: float = Field(
+        default=0,
+        ge=0,
+        le=MAX_RETAIN_DAYS * 24,
+        description="The shortest interval between two visits of a page that has not changed in its last visit "
+        "(0: a page is always due once half its unchanged time has passed). At most maxHours.",
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Self:
+        if self.min_hours > self.max_hours:
+            raise ValueError(f"revisit.minHours {self.min_hours:g} is above maxHours {self.max_hours:g}")
+        return self
 
 
 class RefreshSpec(TrawlModel):
@@ -69,6 +98,12 @@ class RefreshSpec(TrawlModel):
         ge=1,
         le=MAX_RETAIN_DAYS,
         description="The lineage's page state is dropped when no run of it wrote for this many days.",
+    )
+
+    revisit: RevisitSpec | None = Field(
+        default=None,
+        description="Adaptive revisits: pages that rarely change are fetched less often, within the bounds "
+        "given. Unset: every run fetches every page (conditionally where it can).",
     )
 
     def conditional(self) -> bool:

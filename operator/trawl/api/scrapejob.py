@@ -712,7 +712,16 @@ class ChangeCounts(TrawlModel):
     new: int = Field(default=0, ge=0, description="Pages the lineage had not seen.")
     changed: int = Field(default=0, ge=0, description="Pages whose fingerprint differs from the last run's.")
     unchanged: int = Field(default=0, ge=0, description="Pages answered 304, or whose fingerprint is the same.")
-    gone: int = Field(default=0, ge=0, description="Pages the lineage had seen that now answer 404 or 410.")
+    gone: int = Field(
+        default=0,
+        ge=0,
+        description="Pages the lineage had seen that now answer 404 or 410, or that this run no longer reached.",
+    )
+    not_revisited: int = Field(
+        default=0,
+        ge=0,
+        description="Pages adaptive revisits (refresh.revisit) left alone this run: no request (fetches saved).",
+    )
 
 
 class SkippedURL(TrawlModel):

@@ -74,12 +74,16 @@ def _refresh_settings(job_spec: ScrapeJobSpec, lineage: str | None) -> dict[str,
     refresh = job_spec.refresh
     if refresh is None or lineage is None:
         return None
+    # Pages are left alone only where the job does not force every one.
+    revisit = refresh.revisit if not refresh.force_refresh else None
     return {
         "lineage": lineage,
         "fingerprint": refresh.fingerprint.value,
         "conditional": refresh.conditional(),
         "records_all": refresh.records == RefreshRecords.ALL,
         "retain_seconds": refresh.retain_days * 86400,
+        "revisit_min_seconds": int(revisit.min_hours * 3600) if revisit else 0,
+        "revisit_max_seconds": int(revisit.max_hours * 3600) if revisit else 0,
     }
 
 

@@ -592,6 +592,7 @@ class Queue:
             "ru",
             "rg",
             "smu",
+            "rs",
         )
         raw = await self._retrying(lambda: self.redis.hmget(self.keys.job(job_id), fields))  # type: ignore[arg-type,return-value]
         if raw[0] is None:
@@ -611,6 +612,7 @@ class Queue:
             dead_dropped=int(v[10] or 0),
             changes=(int(v[11] or 0), int(v[12] or 0), int(v[13] or 0), int(v[14] or 0)),
             from_sitemaps=int(v[15] or 0),
+            not_revisited=int(v[16] or 0),
         )
 
     async def job_spec(self, job_id: str) -> dict[str, Any] | None:

@@ -116,6 +116,7 @@ class JobStats:
     # A refresh job's pages by label (trawl.queue.pagestate): new, changed, unchanged, gone.
     changes: tuple[int, int, int, int] = (0, 0, 0, 0)
     from_sitemaps: int = 0  # page URLs sitemaps added (each counted once, in total too)
+    not_revisited: int = 0  # a refresh job's pages adaptive revisits left alone (not in changes)
 
     @property
     def finished(self) -> bool:

@@ -1,6 +1,7 @@
 """Refresh jobs' page state (spec.refresh) beside the queue: per lineage, one hash of URL -> what the last run
 learnt (``<prefix>:ps:<namespace>/<lineage>``), and per job the count of pages by label in its job hash
-(``rn``/``rc``/``ru``/``rg``: new, changed, unchanged, gone), which the operator shows as status.changes.
+(``rn``/``rc``/``ru``/``rg``: new, changed, unchanged, gone; ``rs``: not revisited), which the operator shows as
+status.changes.
 
 Values are opaque here (trawl.refresh.state encodes them). A lineage outlives its jobs: its hash expires when
 no run wrote to it for its retention, never with a job. On a sharded pool it lives on the home shard, with
@@ -19,7 +20,8 @@ from trawl.redisconn.scripts import read_script
 
 from .keys import Keys
 
-COUNTERS = {"new": "rn", "changed": "rc", "unchanged": "ru", "gone": "rg"}
+# By label; notRevisited: a page adaptive revisits left alone (labelled unchanged on its record, counted apart).
+COUNTERS = {"new": "rn", "changed": "rc", "unchanged": "ru", "gone": "rg", "notRevisited": "rs"}
 
 
 @dataclass(frozen=True, slots=True)

@@ -524,6 +524,7 @@ def _merge_stats(all_parts: Sequence[JobStats]) -> JobStats:
             sum(p.changes[3] for p in parts),
         ),
         from_sitemaps=sum(p.from_sitemaps for p in parts),
+        not_revisited=sum(p.not_revisited for p in parts),
     )
 
 

@@ -26,6 +26,8 @@ class RefreshSettings:
     conditional: bool = True
     records_all: bool = False
     retain_seconds: int = 30 * 86400
+    revisit_min_seconds: int = 0
+    revisit_max_seconds: int = 0  # 0: adaptive revisits off (every page is due)
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any] | None) -> RefreshSettings | None:
@@ -37,6 +39,8 @@ class RefreshSettings:
             conditional=bool(raw.get("conditional", True)),
             records_all=bool(raw.get("records_all", False)),
             retain_seconds=int(raw.get("retain_seconds") or 30 * 86400),
+            revisit_min_seconds=int(raw.get("revisit_min_seconds") or 0),
+            revisit_max_seconds=int(raw.get("revisit_max_seconds") or 0),
         )
 
 
@@ -47,6 +51,26 @@ class Outcome:
     change: Change
     state: PageState
     write_record: bool
+
+
+def revisit_interval(old: PageState, settings: RefreshSettings) -> float:
+    """Seconds a page stays fresh after its last visit: half the time it had gone unchanged by then, within
+    the job's bounds (0 with adaptive revisits off)."""
+    if settings.revisit_max_seconds <= 0:
+        return 0.0
+    stable = max(0, old.fetched_at - old.changed_at)
+    return float(min(settings.revisit_max_seconds, max(settings.revisit_min_seconds, stable / 2)))
+
+
+def not_due(old: PageState | None, tag: str, settings: RefreshSettings, now: int) -> Outcome | None:
+    """A page adaptive revisits leave alone this run: unchanged with no request, its state kept as it was
+    (but tagged with this run: it was accounted for, so the sweep does not call it gone). None when the page
+    is due: never seen, gone, changed at its last visit, or fresh no longer."""
+    if old is None or old.tag == tag or old.change in (Change.GONE, Change.NEW, Change.CHANGED):
+        return None
+    if now - old.fetched_at >= revisit_interval(old, settings) or settings.revisit_max_seconds <= 0:
+        return None
+    return Outcome(Change.UNCHANGED, replace(old, tag=tag), settings.records_all)
 
 
 def conditional_headers(old: PageState | None, tag: str, settings: RefreshSettings) -> dict[str, str]:

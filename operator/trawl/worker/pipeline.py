@@ -85,6 +85,11 @@ def _labelled(record: Record | None, refresh: RefreshPage) -> Record | None:
     return record
 
 
+def _links_followed(spec: WorkerJobSpec, task: Task) -> bool:
+    """Whether the crawl follows this page's links (so it is fetched in full: a 304 or a skip has none)."""
+    return spec.crawl is not None and task.depth < spec.crawl.max_depth
+
+
 def found_depth(depth: int, kind: str) -> int:
     """Where what a sitemap at ``depth`` (< 0) named goes: page URLs are seeds (0); an index's sitemaps go a
     level down, at most MAX_SITEMAP_LEVEL deep (an index deeper than that is refused)."""
@@ -215,6 +220,8 @@ class TaskPipeline:
             return await self._robots_sitemaps(task, job, domain)
         sitemap = task.depth < 0  # only the operator and a sitemap's task make these (enqueue_sitemap.lua)
         refresh = await self._refresh_begin(task, spec) if spec.refresh is not None and not sitemap else None
+        if refresh is not None and refresh.not_due(_links_followed(spec, task)):
+            return self._hand_refresh(task, job, refresh, None)
         fetch_started = time.monotonic()
         render_info: dict[str, Any] = {}
         try:
@@ -294,13 +301,13 @@ class TaskPipeline:
         304 has no body to find them in."""
         assert spec.refresh is not None
         page = await refresh_begin(self.pages, spec.refresh, task)
-        if spec.crawl is not None and task.depth < spec.crawl.max_depth:
+        if _links_followed(spec, task):
             page.headers = {}
         return page
 
     def _hand_refresh(self, task: Task, job: Job, refresh: RefreshPage, status: int | None) -> str:
-        """A page decided without a body (a 304: unchanged; a 404/410: gone): its record, if it writes one,
-        says where, when and what; its state goes to the finisher."""
+        """A page decided without a body (a 304: unchanged; a 404/410: gone; not due for a revisit: no request):
+        its record, if it writes one, says where, when and what; its state goes to the finisher."""
         record = None
         if refresh.write_record:
             fields = {
@@ -310,11 +317,11 @@ class TaskPipeline:
                 "status": status,
                 "depth": task.depth,
                 "attempt": task.attempt,
-                "fetchedAt": round(time.time(), 3),
+                "fetchedAt": round(time.time(), 3) if refresh.revisited else None,
                 **refresh.record_fields(),
             }
             record = Record(task.job_id, task.url, fields)
-        self.metrics.refresh.labels(refresh.record_fields()["change"]).inc()
+        self.metrics.refresh.labels(refresh.record_fields()["change"] if refresh.revisited else "notRevisited").inc()
         self.finisher.submit(Finish(task, [], record, job.sink, page=refresh.write()))
         return "handed"
 

@@ -40,14 +40,26 @@ class RefreshPage:
     url: str = ""  # kept in the state, so that a later run that no longer reaches the page can name it gone
     outcome: Outcome | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    revisited: bool = True  # False: adaptive revisits left the page alone (no request)
 
     @property
     def write_record(self) -> bool:
         return self.outcome is None or self.outcome.write_record
 
     def record_fields(self) -> dict[str, Any]:
-        """What the record adds: its label."""
-        return {"change": self.outcome.change.value} if self.outcome is not None else {}
+        """What the record adds: its label (and, for a page adaptive revisits left alone, that it was not)."""
+        if self.outcome is None:
+            return {}
+        return {"change": self.outcome.change.value} if self.revisited else {"change": "unchanged", "revisited": False}
+
+    def not_due(self, links_followed: bool) -> bool:
+        """Decide a page adaptive revisits leave alone this run (True): no request. A page whose links the
+        crawl follows is always due (its links are the crawl)."""
+        if links_followed or self.old is None:
+            return False
+        self.outcome = decide.not_due(self.old, self.tag, self.settings, int(time.time()))
+        self.revisited = self.outcome is None
+        return not self.revisited
 
     def not_modified(self, result: FetchResult) -> bool:
         """Decide a 304 (True), which only validators this page sent can earn."""
@@ -72,7 +84,8 @@ class RefreshPage:
     def write(self) -> PageWrite | None:
         if self.outcome is None:
             return None
-        save = PageSave(self.key, encode(replace(self.outcome.state, url=self.url)), self.outcome.change.value)
+        label = self.outcome.change.value if self.revisited else "notRevisited"
+        save = PageSave(self.key, encode(replace(self.outcome.state, url=self.url)), label)
         return PageWrite(self.settings.lineage, encoded_prefix(self.tag), self.settings.retain_seconds, save)
 
 

@@ -111,8 +111,10 @@ def _progress(status: dict[str, Any], facts: JobFacts, prev: Mapping[str, Any], 
     completion_time = prev.get("completionTime") if phase in TERMINAL else None
     if stats is not None and stats.exists:
         status["counts"] = _counts(stats, facts.skipped)
-        if any(stats.changes):  # a refresh job's pages by label (spec.refresh)
+        if any(stats.changes) or stats.not_revisited:  # a refresh job's pages by label (spec.refresh)
             status["changes"] = dict(zip(("new", "changed", "unchanged", "gone"), stats.changes, strict=True))
+            if stats.not_revisited:
+                status["changes"]["notRevisited"] = stats.not_revisited
         done = stats.succeeded + stats.dead
         status["progress"] = int(100 * done / stats.total) if stats.total else 0
         if start_time is None and stats.first_claim_at is not None:
