@@ -233,6 +233,7 @@ refresh_spec = obj(
     {},
     {
         "revisit": revisit_spec,
+        "changedFields": st.booleans(),
         "lineage": dns_label,
         "fingerprint": enum(refresh.Fingerprint),
         "conditionalRequests": st.booleans(),

@@ -304,3 +304,13 @@ async def test_adaptive_revisits_leave_stable_pages_alone_and_count_the_fetches_
     stats = await queue.job_stats(job_id)
     assert stats.not_revisited == len(stable) and stats.changes[3] == 0, "counted apart; not gone"
     assert stats.changes[2] == len(site.paths()) - len(stable)
+
+
+async def test_a_changed_pages_record_names_the_fields_that_changed(redis_client: aioredis.Redis, site: Site) -> None:
+    await redis_client.flushall()
+    await _run(redis_client, site, changedFields=True)
+    site.version["/plain/1"] = 2
+    _job, records = await _run(redis_client, site, changedFields=True)
+    assert {p: (r["change"], r.get("changedFields")) for p, r in records.items()} == {
+        "/plain/1": ("changed", ["price"])
+    }

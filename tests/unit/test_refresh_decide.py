@@ -20,6 +20,7 @@ from trawl.refresh import fingerprint as fp
 from trawl.refresh.decide import RefreshSettings
 from trawl.refresh.state import (
     MAX_ETAG,
+    MAX_FIELDS_TEXT,
     MAX_URL,
     MAX_VALUE,
     Change,
@@ -57,7 +58,9 @@ def test_state_round_trips_and_stays_bounded() -> None:
     raw = encode(huge)
     assert len(raw) < 80, "validators over their caps are not kept: the page is fetched in full next time"
     assert decode(raw) == PageState(TAG, Change.NEW, "f" * 16, "", "", NOW, NOW)
-    worst = PageState(TAG, Change.UNCHANGED, "f" * 16, "e" * MAX_ETAG, "x" * 40, 2**40, 2**40, "u" * MAX_URL)
+    digests = fp.field_digests({f"field{i}": i for i in range(200)})
+    assert len(digests) == MAX_FIELDS_TEXT, "64 fields kept"
+    worst = PageState(TAG, Change.UNCHANGED, "f" * 16, "e" * MAX_ETAG, "x" * 40, 2**40, 2**40, "u" * MAX_URL, digests)
     assert len(encode(worst)) <= MAX_VALUE
     with_url = PageState(TAG, Change.NEW, "f" * 16, url="https://shop.test/a")
     assert decode(encode(with_url)) == with_url
@@ -169,6 +172,7 @@ def test_wire_settings_round_trip() -> None:
         "conditional": False,
         "records_all": True,
         "retain_seconds": 7 * 86400,
+        "changed_fields": False,
         "revisit_min_seconds": 0,
         "revisit_max_seconds": 0,
     }
@@ -244,3 +248,11 @@ def test_revisit_bounds_reach_the_worker_unless_every_page_is_forced() -> None:
     assert forced.refresh is not None and forced.refresh.revisit_max_seconds == 0
     with pytest.raises(ValidationError, match="minHours 3 is above maxHours 2"):
         _job(revisit={"maxHours": 2, "minHours": 3})
+
+
+def test_changed_fields_are_named_from_per_field_digests() -> None:
+    before = fp.field_digests({"price": "9.99", "title": "Lamp", "stock": 3})
+    assert fp.changed_names({"price": "8.99", "title": "Lamp", "stock": 3}, before) == ["price"]
+    assert fp.changed_names({"price": "9.99", "title": "Lamp", "stock": 3, "new": 1}, before) == ["new"]
+    assert fp.changed_names({"price": "9.99", "title": "Lamp"}, before) == [], "a field that went is not named"
+    assert fp.field_digests({"b": 1, "a": [1, 2]}) == fp.field_digests({"a": [1, 2], "b": 1}), "order-free"

@@ -100,6 +100,12 @@ class RefreshSpec(TrawlModel):
         description="The lineage's page state is dropped when no run of it wrote for this many days.",
     )
 
+    changed_fields: bool = Field(
+        default=False,
+        description="Name, on a changed page's record, the extracted fields whose values differ from the last "
+        "run's (changedFields; a field that disappeared is not named). Keeps a short digest per field in the "
+        "page state: up to 64 fields, at most 576 more bytes per URL.",
+    )
     revisit: RevisitSpec | None = Field(
         default=None,
         description="Adaptive revisits: pages that rarely change are fetched less often, within the bounds "

@@ -82,6 +82,7 @@ def _refresh_settings(job_spec: ScrapeJobSpec, lineage: str | None) -> dict[str,
         "conditional": refresh.conditional(),
         "records_all": refresh.records == RefreshRecords.ALL,
         "retain_seconds": refresh.retain_days * 86400,
+        "changed_fields": refresh.changed_fields,
         "revisit_min_seconds": int(revisit.min_hours * 3600) if revisit else 0,
         "revisit_max_seconds": int(revisit.max_hours * 3600) if revisit else 0,
     }

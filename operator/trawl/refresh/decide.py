@@ -28,6 +28,7 @@ class RefreshSettings:
     retain_seconds: int = 30 * 86400
     revisit_min_seconds: int = 0
     revisit_max_seconds: int = 0  # 0: adaptive revisits off (every page is due)
+    changed_fields: bool = False  # keep a digest per extracted field, and name the changed ones on records
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any] | None) -> RefreshSettings | None:
@@ -41,6 +42,7 @@ class RefreshSettings:
             retain_seconds=int(raw.get("retain_seconds") or 30 * 86400),
             revisit_min_seconds=int(raw.get("revisit_min_seconds") or 0),
             revisit_max_seconds=int(raw.get("revisit_max_seconds") or 0),
+            changed_fields=bool(raw.get("changed_fields", False)),
         )
 
 
@@ -120,6 +122,7 @@ def not_modified(old: PageState, tag: str, validators: Mapping[str, str], now: i
         last_modified=validators.get("last-modified") or old.last_modified,
         fetched_at=now,
         changed_at=old.changed_at,
+        fields=old.fields,
     )
     return Outcome(Change.UNCHANGED, state, records_all)
 

@@ -18,9 +18,10 @@ FORMAT = "1"
 MAX_ETAG = 128  # characters; RFC 9110 sets none, real servers send 10 to 70
 MAX_LAST_MODIFIED = 40  # an IMF-fixdate is 29
 MAX_URL = 2048  # characters; the URL is kept so that a run that no longer reaches the page can report it gone
+MAX_FIELDS_TEXT = 64 * 9 - 1  # 64 field digests of 8 hex characters, comma-separated (changedFields only)
 # The longest value: format, tag, the longest label, fingerprint, both validators, two 13-digit times, the URL,
-# 8 newlines.
-MAX_VALUE = 1 + 8 + 9 + 16 + MAX_ETAG + MAX_LAST_MODIFIED + 13 + 13 + MAX_URL + 8
+# the field digests, 9 newlines.
+MAX_VALUE = 1 + 8 + 9 + 16 + MAX_ETAG + MAX_LAST_MODIFIED + 13 + 13 + MAX_URL + MAX_FIELDS_TEXT + 9
 
 
 class Change(StrEnum):
@@ -45,6 +46,7 @@ class PageState:
     fetched_at: int = 0  # unix seconds
     changed_at: int = 0  # when the fingerprint last differed (or the page was first seen, or went)
     url: str = ""  # the page's URL ("" when longer than MAX_URL, or saved before URLs were kept)
+    fields: str = ""  # digests of the extracted fields (spec.refresh.changedFields), else ""
 
 
 def job_tag(job_id: str) -> str:
@@ -70,6 +72,7 @@ def encode(state: PageState) -> str:
         str(state.fetched_at),
         str(state.changed_at),
         _one_line(state.url) if len(state.url) <= MAX_URL else "",
+        state.fields if len(state.fields) <= MAX_FIELDS_TEXT else "",
     )
     return "\n".join(parts)
 
@@ -86,9 +89,8 @@ def decode(raw: str | bytes | None) -> PageState | None:
         return None
     text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
     parts = text.split("\n")
-    if len(parts) == 8:  # saved before URLs were kept
-        parts.append("")
-    if len(parts) != 9 or parts[0] != FORMAT:
+    parts += [""] * (10 - len(parts)) if len(parts) in (8, 9) else []  # saved before URLs, or field digests
+    if len(parts) != 10 or parts[0] != FORMAT:
         return None
     try:
         return PageState(
@@ -100,6 +102,7 @@ def decode(raw: str | bytes | None) -> PageState | None:
             fetched_at=int(parts[6]),
             changed_at=int(parts[7]),
             url=parts[8],
+            fields=parts[9],
         )
     except ValueError:
         return None

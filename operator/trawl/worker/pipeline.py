@@ -289,7 +289,7 @@ class TaskPipeline:
         record = record_for(task, result, page.data, render_info) if page.matched else None
         page_write = None
         if refresh is not None and page.matched:
-            refresh.fetched(result, page.fingerprint)
+            refresh.fetched(result, page.fingerprint, page.data)
             self.metrics.refresh.labels(refresh.record_fields()["change"]).inc()
             record = _labelled(record, refresh)
             page_write = refresh.write()

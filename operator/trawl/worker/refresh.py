@@ -6,6 +6,7 @@ the page's record is stored and before its ack (trawl.worker.finish). The decisi
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -14,7 +15,7 @@ from trawl.queue.pagestate import PageSave, PageStates
 from trawl.refresh import decide
 from trawl.refresh import fingerprint as fingerprints
 from trawl.refresh.decide import Outcome, RefreshSettings
-from trawl.refresh.state import PageState, decode, encode, encoded_prefix, job_tag, url_field
+from trawl.refresh.state import Change, PageState, decode, encode, encoded_prefix, job_tag, url_field
 
 from .fetch import FetchResult
 
@@ -41,6 +42,7 @@ class RefreshPage:
     outcome: Outcome | None = None
     headers: dict[str, str] = field(default_factory=dict)
     revisited: bool = True  # False: adaptive revisits left the page alone (no request)
+    changed_fields: list[str] | None = None  # the fields whose values changed (spec.refresh.changedFields)
 
     @property
     def write_record(self) -> bool:
@@ -50,7 +52,11 @@ class RefreshPage:
         """What the record adds: its label (and, for a page adaptive revisits left alone, that it was not)."""
         if self.outcome is None:
             return {}
-        return {"change": self.outcome.change.value} if self.revisited else {"change": "unchanged", "revisited": False}
+        if not self.revisited:
+            return {"change": "unchanged", "revisited": False}
+        if self.changed_fields is not None:
+            return {"change": self.outcome.change.value, "changedFields": self.changed_fields}
+        return {"change": self.outcome.change.value}
 
     def not_due(self, links_followed: bool) -> bool:
         """Decide a page adaptive revisits leave alone this run (True): no request. A page whose links the
@@ -70,11 +76,18 @@ class RefreshPage:
         )
         return True
 
-    def fetched(self, result: FetchResult, page_fingerprint: str) -> None:
+    def fetched(self, result: FetchResult, page_fingerprint: str, data: Mapping[str, Any]) -> None:
+        """Decide a page fetched in full, from its fingerprint (and, with changedFields, its fields)."""
         fp = page_fingerprint if self.settings.fingerprint != "Body" else fingerprints.of_bytes(result.body)
-        self.outcome = decide.fetched(
+        outcome = decide.fetched(
             self.old, self.tag, fp, _validators(result), int(time.time()), self.settings.records_all
         )
+        if self.settings.changed_fields and (self.old is None or self.old.tag != self.tag):
+            state = replace(outcome.state, fields=fingerprints.field_digests(data))
+            outcome = replace(outcome, state=state)
+            if outcome.change == Change.CHANGED and self.old is not None and self.old.fields:
+                self.changed_fields = fingerprints.changed_names(data, self.old.fields)
+        self.outcome = outcome
 
     def gone(self, status: int | None) -> bool:
         """Decide a failed fetch: True when it means the page is gone (a record, not a failure)."""
