@@ -7,18 +7,16 @@ from __future__ import annotations
 
 import signal
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aioredis
 from fault_harness import Job, Workers, ledger, restartable_redis
 
+from job_passes import JobPasses, one_pool
 from trawl.dev import procs
 from trawl.dev.bookstore import Bookstore
 from trawl.operator.connections import RedisConnections
-from trawl.operator.events import Transition
-from trawl.operator.job.reconcile import reconcile_job
 from trawl.queue import Queue
 from trawl.queue.keys import Keys
 from waits import wait_for_async
@@ -27,37 +25,13 @@ NAMESPACE, POOL = "faults", "pool"
 PREFIX = "trawl:{faults/pool}"
 
 
-class Reconciler:
+class Reconciler(JobPasses):
     """One job's reconcile passes, each from the status the previous pass wrote (as the operator does)."""
 
     def __init__(self, name: str, uid: str, spec: dict[str, Any], redis_url: str, connections: RedisConnections):
-        self.name, self.uid, self.spec = name, uid, spec
         # The pool grants the 1000 requests/s its jobs ask of the loopback site (jobLimits: above the default).
         pool = {"redis": {"url": redis_url}, "jobLimits": {"requestsPerSecond": 1000}}
-        self.index = {(NAMESPACE, POOL): [{"spec": pool, "uid": "pool-uid"}]}
-        self.connections = connections
-        self.status: dict[str, Any] = {}
-        self.events: list[Transition] = []
-
-    async def run(self) -> dict[str, Any]:
-        outcome = await reconcile_job(
-            name=self.name,
-            namespace=NAMESPACE,
-            uid=self.uid,
-            generation=1,
-            spec_raw=self.spec,
-            status=self.status,
-            annotations={},
-            pool_index=self.index,
-            connections=self.connections,
-            now=datetime.now(UTC),
-        )
-        self.status = outcome.status
-        self.events += outcome.events
-        return self.status
-
-    def condition(self, type_: str) -> dict[str, Any] | None:
-        return next((c for c in self.status.get("conditions") or [] if c["type"] == type_), None)
+        super().__init__(name, uid, spec, one_pool(NAMESPACE, POOL, pool), namespace=NAMESPACE, connections=connections)
 
 
 def job_spec(site: Bookstore, first: int, n: int) -> dict[str, Any]:

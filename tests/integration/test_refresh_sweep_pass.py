@@ -5,14 +5,12 @@ letters) is not swept, nor is a job without spec.refresh."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 import redis.asyncio as aioredis
 
+from job_passes import JobPasses, one_pool
 from trawl.dev.redis_server import RedisServer
-from trawl.operator.connections import RedisConnections
-from trawl.operator.job.reconcile import reconcile_job
 from trawl.queue import Queue
 from trawl.queue.keys import pool_prefix
 from trawl.queue.model import SWEEP_DEPTH, sweep_cursor
@@ -20,27 +18,9 @@ from trawl.queue.model import SWEEP_DEPTH, sweep_cursor
 NAMESPACE, POOL = "sweep", "pool"
 
 
-class Passes:
-    def __init__(self, redis_url: str, uid: str, spec: dict[str, Any]) -> None:
-        self.index = {(NAMESPACE, POOL): [{"spec": {"redis": {"url": redis_url}}, "uid": "pool-uid"}]}
-        self.uid, self.spec = uid, {"pool": POOL, **spec}
-        self.connections, self.status = RedisConnections(), {}
-
-    async def run(self) -> dict[str, Any]:
-        outcome = await reconcile_job(
-            name=self.uid,
-            namespace=NAMESPACE,
-            uid=self.uid,
-            generation=1,
-            spec_raw=self.spec,
-            status=self.status,
-            annotations={},
-            pool_index=self.index,
-            connections=self.connections,
-            now=datetime.now(UTC),
-        )
-        self.status = outcome.status
-        return self.status
+def passes(redis_url: str, uid: str, spec: dict[str, Any]) -> JobPasses:
+    index = one_pool(NAMESPACE, POOL, {"redis": {"url": redis_url}})
+    return JobPasses(uid, uid, {"pool": POOL, **spec}, index, namespace=NAMESPACE)
 
 
 async def work(queue: Queue, *, fail: bool = False) -> list[str]:
@@ -56,7 +36,7 @@ async def work(queue: Queue, *, fail: bool = False) -> list[str]:
 
 async def test_a_refresh_job_is_swept_once_before_it_succeeds(redis_server: RedisServer) -> None:
     urls = ["https://shop.example.com/a", "https://shop.example.com/b"]
-    job = Passes(redis_server.url, "uid-sweep", {"urls": urls, "refresh": {"lineage": "shop"}})
+    job = passes(redis_server.url, "uid-sweep", {"urls": urls, "refresh": {"lineage": "shop"}})
     assert (await job.run())["phase"] in ("Pending", "Queued")
     queue = Queue(aioredis.from_url(redis_server.url), pool_prefix(NAMESPACE, POOL))
     assert sorted(await work(queue)) == urls
@@ -72,8 +52,8 @@ async def test_a_refresh_job_is_swept_once_before_it_succeeds(redis_server: Redi
 async def test_no_sweep_for_a_failing_run_nor_without_refresh(redis_server: RedisServer) -> None:
     urls = ["https://shop.example.com/a"]
     once = {"retry": {"maxAttempts": 1}}
-    failing = Passes(redis_server.url, "uid-fail", {"urls": urls, "refresh": {"lineage": "shop"}, **once})
-    plain = Passes(redis_server.url, "uid-plain", {"urls": urls})
+    failing = passes(redis_server.url, "uid-fail", {"urls": urls, "refresh": {"lineage": "shop"}, **once})
+    plain = passes(redis_server.url, "uid-plain", {"urls": urls})
     for job, fail, phase in ((failing, True, "Failed"), (plain, False, "Succeeded")):
         await job.run()
         queue = Queue(aioredis.from_url(redis_server.url), pool_prefix(NAMESPACE, POOL))

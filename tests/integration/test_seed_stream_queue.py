@@ -5,17 +5,15 @@ and counted."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 
+from job_passes import JobPasses, one_pool
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.dev.redis_server import RedisServer
-from trawl.operator.connections import RedisConnections
 from trawl.operator.job import reconcile
-from trawl.operator.job.reconcile import reconcile_job
 from trawl.queue import JobConfig, Queue, RetryPolicy
 from trawl.queue.keys import pool_prefix
 from trawl.queue.sharded import ShardedQueue, make_queue, place
@@ -34,34 +32,13 @@ SPEC: dict[str, Any] = {
 }
 
 
-class Passes:
+class Passes(JobPasses):
     """The job's reconcile passes, each from the status the previous one wrote, as the operator runs them;
     ``restart()`` drops every connection and queue client, as a restarted operator starts with none."""
 
     def __init__(self, redis_url: str, shards: int) -> None:
         pool = {"redis": {"url": redis_url, "shards": shards}, "jobLimits": {"maxUrlsPerJob": 10_000}}
-        self.index = {(NAMESPACE, POOL): [{"spec": pool, "uid": "pool-uid"}]}
-        self.connections = RedisConnections()
-        self.status: dict[str, Any] = {}
-
-    def restart(self) -> None:
-        self.connections = RedisConnections()
-
-    async def run(self) -> dict[str, Any]:
-        outcome = await reconcile_job(
-            name="seeds",
-            namespace=NAMESPACE,
-            uid=UID,
-            generation=1,
-            spec_raw=SPEC,
-            status=self.status,
-            annotations={},
-            pool_index=self.index,
-            connections=self.connections,
-            now=datetime.now(UTC),
-        )
-        self.status = outcome.status
-        return self.status
+        super().__init__("seeds", UID, SPEC, one_pool(NAMESPACE, POOL, pool), namespace=NAMESPACE)
 
 
 async def _urls_by_shard(queue: Queue) -> dict[int, list[str]]:
