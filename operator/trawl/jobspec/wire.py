@@ -55,6 +55,7 @@ from .headerscope import build_scope, job_origins
 
 if TYPE_CHECKING:  # the operator's side; a worker never builds the pool's model
     from trawl.api.scrapepool import Ceilings, ScrapePoolSpec
+    from trawl.queue.bloom import BloomSize
 
 
 SPEC_VERSION = 1
@@ -139,6 +140,16 @@ def build_worker_spec(
     }
 
 
+def _bloom(job_spec: ScrapeJobSpec) -> BloomSize | None:
+    """A crawl's Bloom filter, sized for its maxPages (at most MAX_GENERATED_URLS: always within a Redis string)."""
+    from trawl.queue.bloom import size_for
+
+    crawl = job_spec.crawl
+    if crawl is None or crawl.bloom_filter is None:
+        return None
+    return size_for(crawl.max_pages, crawl.bloom_filter.false_positive_rate)
+
+
 def _render(job_spec: ScrapeJobSpec, rules: DomainRules | None) -> dict[str, Any] | None:
     if job_spec.render is not None and job_spec.render.browser:
         return job_spec.render.model_dump(mode="json")
@@ -211,4 +222,5 @@ def build_job_config(
         dedupe_seeds=job_spec.seeds_may_repeat() or job_spec.sitemaps is not None,
         max_dead_letters_kept=ceilings.max_dead_letters_retained if ceilings is not None else None,
         spec=spec,
+        bloom=_bloom(job_spec),
     )

@@ -31,6 +31,7 @@ from trawl.redisconn.client import TRANSIENT_ERRORS
 from trawl.redisconn.scripts import read_script
 
 from . import backoff
+from .bloom import BloomSize
 from .errors import QueueUnavailable, UnknownJob, WorkerCordoned
 from .keys import PRIORITIES, Keys, pod_of
 from .model import (
@@ -230,6 +231,7 @@ class Queue:
                 policy_to_json(job.retry),
                 "" if job.max_dead_letters_kept is None else job.max_dead_letters_kept,
                 job.tenant,
+                job.bloom.wire() if job.bloom is not None else "",
             ],
         )
         self._policies[job.job_id] = job.retry
@@ -593,6 +595,8 @@ class Queue:
             "rg",
             "smu",
             "rs",
+            "bfp",
+            "bf",
         )
         raw = await self._retrying(lambda: self.redis.hmget(self.keys.job(job_id), fields))  # type: ignore[arg-type,return-value]
         if raw[0] is None:
@@ -613,6 +617,8 @@ class Queue:
             changes=(int(v[11] or 0), int(v[12] or 0), int(v[13] or 0), int(v[14] or 0)),
             from_sitemaps=int(v[15] or 0),
             not_revisited=int(v[16] or 0),
+            possibly_skipped=float(v[17] or 0),
+            bloom=BloomSize.parse(v[18]),
         )
 
     async def job_spec(self, job_id: str) -> dict[str, Any] | None:

@@ -227,6 +227,11 @@ class Keys:
     def seen(self, job_id: str) -> str:
         return f"{self.prefix}:j:{job_id}:u"
 
+    def bloom(self, job_id: str) -> str:
+        """A crawl's Bloom filter (trawl.queue.bloom): built by the scripts from the seen set's name, so not in
+        job_keys; cancel and expire_job remove it with them."""
+        return f"{self.seen(job_id)}:bf"
+
     def results(self, job_id: str) -> str:
         return f"{self.prefix}:j:{job_id}:res"
 

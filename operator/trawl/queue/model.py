@@ -10,6 +10,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from .bloom import BloomSize
+
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
@@ -47,6 +49,8 @@ class JobConfig:
     # Who submitted the job (the ScrapeJob's namespace, or the Namespace label the pool names): claims are
     # shared by weight among the tenants with ready work, and each tenant's quotas bound what it claims.
     tenant: str = ""
+    # A crawl's probabilistic dedupe (spec.crawl.bloomFilter; None: exact), fixed at creation.
+    bloom: BloomSize | None = None
 
 
 # A refresh job's sweep (trawl.worker.sweep): a task no page or sitemap can make (links enter at depth >= 1,
@@ -117,6 +121,8 @@ class JobStats:
     changes: tuple[int, int, int, int] = (0, 0, 0, 0)
     from_sitemaps: int = 0  # page URLs sitemaps added (each counted once, in total too)
     not_revisited: int = 0  # a refresh job's pages adaptive revisits left alone (not in changes)
+    possibly_skipped: float = 0.0  # a crawl's Bloom filter: new URLs expected to have been taken as seen
+    bloom: BloomSize | None = None  # the crawl's Bloom filter, if it has one
 
     @property
     def finished(self) -> bool:

@@ -525,6 +525,8 @@ def _merge_stats(all_parts: Sequence[JobStats]) -> JobStats:
         ),
         from_sitemaps=sum(p.from_sitemaps for p in parts),
         not_revisited=sum(p.not_revisited for p in parts),
+        possibly_skipped=sum(p.possibly_skipped for p in parts),
+        bloom=next((p.bloom for p in parts if p.bloom is not None), None),
     )
 
 

@@ -115,6 +115,13 @@ def _progress(status: dict[str, Any], facts: JobFacts, prev: Mapping[str, Any], 
             status["changes"] = dict(zip(("new", "changed", "unchanged", "gone"), stats.changes, strict=True))
             if stats.not_revisited:
                 status["changes"]["notRevisited"] = stats.not_revisited
+        if stats.bloom is not None:  # never silently: the filter and what it may have cost (spec.crawl.bloomFilter)
+            status["dedupe"] = {
+                "mode": "Bloom",
+                "bytes": stats.bloom.bytes,
+                "hashes": stats.bloom.hashes,
+                "possiblySkipped": round(stats.possibly_skipped, 3),
+            }
         done = stats.succeeded + stats.dead
         status["progress"] = int(100 * done / stats.total) if stats.total else 0
         if start_time is None and stats.first_claim_at is not None:
@@ -126,8 +133,9 @@ def _progress(status: dict[str, Any], facts: JobFacts, prev: Mapping[str, Any], 
         _eta(status, stats, prev, phase, parse_time(start_time), now)
     elif "counts" in prev:
         status["counts"] = prev["counts"]
-        if "changes" in prev:
-            status["changes"] = prev["changes"]
+        for kept in ("changes", "dedupe"):
+            if kept in prev:
+                status[kept] = prev[kept]
         if "progress" in prev:
             status["progress"] = prev["progress"]
     if phase in TERMINAL and completion_time is None:

@@ -12,7 +12,7 @@ if m[1] then
   if m[3] ~= '1' then count_dead_forgotten(KEYS[11], tonumber(m[2] or '0')) end
 end
 redis.call('ZREM', KEYS[10], ARGV[3])
-redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9])
+redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[7] .. ':bf')
 event(KEYS[12], ARGV[2], 'type', 'cancelled', 'job', ARGV[3], 't', ARGV[1])
 if m[1] then return 1 end
 return 0

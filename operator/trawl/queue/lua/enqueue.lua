@@ -8,7 +8,7 @@
 --   16 pool stats
 -- ARGV: 1 now, 2 events maxlen, 3 job id, 4 start index ('' = the cursor), 5.. URLs
 local jk = KEYS[1]
-local m = redis.call('HMGET', jk, 'seq', 'tot', 'crawl', 'maxp', 'xd', 'xdw', 'sus', 'cur', 'prio', 'dg', 'tn')
+local m = redis.call('HMGET', jk, 'seq', 'tot', 'crawl', 'maxp', 'xd', 'xdw', 'sus', 'cur', 'prio', 'dg', 'tn', 'bf')
 if not m[1] then return -1 end
 local cur = tonumber(m[8])
 local start = ARGV[4] == '' and cur or tonumber(ARGV[4])

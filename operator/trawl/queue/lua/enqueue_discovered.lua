@@ -4,7 +4,7 @@
 --   16 pool stats
 -- ARGV: 1 now, 2 events maxlen, 3 job id, 4 depth, 5.. URLs
 local jk = KEYS[1]
-local m = redis.call('HMGET', jk, 'seq', 'tot', 'crawl', 'maxp', 'xd', 'xdw', 'sus', 'maxd', 'prio', 'dg', 'tn')
+local m = redis.call('HMGET', jk, 'seq', 'tot', 'crawl', 'maxp', 'xd', 'xdw', 'sus', 'maxd', 'prio', 'dg', 'tn', 'bf')
 if not m[1] then return -1 end
 local depth = tonumber(ARGV[4])
 if depth > tonumber(m[8] or '0') then return 0 end

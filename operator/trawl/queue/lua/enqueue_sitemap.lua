@@ -10,7 +10,7 @@
 --   16 pool stats
 -- ARGV: 1 now, 2 events maxlen, 3 job id, 4 depth (0, -1, -2 or -3), 5.. URLs
 local jk = KEYS[1]
-local m = redis.call('HMGET', jk, 'seq', 'tot', 'crawl', 'maxp', 'xd', 'xdw', 'sus', 'maxd', 'prio', 'dg', 'tn')
+local m = redis.call('HMGET', jk, 'seq', 'tot', 'crawl', 'maxp', 'xd', 'xdw', 'sus', 'maxd', 'prio', 'dg', 'tn', 'bf')
 if not m[1] then return -1 end
 local depth = tonumber(ARGV[4])
 if depth > 0 or depth < -3 then

@@ -12,7 +12,7 @@
 -- Returns 1 added, 0 not (already added, or a continuation's duplicate), -1 the job does not exist,
 --   -2 the task cap was reached, -3 cross-job dedupe.
 local jk = KEYS[1]
-local m = redis.call('HMGET', jk, 'seq', 'tot', 'crawl', 'maxp', 'xd', 'xdw', 'sus', 'maxd', 'prio', 'dg', 'tn')
+local m = redis.call('HMGET', jk, 'seq', 'tot', 'crawl', 'maxp', 'xd', 'xdw', 'sus', 'maxd', 'prio', 'dg', 'tn', 'bf')
 if not m[1] then return -1 end
 if ARGV[6] == '1' then
   if redis.call('HSETNX', jk, 'sw', '1') == 0 then return 0 end

@@ -9,4 +9,6 @@ if dead and redis.call('HGET', KEYS[1], 'exp') ~= '1' then
 end
 local n = 0
 for i = 1, 9 do n = n + redis.call('EXPIRE', KEYS[i], ARGV[1]) end
+-- A crawl's Bloom filter (Keys.bloom: the seen set's name + ':bf', in its slot) goes with them.
+n = n + redis.call('EXPIRE', KEYS[7] .. ':bf', ARGV[1])
 return n

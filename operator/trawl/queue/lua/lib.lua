@@ -369,10 +369,26 @@ local function url_digest(url)
   end))
 end
 
+-- A crawl's Bloom filter (spec.crawl.bloomFilter, trawl.queue.bloom): set the item's bits (k by double
+-- hashing of its SHA-1) in the string key bk of the given size; true when one was clear (the item is new).
+local function bloom_add(bk, item, bits, k)
+  local h = redis.sha1hex(item)
+  local h1 = tonumber(string.sub(h, 1, 8), 16)
+  local h2 = tonumber(string.sub(h, 9, 16), 16)
+  h2 = h2 + 1 - h2 % 2 -- odd: the k positions differ
+  local new = false
+  for i = 0, k - 1 do
+    if redis.call('SETBIT', bk, (h1 + i * h2) % bits, 1) == 0 then new = true end
+  end
+  return new
+end
+
 -- Add URLs ARGV[first..last] to a job at the given depth, honouring the job's max_pages cap, its
 -- within-job dedupe set (crawl jobs) and the pool's cross-job dedupe window. m is the job hash's
--- HMGET of: seq, tot, crawl, maxp, xd, xdw, sus, (cur or maxd), prio, dg, tn. Jobs registered since the
+-- HMGET of: seq, tot, crawl, maxp, xd, xdw, sus, (cur or maxd), prio, dg, tn, bf. Jobs registered since the
 -- digests came ('dg' set at creation) dedupe by url_digest; older ones by the full URL, as they began.
+-- A job with a Bloom filter ('bf' = "<bits>|<hashes>") dedupes in it instead (key: the seen set's name +
+-- ':bf'), and adds each check's false-positive chance at the filter's fill to 'bfp' (pages possibly skipped).
 -- ns (optional) prefixes the within-job dedupe member: sitemap tasks have a namespace of their own, so a
 -- page that links the sitemap's URL never stops the sitemap being read (nor the other way round); they
 -- skip the cross-job window, which is about pages. Returns the number added.
@@ -385,14 +401,23 @@ local function add_urls(jk, job_id, rk, uk, xk, st, m, prio, now, depth, first, 
   local xd = m[5] == '1'
   local xdw = tonumber(m[6] or '0')
   if xd then redis.call('ZREMRANGEBYSCORE', xk, '-inf', nowf) end
+  local bits, nh, fp = nil, nil, 0
+  if m[12] then
+    local sep = string.find(m[12], '|', 1, true)
+    bits, nh = tonumber(string.sub(m[12], 1, sep - 1)), tonumber(string.sub(m[12], sep + 1))
+  end
   local items = {}
   for i = first, last do
     if maxp and tot + #items >= maxp then break end
     local url = ARGV[i]
     local member = (ns or '') .. url
-    if dg and (crawl or xd) then member = url_digest(member) end
     local ok = true
-    if crawl then ok = redis.call('SADD', uk, member) == 1 end
+    if crawl and bits then
+      fp = fp + (1 - math.exp(-nh * (seq + #items) / bits)) ^ nh
+      ok = bloom_add(uk .. ':bf', member, bits, nh)
+    end
+    if dg and (crawl or xd) then member = url_digest(member) end
+    if crawl and not bits then ok = redis.call('SADD', uk, member) == 1 end
     if ok and xd and not ns then
       local sc = redis.call('ZSCORE', xk, member)
       if sc and tonumber(sc) > nowf then
@@ -407,6 +432,7 @@ local function add_urls(jk, job_id, rk, uk, xk, st, m, prio, now, depth, first, 
     end
   end
   local n = #items
+  if fp > 0 then redis.call('HINCRBYFLOAT', jk, 'bfp', fp) end
   if n > 0 then
     local was = push_many('RPUSH', rk, items)
     redis.call('HSET', jk, 'seq', seq)

@@ -1,0 +1,52 @@
+"""Sizing a crawl's Bloom filter (trawl.queue.bloom) and what the job's status says of it (pure)."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+
+import pytest
+from pydantic import ValidationError
+
+from trawl.api.scrapejob import ScrapeJobSpec, ScrapeJobStatus
+from trawl.jobspec.wire import build_job_config
+from trawl.operator.job.status import JobFacts, derive_job_status
+from trawl.queue.bloom import MAX_BITS, BloomSize, false_positive_rate, size_for
+from trawl.queue.model import JobStats
+
+
+def test_the_textbook_size_and_its_rate_at_capacity() -> None:
+    size = size_for(1_000_000, 0.001)
+    assert size.bits == math.ceil(1_000_000 * -math.log(0.001) / math.log(2) ** 2)  # 14.38 bits per URL
+    assert size.hashes == 10 and size.bytes == (size.bits + 7) // 8 == 1_797_199
+    assert false_positive_rate(size, 1_000_000) == pytest.approx(0.001, rel=0.05)
+    assert false_positive_rate(size, 100_000) < 1e-9, "far below the cap, far below the rate"
+    assert BloomSize.parse(size.wire()) == size and BloomSize.parse("") is None
+    with pytest.raises(ValueError, match="at most"):
+        size_for(10**9, 1e-9)
+    assert size_for(10**8, 1e-8).bits <= MAX_BITS
+
+
+def test_only_a_crawl_that_asks_gets_one_bounded_by_its_page_cap() -> None:
+    def config(crawl: dict[str, object]) -> BloomSize | None:
+        spec = ScrapeJobSpec.model_validate({"pool": "p", "urls": ["https://a.test/"], "crawl": crawl})
+        return build_job_config("j", spec, None).bloom
+
+    assert config({"maxPages": 1000}) is None, "exact unless asked"
+    assert config({"maxPages": 1000, "bloomFilter": {}}) == size_for(1000, 0.001)
+    # the largest a job author can ask for: the page cap at the smallest rate, a few MB
+    largest = config({"maxPages": 1_000_000, "bloomFilter": {"falsePositiveRate": 1e-9}})
+    assert largest is not None and largest.bytes < 6_000_000
+    with pytest.raises(ValidationError):
+        config({"maxPages": 1000, "bloomFilter": {"falsePositiveRate": 0.5}})
+
+
+def test_the_status_says_the_filter_and_the_pages_possibly_skipped() -> None:
+    now = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
+    size = size_for(1000, 0.001)
+    stats = JobStats(10, 5, 0, 0, 5, 0, True, False, now.timestamp() - 5, bloom=size, possibly_skipped=0.01234)
+    status, _ = derive_job_status(JobFacts(generation=1, suspend=False, stats=stats), {}, now)
+    assert status["dedupe"] == {"mode": "Bloom", "bytes": size.bytes, "hashes": size.hashes, "possiblySkipped": 0.012}
+    ScrapeJobStatus.model_validate(status)
+    plain = JobStats(10, 5, 0, 0, 5, 0, True, False, now.timestamp() - 5)
+    assert "dedupe" not in derive_job_status(JobFacts(generation=1, suspend=False, stats=plain), {}, now)[0]
