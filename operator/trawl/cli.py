@@ -118,9 +118,27 @@ def operator_cmd(
     lease_namespace: str | None = typer.Option(
         None, help="Namespace of the Lease (default: $POD_NAMESPACE, the operator's own)."
     ),
+    api_port: int = typer.Option(
+        0, "--api-port", envvar="TRAWL_API_PORT", help="Port of the results API (0: off); see README 'Results API'."
+    ),
+    api_tls_cert: Path | None = typer.Option(
+        None, "--api-tls-cert", envvar="TRAWL_API_TLS_CERT", help="Certificate (PEM) the results API serves HTTPS with."
+    ),
+    api_tls_key: Path | None = typer.Option(
+        None, "--api-tls-key", envvar="TRAWL_API_TLS_KEY", help="Key (PEM) of --api-tls-cert."
+    ),
 ) -> None:
     """Run the operator: reconcile ScrapeJobs, ScrapePools and CronScrapeJobs."""
-    from trawl.operator.main import LeaderElection, run
+    from trawl.operator.main import LeaderElection, Sidecar, run
+
+    sidecars: list[Sidecar] = []
+    if api_port:
+        if (api_tls_cert is None) != (api_tls_key is None):
+            raise typer.BadParameter("give both --api-tls-cert and --api-tls-key, or neither")
+        from trawl.resultsapi.server import Serving, serve
+
+        serving = Serving(bind_address, api_port, api_tls_cert, api_tls_key)
+        sidecars.append(lambda: serve(serving))
 
     run(
         namespaces=namespace,
@@ -130,6 +148,7 @@ def operator_cmd(
         bind_address=bind_address,
         verbose=verbose,
         leader_election=LeaderElection.from_env(lease_namespace, lease_name) if leader_election else None,
+        sidecars=sidecars,
     )
 
 

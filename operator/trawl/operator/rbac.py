@@ -48,6 +48,10 @@ CLUSTER_RULES: list[dict[str, Any]] = [
         "verbs": ["get", "list", "watch"],
     },
     {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
+    # The results API (trawl.resultsapi): who a caller's token belongs to, and whether RBAC lets them read
+    # a job's results or retry its dead letters. Creating a review grants nothing; it only asks.
+    {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+    {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
 ]
 
 # Leader election: the replicas' one Lease, in the operator's own namespace only (a Role there).
