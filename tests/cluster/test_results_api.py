@@ -28,12 +28,13 @@ from trawl.dev.controlplane import ControlPlane
 from trawl.dev.operator_process import OperatorProcess, rbac_objects
 from trawl.dev.procs import free_port
 from trawl.dev.redis_server import RedisServer
+from trawl.operator.rbac import DEAD_LETTER_RETRIER_RULES, RESULTS_READER_RULES
 from trawl.queue import Queue
 from trawl.queue.keys import Keys
 from waits import wait_for
 
-READ = [{"apiGroups": ["trawl.dev"], "resources": ["scrapejobs/results", "scrapejobs/deadletters"], "verbs": ["get"]}]
-RETRY = [*READ, {"apiGroups": ["trawl.dev"], "resources": ["scrapejobs/deadletters"], "verbs": ["update"]}]
+# the chart's trawl-results-reader and trawl-dead-letter-retrier ClusterRoles, bound here as Roles
+READ, RETRY = RESULTS_READER_RULES, DEAD_LETTER_RETRIER_RULES
 # get on the job itself: what every tenant has, and not enough to read its results
 JOB_ONLY = [{"apiGroups": ["trawl.dev"], "resources": ["scrapejobs"], "verbs": ["get", "list", "watch", "update"]}]
 ENDPOINTS = [("GET", "results"), ("GET", "deadletters"), ("POST", "deadletters/retry")]

@@ -4,6 +4,7 @@ asked with the kubeconfig's own bearer token, so the caller needs RBAC on the jo
 from __future__ import annotations
 
 import json
+import os
 import ssl
 import time
 import urllib.error
@@ -117,12 +118,14 @@ def dead_letter_record(item: dict[str, Any]) -> DeadLetterRecord:
 
 def connect(cluster: Any, api_url: str, ca_file: str | None) -> ResultsApi:
     """The API at ``api_url`` with the kubeconfig's bearer token; a certificate-only user cannot use it."""
-    token = bearer_from_configuration(cluster.api.configuration)
-    if token is None:
+    # $TRAWL_API_TOKEN: for a kubeconfig whose user holds a client certificate (kind's admin, say), a token
+    # of an identity with the RBAC, e.g. `kubectl create token NAME`
+    token = os.environ.get("TRAWL_API_TOKEN") or bearer_from_configuration(cluster.api.configuration)
+    if not token:
         raise CliError(
             "the results API needs a bearer token, and this kubeconfig's user has none (a client certificate?)",
             EXIT_FORBIDDEN,
-            hint="use a context whose user has a token (an OIDC or exec plugin, a ServiceAccount token), "
-            "or read Redis directly with --redis-url",
+            hint="use a context whose user has a token (OIDC, an exec plugin, a ServiceAccount token), set "
+            "TRAWL_API_TOKEN, or read Redis directly with --redis-url",
         )
     return ResultsApi(api_url, token, ca_file)

@@ -58,3 +58,14 @@ CLUSTER_RULES: list[dict[str, Any]] = [
 LEADER_ELECTION_RULES: list[dict[str, Any]] = [
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "patch"]},
 ]
+
+# What the results API (trawl.resultsapi) asks RBAC about: subresources of scrapejobs that exist for RBAC only.
+# The chart and manifests/rbac ship them as two ClusterRoles that grant nothing until a platform team binds
+# them (a RoleBinding per team namespace): reading a job's records and dead letters, and retrying those.
+RESULTS_READER_RULES: list[dict[str, Any]] = [
+    {"apiGroups": ["trawl.dev"], "resources": ["scrapejobs/results", "scrapejobs/deadletters"], "verbs": ["get"]},
+]
+DEAD_LETTER_RETRIER_RULES: list[dict[str, Any]] = [
+    {"apiGroups": ["trawl.dev"], "resources": ["scrapejobs/results", "scrapejobs/deadletters"], "verbs": ["get"]},
+    {"apiGroups": ["trawl.dev"], "resources": ["scrapejobs/deadletters"], "verbs": ["update"]},
+]
