@@ -6,7 +6,11 @@ Redis password. Plain HTTP on loopback here (the chart serves HTTPS)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import datetime as dt
+import ipaddress
 import json
+import ssl
 import threading
 import urllib.error
 import urllib.request
@@ -84,33 +88,33 @@ def make_user(cp: ControlPlane, namespace: str, name: str, rules: list[dict[str,
     return User(name, kubeconfig, token)
 
 
-@pytest.fixture
-def api(control_plane: ControlPlane, namespace: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
-    """`trawl operator --api-port` as its ServiceAccount with the RBAC of trawl.operator.rbac."""
-    apply(control_plane, *rbac_objects(namespace, "trawl-operator", [namespace]))
-    kubeconfig = control_plane.service_account_kubeconfig(namespace, "trawl-operator")
-    logs = tmp_path_factory.mktemp("operator")
+@contextlib.contextmanager
+def serving_api(cp: ControlPlane, namespace: str, logs: Path, tls: tuple[Path, Path] | None = None) -> Iterator[Api]:
+    """`trawl operator --api-port` as its ServiceAccount with the RBAC of trawl.operator.rbac; HTTPS with ``tls``."""
+    apply(cp, *rbac_objects(namespace, "trawl-operator", [namespace]))
+    kubeconfig = cp.service_account_kubeconfig(namespace, "trawl-operator")
     port = free_port()
+    tls_args = ["--api-tls-cert", str(tls[0]), "--api-tls-key", str(tls[1])] if tls else []
     proc = OperatorProcess(
         kubeconfig, [namespace], logs / "operator.log", env={"TRAWL_JOB_SYNC_SECONDS": "1"},
-        extra_args=["--api-port", str(port)],
+        extra_args=["--api-port", str(port), *tls_args],
     )  # fmt: skip
     proc.start()
     try:
-        url = f"http://127.0.0.1:{port}"
-
-        def healthy() -> bool:
-            try:
-                with urllib.request.urlopen(f"{url}/healthz", timeout=2) as response:
-                    return bool(response.status == 200)
-            except OSError:
-                return False
-
-        wait_for("the results API's /healthz", healthy, 60, diag=lambda: proc.log_tail(40))
-        yield Api(url, namespace)
+        wait_for(
+            "the results API to listen", lambda: "results API listening" in proc.log_tail(200), 60,
+            diag=lambda: proc.log_tail(40),
+        )  # fmt: skip
+        yield Api(f"{'https' if tls else 'http'}://127.0.0.1:{port}", namespace)
     finally:
         proc.stop()
         print(f"--- operator log tail:\n{proc.log_tail(60)}")
+
+
+@pytest.fixture
+def api(control_plane: ControlPlane, namespace: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
+    with serving_api(control_plane, namespace, tmp_path_factory.mktemp("operator")) as served:
+        yield served
 
 
 @pytest.fixture
@@ -263,3 +267,64 @@ def test_a_reader_lists_dead_letters_but_only_a_retrier_retries(
 
     wait_for("the operator to act on the retry", handled, 60)
     assert json.loads(api.call("GET", "deadletters", reader.token)[2])["items"] == []
+
+
+def issue_tls(folder: Path) -> tuple[Path, Path, Path]:
+    """A CA and a server certificate for 127.0.0.1 signed by it: (ca.pem, tls.crt, tls.key)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = dt.datetime.now(dt.UTC)
+
+    def cert(name: str, key: Any, issuer: x509.Name, signer: Any, ca: bool) -> x509.Certificate:
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+            .issuer_name(issuer)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(hours=1))
+            .not_valid_after(now + dt.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        )
+        if not ca:
+            san = x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+            builder = builder.add_extension(san, critical=False)
+        return builder.sign(signer, hashes.SHA256())
+
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test results API CA")])
+    ca_cert = cert("test results API CA", ca_key, ca_name, ca_key, True)
+    leaf = cert("trawl-operator-api", key, ca_name, ca_key, False)
+    paths = folder / "ca.pem", folder / "tls.crt", folder / "tls.key"
+    paths[0].write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    paths[2].write_bytes(key_pem)
+    return paths
+
+
+def test_over_https_with_a_certificate_the_cli_verifies(
+    control_plane: ControlPlane, namespace: str, books: dict[str, Any], redis_server: RedisServer, tmp_path: Path
+) -> None:
+    reader = make_user(control_plane, namespace, "reader", READ)
+    client = redis.Redis.from_url(redis_server.url)
+    key = stream_key(namespace, books["metadata"]["uid"])
+    for i in range(5):
+        client.xadd(key, {"url": f"http://shop/{i}", "data": json.dumps({"url": f"http://shop/{i}", "i": i})})
+    ca, cert, key_file = issue_tls(tmp_path)
+    with serving_api(control_plane, namespace, tmp_path, tls=(cert, key_file)) as api:
+        argv = ["results", "books", "--api-url", api.url, "--kubeconfig", str(reader.kubeconfig), "-n", namespace]
+        out = CliRunner().invoke(app, [*argv, "--api-ca", str(ca)])
+        assert out.exit_code == 0, out.output
+        assert [json.loads(line)["i"] for line in out.stdout.splitlines() if line.startswith("{")] == list(range(5))
+        # without the CA the certificate is not trusted: the CLI says it cannot reach the API, sends nothing
+        out = CliRunner().invoke(app, argv)
+        assert out.exit_code == 3 and "CERTIFICATE_VERIFY_FAILED" in out.output, out.output
+        # and plain HTTP on the TLS port gets no answer but a TLS failure
+        with pytest.raises((urllib.error.URLError, ConnectionError, ssl.SSLError)):
+            urllib.request.urlopen(api.url.replace("https:", "http:") + "/healthz", timeout=10).read()
