@@ -127,6 +127,24 @@ def operator_cmd(
     api_tls_key: Path | None = typer.Option(
         None, "--api-tls-key", envvar="TRAWL_API_TLS_KEY", help="Key (PEM) of --api-tls-cert."
     ),
+    api_bind_address: str | None = typer.Option(
+        None,
+        "--api-bind-address",
+        envvar="TRAWL_API_BIND_ADDRESS",
+        help="Address of the results API (default: --bind-address).",
+    ),
+    api_requestheader_ca: Path | None = typer.Option(
+        None,
+        "--api-requestheader-ca",
+        envvar="TRAWL_API_REQUESTHEADER_CA",
+        help="Serve as an aggregated API: the CA of the API server's front-proxy client certificate (needs TLS).",
+    ),
+    api_requestheader_names: str = typer.Option(
+        "",
+        "--api-requestheader-allowed-names",
+        envvar="TRAWL_API_REQUESTHEADER_ALLOWED_NAMES",
+        help="Comma-separated common names the front-proxy certificate may carry (empty: any it verifies).",
+    ),
 ) -> None:
     """Run the operator: reconcile ScrapeJobs, ScrapePools and CronScrapeJobs."""
     from trawl.operator.main import LeaderElection, Sidecar, run
@@ -137,7 +155,12 @@ def operator_cmd(
             raise typer.BadParameter("give both --api-tls-cert and --api-tls-key, or neither")
         from trawl.resultsapi.server import Serving, serve
 
-        serving = Serving(bind_address, api_port, api_tls_cert, api_tls_key)
+        if api_requestheader_ca is not None and api_tls_cert is None:
+            raise typer.BadParameter("--api-requestheader-ca needs --api-tls-cert: the API server calls over TLS")
+        names = tuple(n.strip() for n in api_requestheader_names.split(",") if n.strip())
+        serving = Serving(
+            api_bind_address or bind_address, api_port, api_tls_cert, api_tls_key, api_requestheader_ca, names
+        )
         sidecars.append(lambda: serve(serving))
 
     run(

@@ -89,7 +89,9 @@ def make_user(cp: ControlPlane, namespace: str, name: str, rules: list[dict[str,
 
 
 @contextlib.contextmanager
-def serving_api(cp: ControlPlane, namespace: str, logs: Path, tls: tuple[Path, Path] | None = None) -> Iterator[Api]:
+def serving_api(
+    cp: ControlPlane, namespace: str, logs: Path, tls: tuple[Path, Path] | None = None, extra: tuple[str, ...] = ()
+) -> Iterator[Api]:
     """`trawl operator --api-port` as its ServiceAccount with the RBAC of trawl.operator.rbac; HTTPS with ``tls``."""
     apply(cp, *rbac_objects(namespace, "trawl-operator", [namespace]))
     kubeconfig = cp.service_account_kubeconfig(namespace, "trawl-operator")
@@ -97,7 +99,7 @@ def serving_api(cp: ControlPlane, namespace: str, logs: Path, tls: tuple[Path, P
     tls_args = ["--api-tls-cert", str(tls[0]), "--api-tls-key", str(tls[1])] if tls else []
     proc = OperatorProcess(
         kubeconfig, [namespace], logs / "operator.log", env={"TRAWL_JOB_SYNC_SECONDS": "1"},
-        extra_args=["--api-port", str(port), *tls_args],
+        extra_args=["--api-port", str(port), *tls_args, *extra],
     )  # fmt: skip
     proc.start()
     try:
@@ -105,7 +107,8 @@ def serving_api(cp: ControlPlane, namespace: str, logs: Path, tls: tuple[Path, P
             "the results API to listen", lambda: "results API listening" in proc.log_tail(200), 60,
             diag=lambda: proc.log_tail(40),
         )  # fmt: skip
-        yield Api(f"{'https' if tls else 'http'}://127.0.0.1:{port}", namespace)
+        host = extra[extra.index("--api-bind-address") + 1] if "--api-bind-address" in extra else "127.0.0.1"
+        yield Api(f"{'https' if tls else 'http'}://{host}:{port}", namespace)
     finally:
         proc.stop()
         print(f"--- operator log tail:\n{proc.log_tail(60)}")
@@ -269,8 +272,10 @@ def test_a_reader_lists_dead_letters_but_only_a_retrier_retries(
     assert json.loads(api.call("GET", "deadletters", reader.token)[2])["items"] == []
 
 
-def issue_tls(folder: Path) -> tuple[Path, Path, Path]:
-    """A CA and a server certificate for 127.0.0.1 signed by it: (ca.pem, tls.crt, tls.key)."""
+def issue_tls(
+    folder: Path, ips: tuple[str, ...] = ("127.0.0.1",), names: tuple[str, ...] = ()
+) -> tuple[Path, Path, Path]:
+    """A CA and a server certificate for ``ips`` and ``names`` signed by it: (ca.pem, tls.crt, tls.key)."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -290,7 +295,8 @@ def issue_tls(folder: Path) -> tuple[Path, Path, Path]:
             .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
         )
         if not ca:
-            san = x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+            alt: list[x509.GeneralName] = [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
+            san = x509.SubjectAlternativeName(alt + [x509.DNSName(n) for n in names])
             builder = builder.add_extension(san, critical=False)
         return builder.sign(signer, hashes.SHA256())
 

@@ -17,9 +17,11 @@ from trawl.resultsapi.access import (
     RateLimiter,
     TtlCache,
     bearer_token,
+    front_proxy_identity,
     parse_cursor,
     parse_flag,
     parse_limit,
+    peer_common_name,
     resource_attributes,
 )
 from trawl.resultsapi.kubeauth import identity_from_review, review_body
@@ -135,3 +137,26 @@ def test_the_cli_sends_the_kubeconfig_bearer_token_only() -> None:
     assert bearer_from_configuration(SimpleNamespace(api_key={"authorization": "Bearer t0k"})) == "t0k"
     assert bearer_from_configuration(SimpleNamespace(api_key={})) is None
     assert bearer_from_configuration(SimpleNamespace(api_key={"authorization": "Basic xyz"})) is None
+
+
+FRONT_PROXY_CERT = {"subject": ((("organizationName", "x"),), (("commonName", "front-proxy-client"),))}
+
+
+def test_only_a_verified_front_proxy_certificate_makes_the_remote_headers_count() -> None:
+    headers = [
+        ("X-Remote-User", "alice"),
+        ("X-Remote-Group", "team-a"),
+        ("x-remote-group", "system:authenticated"),
+        ("X-Remote-Extra-Scopes%2Fa", "read"),
+        ("X-Remote-User", "mallory"),  # a second user header: the first one counts, as in kube-apiserver
+    ]
+    assert peer_common_name(FRONT_PROXY_CERT) == "front-proxy-client"
+    assert front_proxy_identity(FRONT_PROXY_CERT, ("front-proxy-client",), headers) == Identity(
+        "alice", "", ("team-a", "system:authenticated"), (("scopes/a", ("read",)),)
+    )
+    assert front_proxy_identity(FRONT_PROXY_CERT, (), headers) is not None  # no allowed names: any verified one
+    # no certificate (a direct caller forging the headers), another name, or no user header: no identity
+    assert front_proxy_identity(None, ("front-proxy-client",), headers) is None
+    assert front_proxy_identity({}, (), headers) is None
+    assert front_proxy_identity(FRONT_PROXY_CERT, ("aggregator",), headers) is None
+    assert front_proxy_identity(FRONT_PROXY_CERT, (), [("X-Remote-Group", "system:masters")]) is None

@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
-from .exits import CliError, console, reported
+from .exits import EXIT_OTHER_SINK, CliError, console, reported
 
 if TYPE_CHECKING:
     from .cluster import Cluster
+    from .resultsapi_client import ResultsApi
 
 T = TypeVar("T")
 
@@ -257,9 +258,17 @@ def results(
         if fmt not in res.FORMATS:
             raise CliError(f"unknown format {fmt!r}: use jsonl or csv")
         cluster = _connect(kubeconfig, context, namespace)
-        if api_url and not redis_url:
-            _results_through_api(cluster, job, fmt, output, api_url, api_ca)
-            return
+        if not redis_url and not postgres_address and not s3_endpoint:
+            from .resultsapi_client import aggregated, connect
+
+            api = connect(cluster, api_url, api_ca) if api_url else aggregated(cluster)
+            if api is not None:
+                try:
+                    _results_through_api(cluster, job, fmt, output, api)
+                    return
+                except CliError as exc:  # a PostgreSQL or S3 sink: read it as before
+                    if api_url or exc.code != EXIT_OTHER_SINK:
+                        raise
         obj, pool = get_job_and_pool(cluster, job)
         res.check_sink(obj)
         ref = job_ref(obj, pool)
@@ -341,13 +350,8 @@ def _write_output(output: Path | None, export: Callable[[Any], Any]) -> int:
     return count
 
 
-def _results_through_api(
-    cluster: Cluster, job: str, fmt: str, output: Path | None, api_url: str, api_ca: str | None
-) -> None:
+def _results_through_api(cluster: Cluster, job: str, fmt: str, output: Path | None, api: ResultsApi) -> None:
     from . import results as res
-    from .resultsapi_client import connect
-
-    api = connect(cluster, api_url, api_ca)
 
     async def export(out: Any) -> int:
         async def stream() -> Any:
@@ -392,10 +396,11 @@ def dlq_list(
 
         _check_output(output)
         cluster = _connect(kubeconfig, context, namespace)
-        if api_url and not redis_url:
-            from .resultsapi_client import connect, dead_letter_record
+        from .resultsapi_client import aggregated, connect, dead_letter_record
 
-            items = connect(cluster, api_url, api_ca).dead_letters(cluster.namespace, job)
+        api = None if redis_url else connect(cluster, api_url, api_ca) if api_url else aggregated(cluster)
+        if api is not None:
+            items = api.dead_letters(cluster.namespace, job)
             records = [dead_letter_record(item) for item in items]
             ns, name = cluster.namespace, job
         else:
@@ -442,10 +447,11 @@ def dlq_retry(
 
         cluster = _connect(kubeconfig, context, namespace)
         out = console()
-        if api_url:
-            from .resultsapi_client import connect
+        from .resultsapi_client import aggregated, connect
 
-            value = connect(cluster, api_url, api_ca).retry(cluster.namespace, job, include_permanent)
+        api = connect(cluster, api_url, api_ca) if api_url else aggregated(cluster)
+        if api is not None:
+            value = api.retry(cluster.namespace, job, include_permanent)
             out.print(f"requested a retry of the dead letters of {cluster.namespace}/{job} ({value})", markup=False)
         else:
             obj = get_job(cluster, job)

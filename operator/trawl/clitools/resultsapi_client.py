@@ -11,9 +11,10 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+import urllib3
 
 from trawl.queue.model import DeadLetterRecord
 
@@ -36,11 +37,11 @@ def bearer_from_configuration(configuration: Any) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
 class ResultsApi:
-    base_url: str
-    token: str
-    ca_file: str | None = None
+    """The results API at a URL of its own (a port-forward, an in-cluster address), with a bearer token."""
+
+    def __init__(self, base_url: str, token: str, ca_file: str | None = None) -> None:
+        self.base_url, self.token, self.ca_file = base_url, token, ca_file
 
     def _open(self, method: str, path: str, query: dict[str, str]) -> tuple[dict[str, str], bytes]:
         url = self.base_url.rstrip("/") + path + ("?" + urllib.parse.urlencode(query) if query else "")
@@ -129,3 +130,63 @@ def connect(cluster: Any, api_url: str, ca_file: str | None) -> ResultsApi:
             "TRAWL_API_TOKEN, or read Redis directly with --redis-url",
         )
     return ResultsApi(api_url, token, ca_file)
+
+
+AGGREGATED = "/apis/results.trawl.dev/v1alpha1"  # as trawl.resultsapi.server serves it behind an APIService
+
+
+class AggregatedApi(ResultsApi):
+    """The results API reached through the Kubernetes API server (an aggregated API): the kubeconfig alone,
+    whatever its user authenticates with (token, client certificate, exec plugin)."""
+
+    def __init__(self, cluster: Any) -> None:
+        super().__init__(cluster.server, "")
+        self.cluster = cluster
+
+    @staticmethod
+    def _job(namespace: str, name: str) -> str:
+        return AGGREGATED + ResultsApi._job(namespace, name)[len("/v1") :]
+
+    def _open(self, method: str, path: str, query: dict[str, str]) -> tuple[dict[str, str], bytes]:
+        method = "PUT" if method == "POST" else method  # the API server then checks `update`, as Trawl does
+        status, headers, body = raw_request(self.cluster, method, path, query, (5, TIMEOUT))
+        if status >= 400:
+            raise self._status_error(status, body)
+        return headers, body
+
+    def _status_error(self, status: int, body: bytes) -> CliError:
+        try:
+            message = str(json.loads(body or b"{}").get("message") or status)
+        except (ValueError, AttributeError):
+            message = str(status)
+        hint = None
+        if status == 403:
+            hint = "ask for the trawl-results-reader role (or trawl-dead-letter-retrier to retry) in the namespace"
+        return CliError(f"the results API refused ({status}): {message}", _EXITS.get(status, EXIT_FAILED), hint)
+
+
+def raw_request(
+    cluster: Any, method: str, path: str, query: dict[str, str], timeout: tuple[float, float]
+) -> tuple[int, dict[str, str], bytes]:
+    """One request to the API server with the kubeconfig's credentials (token, certificate, exec plugin)."""
+    api = cluster.api
+    try:
+        _, url, headers, body, post = api.param_serialize(
+            method, path, query_params=list(query.items()), header_params={}, auth_settings=["BearerToken"]
+        )
+        response = api.call_api(
+            method, url, header_params=headers, body=body, post_params=post, _request_timeout=timeout
+        )
+        data = response.read()
+    except (OSError, urllib3.exceptions.HTTPError) as exc:
+        raise CliError(f"cannot reach the results API through {cluster.server}: {exc}", EXIT_UNREACHABLE) from None
+    return int(response.status), {k: v for k, v in response.getheaders().items()}, bytes(data or b"")
+
+
+def aggregated(cluster: Any) -> AggregatedApi | None:
+    """The results API through the API server when its APIService is registered and available, else None."""
+    try:
+        status, _, _ = raw_request(cluster, "GET", AGGREGATED, {}, (5, 10))
+    except CliError:
+        return None  # no API server: the caller's next request says so
+    return AggregatedApi(cluster) if status == 200 else None

@@ -59,13 +59,15 @@ LEADER_ELECTION_RULES: list[dict[str, Any]] = [
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "patch"]},
 ]
 
-# What the results API (trawl.resultsapi) asks RBAC about: subresources of scrapejobs that exist for RBAC only.
-# The chart and manifests/rbac ship them as two ClusterRoles that grant nothing until a platform team binds
-# them (a RoleBinding per team namespace): reading a job's records and dead letters, and retrying those.
+# What the results API (trawl.resultsapi) asks RBAC about: subresources of scrapejobs that exist for RBAC only,
+# in trawl.dev (Trawl's own check, every request) and results.trawl.dev (the API server's check when the API is
+# reached as an aggregated API, /apis/results.trawl.dev/...). The chart and manifests/rbac ship them as two
+# ClusterRoles that grant nothing until a platform team binds them (a RoleBinding per team namespace).
+_API_GROUPS = ["trawl.dev", "results.trawl.dev"]
 RESULTS_READER_RULES: list[dict[str, Any]] = [
-    {"apiGroups": ["trawl.dev"], "resources": ["scrapejobs/results", "scrapejobs/deadletters"], "verbs": ["get"]},
+    {"apiGroups": list(_API_GROUPS), "resources": ["scrapejobs/results", "scrapejobs/deadletters"], "verbs": ["get"]},
 ]
 DEAD_LETTER_RETRIER_RULES: list[dict[str, Any]] = [
-    {"apiGroups": ["trawl.dev"], "resources": ["scrapejobs/results", "scrapejobs/deadletters"], "verbs": ["get"]},
-    {"apiGroups": ["trawl.dev"], "resources": ["scrapejobs/deadletters"], "verbs": ["update"]},
+    {"apiGroups": list(_API_GROUPS), "resources": ["scrapejobs/results", "scrapejobs/deadletters"], "verbs": ["get"]},
+    {"apiGroups": list(_API_GROUPS), "resources": ["scrapejobs/deadletters"], "verbs": ["update"]},
 ]

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
+from urllib.parse import unquote
 
 from trawl.api.naming import GROUP
 
@@ -157,3 +158,43 @@ class RateLimiter:
             self._buckets = {k: v for k, v in self._buckets.items() if v[0] + (now - v[1]) * self.rate < self.burst}
         self._buckets[caller] = (tokens - 1, now)
         return 0.0
+
+
+# The aggregated API's group (an APIService routes /apis/AGGREGATED_GROUP/... through the API server).
+AGGREGATED_GROUP = f"results.{GROUP}"
+AGGREGATED_VERSION = "v1alpha1"
+REMOTE_USER, REMOTE_GROUP, REMOTE_EXTRA = "X-Remote-User", "X-Remote-Group", "X-Remote-Extra-"
+
+
+def peer_common_name(peercert: Mapping[str, Any] | None) -> str | None:
+    """The CN of a client certificate the TLS handshake verified (ssl's getpeercert() form), if any."""
+    for rdn in (peercert or {}).get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return None
+
+
+def front_proxy_identity(
+    peercert: Mapping[str, Any] | None, allowed_names: Collection[str], headers: Iterable[tuple[str, str]]
+) -> Identity | None:
+    """The user the API server's front proxy vouches for, None unless the request came from it.
+
+    The handshake verified the certificate against the request-header CA; it must also carry one of the
+    allowed names (empty: any), as kube-apiserver's own requestheader authenticator rules. Only then are
+    the X-Remote-* headers believed; from anyone else they are ignored."""
+    name = peer_common_name(peercert)
+    if name is None or (allowed_names and name not in allowed_names):
+        return None
+    user, groups, extra = "", [], {}  # type: tuple[str, list[str], dict[str, list[str]]]
+    for key, value in headers:
+        lowered = key.lower()
+        if lowered == REMOTE_USER.lower() and not user:
+            user = value
+        elif lowered == REMOTE_GROUP.lower():
+            groups.append(value)
+        elif lowered.startswith(REMOTE_EXTRA.lower()):
+            extra.setdefault(unquote(lowered[len(REMOTE_EXTRA) :]), []).append(value)
+    if not user:
+        return None
+    return Identity(user, "", tuple(groups), tuple(sorted((k, tuple(v)) for k, v in extra.items())))

@@ -15,18 +15,33 @@ from typing import Any
 
 from aiohttp import web
 
-from .access import Action, BadRequest, Identity, RateLimiter, bearer_token, parse_cursor, parse_flag, parse_limit
+from .access import (
+    AGGREGATED_GROUP,
+    AGGREGATED_VERSION,
+    Action,
+    BadRequest,
+    Identity,
+    RateLimiter,
+    bearer_token,
+    front_proxy_identity,
+    parse_cursor,
+    parse_flag,
+    parse_limit,
+)
 from .kubeauth import AuthUnavailable, KubeAuth
 from .store import JobTarget, Store, StoreError
 
 log = logging.getLogger("trawl.resultsapi")
 
 PREFIX = "/v1/namespaces/{namespace}/scrapejobs/{name}"
+# The same routes as an aggregated API: the API server authenticates and forwards (front proxy).
+AGGREGATED = f"/apis/{AGGREGATED_GROUP}/{AGGREGATED_VERSION}"
 CURSOR_HEADER = "Trawl-Next-Cursor"
 COUNT_HEADER = "Trawl-Count"
 AUTH = web.AppKey("auth", KubeAuth)
 STORE = web.AppKey("store", Store)
 LIMITER = web.AppKey("limiter", RateLimiter)
+FRONT_PROXY_NAMES = web.AppKey("front_proxy_names", tuple)
 
 Handler = Callable[[web.Request, JobTarget], Awaitable[web.StreamResponse]]
 
@@ -39,6 +54,10 @@ class Serving:
     port: int
     cert_file: Path | None = None
     key_file: Path | None = None
+    # The aggregation layer: the CA of the API server's front-proxy client certificate and its allowed
+    # names (kube-system/extension-apiserver-authentication). Without a CA no request is a proxied one.
+    requestheader_ca: Path | None = None
+    requestheader_names: tuple[str, ...] = ()
     rate: float = 20.0
     burst: float = 100.0
 
@@ -48,6 +67,10 @@ class Serving:
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         context.load_cert_chain(self.cert_file, self.key_file)
+        if self.requestheader_ca is not None:
+            # asked, not required: callers with a bearer token present no certificate
+            context.verify_mode = ssl.CERT_OPTIONAL
+            context.load_verify_locations(self.requestheader_ca)
         return context
 
 
@@ -60,10 +83,12 @@ def guarded(action: Action, handler: Handler) -> Callable[[web.Request], Awaitab
 
     async def serve(request: web.Request) -> web.StreamResponse:
         namespace, name = request.match_info["namespace"], request.match_info["name"]
-        token = bearer_token(request.headers.get("Authorization"))
         auth = request.app[AUTH]
         try:
-            identity: Identity | None = await auth.identity(token) if token else None
+            identity = proxied_identity(request)
+            if identity is None:
+                token = bearer_token(request.headers.get("Authorization"))
+                identity = await auth.identity(token) if token else None
             if identity is None:
                 return problem(401, "a valid Kubernetes bearer token is required", **{"WWW-Authenticate": "Bearer"})
             wait = request.app[LIMITER].allow(identity.username)
@@ -82,6 +107,32 @@ def guarded(action: Action, handler: Handler) -> Callable[[web.Request], Awaitab
             return problem(exc.status, exc.message)
 
     return serve
+
+
+def proxied_identity(request: web.Request) -> Identity | None:
+    """The user of a request the API server forwarded (aggregation), from its verified certificate's headers."""
+    names = request.app.get(FRONT_PROXY_NAMES)
+    if names is None or request.transport is None:
+        return None
+    peercert = request.transport.get_extra_info("peercert")
+    return front_proxy_identity(peercert, names, request.headers.items())
+
+
+async def discovery(_: web.Request) -> web.Response:
+    """What the API server's discovery shows for the aggregated group (names only: no job, no data)."""
+    return web.json_response(
+        {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": f"{AGGREGATED_GROUP}/{AGGREGATED_VERSION}",
+            "resources": [
+                {"name": "scrapejobs/results", "singularName": "", "namespaced": True, "kind": "Results",
+                 "verbs": ["get"]},
+                {"name": "scrapejobs/deadletters", "singularName": "", "namespaced": True, "kind": "DeadLetters",
+                 "verbs": ["get", "update"]},
+            ],
+        }
+    )  # fmt: skip
 
 
 async def results(request: web.Request, job: JobTarget) -> web.StreamResponse:
@@ -119,13 +170,23 @@ async def healthz(_: web.Request) -> web.Response:
     return web.json_response({"ok": True})
 
 
-def make_app(auth: KubeAuth, store: Store, limiter: RateLimiter) -> web.Application:
+def make_app(
+    auth: KubeAuth, store: Store, limiter: RateLimiter, front_proxy_names: tuple[str, ...] | None = None
+) -> web.Application:
+    """``front_proxy_names``: None unless requests forwarded by the API server are accepted (the handshake
+    verified the certificate against the request-header CA); then the allowed names (empty: any)."""
     app = web.Application(middlewares=[security_headers], client_max_size=64 * 1024)
     app[AUTH], app[STORE], app[LIMITER] = auth, store, limiter
+    if front_proxy_names is not None:
+        app[FRONT_PROXY_NAMES] = front_proxy_names
     app.router.add_get("/healthz", healthz)
-    app.router.add_get(f"{PREFIX}/results", guarded(Action.READ_RESULTS, results))
-    app.router.add_get(f"{PREFIX}/deadletters", guarded(Action.READ_DEAD_LETTERS, dead_letters))
-    app.router.add_post(f"{PREFIX}/deadletters/retry", guarded(Action.RETRY_DEAD_LETTERS, retry))
+    app.router.add_get(AGGREGATED, discovery)
+    for prefix in (PREFIX, AGGREGATED + PREFIX[len("/v1") :]):
+        app.router.add_get(f"{prefix}/results", guarded(Action.READ_RESULTS, results))
+        app.router.add_get(f"{prefix}/deadletters", guarded(Action.READ_DEAD_LETTERS, dead_letters))
+        # PUT through the API server (whose RBAC check is then `update`, as Trawl's), POST for direct callers
+        app.router.add_post(f"{prefix}/deadletters/retry", guarded(Action.RETRY_DEAD_LETTERS, retry))
+        app.router.add_put(f"{prefix}/deadletters/retry", guarded(Action.RETRY_DEAD_LETTERS, retry))
     return app
 
 
@@ -135,7 +196,8 @@ async def start(serving: Serving) -> web.AppRunner:
 
     api = new_api_client(8)
     store = Store(api)
-    app = make_app(KubeAuth(api), store, RateLimiter(serving.rate, serving.burst))
+    names = serving.requestheader_names if serving.requestheader_ca is not None else None
+    app = make_app(KubeAuth(api), store, RateLimiter(serving.rate, serving.burst), names)
 
     async def close(_: web.Application) -> None:
         await store.close()
