@@ -139,6 +139,13 @@ def operator_cmd(
         envvar="TRAWL_API_REQUESTHEADER_CA",
         help="Serve as an aggregated API: the CA of the API server's front-proxy client certificate (needs TLS).",
     ),
+    api_requestheader_from_cluster: bool = typer.Option(
+        False,
+        "--api-requestheader-from-cluster",
+        envvar="TRAWL_API_REQUESTHEADER_FROM_CLUSTER",
+        help="Serve as an aggregated API, reading the front proxy's CA and names from "
+        "kube-system/extension-apiserver-authentication (needs TLS).",
+    ),
     api_requestheader_names: str = typer.Option(
         "",
         "--api-requestheader-allowed-names",
@@ -155,12 +162,13 @@ def operator_cmd(
             raise typer.BadParameter("give both --api-tls-cert and --api-tls-key, or neither")
         from trawl.resultsapi.server import Serving, serve
 
-        if api_requestheader_ca is not None and api_tls_cert is None:
-            raise typer.BadParameter("--api-requestheader-ca needs --api-tls-cert: the API server calls over TLS")
+        if (api_requestheader_ca is not None or api_requestheader_from_cluster) and api_tls_cert is None:
+            raise typer.BadParameter("an aggregated API needs --api-tls-cert: the API server calls over TLS")
         names = tuple(n.strip() for n in api_requestheader_names.split(",") if n.strip())
         serving = Serving(
-            api_bind_address or bind_address, api_port, api_tls_cert, api_tls_key, api_requestheader_ca, names
-        )
+            api_bind_address or bind_address, api_port, api_tls_cert, api_tls_key, api_requestheader_ca, names,
+            api_requestheader_from_cluster,
+        )  # fmt: skip
         sidecars.append(lambda: serve(serving))
 
     run(

@@ -26,6 +26,7 @@ from trawl.cli import app
 from trawl.clitools.exits import EXIT_FORBIDDEN
 from trawl.dev.controlplane import FRONT_PROXY_CLIENT, ControlPlane
 from trawl.dev.redis_server import RedisServer
+from trawl.operator.rbac import AGGREGATED_API_READER_ROLE
 from waits import wait_for
 
 __all__ = ["books"]  # the fixture, shared with test_results_api.py
@@ -105,10 +106,20 @@ def test_from_a_kubeconfig_alone_through_the_api_server(
     ]}  # fmt: skip
     address = machine_address()
     ca, cert, key_file = issue_tls(tmp_path, (address,), (f"{SERVICE}.{namespace}.svc",))
-    extra = (
-        "--api-bind-address", address, "--api-requestheader-ca", str(cp.front_proxy_ca_path),
-        "--api-requestheader-allowed-names", FRONT_PROXY_CLIENT,
-    )  # fmt: skip
+    # the front proxy's CA and names as the API server publishes them, read through the built-in Role
+    role_ns, role = AGGREGATED_API_READER_ROLE
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": f"trawl-results-api-{namespace}"[:63], "namespace": role_ns},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": "trawl-operator", "namespace": namespace}],
+    }  # fmt: skip
+    apply(cp, binding)
+    published = json.loads(cp.kubectl("get", "configmap", "-n", role_ns, "extension-apiserver-authentication",
+                                      "-o", "json").stdout)["data"]  # fmt: skip
+    assert json.loads(published["requestheader-allowed-names"]) == [FRONT_PROXY_CLIENT]
+    assert published["requestheader-client-ca-file"].strip() == cp.front_proxy_ca_path.read_text().strip()
+    extra = ("--api-bind-address", address, "--api-requestheader-from-cluster")
     with serving_api(cp, namespace, tmp_path, tls=(cert, key_file), extra=extra) as api:
         port = int(api.url.rsplit(":", 1)[1])
         with registered(cp, namespace, address, port, ca):

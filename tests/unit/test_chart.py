@@ -27,6 +27,7 @@ from helm_chart import (
 )
 from trawl.api.crd import all_crds
 from trawl.operator.rbac import (
+    AGGREGATED_API_READER_ROLE,
     CLUSTER_RULES,
     DEAD_LETTER_RETRIER_RULES,
     LEADER_ELECTION_RULES,
@@ -35,7 +36,9 @@ from trawl.operator.rbac import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+CLUSTER_SCOPED = {
+    "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "APIService",
+}  # fmt: skip
 
 
 def _rules(obj: dict[str, Any]) -> list[dict[str, Any]]:
@@ -693,3 +696,26 @@ def test_the_results_api_is_served_by_the_operator_pods_with_a_service_tls_and_u
         a.startswith("--api") for a in operator_deployment(off)["spec"]["template"]["spec"]["containers"][0]["args"]
     )
     assert not [d for d in off if d["metadata"]["name"] in ("trawl-operator-api", "trawl-results-reader")]
+
+
+def test_the_results_api_can_be_registered_as_an_aggregated_api() -> None:
+    values = {
+        "api.tls.secretName": "trawl-api-tls",
+        "api.aggregation.enabled": "true",
+        "api.aggregation.caBundle": "Q0E=",
+    }
+    docs = _installed(set_values=values)
+    apiservice = one(docs, "APIService", "v1alpha1.results.trawl.dev")
+    assert apiservice["spec"]["service"] == {"namespace": "trawl-system", "name": "trawl-operator-api", "port": 8443}
+    assert (apiservice["spec"]["group"], apiservice["spec"]["caBundle"]) == ("results.trawl.dev", "Q0E=")
+    assert (
+        "--api-requestheader-from-cluster"
+        in operator_deployment(docs)["spec"]["template"]["spec"]["containers"][0]["args"]
+    )
+    binding = one(docs, "RoleBinding", "trawl-operator-trawl-system-auth-reader")
+    assert (binding["metadata"]["namespace"], binding["roleRef"]["name"]) == AGGREGATED_API_READER_ROLE
+    assert binding["subjects"][0]["name"] == service_account_name(docs)
+    # the API server calls an aggregated API over TLS only: refused without the certificate's Secret
+    with pytest.raises(HelmError, match=r"api\.tls\.secretName"):
+        render(set_values={"api.aggregation.enabled": "true"})
+    assert not by_kind(_installed(), "APIService")  # off by default

@@ -24,7 +24,7 @@ from trawl.resultsapi.access import (
     peer_common_name,
     resource_attributes,
 )
-from trawl.resultsapi.kubeauth import identity_from_review, review_body
+from trawl.resultsapi.kubeauth import identity_from_review, parse_front_proxy, review_body
 from trawl.resultsapi.store import dead_letter_json, decode_entry
 
 
@@ -160,3 +160,12 @@ def test_only_a_verified_front_proxy_certificate_makes_the_remote_headers_count(
     assert front_proxy_identity({}, (), headers) is None
     assert front_proxy_identity(FRONT_PROXY_CERT, ("aggregator",), headers) is None
     assert front_proxy_identity(FRONT_PROXY_CERT, (), [("X-Remote-Group", "system:masters")]) is None
+
+
+def test_the_front_proxy_settings_are_read_as_the_api_server_publishes_them() -> None:
+    pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    data = {"requestheader-client-ca-file": pem, "requestheader-allowed-names": '["front-proxy-client"]'}
+    assert parse_front_proxy(data) == (pem, ("front-proxy-client",))
+    assert parse_front_proxy({"requestheader-client-ca-file": pem}) == (pem, ())
+    with pytest.raises(RuntimeError, match="requestheader-client-ca-file"):
+        parse_front_proxy({"client-ca-file": pem})

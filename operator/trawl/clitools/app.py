@@ -392,12 +392,11 @@ def dlq_list(
     with reported():
         from . import output as render
         from .queueaccess import dead_letters, job_ref, resolve_redis
+        from .resultsapi_client import aggregated, connect, dead_letter_record
         from .submit import get_job_and_pool
 
         _check_output(output)
         cluster = _connect(kubeconfig, context, namespace)
-        from .resultsapi_client import aggregated, connect, dead_letter_record
-
         api = None if redis_url else connect(cluster, api_url, api_ca) if api_url else aggregated(cluster)
         if api is not None:
             items = api.dead_letters(cluster.namespace, job)

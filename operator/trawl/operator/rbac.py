@@ -71,3 +71,7 @@ DEAD_LETTER_RETRIER_RULES: list[dict[str, Any]] = [
     {"apiGroups": list(_API_GROUPS), "resources": ["scrapejobs/results", "scrapejobs/deadletters"], "verbs": ["get"]},
     {"apiGroups": list(_API_GROUPS), "resources": ["scrapejobs/deadletters"], "verbs": ["update"]},
 ]
+
+# Serving the results API as an aggregated API: the operator reads the API server's front-proxy CA from
+# kube-system/extension-apiserver-authentication through this built-in Role (bound, never written here).
+AGGREGATED_API_READER_ROLE = ("kube-system", "extension-apiserver-authentication-reader")

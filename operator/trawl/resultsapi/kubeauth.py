@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 from typing import Any
 
 import kubernetes
@@ -81,3 +82,32 @@ class KubeAuth:
             return await asyncio.to_thread(fn, body, _request_timeout=REQUEST_TIMEOUT)
         except Exception as exc:  # ApiException, urllib3 errors: no answer is a refusal, said as such
             raise AuthUnavailable(f"the Kubernetes API server did not answer a review: {type(exc).__name__}") from None
+
+
+AUTHENTICATION_CONFIGMAP = ("kube-system", "extension-apiserver-authentication")
+
+
+def parse_front_proxy(data: dict[str, str] | None) -> tuple[str, tuple[str, ...]]:
+    """The request-header CA and allowed names the API server publishes for aggregated API servers."""
+    data = data or {}
+    ca = data.get("requestheader-client-ca-file") or ""
+    if "BEGIN CERTIFICATE" not in ca:
+        raise RuntimeError(
+            f"{'/'.join(AUTHENTICATION_CONFIGMAP)} has no requestheader-client-ca-file: the API server runs "
+            "without --requestheader-client-ca-file, so it cannot forward to an aggregated API"
+        )
+    names = json.loads(data.get("requestheader-allowed-names") or "[]")
+    return ca, tuple(str(n) for n in names)
+
+
+async def front_proxy_settings(api: ApiClient) -> tuple[str, tuple[str, ...]]:
+    """Read them once at start (needs the built-in Role extension-apiserver-authentication-reader)."""
+    core = kubernetes.client.CoreV1Api(api)
+    namespace, name = AUTHENTICATION_CONFIGMAP
+    try:
+        configmap = await asyncio.to_thread(
+            core.read_namespaced_config_map, name, namespace, _request_timeout=REQUEST_TIMEOUT
+        )
+    except Exception as exc:
+        raise RuntimeError(f"cannot read {namespace}/{name}: {type(exc).__name__}: {exc}") from None
+    return parse_front_proxy(configmap.data)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from kubernetes.client import ApiClient
 
 from .access import (
     AGGREGATED_GROUP,
@@ -28,7 +29,7 @@ from .access import (
     parse_flag,
     parse_limit,
 )
-from .kubeauth import AuthUnavailable, KubeAuth
+from .kubeauth import AuthUnavailable, KubeAuth, front_proxy_settings
 from .store import JobTarget, Store, StoreError
 
 log = logging.getLogger("trawl.resultsapi")
@@ -58,20 +59,30 @@ class Serving:
     # names (kube-system/extension-apiserver-authentication). Without a CA no request is a proxied one.
     requestheader_ca: Path | None = None
     requestheader_names: tuple[str, ...] = ()
+    # Read both from kube-system/extension-apiserver-authentication instead, as aggregated API servers do.
+    requestheader_from_cluster: bool = False
     rate: float = 20.0
     burst: float = 100.0
 
-    def ssl_context(self) -> ssl.SSLContext | None:
+    def ssl_context(self, requestheader_ca_pem: str | None) -> ssl.SSLContext | None:
         if self.cert_file is None or self.key_file is None:
             return None
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         context.load_cert_chain(self.cert_file, self.key_file)
-        if self.requestheader_ca is not None:
+        if requestheader_ca_pem is not None:
             # asked, not required: callers with a bearer token present no certificate
             context.verify_mode = ssl.CERT_OPTIONAL
-            context.load_verify_locations(self.requestheader_ca)
+            context.load_verify_locations(cadata=requestheader_ca_pem)
         return context
+
+    async def front_proxy(self, api: ApiClient) -> tuple[str | None, tuple[str, ...]]:
+        """The request-header CA (PEM) and allowed names; (None, ()) when the API is not an aggregated one."""
+        if self.requestheader_from_cluster:
+            return await front_proxy_settings(api)
+        if self.requestheader_ca is not None:
+            return self.requestheader_ca.read_text(), self.requestheader_names
+        return None, ()
 
 
 def problem(status: int, message: str, **headers: str) -> web.Response:
@@ -196,8 +207,9 @@ async def start(serving: Serving) -> web.AppRunner:
 
     api = new_api_client(8)
     store = Store(api)
-    names = serving.requestheader_names if serving.requestheader_ca is not None else None
-    app = make_app(KubeAuth(api), store, RateLimiter(serving.rate, serving.burst), names)
+    ca_pem, names = await serving.front_proxy(api)
+    front_proxy = names if ca_pem is not None else None
+    app = make_app(KubeAuth(api), store, RateLimiter(serving.rate, serving.burst), front_proxy)
 
     async def close(_: web.Application) -> None:
         await store.close()
@@ -206,7 +218,7 @@ async def start(serving: Serving) -> web.AppRunner:
     app.on_cleanup.append(close)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, serving.host, serving.port, ssl_context=serving.ssl_context()).start()
+    await web.TCPSite(runner, serving.host, serving.port, ssl_context=serving.ssl_context(ca_pem)).start()
     scheme = "https" if serving.cert_file else "http"
     log.info("results API listening on %s://%s:%d", scheme, serving.host, serving.port)
     return runner
