@@ -152,6 +152,9 @@ def test_every_endpoint_refuses_a_missing_or_invalid_token_and_a_caller_without_
         assert api.call(method, path, nobody.token, job="no-such-job")[0] == 403
     assert api.call("GET", "results", reader.token, job="no-such-job")[0] == 404
     assert api.call("POST", "deadletters/retry", reader.token)[0] == 403
+    # an address whose tokens keep failing is held back before its next TokenReview
+    answers = [api.call("GET", "results", f"guess-{i}")[0] for i in range(130)]
+    assert answers[0] == 401 and answers[-1] == 429, answers
 
 
 def test_paging_returns_every_record_exactly_once_while_the_job_writes(

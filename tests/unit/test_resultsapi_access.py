@@ -118,7 +118,9 @@ def test_the_rate_limit_is_per_caller_and_refills() -> None:
     assert limiter.allow("alice") == pytest.approx(0.5)
     assert limiter.allow("bob") == 0  # another caller is not held back by alice
     clock.now += 0.5
+    assert limiter.waiting("alice") == 0 and limiter.waiting("carol") == 0  # asking spends nothing
     assert limiter.allow("alice") == 0
+    assert limiter.waiting("alice") == pytest.approx(0.5)
 
 
 def test_stream_entries_and_dead_letters_round_trip_to_the_cli() -> None:

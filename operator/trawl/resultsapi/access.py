@@ -145,6 +145,12 @@ class RateLimiter:
     max_callers: int = 10_000
     _buckets: dict[str, tuple[float, float]] = field(default_factory=dict)
 
+    def waiting(self, caller: str) -> float:
+        """Like :meth:`allow` without spending: the seconds until ``caller`` may go again (0: now)."""
+        tokens, at = self._buckets.get(caller, (self.burst, self.clock()))
+        tokens = min(self.burst, tokens + (self.clock() - at) * self.rate)
+        return 0.0 if tokens >= 1 else (1 - tokens) / self.rate
+
     def allow(self, caller: str) -> float:
         """0 when the request may go; else the seconds until it may (a 429's Retry-After)."""
         now = self.clock()

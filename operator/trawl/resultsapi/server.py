@@ -96,13 +96,20 @@ def guarded(action: Action, handler: Handler) -> Callable[[web.Request], Awaitab
         namespace, name = request.match_info["namespace"], request.match_info["name"]
         auth = request.app[AUTH]
         try:
+            limiter = request.app[LIMITER]
             identity = proxied_identity(request)
             if identity is None:
+                # an address whose tokens keep failing waits before its next TokenReview
+                failing = f"unauthenticated:{request.remote}"
+                if wait := limiter.waiting(failing):
+                    return problem(429, "too many failed authentications", **{"Retry-After": str(max(1, round(wait)))})
                 token = bearer_token(request.headers.get("Authorization"))
                 identity = await auth.identity(token) if token else None
+                if identity is None:
+                    limiter.allow(failing)
             if identity is None:
                 return problem(401, "a valid Kubernetes bearer token is required", **{"WWW-Authenticate": "Bearer"})
-            wait = request.app[LIMITER].allow(identity.username)
+            wait = limiter.allow(identity.username)
             if wait:
                 return problem(429, "too many requests", **{"Retry-After": str(max(1, round(wait)))})
             if not await auth.allowed(identity, action, namespace, name):
