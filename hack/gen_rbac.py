@@ -16,7 +16,13 @@ from typing import Any
 
 import yaml
 
-from trawl.operator.rbac import CLUSTER_RULES, LEADER_ELECTION_RULES, NAMESPACED_RULES
+from trawl.operator.rbac import (
+    CLUSTER_RULES,
+    DEAD_LETTER_RETRIER_RULES,
+    LEADER_ELECTION_RULES,
+    NAMESPACED_RULES,
+    RESULTS_READER_RULES,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 NAME = "trawl-operator"
@@ -63,6 +69,19 @@ def outputs() -> dict[Path, str]:
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": f"{NAME}-leader-election"},
         "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}],
     }
+    api_labels = {**LABELS, "app.kubernetes.io/component": "results-api"}
+    user_roles = [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": name, "labels": api_labels},
+            "rules": rules,
+        }
+        for name, rules in (
+            ("trawl-results-reader", RESULTS_READER_RULES),
+            ("trawl-dead-letter-retrier", DEAD_LETTER_RETRIER_RULES),
+        )
+    ]
     kustomization = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
@@ -72,12 +91,15 @@ def outputs() -> dict[Path, str]:
             "cluster_role_binding.yaml",
             "leader_election_role.yaml",
             "leader_election_role_binding.yaml",
+            "results_api_roles.yaml",
         ],
     }
     chart_rules = {
         "namespacedRules": NAMESPACED_RULES,
         "clusterRules": CLUSTER_RULES,
         "leaderElectionRules": LEADER_ELECTION_RULES,
+        "resultsReaderRules": RESULTS_READER_RULES,
+        "deadLetterRetrierRules": DEAD_LETTER_RETRIER_RULES,
     }
     rbac = ROOT / "manifests" / "rbac"
     return {
@@ -86,6 +108,7 @@ def outputs() -> dict[Path, str]:
         rbac / "cluster_role_binding.yaml": _dump(binding),
         rbac / "leader_election_role.yaml": _dump(leader_role),
         rbac / "leader_election_role_binding.yaml": _dump(leader_binding),
+        rbac / "results_api_roles.yaml": HEADER + yaml.safe_dump_all(user_roles, sort_keys=False),
         rbac / "kustomization.yaml": _dump(kustomization),
         ROOT / "charts" / "trawl" / "files" / "rbac-rules.yaml": _dump(chart_rules),
     }

@@ -136,8 +136,13 @@ def one(docs: Iterable[dict[str, Any]], kind: str, name: str | None = None) -> d
 def operator_rbac_objects(docs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """The operator's ServiceAccount, (Cluster)Roles and bindings, in an order that applies cleanly."""
     order = {kind: i for i, kind in enumerate(RBAC_KINDS)}
-    picked = [d for d in docs if d.get("kind") in order and not is_hook(d)]
+    picked = [d for d in docs if d.get("kind") in order and not is_hook(d) and not is_user_role(d)]
     return sorted(picked, key=lambda d: order[d["kind"]])
+
+
+def is_user_role(doc: Mapping[str, Any]) -> bool:
+    """The results API's reader and retrier ClusterRoles: for users to be bound to, not the operator's."""
+    return (doc.get("metadata", {}).get("labels") or {}).get("app.kubernetes.io/component") == "results-api"
 
 
 def is_hook(doc: Mapping[str, Any]) -> bool:

@@ -118,9 +118,58 @@ def operator_cmd(
     lease_namespace: str | None = typer.Option(
         None, help="Namespace of the Lease (default: $POD_NAMESPACE, the operator's own)."
     ),
+    api_port: int = typer.Option(
+        0, "--api-port", envvar="TRAWL_API_PORT", help="Port of the results API (0: off); see README 'Results API'."
+    ),
+    api_tls_cert: Path | None = typer.Option(
+        None, "--api-tls-cert", envvar="TRAWL_API_TLS_CERT", help="Certificate (PEM) the results API serves HTTPS with."
+    ),
+    api_tls_key: Path | None = typer.Option(
+        None, "--api-tls-key", envvar="TRAWL_API_TLS_KEY", help="Key (PEM) of --api-tls-cert."
+    ),
+    api_bind_address: str | None = typer.Option(
+        None,
+        "--api-bind-address",
+        envvar="TRAWL_API_BIND_ADDRESS",
+        help="Address of the results API (default: --bind-address).",
+    ),
+    api_requestheader_ca: Path | None = typer.Option(
+        None,
+        "--api-requestheader-ca",
+        envvar="TRAWL_API_REQUESTHEADER_CA",
+        help="Serve as an aggregated API: the CA of the API server's front-proxy client certificate (needs TLS).",
+    ),
+    api_requestheader_from_cluster: bool = typer.Option(
+        False,
+        "--api-requestheader-from-cluster",
+        envvar="TRAWL_API_REQUESTHEADER_FROM_CLUSTER",
+        help="Serve as an aggregated API, reading the front proxy's CA and names from "
+        "kube-system/extension-apiserver-authentication (needs TLS).",
+    ),
+    api_requestheader_names: str = typer.Option(
+        "",
+        "--api-requestheader-allowed-names",
+        envvar="TRAWL_API_REQUESTHEADER_ALLOWED_NAMES",
+        help="Comma-separated common names the front-proxy certificate may carry (empty: any it verifies).",
+    ),
 ) -> None:
     """Run the operator: reconcile ScrapeJobs, ScrapePools and CronScrapeJobs."""
-    from trawl.operator.main import LeaderElection, run
+    from trawl.operator.main import LeaderElection, Sidecar, run
+
+    sidecars: list[Sidecar] = []
+    if api_port:
+        if (api_tls_cert is None) != (api_tls_key is None):
+            raise typer.BadParameter("give both --api-tls-cert and --api-tls-key, or neither")
+        from trawl.resultsapi.server import Serving, serve
+
+        if (api_requestheader_ca is not None or api_requestheader_from_cluster) and api_tls_cert is None:
+            raise typer.BadParameter("an aggregated API needs --api-tls-cert: the API server calls over TLS")
+        names = tuple(n.strip() for n in api_requestheader_names.split(",") if n.strip())
+        serving = Serving(
+            api_bind_address or bind_address, api_port, api_tls_cert, api_tls_key, api_requestheader_ca, names,
+            api_requestheader_from_cluster,
+        )  # fmt: skip
+        sidecars.append(lambda: serve(serving))
 
     run(
         namespaces=namespace,
@@ -130,6 +179,7 @@ def operator_cmd(
         bind_address=bind_address,
         verbose=verbose,
         leader_election=LeaderElection.from_env(lease_namespace, lease_name) if leader_election else None,
+        sidecars=sidecars,
     )
 
 

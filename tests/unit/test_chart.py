@@ -26,10 +26,19 @@ from helm_chart import (
     service_account_name,
 )
 from trawl.api.crd import all_crds
-from trawl.operator.rbac import CLUSTER_RULES, LEADER_ELECTION_RULES, NAMESPACED_RULES
+from trawl.operator.rbac import (
+    AGGREGATED_API_READER_ROLE,
+    CLUSTER_RULES,
+    DEAD_LETTER_RETRIER_RULES,
+    LEADER_ELECTION_RULES,
+    NAMESPACED_RULES,
+    RESULTS_READER_RULES,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
-CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+CLUSTER_SCOPED = {
+    "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "APIService",
+}  # fmt: skip
 
 
 def _rules(obj: dict[str, Any]) -> list[dict[str, Any]]:
@@ -70,7 +79,7 @@ def _installed(value_set: str | None = None, **kwargs: Any) -> list[dict[str, An
 
 def test_cluster_wide_rbac_equals_the_operator_rule_list() -> None:
     docs = _installed()
-    role = one(docs, "ClusterRole")
+    role = one(operator_rbac_objects(docs), "ClusterRole")
     assert _rules(role) == [*NAMESPACED_RULES, *CLUSTER_RULES]
     binding = one(docs, "ClusterRoleBinding")
     assert binding["roleRef"] == {
@@ -104,7 +113,7 @@ def test_namespaced_rbac_is_a_role_per_watched_namespace() -> None:
         assert binding["roleRef"]["kind"] == "Role"
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": "trawl-system"}]
     # Cluster-wide, only what kopf needs: no Secret, pod or Deployment access outside the watched namespaces.
-    cluster_role = one(docs, "ClusterRole")
+    cluster_role = one(operator_rbac_objects(docs), "ClusterRole")
     assert _rules(cluster_role) == CLUSTER_RULES
     assert one(docs, "ClusterRoleBinding")["roleRef"]["name"] == cluster_role["metadata"]["name"]
     args = operator_deployment(docs)["spec"]["template"]["spec"]["containers"][0]["args"]
@@ -220,7 +229,7 @@ def test_operator_deployment_shape() -> None:
     for probe in ("livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"health": 8081, "metrics": 9100}
+    assert ports == {"health": 8081, "metrics": 9100, "api": 8443}
     assert container["image"].startswith("ghcr.io/trawl-dev/trawl@sha256:")
     assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
 
@@ -588,7 +597,7 @@ def test_operator_network_policy_lets_it_reach_the_api_dns_redis_and_the_web_onl
     }
     assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
     (ingress,) = policy["spec"]["ingress"]
-    assert "from" not in ingress and [p["port"] for p in ingress["ports"]] == ["metrics", "health"]
+    assert "from" not in ingress and [p["port"] for p in ingress["ports"]] == ["metrics", "health", "api"]
     dns, api, redis, web = policy["spec"]["egress"]
     assert {p["port"] for p in dns["ports"]} == {53} and _peers(dns) == [{"namespaceSelector": {}}]
     assert [p["port"] for p in api["ports"]] == [443, 6443]
@@ -615,7 +624,7 @@ def test_operator_network_policy_values(tmp_path: Path) -> None:
         )
     )
     policy = one(render(values_files=[values]), "NetworkPolicy", "trawl-operator")
-    assert [p["port"] for p in policy["spec"]["ingress"][0]["ports"]] == ["health"]  # no metrics port to open
+    assert [p["port"] for p in policy["spec"]["ingress"][0]["ports"]] == ["health", "api"]  # no metrics port
     api = policy["spec"]["egress"][1]
     assert _peers(api) == [{"ipBlock": {"cidr": "172.18.0.2/32"}}] and [p["port"] for p in api["ports"]] == [6443]
     assert policy["spec"]["egress"][-1] == extra
@@ -657,3 +666,56 @@ def test_default_pool_secret_keys_and_cleartext_choice(tmp_path: Path) -> None:
     spec = ScrapePoolSpec.model_validate(one(render(values_files=[values]), "ScrapePool")["spec"])
     assert spec.worker.allow_cleartext_postgres_password
     assert "allowCleartextPostgresPassword" not in one(render(), "ScrapePool")["spec"]["worker"]
+
+
+def test_the_results_api_is_served_by_the_operator_pods_with_a_service_tls_and_user_roles() -> None:
+    docs = _installed()
+    container = operator_deployment(docs)["spec"]["template"]["spec"]["containers"][0]
+    assert "--api-port=8443" in container["args"]
+    assert not any(a.startswith("--api-tls") for a in container["args"])  # no Secret given: plain HTTP
+    service = one(docs, "Service", "trawl-operator-api")
+    assert service["spec"]["ports"] == [{"name": "http", "port": 8443, "targetPort": "api", "protocol": "TCP"}]
+    assert service["spec"]["selector"] == operator_deployment(docs)["spec"]["selector"]["matchLabels"]
+    policy = one(docs, "NetworkPolicy", "trawl-operator")
+    assert {"port": "api", "protocol": "TCP"} in policy["spec"]["ingress"][0]["ports"]
+    # the reader and retrier roles: the rules of trawl.operator.rbac, labelled apart from the operator's
+    reader = one(docs, "ClusterRole", "trawl-results-reader")
+    retrier = one(docs, "ClusterRole", "trawl-dead-letter-retrier")
+    assert (_rules(reader), _rules(retrier)) == (RESULTS_READER_RULES, DEAD_LETTER_RETRIER_RULES)
+    assert reader["metadata"]["labels"]["app.kubernetes.io/component"] == "results-api"
+
+    tls = _installed(set_values={"api.tls.secretName": "trawl-api-tls"})
+    pod = operator_deployment(tls)["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    assert "--api-tls-cert=/etc/trawl/api-tls/tls.crt" in args and "--api-tls-key=/etc/trawl/api-tls/tls.key" in args
+    assert {"name": "api-tls", "secret": {"secretName": "trawl-api-tls"}} in pod["volumes"]
+    assert one(tls, "Service", "trawl-operator-api")["spec"]["ports"][0]["name"] == "https"
+
+    off = _installed(set_values={"api.enabled": "false"})
+    assert not any(
+        a.startswith("--api") for a in operator_deployment(off)["spec"]["template"]["spec"]["containers"][0]["args"]
+    )
+    assert not [d for d in off if d["metadata"]["name"] in ("trawl-operator-api", "trawl-results-reader")]
+
+
+def test_the_results_api_can_be_registered_as_an_aggregated_api() -> None:
+    values = {
+        "api.tls.secretName": "trawl-api-tls",
+        "api.aggregation.enabled": "true",
+        "api.aggregation.caBundle": "Q0E=",
+    }
+    docs = _installed(set_values=values)
+    apiservice = one(docs, "APIService", "v1alpha1.results.trawl.dev")
+    assert apiservice["spec"]["service"] == {"namespace": "trawl-system", "name": "trawl-operator-api", "port": 8443}
+    assert (apiservice["spec"]["group"], apiservice["spec"]["caBundle"]) == ("results.trawl.dev", "Q0E=")
+    assert (
+        "--api-requestheader-from-cluster"
+        in operator_deployment(docs)["spec"]["template"]["spec"]["containers"][0]["args"]
+    )
+    binding = one(docs, "RoleBinding", "trawl-operator-trawl-system-auth-reader")
+    assert (binding["metadata"]["namespace"], binding["roleRef"]["name"]) == AGGREGATED_API_READER_ROLE
+    assert binding["subjects"][0]["name"] == service_account_name(docs)
+    # the API server calls an aggregated API over TLS only: refused without the certificate's Secret
+    with pytest.raises(HelmError, match=r"api\.tls\.secretName"):
+        render(set_values={"api.aggregation.enabled": "true"})
+    assert not by_kind(_installed(), "APIService")  # off by default

@@ -10,7 +10,13 @@ from types import ModuleType
 
 import yaml
 
-from trawl.operator.rbac import CLUSTER_RULES, LEADER_ELECTION_RULES, NAMESPACED_RULES
+from trawl.operator.rbac import (
+    CLUSTER_RULES,
+    DEAD_LETTER_RETRIER_RULES,
+    LEADER_ELECTION_RULES,
+    NAMESPACED_RULES,
+    RESULTS_READER_RULES,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 RBAC = ROOT / "manifests" / "rbac"
@@ -48,7 +54,20 @@ def test_chart_rule_file_equals_the_rule_list() -> None:
         "namespacedRules": NAMESPACED_RULES,
         "clusterRules": CLUSTER_RULES,
         "leaderElectionRules": LEADER_ELECTION_RULES,
+        "resultsReaderRules": RESULTS_READER_RULES,
+        "deadLetterRetrierRules": DEAD_LETTER_RETRIER_RULES,
     }
+
+
+def test_the_results_api_user_roles_are_subresource_rules_only() -> None:
+    """Binding a reader or retrier grants the results API's checks and nothing of the job itself."""
+    roles = list(yaml.safe_load_all((RBAC / "results_api_roles.yaml").read_text()))
+    assert [(r["metadata"]["name"], r["rules"]) for r in roles] == [
+        ("trawl-results-reader", RESULTS_READER_RULES),
+        ("trawl-dead-letter-retrier", DEAD_LETTER_RETRIER_RULES),
+    ]
+    for rule in [*RESULTS_READER_RULES, *DEAD_LETTER_RETRIER_RULES]:
+        assert all("/" in resource for resource in rule["resources"]), rule
 
 
 def test_no_wildcards_and_secrets_are_watched_only() -> None:

@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
-from .exits import CliError, console, reported
+from .exits import EXIT_OTHER_SINK, CliError, console, reported
 
 if TYPE_CHECKING:
     from .cluster import Cluster
+    from .resultsapi_client import ResultsApi
 
 T = TypeVar("T")
 
@@ -30,6 +31,15 @@ CONTEXT = typer.Option(None, "--context", help="Kubeconfig context to use (defau
 NAMESPACE = typer.Option(None, "--namespace", "-n", help="Namespace (default: the context's, else 'default').")
 REDIS_URL = typer.Option(
     None, "--redis-url", help="Read the pool's Redis at this URL instead (e.g. through kubectl port-forward)."
+)
+API_URL = typer.Option(
+    None,
+    "--api-url",
+    envvar="TRAWL_API_URL",
+    help="Read through the results API at this URL with the kubeconfig's token (no Redis password needed).",
+)
+API_CA = typer.Option(
+    None, "--api-ca", envvar="TRAWL_API_CA", help="CA certificate (PEM) to verify the results API's HTTPS with."
 )
 
 
@@ -230,11 +240,16 @@ def results(
     s3_endpoint: str | None = typer.Option(
         None, "--s3-endpoint", help="Reach the job's S3 store at this URL instead (e.g. a port-forward)."
     ),
+    api_url: str | None = API_URL,
+    api_ca: str | None = API_CA,
     kubeconfig: str | None = KUBECONFIG,
     context: str | None = CONTEXT,
     namespace: str | None = NAMESPACE,
 ) -> None:
-    """Export a job's results from its Redis stream, PostgreSQL or S3 sink as JSON Lines or CSV."""
+    """Export a job's results from its Redis stream, PostgreSQL or S3 sink as JSON Lines or CSV.
+
+    With --api-url (or $TRAWL_API_URL) a Redis stream is read through the results API: RBAC on the job
+    (get scrapejobs/results) is all it takes."""
     with reported():
         from . import results as res
         from .queueaccess import job_ref, resolve_redis
@@ -243,6 +258,17 @@ def results(
         if fmt not in res.FORMATS:
             raise CliError(f"unknown format {fmt!r}: use jsonl or csv")
         cluster = _connect(kubeconfig, context, namespace)
+        if not redis_url and not postgres_address and not s3_endpoint:
+            from .resultsapi_client import aggregated, connect
+
+            api = connect(cluster, api_url, api_ca) if api_url else aggregated(cluster)
+            if api is not None:
+                try:
+                    _results_through_api(cluster, job, fmt, output, api)
+                    return
+                except CliError as exc:  # a PostgreSQL or S3 sink: read it as before
+                    if api_url or exc.code != EXIT_OTHER_SINK:
+                        raise
         obj, pool = get_job_and_pool(cluster, job)
         res.check_sink(obj)
         ref = job_ref(obj, pool)
@@ -306,6 +332,41 @@ def results(
             )
 
 
+def _write_output(output: Path | None, export: Callable[[Any], Any]) -> int:
+    """Run ``export`` into stdout, or into ``output`` through a .part file renamed once complete."""
+    if output is None:
+        count = int(_run_async(lambda: export(sys.stdout)))
+        sys.stdout.flush()
+        return count
+    tmp = output.with_name(output.name + ".part")
+    try:
+        with tmp.open("w", encoding="utf-8", newline="") as fh:
+            count = int(_run_async(lambda: export(fh)))
+        tmp.replace(output)
+    except OSError as exc:
+        raise CliError(f"cannot write {output}: {exc.strerror or exc}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    return count
+
+
+def _results_through_api(cluster: Cluster, job: str, fmt: str, output: Path | None, api: ResultsApi) -> None:
+    from . import results as res
+
+    async def export(out: Any) -> int:
+        async def stream() -> Any:
+            for record in api.records(cluster.namespace, job):
+                yield record
+
+        return await res.write_records(stream(), fmt, out)
+
+    count = _write_output(output, export)
+    where = f" to {output}" if output else ""
+    console(stderr=True).print(
+        f"{count} results of {cluster.namespace}/{job} written{where}", style="dim", markup=False
+    )
+
+
 # ---------------------------------------------------------------------------------------------- dlq
 
 dlq_app = typer.Typer(
@@ -320,33 +381,42 @@ def dlq_list(
         "table", "--output", "-o", help="table, json or yaml (json and yaml with each attempt's history)."
     ),
     redis_url: str | None = REDIS_URL,
+    api_url: str | None = API_URL,
+    api_ca: str | None = API_CA,
     kubeconfig: str | None = KUBECONFIG,
     context: str | None = CONTEXT,
     namespace: str | None = NAMESPACE,
 ) -> None:
-    """Every dead letter of a job (read from Redis): URL, attempts, error class, last error."""
+    """Every dead letter of a job (read from Redis, or through the results API with --api-url): URL,
+    attempts, error class, last error."""
     with reported():
         from . import output as render
         from .queueaccess import dead_letters, job_ref, resolve_redis
+        from .resultsapi_client import aggregated, connect, dead_letter_record
         from .submit import get_job_and_pool
 
         _check_output(output)
         cluster = _connect(kubeconfig, context, namespace)
-        obj, pool = get_job_and_pool(cluster, job)
-        cfg = resolve_redis(cluster, pool, redis_url)
-        ref = job_ref(obj, pool)
-        records = _run_async(lambda: dead_letters(cfg, ref))
+        api = None if redis_url else connect(cluster, api_url, api_ca) if api_url else aggregated(cluster)
+        if api is not None:
+            items = api.dead_letters(cluster.namespace, job)
+            records = [dead_letter_record(item) for item in items]
+            ns, name = cluster.namespace, job
+        else:
+            obj, pool = get_job_and_pool(cluster, job)
+            cfg = resolve_redis(cluster, pool, redis_url)
+            ref = job_ref(obj, pool)
+            records = _run_async(lambda: dead_letters(cfg, ref))
+            ns, name = ref.namespace, ref.name
         if output != "table":
             _dump([render.dead_letter_json(r) for r in records], output)
             return
         out = console()
         if not records:
-            out.print(f"ScrapeJob {ref.namespace}/{ref.name} has no dead letters.", markup=False)
+            out.print(f"ScrapeJob {ns}/{name} has no dead letters.", markup=False)
             return
         out.print(render.dead_letters_table(records))
-        out.print(
-            f"{len(records)} dead letters; `trawl dlq retry {ref.name}` sends them back to the queue.", markup=False
-        )
+        out.print(f"{len(records)} dead letters; `trawl dlq retry {name}` sends them back to the queue.", markup=False)
 
 
 @dlq_app.command("retry")
@@ -359,29 +429,40 @@ def dlq_retry(
         "--all",
         help="Also retry permanent failures (HTTP4xx, RobotsDisallowed, BlockedAddress, ParseLimit, ...).",
     ),
+    api_url: str | None = API_URL,
+    api_ca: str | None = API_CA,
     kubeconfig: str | None = KUBECONFIG,
     context: str | None = CONTEXT,
     namespace: str | None = NAMESPACE,
 ) -> None:
     """Send a job's dead letters back to the queue (sets the trawl.dev/retry-dead-letters annotation).
 
-    Only failures another attempt may fix are retried (timeouts, 5xx, SinkFailed, ...) unless --all."""
+    Only failures another attempt may fix are retried (timeouts, 5xx, SinkFailed, ...) unless --all. With
+    --api-url the results API sets it: RBAC update on scrapejobs/deadletters suffices (--wait also reads
+    the job, which needs get on scrapejobs)."""
     with reported():
         from .exits import EXIT_TIMEOUT
         from .submit import get_job
 
         cluster = _connect(kubeconfig, context, namespace)
-        obj = get_job(cluster, job)
-        dead = int(((obj.get("status") or {}).get("counts") or {}).get("deadLettered") or 0)
         out = console()
-        if dead == 0:
-            out.print(f"ScrapeJob {cluster.namespace}/{job} has no dead letters: nothing to retry.", markup=False)
-            return
-        _, value = cluster.request_dead_letter_retry(job, include_permanent=include_permanent)
-        out.print(
-            f"requested a retry of {dead} dead letters of {cluster.namespace}/{job} (annotation value {value})",
-            markup=False,
-        )
+        from .resultsapi_client import aggregated, connect
+
+        api = connect(cluster, api_url, api_ca) if api_url else aggregated(cluster)
+        if api is not None:
+            value = api.retry(cluster.namespace, job, include_permanent)
+            out.print(f"requested a retry of the dead letters of {cluster.namespace}/{job} ({value})", markup=False)
+        else:
+            obj = get_job(cluster, job)
+            dead = int(((obj.get("status") or {}).get("counts") or {}).get("deadLettered") or 0)
+            if dead == 0:
+                out.print(f"ScrapeJob {cluster.namespace}/{job} has no dead letters: nothing to retry.", markup=False)
+                return
+            _, value = cluster.request_dead_letter_retry(job, include_permanent=include_permanent)
+            out.print(
+                f"requested a retry of {dead} dead letters of {cluster.namespace}/{job} (annotation value {value})",
+                markup=False,
+            )
         if not wait:
             return
         deadline = time.monotonic() + timeout

@@ -53,6 +53,8 @@ if TYPE_CHECKING:
 KUBE_VERSION = "v1.35.4"
 ETCD_VERSION = "v3.6.16"
 BUILD_SCRIPT = "hack/build-k8s-binaries.sh"
+# The common name of the front proxy's client certificate (--requestheader-allowed-names).
+FRONT_PROXY_CLIENT = "front-proxy-client"
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
@@ -290,6 +292,11 @@ class ControlPlane:
     def ca_path(self) -> Path:
         return self._pki / "ca.crt"
 
+    @property
+    def front_proxy_ca_path(self) -> Path:
+        """The CA of the client certificate the API server presents to aggregated API servers."""
+        return self._pki / "front-proxy-ca.crt"
+
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> ControlPlane:
@@ -383,6 +390,13 @@ class ControlPlane:
         _write(pki / "apiserver.key", serving.key_pem())
         _write(pki / "admin.crt", admin.cert_pem(), 0o644)
         _write(pki / "admin.key", admin.key_pem())
+        # The aggregation layer's front proxy: the API server's client certificate towards aggregated API
+        # servers (the results API's test), from a CA of its own as kube-apiserver's docs require.
+        front_ca = _issue("trawl-dev-front-proxy-ca")
+        front_client = _issue(FRONT_PROXY_CLIENT, ca=front_ca, client=True)
+        _write(pki / "front-proxy-ca.crt", front_ca.cert_pem(), 0o644)
+        _write(pki / "front-proxy-client.crt", front_client.cert_pem(), 0o644)
+        _write(pki / "front-proxy-client.key", front_client.key_pem())
         _write(
             pki / "sa.key",
             sa_key.private_bytes(
@@ -450,6 +464,15 @@ class ControlPlane:
             "--endpoint-reconciler-type=none",
             "--profiling=false",
             "--enable-garbage-collector=false",
+            # Aggregated APIs: the front proxy's identity and headers; routes to a Service's endpoints (no kube-proxy).
+            f"--requestheader-client-ca-file={pki / 'front-proxy-ca.crt'}",
+            f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
+            f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
+            "--enable-aggregator-routing=true",
             "--v=0",
             *self.extra_apiserver_args,
         ]

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
 import kopf
 from prometheus_client import start_http_server
 
 log = logging.getLogger("trawl.operator")
+
+# A server the operator process runs beside the operator (the results API): started before leader election,
+# so standbys serve it too, and stopped after the operator.
+Sidecar = Callable[[], AbstractAsyncContextManager[None]]
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,7 @@ def run(
     bind_address: str = "0.0.0.0",
     verbose: bool = False,
     leader_election: LeaderElection | None = None,
+    sidecars: Sequence[Sidecar] = (),
 ) -> None:
     """Run until SIGTERM/SIGINT. Watches the given namespaces, or all of them."""
     if bool(namespaces) == all_namespaces:
@@ -90,9 +97,16 @@ def run(
         from . import metrics
 
         metrics.IS_LEADER.set(1)
-        asyncio.run(operator)
+        asyncio.run(_with_sidecars(operator, sidecars))
     else:
-        asyncio.run(_run_as_leader(operator, leader_election, health_port, bind_address))
+        asyncio.run(_with_sidecars(_run_as_leader(operator, leader_election, health_port, bind_address), sidecars))
+
+
+async def _with_sidecars(main: Awaitable[object], sidecars: Sequence[Sidecar]) -> None:
+    async with contextlib.AsyncExitStack() as stack:
+        for sidecar in sidecars:
+            await stack.enter_async_context(sidecar())
+        await main
 
 
 async def _run_as_leader(operator: object, election: LeaderElection, health_port: int, bind_address: str) -> None:

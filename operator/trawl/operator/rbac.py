@@ -48,9 +48,30 @@ CLUSTER_RULES: list[dict[str, Any]] = [
         "verbs": ["get", "list", "watch"],
     },
     {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
+    # The results API (trawl.resultsapi): who a caller's token belongs to, and whether RBAC lets them read
+    # a job's results or retry its dead letters. Creating a review grants nothing; it only asks.
+    {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+    {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
 ]
 
 # Leader election: the replicas' one Lease, in the operator's own namespace only (a Role there).
 LEADER_ELECTION_RULES: list[dict[str, Any]] = [
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "patch"]},
 ]
+
+# What the results API (trawl.resultsapi) asks RBAC about: subresources of scrapejobs that exist for RBAC only,
+# in trawl.dev (Trawl's own check, every request) and results.trawl.dev (the API server's check when the API is
+# reached as an aggregated API, /apis/results.trawl.dev/...). The chart and manifests/rbac ship them as two
+# ClusterRoles that grant nothing until a platform team binds them (a RoleBinding per team namespace).
+_API_GROUPS = ["trawl.dev", "results.trawl.dev"]
+RESULTS_READER_RULES: list[dict[str, Any]] = [
+    {"apiGroups": list(_API_GROUPS), "resources": ["scrapejobs/results", "scrapejobs/deadletters"], "verbs": ["get"]},
+]
+DEAD_LETTER_RETRIER_RULES: list[dict[str, Any]] = [
+    {"apiGroups": list(_API_GROUPS), "resources": ["scrapejobs/results", "scrapejobs/deadletters"], "verbs": ["get"]},
+    {"apiGroups": list(_API_GROUPS), "resources": ["scrapejobs/deadletters"], "verbs": ["update"]},
+]
+
+# Serving the results API as an aggregated API: the operator reads the API server's front-proxy CA from
+# kube-system/extension-apiserver-authentication through this built-in Role (bound, never written here).
+AGGREGATED_API_READER_ROLE = ("kube-system", "extension-apiserver-authentication-reader")
