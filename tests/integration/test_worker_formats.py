@@ -18,6 +18,7 @@ from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.jobspec.wire import build_job_config
 from trawl.queue import Queue
 from trawl.queue.keys import Keys
+from trawl.queue.notes import JobNotes
 from trawl.worker.metrics import WorkerMetrics
 from trawl.worker.runner import Worker, WorkerConfig
 
@@ -58,6 +59,8 @@ async def _run(redis: aioredis.Redis, urls: list[str], extract: dict[str, Any]) 
     stats = await queue.job_stats(job_id)
     assert (stats.succeeded, stats.dead) == (len(urls), 0), await queue.dead_letters(job_id)
     entries = await redis.xrange(Keys(PREFIX).results(job_id))
+    truncated = await JobNotes(redis, Keys(PREFIX).job).truncated_count(job_id)  # the status's counts.truncated
+    assert truncated == sum(1 for _id, f in entries if b'"truncated"' in f[b"data"])
     return [json.loads(f[b"data"]) for _id, f in entries], registry
 
 

@@ -732,6 +732,12 @@ class TaskCounts(TrawlModel):
     skipped: int | None = Field(
         default=None, ge=0, description="Discovered links not fetched because robots.txt disallows them."
     )
+    truncated: int | None = Field(
+        default=None,
+        ge=0,
+        description="Records with an output format (extract.formats) cut to the pool's bounds: each names the "
+        "formats in its truncated field.",
+    )
     from_sitemaps: int | None = Field(
         default=None,
         ge=0,
