@@ -185,9 +185,13 @@ structured = obj(
 
 
 def _one_text(spec: dict[str, Any]) -> dict[str, Any]:
-    """extract.text and the text format both write the record's text: a valid spec has one."""
+    """extract.text and the text format both write the record's text: a valid spec has one; and no field of
+    its own is named as a format's record field."""
     if spec.get("text") and "text" in spec.get("formats", ()):
         spec["formats"] = [f for f in spec["formats"] if f != "text"]
+    if spec.get("formats") and "fields" in spec:
+        taken = {*spec["formats"], "truncated"}
+        spec["fields"] = [f for f in spec["fields"] if f["name"] not in taken]
     return spec
 
 

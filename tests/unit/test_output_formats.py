@@ -13,7 +13,15 @@ from format_pages import ARTICLE, GRAPHS, JSON_LD_ENTRIES, huge_text, many_json_
 from trawl.api.formats import MAX_FORMAT_DEPTH, MAX_FORMAT_ENTRIES, MAX_FORMAT_LINKS
 from trawl.api.scrapejob import ExtractSpec
 from trawl.worker.extract import ExtractOptions, Extractor
-from trawl.worker.formats import Budget, FormatOptions, bounded_links, cut_text, fit_items
+from trawl.worker.formats import (
+    Budget,
+    FormatOptions,
+    FormatTimeout,
+    bounded_links,
+    cut_text,
+    fit_items,
+    time_limit,
+)
 from trawl.worker.jobsettings import parse_worker_spec
 
 URL = "https://harbour.example/log/1.html"
@@ -140,6 +148,8 @@ def test_text_format_and_text_option_are_one_or_the_other() -> None:
         ExtractSpec.model_validate({"text": True, "formats": ["text"]})
     with pytest.raises(ValueError, match="unique"):
         ExtractSpec.model_validate({"formats": ["links", "links"]})
+    with pytest.raises(ValueError, match="truncated: names the formats"):
+        ExtractSpec.model_validate({"formats": ["links"], "fields": [{"name": "truncated", "selector": "p"}]})
 
 
 def test_a_parser_process_cannot_open_a_socket() -> None:
@@ -156,3 +166,12 @@ def test_a_parser_process_cannot_open_a_socket() -> None:
     finally:
         listener.close()
     assert out.stdout.startswith("refused"), out
+
+
+def test_a_format_over_its_time_is_stopped_by_the_timer() -> None:
+    """The per-format timer a parser child runs each format under (SIGALRM, main thread)."""
+    with pytest.raises(FormatTimeout), time_limit(0.2, True):
+        while True:
+            pass
+    with time_limit(0.2, False):  # off: the parse pool's budget for the page is the bound
+        pass

@@ -233,6 +233,12 @@ class ExtractSpec(TrawlModel):
                 "extract.text and extract.formats [text] both write the record's text field: the format is the "
                 "main content, the option all of the page's readable text; choose one"
             )
+        if self.formats:
+            # A field of the job's own would be overwritten by a format's (or read as the truncated list).
+            taken = {f.value for f in self.formats} | {"truncated"}
+            clash = sorted(rule.name for rule in self.fields or () if rule.name in taken)
+            if clash:
+                raise ValueError(f"extract.fields {', '.join(clash)}: names the formats' record fields use")
         return self
 
 

@@ -279,7 +279,7 @@ class TaskPipeline:
         if spec.crawl is not None and page.links:
             links = spec.crawl.select(page.links, task.url, task.depth, self.finisher.submitted(task.job_id))
         record = record_for(task, result, page.data, render_info) if page.matched else None
-        if record is not None and record.data.get("truncated"):
+        if record is not None and page.format_seconds and record.data.get("truncated"):
             await self.notes.truncated(task.job_id)  # counts.truncated on the job's status
         page_write = None
         if refresh is not None and page.matched:
