@@ -14,7 +14,7 @@ from typing import Any
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from trawl.api import domainrules, policies, refresh, render, scrapejob, scrapepool, tenancy
+from trawl.api import domainrules, formats, policies, refresh, render, scrapejob, scrapepool, tenancy
 from trawl.api.cronscrapejob import TIMEZONE_PATTERN, CronScrapeJobSpec, JobTemplateMetadata, ScrapeJobTemplate
 
 Strategy = st.SearchStrategy[Any]
@@ -178,6 +178,25 @@ field_rule = obj(
         "multiple": st.booleans(),
     },
 )
+main_content = obj(formats.MainContentOptions, {}, {"tables": st.booleans(), "links": st.booleans()})
+structured = obj(
+    formats.StructuredOptions,
+    {},
+    {"syntaxes": st.lists(enum(formats.StructuredSyntax), min_size=1, max_size=4, unique=True)},
+)
+
+
+def _one_text(spec: dict[str, Any]) -> dict[str, Any]:
+    """extract.text and the text format both write the record's text: a valid spec has one; and no field of
+    its own is named as a format's record field."""
+    if spec.get("text") and "text" in spec.get("formats", ()):
+        spec["formats"] = [f for f in spec["formats"] if f != "text"]
+    if spec.get("formats") and "fields" in spec:
+        taken = {*spec["formats"], "truncated"}
+        spec["fields"] = [f for f in spec["fields"] if f["name"] not in taken]
+    return spec
+
+
 extract = obj(
     scrapejob.ExtractSpec,
     {},
@@ -188,8 +207,11 @@ extract = obj(
         "title": st.booleans(),
         "text": st.booleans(),
         "onlyMatching": regex,
+        "formats": st.lists(enum(formats.OutputFormat), max_size=4, unique=True),
+        "mainContent": main_content,
+        "structured": structured,
     },
-)
+).map(_one_text)
 
 
 def _render(wait: str) -> Strategy:
@@ -610,6 +632,7 @@ job_limits = obj(
         "maxResultsRetained": ints(1, 10_000_000),
         "maxDeadLettersRetained": ints(0, 1_000_000),
         "maxPriority": ints(0, 9),
+        "maxFormatBytes": ints(1024, formats.MAX_FORMAT_BYTES),
     },
 )
 

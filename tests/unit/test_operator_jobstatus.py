@@ -220,3 +220,13 @@ def test_data_lost_on_a_finished_job_keeps_its_status_and_is_told_once() -> None
     assert [e.reason for e in events] == ["DataLost"]
     again, events = derive_job_status(JobFacts(generation=1, suspend=False, stats=None, epoch="e2"), after, NOW)
     assert is_true(again["conditions"], "DataLost") and events == []  # sticky, told once
+
+
+def test_records_with_a_cut_output_format_are_counted() -> None:
+    s = stats(pending=0, succeeded=10, first_claim_at=NOW.timestamp() - 5)
+    facts = JobFacts(generation=1, suspend=False, stats=s, truncated=3)
+    status, _ = derive_job_status(facts, {"phase": "Running"}, NOW)
+    assert status["phase"] == "Succeeded" and status["counts"]["truncated"] == 3
+    ScrapeJobStatus.model_validate(status)  # the CRD's schema accepts it
+    status, _ = derive_job_status(JobFacts(generation=1, suspend=False, stats=s), {"phase": "Running"}, NOW)
+    assert "truncated" not in status["counts"]

@@ -14,6 +14,15 @@ from urllib.parse import urlsplit
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from .common import Condition, DNSLabel, HttpURL, SecretKeyRef, TrawlModel, check_http_url
+from .formats import (
+    DEFAULT_FORMAT_BYTES,
+    MAX_FORMAT_DEPTH,
+    MAX_FORMAT_ENTRIES,
+    MAX_FORMAT_LINKS,
+    MainContentOptions,
+    OutputFormat,
+    StructuredOptions,
+)
 from .patterns import SYNTAX as PATTERN_SYNTAX
 from .patterns import check as check_pattern
 from .policies import FailureClass, PolitenessSpec, RequestSpec, RetrySpec
@@ -200,6 +209,20 @@ class ExtractSpec(TrawlModel):
         description=f"Regular expression in {PATTERN_SYNTAX}; results are written only for pages whose URL "
         "matches (pages that do not match are still crawled for links).",
     )
+    formats: list[OutputFormat] | None = Field(
+        default=None,
+        max_length=len(OutputFormat),
+        description="Formats of the page written as record fields of the same name: markdown and text (the main "
+        "content, without navigation, ads and footers), structured (embedded JSON-LD, microdata, OpenGraph, "
+        f"RDFa), links (absolute, deduplicated, at most {MAX_FORMAT_LINKS}). Each is at most the pool's "
+        f"jobLimits.maxFormatBytes (default {DEFAULT_FORMAT_BYTES} bytes) and structured data at most "
+        f"{MAX_FORMAT_ENTRIES} entries per syntax and per array, {MAX_FORMAT_DEPTH} levels deep; a format cut "
+        "to fit is named in the record's truncated list. Format text replaces the option text.",
+    )
+    main_content: MainContentOptions | None = Field(
+        default=None, description="Options of the markdown and text formats."
+    )
+    structured: StructuredOptions | None = Field(default=None, description="Options of the structured format.")
 
     @field_validator("fields")
     @classmethod
@@ -215,6 +238,29 @@ class ExtractSpec(TrawlModel):
     def _valid_regex(cls, value: str | None) -> str | None:
         _check_regexes([value] if value else None)
         return value
+
+    @field_validator("formats")
+    @classmethod
+    def _unique_formats(cls, value: list[OutputFormat] | None) -> list[OutputFormat] | None:
+        if value is not None and len(set(value)) != len(value):
+            raise ValueError("formats must be unique")
+        return value
+
+    @model_validator(mode="after")
+    def _one_text(self) -> Self:
+        # Both would write the record's text field: the main content (format) or all readable text (option).
+        if self.text and OutputFormat.TEXT in (self.formats or ()):
+            raise ValueError(
+                "extract.text and extract.formats [text] both write the record's text field: the format is the "
+                "main content, the option all of the page's readable text; choose one"
+            )
+        if self.formats:
+            # A field of the job's own would be overwritten by a format's (or read as the truncated list).
+            taken = {f.value for f in self.formats} | {"truncated"}
+            clash = sorted(rule.name for rule in self.fields or () if rule.name in taken)
+            if clash:
+                raise ValueError(f"extract.fields {', '.join(clash)}: names the formats' record fields use")
+        return self
 
 
 # UrlRange.longest_url for the API server: the template's length, plus for each {n} the digits of end
@@ -712,6 +758,12 @@ class TaskCounts(TrawlModel):
     dead_lettered: int = Field(default=0, ge=0, description="Failed for good.")
     skipped: int | None = Field(
         default=None, ge=0, description="Discovered links not fetched because robots.txt disallows them."
+    )
+    truncated: int | None = Field(
+        default=None,
+        ge=0,
+        description="Records with an output format (extract.formats) cut to the pool's bounds: each names the "
+        "formats in its truncated field.",
     )
     from_sitemaps: int | None = Field(
         default=None,

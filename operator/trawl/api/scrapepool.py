@@ -14,6 +14,7 @@ from pydantic import Field, field_validator, model_validator
 from redis.connection import parse_url
 
 from .common import Condition, DNSLabel, SecretKeyRef, SecretUse, TrawlModel, check_url_parses, format_number
+from .formats import DEFAULT_FORMAT_BYTES, MAX_FORMAT_BYTES
 from .policies import HARMLESS_HEADERS, PolitenessSpec, RequestSpec, RetrySpec
 from .render import BrowserWorkerSpec
 from .tenancy import TenancySpec
@@ -666,6 +667,14 @@ class JobLimits(TrawlModel):
         f"jobs first), so by default a job may only lower it. Default: {DEFAULT_MAX_PRIORITY} (the default "
         "priority).",
     )
+    max_format_bytes: int | None = Field(
+        default=None,
+        ge=1024,
+        le=MAX_FORMAT_BYTES,
+        description="Most bytes each output format (extract.formats: markdown, text, structured, links) may put "
+        "in one record; more is cut and the record names the format in its truncated list. Jobs do not set it. "
+        f"Default: {DEFAULT_FORMAT_BYTES} (1 MiB).",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -679,6 +688,7 @@ class Ceilings:
     max_results_retained: int
     max_dead_letters_retained: int
     max_priority: int
+    max_format_bytes: int = DEFAULT_FORMAT_BYTES
 
 
 class QueueSpec(TrawlModel):
@@ -827,6 +837,7 @@ class ScrapePoolSpec(TrawlModel):
             max_results_retained=pick(limits.max_results_retained, DEFAULT_RESULTS_RETAINED),
             max_dead_letters_retained=pick(limits.max_dead_letters_retained, DEFAULT_DEAD_LETTERS_RETAINED),
             max_priority=pick(limits.max_priority, DEFAULT_MAX_PRIORITY),
+            max_format_bytes=pick(limits.max_format_bytes, DEFAULT_FORMAT_BYTES),
         )
 
 

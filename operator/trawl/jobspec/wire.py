@@ -20,6 +20,8 @@ workers read it back with :func:`trawl.worker.jobsettings.parse_worker_spec` (ca
       "refresh":    None, or spec.refresh resolved (trawl.refresh.decide.RefreshSettings: the lineage with
                     the job's namespace, fingerprint, conditional, records_all, retain_seconds)
       "domains":    None, or the pool's and the job's per-domain rules (trawl.jobspec.domains.DomainRules)
+      "format_max_bytes": the most bytes each of extract.formats may put in a record (the pool's
+                    jobLimits.maxFormatBytes; absent before formats came, which reads as the default)
     }
 
 ``politeness`` is what a host no rule matches gets; :class:`trawl.jobspec.domains.HostCache` resolves the
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from trawl.api.formats import DEFAULT_FORMAT_BYTES
 from trawl.api.policies import (
     PolitenessSpec,
     RequestSpec,
@@ -137,6 +140,7 @@ def build_worker_spec(
         "header_scope": header_scope,
         "refresh": _refresh_settings(job_spec, lineage),
         "domains": rules.to_wire() if rules is not None else None,
+        "format_max_bytes": ceilings.max_format_bytes if ceilings is not None else DEFAULT_FORMAT_BYTES,
     }
 
 

@@ -10,6 +10,10 @@ Kept beside the queue's keys rather than in them (the queue's scripts own those)
   right now. Set by a worker whose write failed, cleared by the next successful write; the operator
   shows the job ``Stalled/SinkFailing`` with the message while they are set.
 
+- field ``ftr`` of the job hash: records written with an output format cut to its bounds
+  (``extract.formats``; the record's ``truncated`` list), counted by the worker that built them; the
+  operator reports ``counts.truncated``. A page retried after a lost acknowledgement may count twice.
+
 - ``J:cb`` (hash, domain -> JSON ``{"reason", "until"}``): domains whose circuit breaker held back
   this job's tasks (:mod:`trawl.worker.breaker`); the operator lists those still open on the status.
 
@@ -61,12 +65,21 @@ class JobNotes:
         self._skip = redis.register_script(read_script("trawl.queue", "note_skip"))
         self._sink_error = redis.register_script(read_script("trawl.queue", "note_sink_error"))
         self._throttled = redis.register_script(read_script("trawl.queue", "note_throttled"))
+        self._truncated = redis.register_script(read_script("trawl.queue", "note_truncated"))
         self._throttled_written: dict[tuple[str, str], float] = {}  # (job, domain) -> until last written
 
     async def skip(self, job_id: str, task_id: str, url: str, reason: str) -> bool:
         jk = str(self.job_key(job_id))
         doc = json.dumps({"url": url, "reason": reason, "time": round(time.time(), 3)}, separators=(",", ":"))
         return int(await self._skip(keys=[jk, skipped_key(jk)], args=[task_id, doc])) == 1
+
+    async def truncated(self, job_id: str) -> int:
+        """A record of the job had an output format cut to its bounds; returns the job's count so far."""
+        return int(await self._truncated(keys=[str(self.job_key(job_id))]))
+
+    async def truncated_count(self, job_id: str) -> int:
+        raw = await self.redis.hget(str(self.job_key(job_id)), "ftr")  # type: ignore[misc]
+        return int(raw or 0)
 
     async def sink_failing(self, job_id: str, message: str) -> None:
         await self._sink_error(keys=[str(self.job_key(job_id))], args=[message[:1024], repr(time.time())])

@@ -19,6 +19,8 @@ from w3lib.encoding import html_body_declared_encoding, html_to_unicode, http_co
 from trawl.api.patterns import compiled as compiled_pattern
 from trawl.refresh import fingerprint as fingerprints
 
+from .formats import FormatOptions, run_formats
+
 _WS = re.compile(r"\s+")
 _SKIP_TEXT_TAGS = ("script", "style", "noscript", "template", "head")
 _UTF8 = frozenset({"utf-8", "utf8"})  # w3lib's names for UTF-8 (resolved labels, and its default)
@@ -45,6 +47,7 @@ class ExtractOptions:
     # A refresh job's fingerprint of the page, computed where the page is parsed: "Record" (the fields
     # extracted) or "Text" (the readable text); "" for none (or "Body", which the worker takes of the bytes).
     fingerprint: str = ""
+    formats: FormatOptions = field(default_factory=FormatOptions)  # spec.extract.formats (trawl.worker.formats)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> ExtractOptions:
@@ -69,6 +72,7 @@ class ExtractOptions:
             title=bool(data.get("title", True)),
             text=bool(data.get("text", False)),
             only_matching=data.get("only_matching", data.get("onlyMatching")),
+            formats=FormatOptions.from_dict(data),
         )
 
 
@@ -112,19 +116,22 @@ class Page:
     links: list[str] = field(default_factory=list)  # absolute hrefs, for crawl mode
     matched: bool = True  # only_matching
     fingerprint: str = ""  # ExtractOptions.fingerprint's, of a matched page
+    format_seconds: dict[str, float] = field(default_factory=dict)  # time each output format took
 
 
 class Extractor:
     def __init__(self, options: ExtractOptions, *, need_links: bool = False) -> None:
         self.options = options
-        self.need_links = need_links or options.links
+        self.need_links = need_links or options.links or "links" in options.formats.formats
         self._only = compiled_pattern(options.only_matching) if options.only_matching else None
         self._css = [f for f in options.fields if f.kind.lower() != "xpath"]
         self._xpath = [f for f in options.fields if f.kind.lower() == "xpath"]
         # An XPath the job author wrote can take any time on a small page (nested predicates over every
         # node: N^k), so a job with one is extracted in a parser process, where the time budget applies
         # (trawl.worker.parsepool), whatever the page's size.
-        self.inline_safe = not self._xpath
+        # The same for markdown, text and structured data: their libraries' cost on a hostile page is theirs.
+        self.inline_safe = not self._xpath and not options.formats.expensive
+        self.timed_formats = False  # each format under its own timer: set in a parser child (SIGALRM)
 
     def matches(self, url: str) -> bool:
         return self._only is None or self._only.search(url)
@@ -171,6 +178,8 @@ class Extractor:
             data["images"] = list(dict.fromkeys(images))
         if opts.text:
             data["text"] = readable_text(tree)
+        if opts.formats.formats:
+            self._formats(page, tree, html, base)
         if opts.fingerprint == "Record":
             page.fingerprint = fingerprints.of_record(data)
         elif opts.fingerprint == "Text":
@@ -178,6 +187,14 @@ class Extractor:
                 data["text"] if opts.text else readable_text(tree, FINGERPRINT_TEXT)
             )
         return page
+
+    def _formats(self, page: Page, tree: HTMLParser, html: str | bytes, base: str) -> None:
+        text = html.decode("utf-8", errors="replace") if isinstance(html, bytes) else html
+        done = run_formats(self.options.formats, tree, text, base, page.links, timed=self.timed_formats)
+        page.data.update(done.data)
+        if done.truncated:
+            page.data["truncated"] = done.truncated
+        page.format_seconds = done.seconds
 
     @staticmethod
     def _value(node: Node, spec: FieldSpec, base: str) -> str | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from trawl.api.formats import DEFAULT_FORMAT_BYTES
 from trawl.api.policies import ResolvedPoliteness, ResolvedRequest, ResolvedRetry
 from trawl.api.render import RenderMode, RenderSpec
 from trawl.api.scrapejob import CrawlSpec, ExtractSpec, OutputSpec
@@ -66,6 +67,8 @@ def parse_worker_spec(spec: dict[str, Any] | None) -> WorkerJobSpec:
     request = ResolvedRequest.model_validate(spec.get("request") or {})
     refresh = RefreshSettings.parse(spec.get("refresh"))
     extract_options = ExtractOptions.from_dict(extract.model_dump(mode="json"))
+    format_max_bytes = int(spec.get("format_max_bytes") or DEFAULT_FORMAT_BYTES)  # the pool's, never the job's
+    extract_options = replace(extract_options, formats=replace(extract_options.formats, max_bytes=format_max_bytes))
     if refresh is not None and refresh.fingerprint in ("Record", "Text"):
         extract_options = replace(extract_options, fingerprint=refresh.fingerprint)
     politeness = ResolvedPoliteness.model_validate(spec.get("politeness") or {})

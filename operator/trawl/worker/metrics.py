@@ -92,6 +92,19 @@ class WorkerMetrics:
         self.parse_limits = Counter(
             "trawl_worker_parse_limits_total", "Pages dead-lettered as ParseLimit (size, tags, time).", registry=r
         )
+        self.format_seconds = Histogram(
+            "trawl_worker_format_seconds",
+            "Time one output format (extract.formats) took on one page, in a parser process.",
+            ["format"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+            registry=r,
+        )
+        self.format_truncated = Counter(
+            "trawl_worker_format_truncated_total",
+            "Records with an output format cut to its bounds, or left out (failed, over its time).",
+            ["format"],
+            registry=r,
+        )
         self.circuit_open = Gauge(
             "trawl_worker_circuit_open",
             "1 for each domain whose circuit breaker this worker last saw open.",

@@ -32,6 +32,7 @@ import contextlib
 import logging
 import pickle
 import signal
+import sys
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -74,10 +75,28 @@ def check_size(body: bytes, limits: ParseLimits) -> int:
     return tags
 
 
+def refuse_sockets(event: str, _args: tuple[Any, ...]) -> None:
+    """An audit hook: no socket is opened, connected or resolved in a parser process. Parsing needs no network,
+    and a library that would fetch (an RDFa vocabulary, a DTD) must not bypass the egress policy."""
+    if event in _NETWORK_EVENTS:
+        raise PermissionError(f"{event}: a parser process has no network")
+
+
+_NETWORK_EVENTS = frozenset(
+    {"socket.__new__", "socket.connect", "socket.getaddrinfo", "socket.gethostbyname", "socket.sendto"}
+)
+
+
+def forbid_network() -> None:
+    """Install :func:`refuse_sockets` in this process, for good (audit hooks cannot be removed)."""
+    sys.addaudithook(refuse_sockets)
+
+
 def _child_main(conn: Connection) -> None:
     """A parser process: one request at a time until the pipe closes (the worker ended or killed it)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker decides when its children end
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    forbid_network()
     extractors: dict[tuple[ExtractOptions, bool], Extractor] = {}
     conn.send_bytes(b"ready")  # imports done: from now on the time budget measures parsing only
     while True:
@@ -97,8 +116,9 @@ def _child_main(conn: Connection) -> None:
                     if len(extractors) > 64:
                         extractors.clear()
                     extractor = extractors[key] = Extractor(options, need_links=need_links)
+                    extractor.timed_formats = True  # this process's main thread: SIGALRM per format
                 page = extractor.extract(body, url, content_type=content_type)
-                reply = ("ok", page.data, page.links, page.matched, page.fingerprint)
+                reply = ("ok", page.data, page.links, page.matched, page.fingerprint, page.format_seconds)
         except BadSitemap as exc:  # the document's fault: its task fails as BadSitemap
             reply = ("refused", str(exc))
         except Exception as exc:  # a bug in extraction: the page fails, the child lives on
@@ -185,7 +205,7 @@ class ParsePool:
         reply = await self._in_child(request, url)
         if reply[0] != "ok":
             raise RuntimeError(f"extraction failed: {reply[1]}")  # a bug, not the page: class Internal
-        return Page(data=reply[1], links=reply[2], matched=reply[3], fingerprint=reply[4])
+        return Page(data=reply[1], links=reply[2], matched=reply[3], fingerprint=reply[4], format_seconds=reply[5])
 
     async def sitemap(self, body: bytes, content_type: str, url: str, rules: SitemapRules) -> SitemapFound:
         """:func:`~trawl.worker.sitemaps.read_sitemap` in a child, always (inflating and reading up to 50 MB is

@@ -35,6 +35,7 @@ from trawl.sinks.base import Record, record_key
 from trawl.worker.browser.hook import BrowserCrashed, Renderer
 
 from .breaker import CircuitBreaker, Verdict
+from .extract import Page
 from .fetch import HTML_TYPES, Fetcher, FetchError, FetchResult
 from .finish import Finish, Finisher
 from .jobcache import Job, JobCache
@@ -283,10 +284,13 @@ class TaskPipeline:
             page = await self.parser.extract(job.extractor, result.body, task.url, content_type=content_type)
         except ParseLimit as exc:
             return await self._parse_limit(task, exc)
+        self._format_metrics(page)
         links: list[str] = []
         if spec.crawl is not None and page.links:
             links = spec.crawl.select(page.links, task.url, task.depth, self.finisher.submitted(task.job_id))
         record = record_for(task, result, page.data, render_info) if page.matched else None
+        if record is not None and page.format_seconds and record.data.get("truncated"):
+            await self.notes.truncated(task.job_id)  # counts.truncated on the job's status
         page_write = None
         if refresh is not None and page.matched:
             refresh.fetched(result, page.fingerprint, page.data)
@@ -295,6 +299,13 @@ class TaskPipeline:
             page_write = refresh.write()
         self.finisher.submit(Finish(task, links, record, job.sink, page=page_write))
         return "handed"
+
+    def _format_metrics(self, page: Page) -> None:
+        """Each output format's cost on this page, and the formats cut to their bounds."""
+        for name, seconds in page.format_seconds.items():
+            self.metrics.format_seconds.labels(name).observe(seconds)
+        for name in page.data.get("truncated") or () if page.format_seconds else ():
+            self.metrics.format_truncated.labels(name).inc()
 
     async def _refresh_begin(self, task: Task, spec: WorkerJobSpec) -> RefreshPage:
         """What the lineage knows of the page. A crawl page whose links are followed is fetched in full: a

@@ -325,6 +325,7 @@ async def _reconcile_with_queue(job: _Pass, config: JobConfig | None, annotation
         problem=notes.problem,
         skipped=notes.skipped,
         skipped_sample=notes.skipped_sample,
+        truncated=notes.truncated,
         throttled=notes.throttled,
         tenant_throttled=job.tenant_throttled,
         tenant_queue_full=job.tenant_queue_full,
@@ -439,6 +440,7 @@ class _Notes:
     throttled: list[Throttled]
     problem: Problem | None
     results: dict[str, Any]
+    truncated: int = 0
 
 
 async def _read_notes(job: _Pass, stats: JobStats) -> _Notes:
@@ -457,7 +459,8 @@ async def _read_notes(job: _Pass, stats: JobStats) -> _Notes:
     written, retained = await results_written(queue, job.spec, uid, job.prev)
     count = written if written is not None else stats.succeeded - min(skipped, stats.succeeded)
     results = results_location(queue, job.spec, uid, job.name, count, retained)
-    return _Notes(skipped, skipped_sample, throttled, problem, results)
+    truncated = await notes.truncated_count(uid)
+    return _Notes(skipped, skipped_sample, throttled, problem, results, truncated)
 
 
 async def _after_the_job(job: _Pass, new_status: dict[str, Any]) -> list[Transition]:

@@ -50,6 +50,7 @@ class JobFacts:
     data_lost: str | None = None  # Redis lost the job's data: what that means for this job
     skipped: int = 0  # acked without a fetch (robots.txt disallows a discovered link): part of stats.succeeded
     skipped_sample: list[Skipped] = field(default_factory=list)
+    truncated: int = 0  # records with an output format cut to its bounds (trawl.queue.notes)
     throttled: list[Throttled] = field(default_factory=list)  # domains whose circuit breaker is open now
     tenant_throttled: str = ""  # the quota holding the job's tenant back, with its figure ("" when none is)
     tenant_queue_full: str = ""  # the URLs-queued quota stopping the tenant's seeds, with its figure
@@ -111,6 +112,8 @@ def _progress(status: dict[str, Any], facts: JobFacts, prev: Mapping[str, Any], 
     completion_time = prev.get("completionTime") if phase in TERMINAL else None
     if stats is not None and stats.exists:
         status["counts"] = _counts(stats, facts.skipped)
+        if facts.truncated:
+            status["counts"]["truncated"] = facts.truncated
         if any(stats.changes) or stats.not_revisited:  # a refresh job's pages by label (spec.refresh)
             status["changes"] = dict(zip(("new", "changed", "unchanged", "gone"), stats.changes, strict=True))
             if stats.not_revisited:
