@@ -25,7 +25,8 @@ from trawl.resultsapi.access import (
     resource_attributes,
 )
 from trawl.resultsapi.kubeauth import identity_from_review, parse_front_proxy, review_body
-from trawl.resultsapi.store import dead_letter_json, decode_entry
+from trawl.resultsapi.store import dead_letter_json
+from trawl.sinks.redisstream import decode_entry
 
 
 class Clock:

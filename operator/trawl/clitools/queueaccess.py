@@ -8,7 +8,6 @@ a port-forward. The CLI only reads Redis; changes go through the operator (annot
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from trawl.queue import Queue, QueueUnavailable
 from trawl.queue.model import DeadLetterRecord
 from trawl.queue.sharded import make_queue
 from trawl.redisconn.settings import ResolvedRedis, make_client, sentinel_target
+from trawl.sinks.redisstream import decode_entry
 
 from .cluster import Cluster
 from .exits import EXIT_REDIS, CliError
@@ -128,12 +128,7 @@ async def result_records(cfg: ResolvedRedis, ref: JobRef) -> AsyncGenerator[dict
         while True:
             page = await queue.redis.xrange(key, min=start, count=PAGE)
             for entry_id, fields in page:
-                raw = fields.get(b"data") or fields.get("data") or b"{}"
-                record: dict[str, Any] = json.loads(raw)
-                if "url" not in record:
-                    url = fields.get(b"url") or fields.get("url") or b""
-                    record["url"] = url.decode() if isinstance(url, bytes) else url
-                yield record
+                yield decode_entry(fields)
                 last = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
                 start = f"({last}"
             if len(page) < PAGE:

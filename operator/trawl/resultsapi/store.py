@@ -4,9 +4,7 @@ Redis (the pool's settings and Secrets, as the operator resolves them), and the 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -24,6 +22,7 @@ from trawl.operator.secrets import redis_secret_names, secret_index_entry
 from trawl.queue import Queue, QueueUnavailable
 from trawl.queue.model import DeadLetterRecord
 from trawl.redisconn.settings import RedisConfigError, RedisUnreachable
+from trawl.sinks.redisstream import decode_entry
 
 REQUEST_TIMEOUT = (5, 15)
 
@@ -59,16 +58,6 @@ def dead_letter_json(r: DeadLetterRecord) -> dict[str, Any]:
         "time": when,
         "history": r.history,
     }
-
-
-def decode_entry(fields: Mapping[Any, Any]) -> dict[str, Any]:
-    """A stream entry's record, as `trawl results` prints it (the URL field joins the record if absent)."""
-    raw = fields.get(b"data") or fields.get("data") or b"{}"
-    record: dict[str, Any] = json.loads(raw)
-    if "url" not in record:
-        url = fields.get(b"url") or fields.get("url") or b""
-        record["url"] = url.decode() if isinstance(url, bytes) else url
-    return record
 
 
 def _text(value: Any) -> str:

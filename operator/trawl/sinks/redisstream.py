@@ -6,7 +6,8 @@ produces a second entry.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
@@ -40,3 +41,14 @@ class RedisStreamSink:
 
     async def close(self) -> None:
         return None
+
+
+def decode_entry(fields: Mapping[Any, Any]) -> dict[str, Any]:
+    """A stream entry's record as readers show it (`trawl results`, the results API): the record, with the
+    entry's URL field joined when the record has none."""
+    raw = fields.get(b"data") or fields.get("data") or b"{}"
+    record: dict[str, Any] = json.loads(raw)
+    if "url" not in record:
+        url = fields.get(b"url") or fields.get("url") or b""
+        record["url"] = url.decode() if isinstance(url, bytes) else url
+    return record
