@@ -32,6 +32,14 @@ class WorkerMetrics:
         self.fetches = Counter(
             "trawl_worker_fetches_total", "Fetches by outcome (ok or a failure class).", ["outcome"], registry=r
         )
+        self.proxy_requests = Counter(
+            "trawl_worker_proxy_requests_total",
+            "Fetches through an upstream proxy by group, proxy (host:port, never credentials) and outcome: ok, "
+            "proxy_error (the proxy failed: refused, unreachable, 407), busy (every proxy at its limit) or "
+            "the fetch's failure class.",
+            ["group", "proxy", "outcome"],
+            registry=r,
+        )
         self.fetch_seconds = Histogram(
             "trawl_worker_fetch_seconds",
             "Time to fetch a page, redirects included.",

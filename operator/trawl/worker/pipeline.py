@@ -25,6 +25,7 @@ from typing import Any
 from redis.exceptions import OutOfMemoryError
 
 from trawl.api.policies import FailureClass
+from trawl.jobspec.podfiles import MissingSecret
 from trawl.queue.claimsize import TaskTimer
 from trawl.queue.errors import QueueUnavailable
 from trawl.queue.model import QueueClient, Task
@@ -42,6 +43,7 @@ from .jobsettings import WorkerJobSpec
 from .metrics import WorkerMetrics
 from .parsepool import ParseLimit, ParsePool
 from .politeness import DomainLimiter, RateWaitTooLong, RobotsCache
+from .proxies import ProxyBusy, ProxyConfigError, ProxyDirectory
 from .refresh import RefreshPage
 from .refresh import begin as refresh_begin
 from .sitemaps import INDEX, MAX_SITEMAP_LEVEL, BadSitemap, SitemapRules, is_robots_task, robots_sitemaps
@@ -144,6 +146,7 @@ class TaskPipeline:
         self.slots = limiter.slots
         self.robots = robots
         self.fetcher = fetcher
+        self.proxies = ProxyDirectory()  # the pool's proxy groups, read from its mounted Secrets
         self.renderer = renderer
         self.parser = parser
         self.finisher = finisher
@@ -236,7 +239,8 @@ class TaskPipeline:
                         job_id=task.job_id,  # its page time counts against the job's tenant's browser quota
                     )
                 else:
-                    result = await self.fetcher.fetch(
+                    fetch = functools.partial(
+                        self.fetcher.fetch,
                         task.url,
                         limits=job.limits,
                         headers=scope.for_request(task.url, task.url, task.depth) if scope is not None else None,
@@ -245,6 +249,7 @@ class TaskPipeline:
                         conditional=refresh.headers if refresh is not None else None,
                         content_types=None if sitemap else HTML_TYPES,  # a sitemap's reader judges its bytes
                     )
+                    result = await (fetch() if spec.proxy is None else self._proxied(fetch, spec.proxy))
             elapsed = time.monotonic() - fetch_started - waited
             if pol.adaptive_delay:
                 self.limiter.adaptive(domain).observe(elapsed, False)
@@ -285,6 +290,26 @@ class TaskPipeline:
             page_write = refresh.write()
         self.finisher.submit(Finish(task, links, record, job.sink, page=page_write))
         return "handed"
+
+    async def _proxied(self, fetch: Callable[..., Awaitable[FetchResult]], route: dict[str, Any]) -> FetchResult:
+        """``fetch`` through the least busy proxy of the job's group (trawl.worker.proxies), counted per proxy."""
+        try:
+            group = self.proxies.group(route)
+        except (MissingSecret, ProxyConfigError) as exc:
+            raise FetchError(FailureClass.INTERNAL, f"proxy group {route.get('group')!r}: {exc}") from exc
+        try:
+            async with group.use(wait=self.max_rate_wait) as proxy:
+                try:
+                    result = await fetch(proxy=proxy)
+                except FetchError as exc:
+                    outcome = "proxy_error" if exc.proxy_fault else exc.failure_class.value
+                    self.metrics.proxy_requests.labels(group.name, proxy.label, outcome).inc()
+                    raise
+                self.metrics.proxy_requests.labels(group.name, proxy.label, "ok").inc()
+                return result
+        except ProxyBusy as exc:
+            self.metrics.proxy_requests.labels(group.name, "", "busy").inc()
+            raise FetchError(FailureClass.CONNECTION, str(exc), proxy_fault=True) from exc
 
     async def _refresh_begin(self, task: Task, spec: WorkerJobSpec) -> RefreshPage:
         """What the lineage knows of the page. A crawl page whose links are followed is fetched in full: a
