@@ -28,7 +28,7 @@ from trawl.boot import castore
 from trawl.egress.addresses import IPNetwork, address_block_reason
 from trawl.egress.resolver import SafeResolver, find_blocked
 
-from .proxied import ProxySessions, SocksProxyError, proxy_failure, through_proxy
+from .proxied import HOP_ERRORS, ProxySessions, proxy_failure, refused_credentials, through_proxy
 from .proxies import ProxyEndpoint
 
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
@@ -378,10 +378,10 @@ class Fetcher:
                     if proxy is None:  # through a proxy the peer is the proxy, which the pool listed
                         self._check_peer(resp, current)
                     status = resp.status
-                    if proxy is not None and status == 407:
+                    if proxy is not None and refused_credentials(status, resp.headers):
                         raise FetchError(
                             FailureClass.CONNECTION,
-                            f"proxy {proxy.label} refused its credentials (HTTP 407)",
+                            f"proxy {proxy.label} refused its credentials (HTTP {status})",
                             url=current,
                             proxy_fault=True,
                         )
@@ -408,7 +408,7 @@ class Fetcher:
                 raise
             except (aiohttp.ServerTimeoutError, aiohttp.ConnectionTimeoutError, TimeoutError) as exc:
                 raise FetchError(FailureClass.TIMEOUT, f"{type(exc).__name__} fetching {current}", url=current) from exc
-            except (aiohttp.ClientError, OSError, SocksProxyError) as exc:
+            except HOP_ERRORS as exc:
                 failed = proxy_failure(exc, proxy)
                 if failed is not None:  # the proxy's fault: retried like a connection failure, counted apart
                     raise FetchError(

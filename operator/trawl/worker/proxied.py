@@ -9,18 +9,26 @@ name (SNI and certificate check). The proxy's own address is not checked: the po
 from __future__ import annotations
 
 import socket
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
-from aiohttp_socks import ProxyConnector
-from python_socks import ProxyConnectionError, ProxyError, ProxyTimeoutError
+from aiohttp_socks import ProxyConnectionError, ProxyConnector, ProxyError, ProxyTimeoutError
 
 from trawl.egress.resolver import SafeResolver
 
 from .proxies import ProxyEndpoint
 
-SocksProxyError = ProxyError  # a SOCKS reply refusing the connection (fetch.py catches it beside OSError)
+# What a hop may raise besides FetchError and timeouts: aiohttp's and the OS's errors, and aiohttp_socks'
+# (which derive from Exception only).
+HOP_ERRORS: tuple[type[Exception], ...] = (
+    aiohttp.ClientError,
+    OSError,
+    ProxyError,
+    ProxyConnectionError,
+    ProxyTimeoutError,
+)
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -43,11 +51,22 @@ async def through_proxy(
     extra: dict[str, Any] = {}
     if parts.scheme == "https" and not literal:
         extra["server_hostname"] = host  # TLS to the name the job asked for, through the tunnel to the address
+    headers = {**headers, "Host": authority}
     if proxy.scheme in ("http", "https"):
         extra["proxy"] = proxy.bare_url
         if proxy.username is not None:
-            extra["proxy_auth"] = aiohttp.BasicAuth(proxy.username, proxy.password or "")
-    return target, {**headers, "Host": authority}, extra
+            basic = {"Proxy-Authorization": aiohttp.encode_basic_auth(proxy.username, proxy.password or "")}
+            if parts.scheme == "https":
+                extra["proxy_headers"] = basic  # on the CONNECT, never inside the tunnel to the site
+            else:
+                headers.update(basic)  # plain http: the request itself goes to the proxy
+    return target, headers, extra
+
+
+def refused_credentials(status: int, headers: Mapping[str, str]) -> bool:
+    """Whether a proxied response is the proxy refusing its credentials: 407, or 401 with a challenge for
+    the proxy (tinyproxy answers a plain-http request so)."""
+    return status == 407 or (status == 401 and "Proxy-Authenticate" in headers)
 
 
 def proxy_failure(exc: BaseException, proxy: ProxyEndpoint | None) -> str | None:
@@ -61,7 +80,7 @@ def proxy_failure(exc: BaseException, proxy: ProxyEndpoint | None) -> str | None
         return f"cannot connect to proxy {proxy.label}"
     if isinstance(exc, ProxyError):
         return f"SOCKS proxy {proxy.label} failed (code {exc.error_code})"
-    if isinstance(exc, ProxyConnectionError | ProxyTimeoutError):
+    if isinstance(exc, ProxyConnectionError | ProxyTimeoutError):  # their text holds host:port only
         return f"cannot connect to SOCKS proxy {proxy.label} ({type(exc).__name__})"
     cause = exc.__cause__ or exc.__context__
     return proxy_failure(cause, proxy) if cause is not None and cause is not exc else None
