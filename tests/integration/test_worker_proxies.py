@@ -4,20 +4,34 @@ target is refused before the proxy sees a byte of it (its log says so)."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
 
 from trawl.api.policies import FailureClass
+from trawl.api.scrapejob import ScrapeJobSpec
+from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.dev.bookstore import Bookstore
 from trawl.dev.procs import free_port
 from trawl.dev.proxy_servers import Danted, TinyProxy
 from trawl.egress.addresses import parse_networks
+from trawl.jobspec.wire import build_job_config
+from trawl.queue import Queue
+from trawl.queue.keys import Keys
 from trawl.worker.fetch import Fetcher, FetchError
 from trawl.worker.proxies import ProxyGroup, parse_proxy_list
+from trawl.worker.runner import Worker, WorkerConfig
+from waits import wait_for_async
 
 ALLOWED = parse_networks(["127.0.0.2/32"])  # the site; 127.0.0.1 (where the proxies listen) stays blocked
 PASSWORD = "s3cret-Proxy-pw"
+PREFIX = "trawl:{test/proxies}"
 
 
 @pytest.fixture
@@ -121,3 +135,85 @@ async def test_rotation_spreads_requests_over_the_group(site: Bookstore) -> None
                     await fetcher.fetch(site.product_url(i + 1), proxy=endpoint)
         assert len(_requests(first)) == 2 and len(_requests(second)) == 2, (first.log(), second.log())
         assert group.in_use == [0, 0]
+
+
+# ------------------------------------------------------------------ the real worker, the pool's Secret
+
+
+async def _run_job(redis: Any, job: dict[str, Any], pool: dict[str, Any]) -> tuple[Worker, str]:
+    """One job to its end on a worker in this process; the worker and the job's id."""
+    spec = ScrapeJobSpec.model_validate({"pool": "p", "politeness": {"requestsPerSecond": 1000}, **job})
+    pool_spec = ScrapePoolSpec.model_validate({"redis": {"url": "redis://unused"}, **pool})
+    job_id = uuid.uuid4().hex[:12]
+    queue = Queue(redis, PREFIX, lease_seconds=10)
+    await queue.register_job(build_job_config(job_id, spec, pool_spec))
+    await queue.enqueue(job_id, spec.seed_urls())
+    await queue.mark_enqueue_done(job_id)
+    config = WorkerConfig(prefix=PREFIX, worker_id="w-" + job_id, concurrency=4, allowed_cidrs=["127.0.0.2/32"])
+    worker = Worker(config, queue, redis, Keys(PREFIX))
+    runner = asyncio.create_task(worker.run())
+
+    async def finished() -> bool:
+        return (await queue.job_stats(job_id)).finished
+
+    try:
+        await wait_for_async(
+            "the job to finish", finished, 60, 0.05, diag=lambda: queue.job_stats(job_id), runner=runner
+        )
+    finally:
+        worker.request_stop()
+        await asyncio.wait_for(runner, 30)
+    return worker, job_id
+
+
+async def _redis_text(redis: Any) -> str:
+    """Every value of every key, as text: what a dump of the database would show."""
+    parts: list[str] = []
+    async for key in redis.scan_iter(count=1000):
+        kind = (await redis.type(key)).decode()
+        reader = {
+            "string": lambda k: redis.get(k),
+            "hash": lambda k: redis.hgetall(k),
+            "list": lambda k: redis.lrange(k, 0, -1),
+            "set": lambda k: redis.smembers(k),
+            "zset": lambda k: redis.zrange(k, 0, -1, withscores=True),
+            "stream": lambda k: redis.xrange(k),
+        }.get(kind)
+        parts.append(f"{key!r} {kind} {await reader(key) if reader else ''!r}")
+    return "\n".join(parts)
+
+
+async def test_worker_fetches_through_the_pools_default_group_and_never_shows_the_password(
+    site: Bookstore,
+    redis_client: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    with (
+        TinyProxy(username="scraper", password=PASSWORD) as first,
+        TinyProxy(username="scraper", password=PASSWORD) as second,
+    ):
+        (tmp_path / "proxies").mkdir()
+        (tmp_path / "proxies" / "urls").write_text(
+            f"{first.url('scraper', PASSWORD)}\n{second.url('scraper', PASSWORD)}\n"
+        )
+        monkeypatch.setenv("TRAWL_SECRETS_DIR", str(tmp_path))
+        pool = {
+            "worker": {"secrets": ["proxies"]},
+            "proxies": {"groups": [{"name": "dc", "secretRef": {"name": "proxies", "key": "urls"}, "default": True}]},
+        }
+        urls = [site.product_url(i) for i in range(1, 7)] + [f"{site.url}/hostile/redirect/loopback"]
+        worker, job_id = await _run_job(redis_client, {"urls": urls, "retry": {"maxAttempts": 1}}, pool)
+        stats = await Queue(redis_client, PREFIX).job_stats(job_id)
+        assert stats.succeeded == 6 and stats.dead == 1, stats  # the redirect to loopback refused
+        assert len(_requests(first)) + len(_requests(second)) == 7
+        assert _requests(first) and _requests(second)  # both proxies used
+        assert not any("127.0.0.1" in line for line in _requests(first) + _requests(second))
+    metrics = generate_latest(worker.metrics.registry).decode()
+    assert 'trawl_worker_proxy_requests_total{group="dc",outcome="ok",proxy="127.0.0.1:' in metrics
+    assert 'outcome="BlockedAddress"' in metrics
+    assert PASSWORD not in metrics
+    assert PASSWORD not in caplog.text and PASSWORD not in await _redis_text(redis_client)
+    assert "scraper:" not in caplog.text
