@@ -25,6 +25,7 @@ from trawl.jobspec.wire import build_job_config
 from trawl.queue import Queue
 from trawl.queue.keys import Keys
 from trawl.worker.fetch import Fetcher, FetchError
+from trawl.worker.pipeline import MAX_DEFERRALS
 from trawl.worker.proxies import ProxyGroup, parse_proxy_list
 from trawl.worker.runner import Worker, WorkerConfig
 from waits import wait_for_async
@@ -217,3 +218,25 @@ async def test_worker_fetches_through_the_pools_default_group_and_never_shows_th
     assert PASSWORD not in metrics
     assert PASSWORD not in caplog.text and PASSWORD not in await _redis_text(redis_client)
     assert "scraper:" not in caplog.text
+
+
+async def test_a_failing_proxy_gives_the_task_back_a_bounded_number_of_times(
+    site: Bookstore, redis_client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    port = free_port()  # nothing listens there: the proxy refuses every connection
+    (tmp_path / "proxies").mkdir()
+    (tmp_path / "proxies" / "urls").write_text(f"http://scraper:{PASSWORD}@127.0.0.1:{port}\n")
+    monkeypatch.setenv("TRAWL_SECRETS_DIR", str(tmp_path))
+    pool = {
+        "worker": {"secrets": ["proxies"]},
+        "proxies": {"groups": [{"name": "broken", "secretRef": {"name": "proxies", "key": "urls"}}]},
+    }
+    job = {"urls": [site.product_url(1)], "retry": {"maxAttempts": 1}, "proxy": {"group": "broken"}}
+    worker, job_id = await _run_job(redis_client, job, pool)
+    assert (await Queue(redis_client, PREFIX).job_stats(job_id)).dead == 1
+    registry = worker.metrics.registry
+    # Given back MAX_DEFERRALS times without spending an attempt, then the one attempt is spent.
+    assert registry.get_sample_value("trawl_worker_rate_limit_deferrals_total", {"reason": "proxy"}) == MAX_DEFERRALS
+    labels = {"group": "broken", "proxy": f"127.0.0.1:{port}", "outcome": "proxy_error"}
+    assert registry.get_sample_value("trawl_worker_proxy_requests_total", labels) == MAX_DEFERRALS + 1
+    assert PASSWORD not in await _redis_text(redis_client)

@@ -57,6 +57,7 @@ REDIS_TROUBLE: tuple[type[Exception], ...] = (*TRANSIENT_ERRORS, QueueUnavailabl
 
 MAX_DEFERRALS = 5  # Retry-After releases of one task (seen by this worker) before its attempts are spent
 MAX_DEFERRED_TASKS = 10_000  # tasks whose Retry-After releases are remembered
+PROXY_RETRY_DELAY = 1.0  # seconds before a task whose proxy failed is claimed again
 
 # What a failed fetch says about the site. Trouble counts toward opening its circuit breaker; an answer
 # proves it up (a success to the breaker); other failures (robots.txt, a refused address, ...) say nothing.
@@ -457,11 +458,22 @@ class TaskPipeline:
         self.metrics.fetches.labels(cls.value).inc()
         if spec.politeness.adaptive_delay:
             self.limiter.adaptive(domain).observe(elapsed, cls in SLOW_DOWN)
-        if cls in SITE_TROUBLE:
+        if exc.proxy_fault:
+            pass  # the upstream proxy failed (refused, unreachable, 407): nothing said about the site
+        elif cls in SITE_TROUBLE:
             await self.breaker.record(domain, False, f"{cls.value}: {exc.message}")
         elif cls in SITE_ANSWERED:
             await self.breaker.record(domain, True)  # the site answered: it is up
         log_extra = {"job": task.job_id, "url": task.url, "error_class": cls.value, "error": exc.message}
+        if exc.proxy_fault and self._deferred_again(task) <= MAX_DEFERRALS:
+            while len(self._deferred) > MAX_DEFERRED_TASKS:
+                self._deferred.popitem(last=False)
+            # Given back without spending an attempt: the next claim picks the least busy proxy again.
+            # Bounded like Retry-After releases; past the bound a broken group spends attempts.
+            self.metrics.deferrals.labels("proxy").inc()
+            log.info("proxy failed; task given back", extra=log_extra)
+            await self.queue.release(task, self.worker_id, delay=PROXY_RETRY_DELAY)
+            return "released"
         if is_skipped(cls, task.depth):
             await self.notes.skip(task.job_id, task.task_id, task.url, exc.message)
             self.metrics.skipped.labels(cls.value).inc()
