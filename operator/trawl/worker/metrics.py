@@ -67,7 +67,8 @@ class WorkerMetrics:
         )
         self.deferrals = Counter(
             "trawl_worker_rate_limit_deferrals_total",
-            "Tasks given back with a delay because of Retry-After, a rate limit or a failed upstream proxy (reason proxy).",
+            "Tasks given back with a delay because of Retry-After, a rate limit or a failed upstream proxy "
+            "(reason proxy).",
             ["reason"],
             registry=r,
         )

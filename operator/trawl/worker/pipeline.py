@@ -20,7 +20,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from redis.exceptions import OutOfMemoryError
 
@@ -57,6 +57,7 @@ REDIS_TROUBLE: tuple[type[Exception], ...] = (*TRANSIENT_ERRORS, QueueUnavailabl
 
 MAX_DEFERRALS = 5  # Retry-After releases of one task (seen by this worker) before its attempts are spent
 MAX_DEFERRED_TASKS = 10_000  # tasks whose Retry-After releases are remembered
+_T = TypeVar("_T")
 PROXY_RETRY_DELAY = 1.0  # seconds before a task whose proxy failed is claimed again
 
 # What a failed fetch says about the site. Trouble counts toward opening its circuit breaker; an answer
@@ -230,7 +231,8 @@ class TaskPipeline:
                         if scope is not None
                         else None
                     )
-                    result, render_info = await self.renderer.render(
+                    render = functools.partial(
+                        self.renderer.render,
                         task.url,
                         spec.render,
                         job.limits,
@@ -239,6 +241,7 @@ class TaskPipeline:
                         before_hop,
                         job_id=task.job_id,  # its page time counts against the job's tenant's browser quota
                     )
+                    result, render_info = await (render() if spec.proxy is None else self._proxied(render, spec.proxy))
                 else:
                     fetch = functools.partial(
                         self.fetcher.fetch,
@@ -292,8 +295,9 @@ class TaskPipeline:
         self.finisher.submit(Finish(task, links, record, job.sink, page=page_write))
         return "handed"
 
-    async def _proxied(self, fetch: Callable[..., Awaitable[FetchResult]], route: dict[str, Any]) -> FetchResult:
-        """``fetch`` through the least busy proxy of the job's group (trawl.worker.proxies), counted per proxy."""
+    async def _proxied(self, fetch: Callable[..., Awaitable[_T]], route: dict[str, Any]) -> _T:
+        """``fetch`` (a fetch or a render) through the least busy proxy of the job's group
+        (trawl.worker.proxies), counted per proxy."""
         try:
             group = self.proxies.group(route)
         except (MissingSecret, ProxyConfigError) as exc:
