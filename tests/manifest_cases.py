@@ -95,6 +95,8 @@ INVALID: list[Case] = [
         "urlRanges.0",
     ),
     Case("priority-10", "ScrapeJob", _job(priority=10), "spec.priority", "priority"),
+    # A job names a proxy group of its pool, never an address.
+    Case("proxy-address", "ScrapeJob", _job(proxy={"group": "http://evil:3128"}), "spec.proxy.group", "proxy.group"),
     Case("jitter-2", "ScrapeJob", _job(retry={"jitter": 2}), "spec.retry.jitter", "retry.jitter"),
     Case(
         "retry-on-enum", "ScrapeJob", _job(retry={"retryOn": ["Sometimes"]}), "spec.retry.retryOn[0]", "retry.retryOn.0"
@@ -216,6 +218,18 @@ INVALID: list[Case] = [
         "worker.secrets does not list",
     ),
     Case("redis-url-scheme", "ScrapePool", _pool(redis={"url": "http://redis:6379"}), "spec.redis.url", "redis.url"),
+    Case(
+        "proxy-per-proxy-zero",
+        "ScrapePool",
+        _pool(
+            worker={"secrets": ["proxies"]},
+            proxies={
+                "groups": [{"name": "dc", "secretRef": {"name": "proxies", "key": "urls"}, "maxConcurrencyPerProxy": 0}]
+            },
+        ),
+        "spec.proxies.groups[0].maxConcurrencyPerProxy",
+        "proxies.groups.0.maxConcurrencyPerProxy",
+    ),
     # redis-py ignores a path it cannot read as a number: the pool would use database 0 and say Ready.
     Case(
         "redis-url-database-not-a-number",

@@ -14,7 +14,7 @@ from typing import Any
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from trawl.api import domainrules, formats, policies, refresh, render, scrapejob, scrapepool, tenancy
+from trawl.api import domainrules, formats, policies, proxies, refresh, render, scrapejob, scrapepool, tenancy
 from trawl.api.cronscrapejob import TIMEZONE_PATTERN, CronScrapeJobSpec, JobTemplateMetadata, ScrapeJobTemplate
 
 Strategy = st.SearchStrategy[Any]
@@ -382,6 +382,7 @@ _job_optional: dict[str, Strategy] = {
     "retry": retry,
     "priority": ints(0, 9),
     "priorityClassName": dns_label,
+    "proxy": obj(proxies.JobProxy, {"group": st.one_of(st.just("none"), dns_label)}, {}),
     "poolNamespace": dns_label,
     "dedupe": obj(scrapejob.DedupeSpec, {}, {"acrossJobs": st.booleans(), "windowSeconds": ints(1, 30 * 86400)}),
     "activeDeadlineSeconds": ints(1, 10**9),
@@ -543,7 +544,7 @@ worker = obj(
         ),
         "drainSeconds": ints(1, 3600),
         "allowedCidrs": st.lists(st.sampled_from(["10.0.0.0/8", "192.168.1.0/24", "127.0.0.1/32", "fd00::/8"])),
-        "secrets": st.lists(dns_label, max_size=20),
+        "secrets": st.lists(dns_label, max_size=17),  # room for 3 proxy groups' Secrets (_proxy_secrets_mounted)
         "secretKeys": st.lists(
             obj(
                 scrapepool.SecretKeyUse,
@@ -700,6 +701,41 @@ tenancy_spec = obj(
 ).map(_valid_tenancy)
 
 
+def _one_default_group(d: dict[str, Any]) -> dict[str, Any]:
+    """Repaired: only the first group marked default stays the default."""
+    seen = False
+    for group in d.get("groups") or []:
+        if group.get("default"):
+            group["default"], seen = not seen, True
+    return d
+
+
+proxies_spec = obj(
+    proxies.ProxiesSpec,
+    {},
+    {
+        "groups": st.lists(
+            obj(
+                proxies.ProxyGroup,
+                {"name": dns_label.filter(lambda n: n != proxies.NO_PROXY), "secretRef": secret_ref},
+                {"maxConcurrencyPerProxy": ints(1, 1024), "default": st.booleans()},
+            ),
+            max_size=3,
+            unique_by=lambda g: g["name"],
+        )
+    },
+).map(_one_default_group)
+
+
+def _proxy_secrets_mounted(d: dict[str, Any]) -> dict[str, Any]:
+    """Repaired: the Secrets the proxy groups name are added to worker.secrets (the model requires it)."""
+    names = [g["secretRef"]["name"] for g in (d.get("proxies") or {}).get("groups") or []]
+    if names:
+        worker = d.setdefault("worker", {})
+        worker["secrets"] = list(dict.fromkeys([*(worker.get("secrets") or []), *names]))
+    return d
+
+
 def _defaults_within_limits(d: dict[str, Any]) -> dict[str, Any]:
     """A ceiling set below the pool's own default for it is raised to that default (the model refuses it)."""
     limits, defaults = d.get("jobLimits") or {}, d.get("defaults") or {}
@@ -720,34 +756,39 @@ def _defaults_within_limits(d: dict[str, Any]) -> dict[str, Any]:
     return d
 
 
-scrape_pool_spec = obj(
-    scrapepool.ScrapePoolSpec,
-    {"redis": redis},
-    {
-        "worker": worker,
-        "replicas": ints(0, 1000),
-        "autoscaling": autoscaling,
-        "queue": obj(
-            scrapepool.QueueSpec,
-            {},
-            {
-                "leaseSeconds": floats(2, 3600),
-                "maxStalls": ints(1, 100),
-                "finishedJobRetentionSeconds": ints(60, 10**8),
-            },
-        ),
-        "defaults": obj(
-            scrapepool.PoolDefaults, {}, {"request": pool_request, "politeness": politeness, "retry": retry}
-        ),
-        "jobLimits": job_limits,
-        "onCompleteJobs": st.lists(
-            obj(scrapepool.OnCompleteJobTemplate, {"name": dns_label, "template": _job_template}, {}),
-            max_size=3,
-            unique_by=lambda t: t["name"],
-        ),
-        "tenancy": tenancy_spec,
-    },
-).map(_defaults_within_limits)
+scrape_pool_spec = (
+    obj(
+        scrapepool.ScrapePoolSpec,
+        {"redis": redis},
+        {
+            "worker": worker,
+            "replicas": ints(0, 1000),
+            "autoscaling": autoscaling,
+            "queue": obj(
+                scrapepool.QueueSpec,
+                {},
+                {
+                    "leaseSeconds": floats(2, 3600),
+                    "maxStalls": ints(1, 100),
+                    "finishedJobRetentionSeconds": ints(60, 10**8),
+                },
+            ),
+            "defaults": obj(
+                scrapepool.PoolDefaults, {}, {"request": pool_request, "politeness": politeness, "retry": retry}
+            ),
+            "jobLimits": job_limits,
+            "onCompleteJobs": st.lists(
+                obj(scrapepool.OnCompleteJobTemplate, {"name": dns_label, "template": _job_template}, {}),
+                max_size=3,
+                unique_by=lambda t: t["name"],
+            ),
+            "tenancy": tenancy_spec,
+            "proxies": proxies_spec,
+        },
+    )
+    .map(_defaults_within_limits)
+    .map(_proxy_secrets_mounted)
+)
 
 # ------------------------------------------------------------------ CronScrapeJob
 

@@ -26,6 +26,7 @@ from .formats import (
 from .patterns import SYNTAX as PATTERN_SYNTAX
 from .patterns import check as check_pattern
 from .policies import FailureClass, PolitenessSpec, RequestSpec, RetrySpec
+from .proxies import JobProxy
 from .refresh import RefreshSpec
 from .render import RenderSpec
 
@@ -620,6 +621,11 @@ class ScrapeJobSpec(TrawlModel):
         default=None,
         description="A priority class of the pool's spec.tenancy.priorityClasses: the job runs at its value. "
         "Refused above the tenant's priorityCeiling, or on a pool without tenancy.",
+    )
+    proxy: JobProxy | None = Field(
+        default=None,
+        description="The pool's proxy group to fetch through ({group: <name>}), or {group: none} to go direct; "
+        "unset: the pool's default group, if any. Never an address: the pool lists the proxies.",
     )
     dedupe: DedupeSpec | None = Field(default=None, description="Deduplication across jobs of the pool.")
     active_deadline_seconds: int | None = Field(

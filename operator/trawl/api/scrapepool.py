@@ -16,6 +16,7 @@ from redis.connection import parse_url
 from .common import Condition, DNSLabel, SecretKeyRef, SecretUse, TrawlModel, check_url_parses, format_number
 from .formats import DEFAULT_FORMAT_BYTES, MAX_FORMAT_BYTES
 from .policies import HARMLESS_HEADERS, PolitenessSpec, RequestSpec, RetrySpec
+from .proxies import ProxiesSpec
 from .render import BrowserWorkerSpec
 from .tenancy import TenancySpec
 
@@ -773,6 +774,11 @@ class ScrapePoolSpec(TrawlModel):
         description="Ceilings every job of the pool stays within (body size, rates, URLs, results and dead "
         "letters kept, priority); a job may ask for less, never more.",
     )
+    proxies: ProxiesSpec | None = Field(
+        default=None,
+        description="Upstream proxies the pool's jobs fetch through, in named groups; a job picks a group by "
+        "name (spec.proxy.group), else the default group is used, else requests go direct.",
+    )
     tenancy: TenancySpec | None = Field(
         default=None,
         description="The tenants (namespaces) that share the pool: weights, quotas, priority classes and "
@@ -787,6 +793,17 @@ class ScrapePoolSpec(TrawlModel):
                 name = where.rsplit(".", 1)[1]
                 raise ValueError(
                     f"defaults.{where} {format_number(value)} exceeds jobLimits.{name} {format_number(limit)}"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _proxy_secrets_mounted(self) -> Self:
+        mounted = set(self.worker.secrets or ())
+        for group in self.proxies.groups if self.proxies is not None else ():
+            if group.secret_ref.name not in mounted:
+                raise ValueError(
+                    f"proxies.groups[{group.name}].secretRef names Secret {group.secret_ref.name!r}, which "
+                    f"spec.worker.secrets does not list: the workers read the proxy URLs from the mounted Secret"
                 )
         return self
 

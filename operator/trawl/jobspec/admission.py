@@ -82,6 +82,22 @@ def unmounted_directory(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> s
     )
 
 
+def unknown_proxy_group(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> str | None:
+    """Why the job's spec.proxy.group is not one its pool defines, or None when it is (or is 'none')."""
+    from trawl.api.proxies import NO_PROXY
+
+    if job_spec.proxy is None or job_spec.proxy.group == NO_PROXY:
+        return None
+    groups = pool_spec.proxies.groups if pool_spec.proxies is not None else []
+    if any(g.name == job_spec.proxy.group for g in groups):
+        return None
+    known = ", ".join(g.name for g in groups) or "none defined"
+    return (
+        f"spec.proxy.group {job_spec.proxy.group!r} is not a proxy group of ScrapePool {job_spec.pool!r} "
+        f"(its spec.proxies.groups: {known}); name one of them, or 'none' to fetch directly"
+    )
+
+
 def browser_missing(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> str | None:
     """Why a job that renders in a browser cannot run on its pool (plain workers), or None when it can.
 

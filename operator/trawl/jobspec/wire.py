@@ -22,6 +22,8 @@ workers read it back with :func:`trawl.worker.jobsettings.parse_worker_spec` (ca
       "domains":    None, or the pool's and the job's per-domain rules (trawl.jobspec.domains.DomainRules)
       "format_max_bytes": the most bytes each of extract.formats may put in a record (the pool's
                     jobLimits.maxFormatBytes; absent before formats came, which reads as the default)
+      "proxy":      None (direct), or the proxy group the job goes through: {"group", "secret": {"name",
+                    "key"}, "max_per_proxy"}: a reference to the pool's Secret, never a proxy URL
     }
 
 ``politeness`` is what a host no rule matches gets; :class:`trawl.jobspec.domains.HostCache` resolves the
@@ -141,6 +143,26 @@ def build_worker_spec(
         "refresh": _refresh_settings(job_spec, lineage),
         "domains": rules.to_wire() if rules is not None else None,
         "format_max_bytes": ceilings.max_format_bytes if ceilings is not None else DEFAULT_FORMAT_BYTES,
+        "proxy": proxy_route(job_spec, pool_spec),
+    }
+
+
+def proxy_route(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec | None) -> dict[str, Any] | None:
+    """The proxy group the job's requests go through: the one it names, else the pool's default; None for
+    direct. A group the pool does not define is refused before this (admission.unknown_proxy_group); the
+    wire carries the Secret's name and key only, the worker reads the URLs from its mounted file."""
+    from trawl.api.proxies import NO_PROXY
+
+    proxies = pool_spec.proxies if pool_spec is not None else None
+    if proxies is None or (job_spec.proxy is not None and job_spec.proxy.group == NO_PROXY):
+        return None
+    group = proxies.group(job_spec.proxy.group) if job_spec.proxy is not None else proxies.default_group()
+    if group is None:
+        return None
+    return {
+        "group": group.name,
+        "secret": {"name": group.secret_ref.name, "key": group.secret_ref.key},
+        "max_per_proxy": group.max_concurrency_per_proxy,
     }
 
 

@@ -28,6 +28,9 @@ from trawl.boot import castore
 from trawl.egress.addresses import IPNetwork, address_block_reason
 from trawl.egress.resolver import SafeResolver, find_blocked
 
+from .proxied import HOP_ERRORS, ProxySessions, proxy_failure, refused_credentials, through_proxy
+from .proxies import ProxyEndpoint
+
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 HOP_BY_HOP = frozenset(
     h.lower()
@@ -60,6 +63,7 @@ class FetchError(Exception):
         status: int | None = None,
         retry_after: float | None = None,
         url: str | None = None,
+        proxy_fault: bool = False,
     ) -> None:
         super().__init__(message)
         self.failure_class = failure_class
@@ -67,6 +71,7 @@ class FetchError(Exception):
         self.status = status
         self.retry_after = retry_after
         self.url = url
+        self.proxy_fault = proxy_fault  # the upstream proxy failed (refused, 407), not the page
 
     def __repr__(self) -> str:
         return f"FetchError({self.failure_class.value}, {self.message!r})"
@@ -225,6 +230,8 @@ class Fetcher:
         self.user_agent = user_agent
         self._session: aiohttp.ClientSession | None = None
         self._ip_cache: dict[str, str | None] = {}
+        self._resolver = SafeResolver(self.allowed)  # a proxied hop's target is resolved and checked here
+        self._proxies = ProxySessions()
 
     async def start(self) -> None:
         if self._session is not None:
@@ -249,6 +256,7 @@ class Fetcher:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        await self._proxies.close()
 
     async def __aenter__(self) -> Fetcher:
         await self.start()
@@ -303,8 +311,12 @@ class Fetcher:
         before_hop: HopHook | None = None,
         conditional: Mapping[str, str] | None = None,
         content_types: tuple[str, ...] | None = HTML_TYPES,
+        proxy: ProxyEndpoint | None = None,
     ) -> FetchResult:
         """GET ``url`` following redirects by hand; raises :class:`FetchError` on any failure.
+
+        ``proxy``: the upstream proxy every hop goes through (trawl.worker.proxies); each hop's target is
+        still resolved and checked here first, and the proxy is handed the checked address (proxied.py).
 
         ``conditional``: validators (If-None-Match, If-Modified-Since) of ``url`` itself, so sent with the first
         request only, never to where it redirects; a 304 to them is a result with status 304 and no body.
@@ -316,7 +328,7 @@ class Fetcher:
         try:
             async with asyncio.timeout(limits.total_timeout):
                 return await self._fetch(
-                    url, limits, headers, user_agent, before_hop, started, conditional, content_types
+                    url, limits, headers, user_agent, before_hop, started, conditional, content_types, proxy
                 )
         except TimeoutError as exc:
             raise FetchError(
@@ -333,6 +345,7 @@ class Fetcher:
         started: float,
         conditional: Mapping[str, str] | None = None,
         content_types: tuple[str, ...] | None = HTML_TYPES,
+        proxy: ProxyEndpoint | None = None,
     ) -> FetchResult:
         assert self._session is not None
         req_headers = {k: v for k, v in (headers or {}).items() if k.lower() not in HOP_BY_HOP}
@@ -355,11 +368,23 @@ class Fetcher:
             if conditional and not redirects:
                 hop_headers = {**hop_headers, **conditional}
             try:
-                async with self._session.get(
-                    current, headers=hop_headers, allow_redirects=False, timeout=timeout
+                session, target, extra = self._session, current, dict[str, Any]()
+                if proxy is not None:  # resolve + check the target, hand the proxy its checked address
+                    session = self._proxies.session(proxy)
+                    target, hop_headers, extra = await through_proxy(current, hop_headers, proxy, self._resolver)
+                async with session.get(
+                    target, headers=hop_headers, allow_redirects=False, timeout=timeout, **extra
                 ) as resp:
-                    self._check_peer(resp, current)
+                    if proxy is None:  # through a proxy the peer is the proxy, which the pool listed
+                        self._check_peer(resp, current)
                     status = resp.status
+                    if proxy is not None and refused_credentials(status, resp.headers):
+                        raise FetchError(
+                            FailureClass.CONNECTION,
+                            f"proxy {proxy.label} refused its credentials (HTTP {status})",
+                            url=current,
+                            proxy_fault=True,
+                        )
                     if status in REDIRECT_STATUSES and "Location" in resp.headers:
                         location = resp.headers["Location"]
                         if len(redirects) >= limits.max_redirects:
@@ -383,7 +408,12 @@ class Fetcher:
                 raise
             except (aiohttp.ServerTimeoutError, aiohttp.ConnectionTimeoutError, TimeoutError) as exc:
                 raise FetchError(FailureClass.TIMEOUT, f"{type(exc).__name__} fetching {current}", url=current) from exc
-            except (aiohttp.ClientError, OSError) as exc:
+            except HOP_ERRORS as exc:
+                failed = proxy_failure(exc, proxy)
+                if failed is not None:  # the proxy's fault: retried like a connection failure, counted apart
+                    raise FetchError(
+                        FailureClass.CONNECTION, f"{failed} fetching {current}", url=current, proxy_fault=True
+                    ) from exc
                 blocked = find_blocked(exc)
                 if blocked is not None:
                     raise FetchError(

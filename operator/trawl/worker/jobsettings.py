@@ -39,6 +39,7 @@ class WorkerJobSpec:
     refresh: RefreshSettings | None = None  # spec.refresh (trawl.worker.refresh)
     sitemaps: SitemapRules | None = None  # what the job takes from sitemaps; None: it lists none
     hosts: HostCache | None = None  # the rate and concurrency per host (domain rules); None: politeness's
+    proxy: dict[str, Any] | None = None  # the proxy group's route (trawl.jobspec.wire.proxy_route); None: direct
 
     def host(self, authority: str) -> tuple[float, int]:
         """(requests per second, concurrency) for requests to ``authority`` (a URL's host[:port])."""
@@ -95,6 +96,7 @@ def parse_worker_spec(spec: dict[str, Any] | None) -> WorkerJobSpec:
         refresh=refresh,
         headers=HeaderScope.parse(request.headers, spec.get("header_scope"), hosts),
         hosts=hosts,
+        proxy=spec.get("proxy") or None,
         sitemaps=(
             SitemapRules.from_spec(spec["sitemaps"], str(crawl.scope.value) if crawl is not None else None)
             if spec.get("sitemaps")

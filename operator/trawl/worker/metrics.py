@@ -32,6 +32,14 @@ class WorkerMetrics:
         self.fetches = Counter(
             "trawl_worker_fetches_total", "Fetches by outcome (ok or a failure class).", ["outcome"], registry=r
         )
+        self.proxy_requests = Counter(
+            "trawl_worker_proxy_requests_total",
+            "Fetches through an upstream proxy by group, proxy (host:port, never credentials) and outcome: ok, "
+            "proxy_error (the proxy failed: refused, unreachable, 407), busy (every proxy at its limit) or "
+            "the fetch's failure class.",
+            ["group", "proxy", "outcome"],
+            registry=r,
+        )
         self.fetch_seconds = Histogram(
             "trawl_worker_fetch_seconds",
             "Time to fetch a page, redirects included.",
@@ -59,7 +67,8 @@ class WorkerMetrics:
         )
         self.deferrals = Counter(
             "trawl_worker_rate_limit_deferrals_total",
-            "Tasks given back with a delay because of Retry-After or a rate limit.",
+            "Tasks given back with a delay because of Retry-After, a rate limit or a failed upstream proxy "
+            "(reason proxy).",
             ["reason"],
             registry=r,
         )

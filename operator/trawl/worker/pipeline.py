@@ -20,11 +20,12 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from redis.exceptions import OutOfMemoryError
 
 from trawl.api.policies import FailureClass
+from trawl.jobspec.podfiles import MissingSecret
 from trawl.queue.claimsize import TaskTimer
 from trawl.queue.errors import QueueUnavailable
 from trawl.queue.model import QueueClient, Task, sweep_cursor
@@ -43,6 +44,7 @@ from .jobsettings import WorkerJobSpec
 from .metrics import WorkerMetrics
 from .parsepool import ParseLimit, ParsePool
 from .politeness import DomainLimiter, RateWaitTooLong, RobotsCache
+from .proxies import ProxyBusy, ProxyConfigError, ProxyDirectory
 from .refresh import RefreshPage
 from .refresh import begin as refresh_begin
 from .sitemaps import INDEX, MAX_SITEMAP_LEVEL, BadSitemap, SitemapRules, is_robots_task, robots_sitemaps
@@ -57,6 +59,8 @@ REDIS_TROUBLE: tuple[type[Exception], ...] = (*TRANSIENT_ERRORS, QueueUnavailabl
 
 MAX_DEFERRALS = 5  # Retry-After releases of one task (seen by this worker) before its attempts are spent
 MAX_DEFERRED_TASKS = 10_000  # tasks whose Retry-After releases are remembered
+_T = TypeVar("_T")
+PROXY_RETRY_DELAY = 1.0  # seconds before a task whose proxy failed is claimed again
 
 # What a failed fetch says about the site. Trouble counts toward opening its circuit breaker; an answer
 # proves it up (a success to the breaker); other failures (robots.txt, a refused address, ...) say nothing.
@@ -151,6 +155,7 @@ class TaskPipeline:
         self.slots = limiter.slots
         self.robots = robots
         self.fetcher = fetcher
+        self.proxies = ProxyDirectory()  # the pool's proxy groups, read from its mounted Secrets
         self.renderer = renderer
         self.parser = parser
         self.finisher = finisher
@@ -237,7 +242,8 @@ class TaskPipeline:
                         if scope is not None
                         else None
                     )
-                    result, render_info = await self.renderer.render(
+                    render = functools.partial(
+                        self.renderer.render,
                         task.url,
                         spec.render,
                         job.limits,
@@ -246,8 +252,10 @@ class TaskPipeline:
                         before_hop,
                         job_id=task.job_id,  # its page time counts against the job's tenant's browser quota
                     )
+                    result, render_info = await (render() if spec.proxy is None else self._proxied(render, spec.proxy))
                 else:
-                    result = await self.fetcher.fetch(
+                    fetch = functools.partial(
+                        self.fetcher.fetch,
                         task.url,
                         limits=job.limits,
                         headers=scope.for_request(task.url, task.url, task.depth) if scope is not None else None,
@@ -256,6 +264,7 @@ class TaskPipeline:
                         conditional=refresh.headers if refresh is not None else None,
                         content_types=None if sitemap else HTML_TYPES,  # a sitemap's reader judges its bytes
                     )
+                    result = await (fetch() if spec.proxy is None else self._proxied(fetch, spec.proxy))
             elapsed = time.monotonic() - fetch_started - waited
             if pol.adaptive_delay:
                 self.limiter.adaptive(domain).observe(elapsed, False)
@@ -306,6 +315,27 @@ class TaskPipeline:
             self.metrics.format_seconds.labels(name).observe(seconds)
         for name in page.data.get("truncated") or () if page.format_seconds else ():
             self.metrics.format_truncated.labels(name).inc()
+
+    async def _proxied(self, fetch: Callable[..., Awaitable[_T]], route: dict[str, Any]) -> _T:
+        """``fetch`` (a fetch or a render) through the least busy proxy of the job's group
+        (trawl.worker.proxies), counted per proxy."""
+        try:
+            group = self.proxies.group(route)
+        except (MissingSecret, ProxyConfigError) as exc:
+            raise FetchError(FailureClass.INTERNAL, f"proxy group {route.get('group')!r}: {exc}") from exc
+        try:
+            async with group.use(wait=self.max_rate_wait) as proxy:
+                try:
+                    result = await fetch(proxy=proxy)
+                except FetchError as exc:
+                    outcome = "proxy_error" if exc.proxy_fault else exc.failure_class.value
+                    self.metrics.proxy_requests.labels(group.name, proxy.label, outcome).inc()
+                    raise
+                self.metrics.proxy_requests.labels(group.name, proxy.label, "ok").inc()
+                return result
+        except ProxyBusy as exc:
+            self.metrics.proxy_requests.labels(group.name, "", "busy").inc()
+            raise FetchError(FailureClass.CONNECTION, str(exc), proxy_fault=True) from exc
 
     async def _refresh_begin(self, task: Task, spec: WorkerJobSpec) -> RefreshPage:
         """What the lineage knows of the page. A crawl page whose links are followed is fetched in full: a
@@ -466,11 +496,22 @@ class TaskPipeline:
         self.metrics.fetches.labels(cls.value).inc()
         if spec.politeness.adaptive_delay:
             self.limiter.adaptive(domain).observe(elapsed, cls in SLOW_DOWN)
-        if cls in SITE_TROUBLE:
+        if exc.proxy_fault:
+            pass  # the upstream proxy failed (refused, unreachable, 407): nothing said about the site
+        elif cls in SITE_TROUBLE:
             await self.breaker.record(domain, False, f"{cls.value}: {exc.message}")
         elif cls in SITE_ANSWERED:
             await self.breaker.record(domain, True)  # the site answered: it is up
         log_extra = {"job": task.job_id, "url": task.url, "error_class": cls.value, "error": exc.message}
+        if exc.proxy_fault and self._deferred_again(task) <= MAX_DEFERRALS:
+            while len(self._deferred) > MAX_DEFERRED_TASKS:
+                self._deferred.popitem(last=False)
+            # Given back without spending an attempt: the next claim picks the least busy proxy again.
+            # Bounded like Retry-After releases; past the bound a broken group spends attempts.
+            self.metrics.deferrals.labels("proxy").inc()
+            log.info("proxy failed; task given back", extra=log_extra)
+            await self.queue.release(task, self.worker_id, delay=PROXY_RETRY_DELAY)
+            return "released"
         if is_skipped(cls, task.depth):
             await self.notes.skip(task.job_id, task.task_id, task.url, exc.message)
             self.metrics.skipped.labels(cls.value).inc()

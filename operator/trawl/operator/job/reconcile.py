@@ -29,6 +29,7 @@ from trawl.jobspec.admission import (
     limit_exceeded,
     spec_problem,
     undeclared_secret_keys,
+    unknown_proxy_group,
     unmounted_directory,
     unmounted_secrets,
 )
@@ -185,6 +186,9 @@ def admit(uid: str, spec: ScrapeJobSpec, pool: ScrapePoolSpec, lineage: str | No
     unmounted_dir = unmounted_directory(spec, pool)
     if unmounted_dir is not None:
         return Problem("DirectoryNotMounted", unmounted_dir)
+    unknown_proxy = unknown_proxy_group(spec, pool)
+    if unknown_proxy is not None:
+        return Problem("UnknownProxyGroup", unknown_proxy)
     no_browser = browser_missing(spec, pool)
     if no_browser is not None:
         return Problem("BrowserNotAvailable", no_browser)

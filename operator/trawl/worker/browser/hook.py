@@ -16,6 +16,7 @@ from trawl.api.render import RenderSpec
 from trawl.egress.addresses import IPNetwork
 
 from ..fetch import FetchLimits, FetchResult
+from ..proxies import ProxyEndpoint
 from .crash import BrowserCrashed
 from .metrics import BrowserMetrics
 from .settings import BrowserSettings
@@ -61,6 +62,7 @@ class Renderer:
         before_hop: HopHook,
         *,
         job_id: str = "",
+        proxy: ProxyEndpoint | None = None,
     ) -> tuple[FetchResult, dict[str, Any]]:
         """The rendered page as a fetch result, and the fields it adds to the record. ``headers_for``: the
         headers a request of the page to a URL carries (the job's, to its own origins), None for none.
@@ -78,6 +80,7 @@ class Renderer:
             user_agent=user_agent,
             before_navigation=before_hop,
             on_held=held,
+            upstream=proxy,
         )
         return rendered.fetch, rendered.info.record_fields()
 

@@ -28,6 +28,7 @@ from trawl.api.render import RenderSpec, RenderWait
 from trawl.egress.addresses import IPNetwork
 
 from ..fetch import FetchError, FetchLimits, FetchResult, classify_status, parse_retry_after
+from ..proxies import ProxyEndpoint
 from .crash import BrowserCrashed
 from .metrics import BrowserMetrics
 from .proxy import PolicyProxy
@@ -104,13 +105,16 @@ class PageRenderer:
         user_agent: str | None,
         before_navigation: HopHook | None,
         started: float,
+        upstream: ProxyEndpoint | None = None,
     ) -> RenderResult:
-        """Render ``url`` in ``browser``; ``lost`` says whether the browser itself is gone (crashed or
+        """Render ``url`` in ``browser`` (through ``upstream``, the job's proxy, if any);
+        ``lost`` says whether the browser itself is gone (crashed or
         disconnected), which makes any error of the page a :class:`BrowserCrashed`."""
         proxy = PolicyProxy(
             self.allowed,
             connect_timeout=limits.connect_timeout,
             max_bytes=limits.max_bytes * self.settings.traffic_factor,
+            upstream=upstream,
         )
         page_state = _PageState()
         try:

@@ -23,6 +23,7 @@ from trawl.api.render import RenderSpec
 from trawl.egress.addresses import IPNetwork
 
 from ..fetch import FetchError, FetchLimits
+from ..proxies import ProxyEndpoint
 from . import procmem
 from .metrics import BrowserMetrics
 from .page import CLOSE_TIMEOUT, HeadersFor, HopHook, PageRenderer, RenderResult
@@ -230,15 +231,17 @@ class BrowserPool:
         user_agent: str | None = None,
         before_navigation: HopHook | None = None,
         on_held: Callable[[float], None] | None = None,
+        upstream: ProxyEndpoint | None = None,
     ) -> RenderResult:
-        """Render ``url`` and return its HTML; raises :class:`FetchError` like a fetch would. ``on_held`` is
+        """Render ``url`` and return its HTML (through ``upstream``, the job's proxy, if any);
+        raises :class:`FetchError` like a fetch would. ``on_held`` is
         told the seconds the page held the browser (its context open), whatever the outcome."""
         async with self._slots:
             started = time.monotonic()
             outcome = "ok"
             try:
                 result = await self._render(
-                    url, spec, limits, headers_for, user_agent, before_navigation, started, on_held
+                    url, spec, limits, headers_for, user_agent, before_navigation, started, on_held, upstream
                 )
                 if result.info.timed_out:
                     outcome = "timed_out"
@@ -261,6 +264,7 @@ class BrowserPool:
         before_navigation: HopHook | None,
         started: float,
         on_held: Callable[[float], None] | None = None,
+        upstream: ProxyEndpoint | None = None,
     ) -> RenderResult:
         # robots.txt and the rate limit for the page URL, before the browser does anything
         if before_navigation is not None:
@@ -278,7 +282,7 @@ class BrowserPool:
         held_from = time.monotonic()
         try:
             return await self._pages.render(
-                b.browser, b.lost, url, spec, limits, headers_for, user_agent, before_navigation, started
+                b.browser, b.lost, url, spec, limits, headers_for, user_agent, before_navigation, started, upstream
             )
         finally:
             if on_held is not None:

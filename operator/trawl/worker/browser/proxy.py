@@ -8,6 +8,9 @@ checks every address with the same policy as plain fetching (:func:`address_bloc
 to exactly the address it checked, so there is no DNS-rebinding window and no way around the check: a
 browser behind a proxy never resolves names itself.
 
+With an ``upstream`` (the job's proxy group, trawl.worker.proxies) the connection to the checked address
+goes through that proxy, as a CONNECT (HTTP proxy) or SOCKS5 connect to the address, never to the name.
+
 One proxy serves one page render: its byte budget, blocked-request log and lifetime are the page's,
 and closing it cuts every connection the page still holds.
 """
@@ -21,8 +24,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from python_socks import ProxyConnectionError, ProxyError, ProxyTimeoutError
+from python_socks.async_.asyncio import Proxy as UpstreamConnector
+
 from trawl.egress import names
 from trawl.egress.addresses import IPNetwork, address_block_reason
+
+from ..proxies import ProxyEndpoint
 
 log = logging.getLogger("trawl.worker.browser")
 
@@ -79,8 +87,10 @@ class PolicyProxy:
         *,
         connect_timeout: float = 10.0,
         max_bytes: int | None = None,
+        upstream: ProxyEndpoint | None = None,
     ) -> None:
         self.allowed = tuple(allowed)
+        self.upstream = upstream
         self.connect_timeout = connect_timeout
         self.max_bytes = max_bytes
         self.stats = ProxyStats()
@@ -214,7 +224,7 @@ class PolicyProxy:
             try:
                 async with asyncio.timeout(self.connect_timeout):
                     # connect to the very address that was checked, never to the name
-                    reader, writer = await asyncio.open_connection(address, port, limit=CHUNK)
+                    reader, writer = await self._open_connection(address, port)
             except (OSError, TimeoutError) as exc:
                 last = exc
                 continue
@@ -226,6 +236,21 @@ class PolicyProxy:
                 self.stats.blocked.append(f"{host}:{port}: {'; '.join(refused)}")
             raise ProxyRefused(403, f"refused {host}:{port}: {'; '.join(refused)}")
         raise ProxyRefused(502, f"cannot connect to {host}:{port}: {last!r}")
+
+    async def _open_connection(self, address: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connection to a checked address: direct, or tunnelled through the upstream proxy to the address."""
+        if self.upstream is None:
+            return await asyncio.open_connection(address, port, limit=CHUNK)
+        if self.upstream.scheme == "https":
+            raise ProxyRefused(
+                502, f"proxy {self.upstream.label}: a TLS (https://) proxy is not chained in browser mode"
+            )
+        try:
+            sock = await UpstreamConnector.from_url(self.upstream.url).connect(address, port, self.connect_timeout)
+        except (ProxyError, ProxyConnectionError, ProxyTimeoutError) as exc:
+            # python_socks' text names host:port, never the credentials; the upstream's label only here
+            raise ProxyRefused(502, f"proxy {self.upstream.label} failed: {type(exc).__name__}") from exc
+        return await asyncio.open_connection(sock=sock, limit=CHUNK)
 
     async def _refuse(self, writer: asyncio.StreamWriter, refused: ProxyRefused) -> None:
         text = {400: "Bad Request", 403: "Forbidden", 502: "Bad Gateway"}.get(refused.status, "Error")
