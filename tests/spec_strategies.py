@@ -144,7 +144,7 @@ crawl = obj(
         "scope": enum(scrapejob.CrawlScope),
         "include": st.lists(regex, max_size=3),
         "exclude": st.lists(regex, max_size=3),
-        "bloomFilter": obj(scrapejob.BloomFilterSpec, {}, {"falsePositiveRate": floats(1e-9, 0.1)}),
+        "bloomFilter": obj(scrapejob.BloomFilterSpec, {}, {"falsePositiveRate": floats(0.0001, 0.1)}),
     },
 )
 # An RFC 3339 time in UTC, whole seconds (as the model dumps it: "...Z").

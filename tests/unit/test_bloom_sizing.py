@@ -23,8 +23,8 @@ def test_the_textbook_size_and_its_rate_at_capacity() -> None:
     assert false_positive_rate(size, 100_000) < 1e-9, "far below the cap, far below the rate"
     assert BloomSize.parse(size.wire()) == size and BloomSize.parse("") is None
     with pytest.raises(ValueError, match="at most"):
-        size_for(10**9, 1e-9)
-    assert size_for(10**8, 1e-8).bits <= MAX_BITS
+        size_for(10**9, 0.0001)
+    assert size_for(10**8, 0.0001).bits <= MAX_BITS
 
 
 def test_only_a_crawl_that_asks_gets_one_bounded_by_its_page_cap() -> None:
@@ -35,8 +35,8 @@ def test_only_a_crawl_that_asks_gets_one_bounded_by_its_page_cap() -> None:
     assert config({"maxPages": 1000}) is None, "exact unless asked"
     assert config({"maxPages": 1000, "bloomFilter": {}}) == size_for(1000, 0.001)
     # the largest a job author can ask for: the page cap at the smallest rate, a few MB
-    largest = config({"maxPages": 1_000_000, "bloomFilter": {"falsePositiveRate": 1e-9}})
-    assert largest is not None and largest.bytes < 6_000_000
+    largest = config({"maxPages": 1_000_000, "bloomFilter": {"falsePositiveRate": 0.0001}})
+    assert largest is not None and largest.bytes < 2_500_000
     with pytest.raises(ValidationError):
         config({"maxPages": 1000, "bloomFilter": {"falsePositiveRate": 0.5}})
 

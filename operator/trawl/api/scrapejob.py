@@ -60,11 +60,11 @@ class BloomFilterSpec(TrawlModel):
 
     false_positive_rate: float = Field(
         default=0.001,
-        ge=1e-9,
+        ge=0.0001,  # written without an exponent: a YAML 1.1 reader takes 1e-09 for a string
         le=0.1,
         description="The most a new URL may be taken for a seen one (and skipped); the filter is sized for the "
-        "crawl's maxPages, so the rate holds up to it. Smaller costs more bits: 14.4 per URL at 0.001, 28.8 "
-        "at 0.000001.",
+        "crawl's maxPages, so the rate holds up to it. Smaller costs more bits: 14.4 per URL at 0.001, 19.2 "
+        "at 0.0001.",
     )
 
 

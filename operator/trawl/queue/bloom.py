@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 
 MAX_BITS = 2**32  # a Redis string holds at most 512 MB
-MIN_RATE, MAX_RATE = 1e-9, 0.1
+MIN_RATE, MAX_RATE = 0.0001, 0.1
 
 
 @dataclass(frozen=True, slots=True)
