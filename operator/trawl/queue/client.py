@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import redis.asyncio as aioredis
 
 from trawl.redisconn.client import TRANSIENT_ERRORS
+from trawl.redisconn.luashake import shake
 from trawl.redisconn.scripts import read_script
 
 from . import backoff
@@ -90,13 +91,13 @@ ALLOW_OOM_SCRIPTS = frozenset({"cancel", "expire_job"})
 
 
 def load_script_source(name: str) -> str:
-    """The full source of a transition's script: ``lib.lua`` followed by ``<name>.lua``.
+    """The full source of a transition's script: the helpers of ``lib.lua`` it uses, then ``<name>.lua``.
 
     The ``#!lua`` shebang (Redis 7) makes a cluster-mode server enforce that every key a script touches
     is in the slot of its declared keys (scripts without it may cross slots on one node unnoticed).
     """
     shebang = "#!lua flags=allow-oom" if name in ALLOW_OOM_SCRIPTS else "#!lua"
-    return shebang + "\n" + read_script("trawl.queue", "lib") + "\n" + read_script("trawl.queue", name)
+    return shebang + "\n" + shake(read_script("trawl.queue", "lib"), read_script("trawl.queue", name))
 
 
 def _s(value: Any) -> str:

@@ -1,7 +1,7 @@
 """Lua scripts kept as files: ``<package>/lua/<name>.lua``, read once per process.
 
 Every script Trawl runs on Redis is a file with a header naming its KEYS and ARGV. The queue's
-transitions are loaded with their shared library and the ``#!lua`` shebang
+transitions are loaded with the helpers of their shared library they use and the ``#!lua`` shebang
 (:func:`trawl.queue.client.load_script_source`); the others (job notes, shard quotas, the Redis stream
 sink, politeness and the circuit breaker) run as written.
 """

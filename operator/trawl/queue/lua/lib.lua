@@ -1,5 +1,6 @@
--- lib: the helpers every transition shares. The loader prepends this file to each queue script (after the
--- shebang), so it has no KEYS or ARGV of its own: each helper takes the keys it touches as arguments, except
+-- lib: the helpers every transition shares. The loader prepends the helpers a queue script uses (after the
+-- shebang; trawl.redisconn.luashake keeps each top-level `local function` the script names, directly or
+-- through another helper, with the comment lines above it), so it has no KEYS or ARGV of its own: each helper takes the keys it touches as arguments, except
 -- add_urls, which reads the calling script's URLs ARGV[first..last].
 --
 -- What it offers, in the order defined:
