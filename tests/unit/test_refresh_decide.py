@@ -236,6 +236,8 @@ def test_adaptive_revisits_leave_a_stable_page_alone_for_half_its_stable_time_wi
         assert decide.not_due(replace(stable, change=change), TAG, settings, NOW) is None
     assert decide.not_due(stable, OTHER, settings, NOW) is None
     assert decide.not_due(stable, TAG, RefreshSettings("ns/l"), NOW) is None
+    ahead = replace(stable, fetched_at=NOW + 60)  # saved by a worker whose clock runs a minute ahead
+    assert decide.not_due(ahead, TAG, RefreshSettings("ns/l"), NOW) is None, "revisits off: always due"
     assert decide.not_due(None, TAG, settings, NOW) is None
 
 

@@ -68,9 +68,12 @@ def not_due(old: PageState | None, tag: str, settings: RefreshSettings, now: int
     """A page adaptive revisits leave alone this run: unchanged with no request, its state kept as it was
     (but tagged with this run: it was accounted for, so the sweep does not call it gone). None when the page
     is due: never seen, gone, changed at its last visit, or fresh no longer."""
-    if old is None or old.tag == tag or old.change in (Change.GONE, Change.NEW, Change.CHANGED):
+    # Off first: with a 0 interval alone, a page fetched by a worker whose clock runs ahead would look fresh.
+    if settings.revisit_max_seconds <= 0 or old is None or old.tag == tag:
         return None
-    if now - old.fetched_at >= revisit_interval(old, settings) or settings.revisit_max_seconds <= 0:
+    if old.change in (Change.GONE, Change.NEW, Change.CHANGED):
+        return None
+    if now - old.fetched_at >= revisit_interval(old, settings):
         return None
     return Outcome(Change.UNCHANGED, replace(old, tag=tag), settings.records_all)
 
