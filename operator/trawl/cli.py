@@ -114,7 +114,18 @@ def operator_cmd(
     leader_election: bool = typer.Option(
         False, "--leader-election", help="Act only while holding a coordination.k8s.io Lease (run 2+ replicas)."
     ),
-    lease_name: str = typer.Option("trawl-operator", help="Name of the leader-election Lease."),
+    lease_name: str = typer.Option(
+        "trawl-operator", help="Name of the leader-election Lease (a shard's gets '-<key>' appended)."
+    ),
+    shard: str | None = typer.Option(
+        None, "--shard", envvar="TRAWL_SHARD", help="Reconcile only objects labelled sharding.trawl.dev/key=<key>."
+    ),
+    unsharded_only: bool = typer.Option(
+        False,
+        "--unsharded-only",
+        envvar="TRAWL_UNSHARDED_ONLY",
+        help="Reconcile only objects without the sharding.trawl.dev/key label (the main operator beside shards).",
+    ),
     lease_namespace: str | None = typer.Option(
         None, help="Namespace of the Lease (default: $POD_NAMESPACE, the operator's own)."
     ),
@@ -155,6 +166,12 @@ def operator_cmd(
 ) -> None:
     """Run the operator: reconcile ScrapeJobs, ScrapePools and CronScrapeJobs."""
     from trawl.operator.main import LeaderElection, Sidecar, run
+    from trawl.operator.sharding import Sharding
+
+    try:
+        sharding = Sharding(key=shard or None, unsharded_only=unsharded_only)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
 
     sidecars: list[Sidecar] = []
     if api_port:
@@ -178,8 +195,11 @@ def operator_cmd(
         health_port=health_port,
         bind_address=bind_address,
         verbose=verbose,
-        leader_election=LeaderElection.from_env(lease_namespace, lease_name) if leader_election else None,
+        leader_election=(
+            LeaderElection.from_env(lease_namespace, sharding.lease_name(lease_name)) if leader_election else None
+        ),
         sidecars=sidecars,
+        sharding=sharding,
     )
 
 

@@ -719,3 +719,36 @@ def test_the_results_api_can_be_registered_as_an_aggregated_api() -> None:
     with pytest.raises(HelmError, match=r"api\.tls\.secretName"):
         render(set_values={"api.aggregation.enabled": "true"})
     assert not by_kind(_installed(), "APIService")  # off by default
+
+
+def test_operator_shards_get_a_deployment_each_and_the_main_operator_leaves_them_their_objects() -> None:
+    docs = render(set_values={"operator.shards": "{b,c}"})
+    operators = {
+        d["metadata"]["name"]: d
+        for d in by_kind(docs, "Deployment")
+        if d["metadata"]["labels"].get("app.kubernetes.io/component") == "operator"
+    }
+    assert set(operators) == {"trawl-operator", "trawl-operator-shard-b", "trawl-operator-shard-c"}
+
+    def args(name: str) -> list[str]:
+        return list(operators[name]["spec"]["template"]["spec"]["containers"][0]["args"])
+
+    assert "--unsharded-only" in args("trawl-operator") and not any(
+        a.startswith("--shard") for a in args("trawl-operator")
+    )
+    for key in ("b", "c"):
+        name = f"trawl-operator-shard-{key}"
+        assert f"--shard={key}" in args(name) and "--unsharded-only" not in args(name)
+        selector = operators[name]["spec"]["selector"]["matchLabels"]
+        assert selector["trawl.dev/operator-shard"] == key
+        assert operators[name]["spec"]["template"]["metadata"]["labels"]["trawl.dev/operator-shard"] == key
+    # The main Deployment's selector is unchanged (selectors are immutable: an upgrade must not touch it).
+    plain = operator_deployment(render())
+    assert operators["trawl-operator"]["spec"]["selector"] == plain["spec"]["selector"]
+    assert "--unsharded-only" not in plain["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+@pytest.mark.parametrize("shards", ["{b,b}", "{-bad}", "{a/b}"])
+def test_a_bad_shard_list_is_refused_by_the_chart(shards: str) -> None:
+    with pytest.raises(HelmError, match=r"operator\.shards"):
+        render(set_values={"operator.shards": shards})

@@ -18,6 +18,7 @@ import kubernetes
 from kubernetes.client import ApiClient, ApiException
 
 from trawl.api.naming import API_VERSION, GROUP, VERSION
+from trawl.operator import sharding
 
 T = TypeVar("T")
 
@@ -91,7 +92,7 @@ async def apply_status(plural: str, kind: str, namespace: str, name: str, status
             plural,
             name,
             body,
-            field_manager="trawl-operator",
+            field_manager=sharding.current().field_manager,
             force=True,
             _content_type="application/apply-patch+yaml",
         )

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 import kopf
 from prometheus_client import start_http_server
 
+from .sharding import Sharding
+from .sharding import configure as configure_sharding
+
 log = logging.getLogger("trawl.operator")
 
 # A server the operator process runs beside the operator (the results API): started before leader election,
@@ -61,8 +64,10 @@ def run(
     verbose: bool = False,
     leader_election: LeaderElection | None = None,
     sidecars: Sequence[Sidecar] = (),
+    sharding: Sharding | None = None,
 ) -> None:
-    """Run until SIGTERM/SIGINT. Watches the given namespaces, or all of them."""
+    """Run until SIGTERM/SIGINT. Watches the given namespaces, or all of them; reconciles the objects of
+    its shard (every object when ``sharding`` is None)."""
     if bool(namespaces) == all_namespaces:
         raise SystemExit("give --all-namespaces or at least one --namespace")
     logging.basicConfig(
@@ -73,6 +78,8 @@ def run(
         # kopf logs every timer run at INFO ("Timer 'job_sync' succeeded."): one line per job per second.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
         logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    # Before the handlers import: their decorators read the shard's label filter once.
+    configure_sharding(sharding or Sharding())
     # kopf registers on import: what every kind shares (settings, indexes), then each kind's handlers, in the
     # order they were registered when they were one module.
     # isort: off

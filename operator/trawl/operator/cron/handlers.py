@@ -15,7 +15,7 @@ from typing import Any
 import kopf
 
 from trawl.api.naming import GROUP, VERSION
-from trawl.operator import clock
+from trawl.operator import clock, sharding
 from trawl.operator.handlers import (
     CRONS,
     TIMER_BACKOFF_SECONDS,
@@ -30,6 +30,9 @@ from trawl.operator.handlers import (
 from .reconcile import failed_cron, reconcile_cron
 
 CRON_SYNC_SECONDS = float(os.environ.get("TRAWL_CRON_SYNC_SECONDS", "10"))
+
+# Only this operator's shard (trawl.operator.sharding): read once, when the handlers register.
+SHARD = sharding.current().handler_labels()
 
 
 async def _cron(
@@ -56,6 +59,7 @@ async def _cron(
                 now=clock.now(),
                 pool_index=pool_index,
                 namespaces=namespace_labels,
+                labels=meta.labels,
             )
         except Exception as exc:
             outcome = failed_cron(previous, generation, clock.now(), *unexpected("CronScrapeJob", meta, exc))
@@ -64,9 +68,9 @@ async def _cron(
     post(body, outcome.events)
 
 
-@kopf.on.create(GROUP, VERSION, CRONS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
-@kopf.on.update(GROUP, VERSION, CRONS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
-@kopf.on.resume(GROUP, VERSION, CRONS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
+@kopf.on.create(GROUP, VERSION, CRONS, labels=SHARD, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
+@kopf.on.update(GROUP, VERSION, CRONS, labels=SHARD, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
+@kopf.on.resume(GROUP, VERSION, CRONS, labels=SHARD, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
 async def cron_changed(
     body: kopf.Body,
     patch: kopf.Patch,
@@ -79,7 +83,13 @@ async def cron_changed(
 
 
 @kopf.timer(
-    GROUP, VERSION, CRONS, interval=CRON_SYNC_SECONDS, errors=kopf.ErrorsMode.TEMPORARY, backoff=TIMER_BACKOFF_SECONDS
+    GROUP,
+    VERSION,
+    CRONS,
+    labels=SHARD,
+    interval=CRON_SYNC_SECONDS,
+    errors=kopf.ErrorsMode.TEMPORARY,
+    backoff=TIMER_BACKOFF_SECONDS,
 )
 async def cron_sync(
     body: kopf.Body,

@@ -23,6 +23,7 @@ from trawl.operator.indexes import namespace_labels, pool_from_index
 from trawl.operator.job.reconcile import delete_job_object
 from trawl.operator.job.status import TERMINAL
 from trawl.operator.problems import Problem
+from trawl.operator.sharding import inherited_labels
 
 from .schedule import decide, history_to_delete, job_name
 
@@ -36,13 +37,19 @@ class CronOutcome:
 
 
 def build_job(
-    cron_name: str, cron_uid: str, spec: CronScrapeJobSpec, scheduled: datetime, last_run: datetime | None = None
+    cron_name: str,
+    cron_uid: str,
+    spec: CronScrapeJobSpec,
+    scheduled: datetime,
+    last_run: datetime | None = None,
+    shard_labels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The ScrapeJob of one run. ``last_run``: when the cron's last successful run started, which a template
     with ``sitemaps.lastmodSinceLastRun`` turns into the job's ``sitemaps.lastmodAfter``."""
     template = spec.job_template
     meta = template.metadata
-    labels = {**(meta.labels if meta and meta.labels else {}), LABEL_CRON: cron_name}
+    # The cron's shard label wins over the template's: its runs stay with the shard that creates them.
+    labels = {**(meta.labels if meta and meta.labels else {}), **(shard_labels or {}), LABEL_CRON: cron_name}
     annotations = {
         **(meta.annotations if meta and meta.annotations else {}),
         ANNOTATION_SCHEDULED_AT: format_time(scheduled),
@@ -158,6 +165,7 @@ async def reconcile_cron(
     now: datetime,
     pool_index: Mapping[Any, Any],
     namespaces: Mapping[Any, Any] | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> CronOutcome:
     prev = dict(status)
     events: list[Transition] = []
@@ -213,7 +221,8 @@ async def reconcile_cron(
         events.append(Transition("Normal", "SuccessfulDelete", f"replaced active job {doomed}"))
         active.remove(doomed)
     if decision.create_for is not None:
-        body = build_job(name, uid, spec, decision.create_for, last_successful_start(jobs))
+        runs_labels = inherited_labels(labels)
+        body = build_job(name, uid, spec, decision.create_for, last_successful_start(jobs), runs_labels)
         if await create_job(namespace, body):
             events.append(Transition("Normal", "SuccessfulCreate", f"created ScrapeJob {body['metadata']['name']}"))
         if body["metadata"]["name"] not in active:

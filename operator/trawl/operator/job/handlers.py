@@ -19,7 +19,7 @@ import kopf
 from redis.exceptions import RedisError
 
 from trawl.api.naming import API_VERSION, GROUP, VERSION
-from trawl.operator import clock, kube, metrics
+from trawl.operator import clock, kube, metrics, sharding
 from trawl.operator.events import AGGREGATED, post_aggregated
 from trawl.operator.handlers import (
     JOBS,
@@ -43,6 +43,9 @@ _written: dict[str, dict[str, Any]] = {}  # ScrapeJob uid -> the status this pro
 # already waiting on the job's lock can come after its deletion, so recent uids are enough.
 _deleted: dict[str, None] = {}
 DELETED_REMEMBERED = 10000
+
+# Only this operator's shard (trawl.operator.sharding): read once, when the handlers register.
+SHARD = sharding.current().handler_labels()
 
 
 def _remember_deleted(uid: str) -> None:
@@ -147,9 +150,9 @@ def _job_finished(status: Mapping[str, Any], **_: Any) -> bool:
     return status.get("phase") in TERMINAL
 
 
-@kopf.on.create(GROUP, VERSION, JOBS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
-@kopf.on.update(GROUP, VERSION, JOBS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
-@kopf.on.resume(GROUP, VERSION, JOBS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
+@kopf.on.create(GROUP, VERSION, JOBS, labels=SHARD, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
+@kopf.on.update(GROUP, VERSION, JOBS, labels=SHARD, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
+@kopf.on.resume(GROUP, VERSION, JOBS, labels=SHARD, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
 async def job_changed(
     body: kopf.Body,
     patch: kopf.Patch,
@@ -165,6 +168,7 @@ async def job_changed(
     GROUP,
     VERSION,
     JOBS,
+    labels=SHARD,
     interval=JOB_SYNC_SECONDS,
     when=_job_active,
     errors=kopf.ErrorsMode.TEMPORARY,
@@ -186,6 +190,7 @@ async def job_sync(
     GROUP,
     VERSION,
     JOBS,
+    labels=SHARD,
     interval=5,
     when=_job_finished,
     errors=kopf.ErrorsMode.TEMPORARY,
@@ -202,7 +207,7 @@ async def job_finished_sync(
     await _job(body, patch, pool_index, secret_index, namespace_labels)
 
 
-@kopf.on.delete(GROUP, VERSION, JOBS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
+@kopf.on.delete(GROUP, VERSION, JOBS, labels=SHARD, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
 async def job_deleted(
     body: kopf.Body,
     retry: int,

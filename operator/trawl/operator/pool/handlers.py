@@ -18,7 +18,7 @@ import kopf
 
 from trawl.api.naming import GROUP, VERSION
 from trawl.autoscale.schedule import TICK_SECONDS
-from trawl.operator import clock, kube, metrics
+from trawl.operator import clock, kube, metrics, sharding
 from trawl.operator.handlers import (
     POOLS,
     TIMER_BACKOFF_SECONDS,
@@ -45,6 +45,9 @@ POOL_SYNC_SECONDS = float(os.environ.get("TRAWL_POOL_SYNC_SECONDS", "5"))
 POOL_TICK_SECONDS = min(TICK_SECONDS, POOL_SYNC_SECONDS)
 
 autoscalers = Autoscalers()
+
+# Only this operator's shard (trawl.operator.sharding): read once, when the handlers register.
+SHARD = sharding.current().handler_labels()
 
 
 def pool_poll_seconds(spec: Mapping[str, Any]) -> float:
@@ -113,9 +116,9 @@ async def _pool(
             metrics.REDIS_ERRORS.labels(kind="ScrapePool").inc()
 
 
-@kopf.on.create(GROUP, VERSION, POOLS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
-@kopf.on.update(GROUP, VERSION, POOLS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
-@kopf.on.resume(GROUP, VERSION, POOLS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
+@kopf.on.create(GROUP, VERSION, POOLS, labels=SHARD, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
+@kopf.on.update(GROUP, VERSION, POOLS, labels=SHARD, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
+@kopf.on.resume(GROUP, VERSION, POOLS, labels=SHARD, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
 async def pool_changed(
     body: kopf.Body,
     patch: kopf.Patch,
@@ -128,7 +131,13 @@ async def pool_changed(
 
 
 @kopf.timer(
-    GROUP, VERSION, POOLS, interval=POOL_TICK_SECONDS, errors=kopf.ErrorsMode.TEMPORARY, backoff=TIMER_BACKOFF_SECONDS
+    GROUP,
+    VERSION,
+    POOLS,
+    labels=SHARD,
+    interval=POOL_TICK_SECONDS,
+    errors=kopf.ErrorsMode.TEMPORARY,
+    backoff=TIMER_BACKOFF_SECONDS,
 )
 async def pool_sync(
     body: kopf.Body,
@@ -148,7 +157,7 @@ async def pool_sync(
         await _pool(body, patch, jobs_by_pool, secret_index, namespace_labels, scheduled=False)
 
 
-@kopf.on.delete(GROUP, VERSION, POOLS, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
+@kopf.on.delete(GROUP, VERSION, POOLS, labels=SHARD, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
 async def pool_deleted(
     body: kopf.Body,
     retry: int,
