@@ -132,7 +132,7 @@ async def cleanup(**_: Any) -> None:
 def pool_index(
     namespace: str, name: str, spec: Mapping[str, Any], meta: Mapping[str, Any], status: Mapping[str, Any], **_: Any
 ) -> Any:
-    return {(namespace, name): pool_entry(spec, meta["uid"], status)}
+    return {(namespace, name): pool_entry(spec, meta["uid"], status, meta.get("generation"))}
 
 
 @kopf.index(GROUP, VERSION, JOBS)

@@ -21,6 +21,7 @@ from trawl.jobspec.tenancy import sharing_refusal
 from trawl.operator.job.status import TERMINAL
 from trawl.operator.pool.scaling import job_hosts
 
+from .memo import Memo
 from .problems import Problem
 
 
@@ -37,9 +38,18 @@ class PoolRef:
     # tenant: seconds its browser tasks held a browser page this UTC day, as the status said at the pool's
     # last poll (its browserSecondsPerDay holds its browser jobs: trawl.jobspec.tenancy.browser_quota_hold)
     browser_seconds: dict[str, float] = field(default_factory=dict)
+    # metadata.generation (None: not known): with the uid it names the spec, so what is derived from the
+    # spec alone is kept by it (POOL_SPECS, the job's admission) until the spec changes
+    generation: int | None = None
 
 
-def pool_entry(spec: Mapping[str, Any], uid: str, status: Mapping[str, Any]) -> dict[str, Any]:
+# Validated pool specs by (uid, generation): every job pass of a pool's jobs reads its pool.
+POOL_SPECS: Memo[ScrapePoolSpec] = Memo(1024)
+
+
+def pool_entry(
+    spec: Mapping[str, Any], uid: str, status: Mapping[str, Any], generation: int | None = None
+) -> dict[str, Any]:
     """A pool as the pool index holds it (read defensively: an index function must never raise)."""
     throttled: dict[str, str] = {}
     queue_full: dict[str, str] = {}
@@ -55,7 +65,14 @@ def pool_entry(spec: Mapping[str, Any], uid: str, status: Mapping[str, Any]) -> 
         seconds = row.get("browserSecondsToday")
         if isinstance(seconds, int | float) and not isinstance(seconds, bool) and seconds > 0:
             browser[row["tenant"]] = float(seconds)
-    return {"spec": dict(spec), "uid": uid, "throttled": throttled, "queueFull": queue_full, "browser": browser}
+    return {
+        "spec": dict(spec),
+        "uid": uid,
+        "generation": generation,
+        "throttled": throttled,
+        "queueFull": queue_full,
+        "browser": browser,
+    }
 
 
 def pool_from_index(pool_index: Mapping[Any, Any], namespace: str, name: str) -> PoolRef | Problem:
@@ -64,13 +81,21 @@ def pool_from_index(pool_index: Mapping[Any, Any], namespace: str, name: str) ->
     if not entries:
         return Problem("PoolNotFound", f"ScrapePool {namespace}/{name} does not exist")
     raw = entries[0]
+    generation = raw.get("generation")
+    generation = generation if isinstance(generation, int) and not isinstance(generation, bool) else None
+
+    def validate() -> ScrapePoolSpec:
+        return ScrapePoolSpec.model_validate(raw["spec"])
+
     try:
+        spec = validate() if generation is None else POOL_SPECS.get((raw["uid"], generation), validate)
         return PoolRef(
-            ScrapePoolSpec.model_validate(raw["spec"]),
+            spec,
             raw["uid"],
             dict(raw.get("throttled") or {}),
             dict(raw.get("queueFull") or {}),
             dict(raw.get("browser") or {}),
+            generation,
         )
     except ValidationError as exc:
         return Problem("PoolInvalid", f"ScrapePool {name} is invalid: {validation_message(exc)}")

@@ -48,7 +48,8 @@ from trawl.operator import kube
 from trawl.operator.conditions import ConditionType, get_condition
 from trawl.operator.connections import RedisConnections, pool_queue
 from trawl.operator.events import Transition
-from trawl.operator.indexes import namespace_labels, pool_from_index
+from trawl.operator.indexes import PoolRef, namespace_labels, pool_from_index
+from trawl.operator.memo import Memo, digest
 from trawl.operator.problems import Problem
 from trawl.operator.secrets import secret_reader
 from trawl.queue import Queue, QueueUnavailable
@@ -170,6 +171,22 @@ async def _enqueue_seeds(queue: Queue, uid: str, spec: ScrapeJobSpec) -> int:
     return min(position, end)
 
 
+# Validated job specs by (uid, digest of the spec), and admissions by what they derive from: kept across the
+# passes of active jobs (each second) until a spec changes (trawl.operator.memo).
+JOB_SPECS: Memo[ScrapeJobSpec] = Memo(4096)
+ADMISSIONS: Memo[JobConfig | Problem] = Memo(4096)
+
+
+def admit_memo(
+    spec_key: tuple[str, str], spec: ScrapeJobSpec, pool: PoolRef, lineage: str | None
+) -> JobConfig | Problem:
+    """``admit``, once per job spec, pool spec and lineage (not kept for a pool whose generation is unknown)."""
+    uid = spec_key[0]
+    if pool.generation is None:
+        return admit(uid, spec, pool.spec, lineage)
+    return ADMISSIONS.get((*spec_key, pool.uid, pool.generation, lineage), lambda: admit(uid, spec, pool.spec, lineage))
+
+
 def admit(uid: str, spec: ScrapeJobSpec, pool: ScrapePoolSpec, lineage: str | None = None) -> JobConfig | Problem:
     """The job's configuration on its pool, or why the pool cannot run it (no I/O). ``lineage``: a refresh
     job's page state (trawl.jobspec.wire.refresh_lineage)."""
@@ -222,8 +239,10 @@ async def reconcile_job(
     its Namespace-labels index (read for a pool whose tenancy names a tenantLabel); ``job_labels``: the job's
     own (a CronScrapeJob's jobs share its refresh lineage)."""
     prev = dict(status)
+    raw = dict(spec_raw)
+    spec_key = (uid, digest(raw))
     try:
-        spec = ScrapeJobSpec.model_validate(dict(spec_raw))
+        spec = JOB_SPECS.get(spec_key, lambda: ScrapeJobSpec.model_validate(raw))
     except ValidationError as exc:
         facts = JobFacts(generation=generation, suspend=False, problem=Problem("InvalidSpec", validation_message(exc)))
         return JobOutcome(*derive_job_status(facts, prev, now))
@@ -243,7 +262,7 @@ async def reconcile_job(
     if not_shared is None:
         # Checked only for a job the pool serves: one it does not learns nothing of the pool's settings.
         lineage = refresh_lineage(namespace, name, spec, (job_labels or {}).get(LABEL_CRON))
-        admitted = admit(uid, spec, pool.spec, lineage)
+        admitted = admit_memo(spec_key, spec, pool, lineage)
         if isinstance(admitted, Problem):
             return stalled(admitted)
         config = admitted
