@@ -419,10 +419,11 @@ class PostgresSink(TrawlModel):
 
 
 class S3Sink(TrawlModel):
-    """Results as gzip-compressed JSON Lines objects, one per written batch, under a per-job prefix.
+    """Results as objects, one per written batch (gzip JSON Lines, CSV or Parquet), under a per-job prefix.
 
-    Objects: ``<prefix><job UID>/records/<batch id>.jsonl.gz``; when the job finishes the operator
-    writes ``<prefix><job UID>/manifest.json`` listing them with their record counts.
+    Objects: ``<prefix><job UID>/records/<time>-<sha256>-<n>.<jsonl.gz|csv|parquet>``; when the job
+    finishes the operator writes ``<prefix><job UID>/manifest.json`` listing them with their record
+    counts and checksums (and, for CSV and Parquet, the format and the schema).
     """
 
     bucket: str = Field(
