@@ -123,6 +123,37 @@ INVALID: list[Case] = [
         "jsonLines",
     ),
     Case(
+        "sink-files-without-settings",
+        "ScrapeJob",
+        _job(output={"sink": "Files"}),
+        "spec.output.files",
+        "files",
+    ),
+    Case(
+        "sink-files-directory-climbs-out",
+        "ScrapeJob",
+        _job(output={"sink": "Files", "files": {"directory": "/data/../etc"}}),
+        "spec.output.files.directory",
+        "output.files.directory",
+    ),
+    Case(
+        "sink-s3-format-unknown",
+        "ScrapeJob",
+        _job(
+            output={
+                "sink": "S3",
+                "s3": {
+                    "bucket": "bkt",
+                    "format": "Excel",
+                    "accessKeyIdSecretRef": {"name": "s", "key": "a"},
+                    "secretAccessKeySecretRef": {"name": "s", "key": "b"},
+                },
+            }
+        ),
+        "spec.output.s3.format",
+        "output.s3.format",
+    ),
+    Case(
         "webhook-url-scheme",
         "ScrapeJob",
         _job(output={"sink": "Webhook", "webhook": {"url": "file:///etc/passwd"}}),

@@ -14,7 +14,7 @@ from typing import Any
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from trawl.api import domainrules, formats, policies, proxies, refresh, render, scrapejob, scrapepool, tenancy
+from trawl.api import domainrules, formats, policies, proxies, refresh, render, scrapejob, scrapepool, tabular, tenancy
 from trawl.api.cronscrapejob import TIMEZONE_PATTERN, CronScrapeJobSpec, JobTemplateMetadata, ScrapeJobTemplate
 
 Strategy = st.SearchStrategy[Any]
@@ -300,7 +300,13 @@ def _output(sink: str) -> Strategy:
                 "endpoint": http_url,
                 "region": st.sampled_from(["us-east-1", "eu-west-3"]),
                 "pathStyle": st.booleans(),
+                "format": enum(tabular.FileFormat),
             },
+        ),
+        "files": obj(
+            tabular.FilesSink,
+            {"directory": st.from_regex(r"(/[a-z0-9_-][a-z0-9._-]{0,8}){1,3}/?", fullmatch=True)},
+            {"format": enum(tabular.FileFormat)},
         ),
     }
     key = {
@@ -309,6 +315,7 @@ def _output(sink: str) -> Strategy:
         "Webhook": "webhook",
         "PostgreSQL": "postgres",
         "S3": "s3",
+        "Files": "files",
     }[sink]
     required = {"sink": st.just(sink), key: settings[key]}
     optional = {k: v for k, v in settings.items() if k != key}

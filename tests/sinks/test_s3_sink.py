@@ -21,9 +21,11 @@ from trawl.clitools import results
 from trawl.dev.s3_server import S3Server
 from trawl.egress.addresses import parse_networks
 from trawl.operator.job.sinkcheck import finish_sink, sink_problem
+from trawl.queue.keys import pending_key
 from trawl.sinks import s3 as s3sink
 from trawl.sinks.base import Record, record_key
 from trawl.sinks.s3 import S3Sink, S3Target
+from trawl.sinks.tabular import Part
 
 LOOPBACK = parse_networks(["127.0.0.0/8"])
 
@@ -93,14 +95,15 @@ async def test_a_worker_dead_after_its_put_or_before_it_costs_no_duplicate_and_n
 ) -> None:
     tgt = target(s3_server, new_bucket(s3_server))
     batch = [rec("j", f"http://s.test/{i}") for i in range(4)]
-    pending = s3sink.pending_key(dedupe("j"))
+    pending = pending_key(dedupe("j"))
     # Worker A recorded the batch as pending in object X and completed the PUT, then died (no marks).
-    name = s3sink.object_name(tgt, "j", 2)
-    await redis_client.hset(pending, mapping={r.key: name for r in batch[:2]})
     body = gzip.compress("".join(json.dumps(r.data) + "\n" for r in batch[:2]).encode())
+    name = s3sink.object_name(tgt, "j", Part(batch[:2], body))
+    await redis_client.hset(pending, mapping={r.key: name for r in batch[:2]})
     s3sink.client(tgt).put_object(tgt.bucket, name, io.BytesIO(body), len(body))
     # Worker B recorded the rest as pending in object Y and died before its PUT.
-    await redis_client.hset(pending, mapping={r.key: s3sink.object_name(tgt, "j", 2) for r in batch[2:]})
+    lost = s3sink.object_name(tgt, "j", Part(batch[2:], b"never written"))
+    await redis_client.hset(pending, mapping={r.key: lost for r in batch[2:]})
     # All four tasks are redelivered to worker C.
     sink = S3Sink(redis_client, dedupe, tgt)
     try:

@@ -58,6 +58,11 @@ _RULES: dict[str, list[dict[str, str]]] = {
             "message": "webhook is required when sink is Webhook",
             "fieldPath": ".webhook",
         },
+        {
+            "rule": "self.sink != 'Files' || has(self.files)",
+            "message": "files is required when sink is Files",
+            "fieldPath": ".files",
+        },
     ],
     "PostgresSink": [
         {"rule": f"self.host.matches(r'{PG_HOST_PATTERN}')", "message": PG_HOST_MESSAGE, "fieldPath": ".host"}

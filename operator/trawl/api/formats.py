@@ -29,6 +29,7 @@ class OutputFormat(StrEnum):
     TEXT = "text"
     STRUCTURED = "structured"
     LINKS = "links"
+    SCREENSHOT = "screenshot"  # browser mode only (admission): a PNG of the viewport, base64
 
 
 class StructuredSyntax(StrEnum):

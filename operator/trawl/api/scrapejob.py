@@ -29,6 +29,7 @@ from .policies import FailureClass, PolitenessSpec, RequestSpec, RetrySpec
 from .proxies import JobProxy
 from .refresh import RefreshSpec
 from .render import RenderSpec
+from .tabular import FileFormat, FilesSink
 
 MAX_INLINE_URLS = 5000
 MAX_URL_LENGTH = 2048  # every URL a job lists or a range makes (HttpURL's bound)
@@ -215,7 +216,9 @@ class ExtractSpec(TrawlModel):
         max_length=len(OutputFormat),
         description="Formats of the page written as record fields of the same name: markdown and text (the main "
         "content, without navigation, ads and footers), structured (embedded JSON-LD, microdata, OpenGraph, "
-        f"RDFa), links (absolute, deduplicated, at most {MAX_FORMAT_LINKS}). Each is at most the pool's "
+        f"RDFa), links (absolute, deduplicated, at most {MAX_FORMAT_LINKS}), screenshot (a base64 PNG of the "
+        "viewport; render.mode Browser only, else the job is Stalled with reason ScreenshotNeedsBrowser). "
+        "Each is at most the pool's "
         f"jobLimits.maxFormatBytes (default {DEFAULT_FORMAT_BYTES} bytes) and structured data at most "
         f"{MAX_FORMAT_ENTRIES} entries per syntax and per array, {MAX_FORMAT_DEPTH} levels deep; a format cut "
         "to fit is named in the record's truncated list. Format text replaces the option text.",
@@ -329,6 +332,7 @@ class SinkKind(StrEnum):
     WEBHOOK = "Webhook"
     POSTGRESQL = "PostgreSQL"
     S3 = "S3"
+    FILES = "Files"
 
 
 class JsonLinesSink(TrawlModel):
@@ -415,10 +419,11 @@ class PostgresSink(TrawlModel):
 
 
 class S3Sink(TrawlModel):
-    """Results as gzip-compressed JSON Lines objects, one per written batch, under a per-job prefix.
+    """Results as objects, one per written batch (gzip JSON Lines, CSV or Parquet), under a per-job prefix.
 
-    Objects: ``<prefix><job UID>/records/<batch id>.jsonl.gz``; when the job finishes the operator
-    writes ``<prefix><job UID>/manifest.json`` listing them with their record counts.
+    Objects: ``<prefix><job UID>/records/<time>-<sha256>-<n>.<jsonl.gz|csv|parquet>``; when the job
+    finishes the operator writes ``<prefix><job UID>/manifest.json`` listing them with their record
+    counts and checksums (and, for CSV and Parquet, the format and the schema).
     """
 
     bucket: str = Field(
@@ -441,6 +446,11 @@ class S3Sink(TrawlModel):
         description="Secret key holding the access key ID (the Secret must be in the pool's spec.worker.secrets)."
     )
     secret_access_key_secret_ref: SecretKeyRef = Field(description="Secret key holding the secret access key.")
+    format: FileFormat = Field(
+        default=FileFormat.JSON_LINES,
+        description="JSONLines (gzip), CSV or Parquet: one object per written batch, a table with a column per "
+        "field for CSV and Parquet (README, Tabular outputs).",
+    )
 
 
 class RedisStreamSink(TrawlModel):
@@ -453,13 +463,14 @@ class OutputSpec(TrawlModel):
     """Where results go."""
 
     sink: SinkKind = Field(
-        default=SinkKind.REDIS_STREAM, description="RedisStream, JsonLines, Webhook, PostgreSQL or S3."
+        default=SinkKind.REDIS_STREAM, description="RedisStream, JsonLines, Webhook, PostgreSQL, S3 or Files."
     )
     redis_stream: RedisStreamSink | None = Field(default=None, description="Settings for sink RedisStream.")
     json_lines: JsonLinesSink | None = Field(default=None, description="Settings for sink JsonLines (required then).")
     webhook: WebhookSink | None = Field(default=None, description="Settings for sink Webhook (required then).")
     postgres: PostgresSink | None = Field(default=None, description="Settings for sink PostgreSQL (required then).")
     s3: S3Sink | None = Field(default=None, description="Settings for sink S3 (required then).")
+    files: FilesSink | None = Field(default=None, description="Settings for sink Files (required then).")
 
     @model_validator(mode="after")
     def _settings_for_sink(self) -> Self:
@@ -471,6 +482,8 @@ class OutputSpec(TrawlModel):
             raise ValueError("output.postgres is required when sink is PostgreSQL")
         if self.sink == SinkKind.S3 and self.s3 is None:
             raise ValueError("output.s3 is required when sink is S3")
+        if self.sink == SinkKind.FILES and self.files is None:
+            raise ValueError("output.files is required when sink is Files")
         return self
 
 

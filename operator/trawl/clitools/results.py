@@ -50,6 +50,8 @@ def check_sink(job: dict[str, Any]) -> None:
     where = {
         "JsonLines": f"written by the workers as JSON Lines to {location} (on the volume mounted into the workers)",
         "Webhook": f"POSTed to the webhook {location}",
+        "Files": f"written by the workers as files to {location} (on the volume mounted into the workers; "
+        "its manifest.json lists them)",
     }.get(sink, f"in the {sink} sink at {location}")
     raise CliError(f"results of ScrapeJob {name} cannot be read back: they were {where}", EXIT_OTHER_SINK)
 

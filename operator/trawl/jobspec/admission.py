@@ -67,16 +67,19 @@ def undeclared_secret_keys(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -
 
 
 def unmounted_directory(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> str | None:
-    """Why a JsonLines job's directory is not on a writable volume its pool mounts, or None when it is."""
+    """Why a JsonLines or Files job's directory is not on a writable volume its pool mounts, or None when it is."""
     output = job_spec.output
-    if output is None or output.sink != "JsonLines" or output.json_lines is None:
+    if output is not None and output.sink == "Files" and output.files is not None:
+        directory, field = output.files.directory, "output.files.directory"
+    elif output is not None and output.sink == "JsonLines" and output.json_lines is not None:
+        directory, field = output.json_lines.directory, "output.jsonLines.directory"
+    else:
         return None
-    directory = output.json_lines.directory
     if pool_spec.worker.writable_mount_for(directory) is not None:
         return None
     mounted = ", ".join(m.mount_path for m in pool_spec.worker.volume_mounts or []) or "none"
     return (
-        f"output.jsonLines.directory {directory} is not on a writable volume of the pool's workers (their root "
+        f"{field} {directory} is not on a writable volume of the pool's workers (their root "
         f"filesystem is read-only; mounts: {mounted}): add a volume (e.g. a persistentVolumeClaim) and a "
         f"volumeMount to the ScrapePool's spec.worker"
     )
@@ -95,6 +98,17 @@ def unknown_proxy_group(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> s
     return (
         f"spec.proxy.group {job_spec.proxy.group!r} is not a proxy group of ScrapePool {job_spec.pool!r} "
         f"(its spec.proxies.groups: {known}); name one of them, or 'none' to fetch directly"
+    )
+
+
+def screenshot_without_browser(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> str | None:
+    """Why a job's extract.formats screenshot cannot be taken (no page of it renders in a browser), or None."""
+    formats = job_spec.extract.formats if job_spec.extract is not None else None
+    if "screenshot" not in (formats or ()) or renders_in_browser(job_spec, pool_spec):
+        return None
+    return (
+        "extract.formats screenshot needs pages rendered in a browser: set render.mode Browser (or a domain "
+        "rule's render Browser), or remove screenshot from extract.formats"
     )
 
 

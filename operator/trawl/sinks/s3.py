@@ -1,16 +1,14 @@
-"""S3-compatible object storage sink: one gzip JSON Lines object per written batch, under a job prefix.
+"""S3-compatible object storage sink: one object per written batch (gzip JSON Lines, CSV or Parquet:
+``output.s3.format``), under a job prefix.
 
 Layout in the bucket::
 
-    <prefix><job UID>/records/<ns timestamp>-<random>-<n>.jsonl.gz   one per batch, n records
-    <prefix><job UID>/manifest.json                                  written by the operator at the end
+    <prefix><job UID>/records/<ns timestamp>-<sha256>-<n>.<jsonl.gz|csv|parquet>   n records (rows)
+    <prefix><job UID>/manifest.json          written by the operator at the end: objects, rows, checksums
 
+A CSV or Parquet batch over the file bounds is split into several objects (:mod:`.tabular`).
 Exactly once per (job, URL), although an object holds many records and a worker can die between its
-PUT and its bookkeeping: before the PUT the batch's keys are recorded in Redis as *pending in object
-O* (a hash beside the job's dedupe set), after it they move to the dedupe set. A redelivered record
-whose key is still pending asks the store whether O exists: if so the record is already stored (the
-worker died after the PUT) and it is not written again; if not it is written in a new object. A PUT
-is atomic in S3, so O either holds the whole batch or does not exist.
+PUT and its bookkeeping: the pending-object protocol of :mod:`.parts` (a PUT is atomic in S3).
 
 The client (the ``minio`` SDK, blocking) runs on a bounded thread pool of its own (:func:`run`), never
 the event loop's default executor; its HTTP pool has short timeouts and few retries, because a failed
@@ -31,7 +29,6 @@ import gzip
 import io
 import json
 import re
-import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -44,16 +41,17 @@ from minio.error import InvalidResponseError, MinioException, S3Error, ServerErr
 from redis.asyncio import Redis
 
 from trawl.api.scrapejob import S3Sink as S3Spec
+from trawl.api.tabular import FileFormat
 from trawl.egress.addresses import IPNetwork
 from trawl.egress.resolver import find_blocked
 from trawl.egress.sinkaddr import checked_pool_manager
-from trawl.queue.keys import pending_key
-from trawl.redisconn.client import atomic_pipeline
 
-from .base import DEDUPE_TTL_SECONDS, Deduped, Record, SinkError, dumps
+from .base import Record, SinkError
+from .parts import PartWriter, encoder
+from .tabular import CONTENT_TYPE as CONTENT_TYPES
+from .tabular import SUFFIX, Column, Part, parse_name, part_name
 
 MANIFEST = "manifest.json"
-CONTENT_TYPE = "application/x-ndjson"
 THREADS = 8
 
 T = TypeVar("T")
@@ -154,13 +152,14 @@ def client(target: S3Target, *, timeout: float = 30.0, retries: int = 2) -> Mini
     return mc
 
 
-def object_name(target: S3Target, job_id: str, count: int) -> str:
-    return f"{target.job_prefix(job_id)}records/{time.time_ns():020d}-{secrets.token_hex(4)}-{count}.jsonl.gz"
+def object_name(target: S3Target, job_id: str, part: Part, fmt: FileFormat = FileFormat.JSON_LINES) -> str:
+    return f"{target.job_prefix(job_id)}records/{part_name(time.time_ns(), part, fmt)}"
 
 
 def records_in(name: str) -> int:
-    """The record count an object's name carries (``...-<n>.jsonl.gz``)."""
-    return int(name.rsplit("-", 1)[-1].split(".", 1)[0])
+    """The record count an object's name carries (``...-<n>.<suffix>``)."""
+    parsed = parse_name(name)
+    return parsed[1] if parsed is not None else 0
 
 
 def _exists(mc: Minio, bucket: str, name: str) -> bool:
@@ -186,55 +185,42 @@ def check_bucket(target: S3Target) -> None:
 
 
 class S3Sink:
-    def __init__(self, redis: Redis, dedupe_key: Any, target: S3Target) -> None:
-        self.target = target
-        self.redis = redis
-        self._dedupe_key = dedupe_key
-        self._dedupe = Deduped(redis, dedupe_key)
-        self._client = client(target)
+    """``fmt`` and ``schema`` are the job's (one sink per target, format and schema)."""
 
-    async def _settle_pending(self, job_id: str, fresh: list[Record]) -> list[Record]:
-        """Drop records a dead worker's completed PUT already stored; mark them written."""
-        pending = pending_key(self._dedupe_key(job_id))
-        objects = await self.redis.hmget(pending, [r.key for r in fresh])  # type: ignore[misc]
-        by_object: dict[str, list[Record]] = {}
-        for rec, obj in zip(fresh, objects, strict=True):
-            if obj is not None:
-                by_object.setdefault(obj.decode() if isinstance(obj, bytes) else str(obj), []).append(rec)
-        stored: set[str] = set()
-        for name, recs in by_object.items():
-            if await run(_exists, self._client, self.target.bucket, name):
-                stored.update(r.key for r in recs)
-                await self._dedupe.mark(job_id, recs)
-                await self.redis.hdel(pending, *[r.key for r in recs])  # type: ignore[misc]
-        return [r for r in fresh if r.key not in stored]
+    def __init__(
+        self,
+        redis: Redis,
+        dedupe_key: Any,
+        target: S3Target,
+        *,
+        fmt: FileFormat = FileFormat.JSON_LINES,
+        schema: Sequence[Column] = (),
+    ) -> None:
+        self.target = target
+        self.fmt = fmt
+        self._client = client(target)
+        self._writer = PartWriter(redis, dedupe_key, self, encoder(fmt, schema))
+
+    def name(self, job_id: str, part: Part) -> str:
+        return object_name(self.target, job_id, part, self.fmt)
+
+    async def exists(self, name: str) -> bool:
+        return await run(_exists, self._client, self.target.bucket, name)
+
+    async def put(self, name: str, part: Part) -> None:
+        await run(
+            self._client.put_object,
+            self.target.bucket,
+            name,
+            io.BytesIO(part.body),
+            len(part.body),
+            content_type=CONTENT_TYPES[self.fmt],
+            metadata={"x-amz-meta-records": str(part.rows)},
+        )
 
     async def write(self, job_id: str, records: Sequence[Record]) -> int:
         try:
-            fresh = await self._dedupe.fresh(job_id, records)
-            if fresh:
-                fresh = await self._settle_pending(job_id, fresh)
-            if not fresh:
-                return 0
-            name = object_name(self.target, job_id, len(fresh))
-            pending = pending_key(self._dedupe_key(job_id))
-            async with atomic_pipeline(self.redis) as pipe:
-                pipe.hset(pending, mapping={r.key: name for r in fresh})
-                pipe.expire(pending, DEDUPE_TTL_SECONDS)
-                await pipe.execute()
-            body = gzip.compress("".join(dumps(r.data) + "\n" for r in fresh).encode(), compresslevel=6, mtime=0)
-            await run(
-                self._client.put_object,
-                self.target.bucket,
-                name,
-                io.BytesIO(body),
-                len(body),
-                content_type=CONTENT_TYPE,
-                metadata={"x-amz-meta-records": str(len(fresh))},
-            )
-            await self._dedupe.mark(job_id, fresh)
-            await self.redis.hdel(pending, *[r.key for r in fresh])  # type: ignore[misc]
-            return len(fresh)
+            return await self._writer.write(job_id, records)
         except (MinioException, urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
             raise SinkError(f"s3 write to {self.target.describe(job_id)} failed: {describe_error(exc)}") from exc
 
@@ -250,16 +236,18 @@ def list_objects(target: S3Target, job_id: str) -> list[dict[str, Any]]:
     """The job's record objects, in the order written (their names start with a timestamp)."""
     mc = client(target)
     objs = mc.list_objects(target.bucket, prefix=target.job_prefix(job_id) + "records/", recursive=True)
-    out = [
-        {"key": o.object_name, "records": records_in(str(o.object_name)), "size": o.size}
-        for o in objs
-        if str(o.object_name).endswith(".jsonl.gz")
-    ]
+    out = []
+    for o in objs:
+        parsed = parse_name(str(o.object_name))
+        if parsed is not None:
+            digest, rows = parsed
+            out.append({"key": o.object_name, "records": rows, "size": o.size, "sha256": digest or None})
     return sorted(out, key=lambda o: str(o["key"]))
 
 
 def write_manifest(target: S3Target, job_id: str, info: dict[str, Any]) -> dict[str, Any]:
-    """Write ``<prefix><job>/manifest.json`` listing the job's objects; returns the manifest."""
+    """Write ``<prefix><job>/manifest.json`` listing the job's objects (their rows and sha256, which their
+    names carry); ``info`` adds the job's name, counts and, for CSV and Parquet, format and schema."""
     objects = list_objects(target, job_id)
     manifest = {
         **info,
@@ -291,5 +279,18 @@ def read_records(target: S3Target, job_id: str) -> list[dict[str, Any]]:
         finally:
             resp.close()
             resp.release_conn()
-        out.extend(json.loads(line) for line in gzip.decompress(data).decode().splitlines() if line)
+        out.extend(decode_object(str(obj["key"]), data))
     return out
+
+
+def decode_object(name: str, data: bytes) -> list[dict[str, Any]]:
+    """The records (rows) of one object, whatever its format."""
+    if name.endswith(SUFFIX[FileFormat.PARQUET]):
+        import pyarrow.parquet as pq
+
+        return list(pq.read_table(io.BytesIO(data)).to_pylist())
+    if name.endswith(SUFFIX[FileFormat.CSV]):
+        import csv
+
+        return list(csv.DictReader(io.StringIO(data.decode("utf-8"), newline="")))
+    return [json.loads(line) for line in gzip.decompress(data).decode().splitlines() if line]

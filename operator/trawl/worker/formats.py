@@ -261,6 +261,19 @@ def bounded_links(links: Sequence[str], max_bytes: int) -> tuple[list[str], bool
     return kept, cut or len(unique) > MAX_FORMAT_LINKS
 
 
+def bound_screenshot(options: FormatOptions, render_info: dict[str, Any], data: dict[str, Any]) -> bool:
+    """The screenshot format's bound: a shot over the pool's format budget is left out of the record and
+    named in its truncated list (True then)."""
+    shot = render_info.get("screenshot")
+    if OutputFormat.SCREENSHOT.value not in options.formats or not isinstance(shot, str):
+        return False
+    if len(shot) <= options.max_bytes:
+        return False
+    del render_info["screenshot"]
+    data["truncated"] = [*(data.get("truncated") or ()), OutputFormat.SCREENSHOT.value]
+    return True
+
+
 def run_formats(
     options: FormatOptions, tree: LexborHTMLParser, html: str, url: str, links: Sequence[str], *, timed: bool
 ) -> Formats:
@@ -268,6 +281,8 @@ def run_formats(
     child); a format that fails or runs over is None and named in ``truncated``."""
     out = Formats()
     for name in options.formats:
+        if name == OutputFormat.SCREENSHOT.value:
+            continue  # the browser takes it (jobsettings turns render.screenshot on); bounded by bound_screenshot
         started = time.monotonic()
         value: Any = None
         cut = True  # unless the format completes

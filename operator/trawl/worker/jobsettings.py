@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from trawl.api.formats import DEFAULT_FORMAT_BYTES
+from trawl.api.formats import DEFAULT_FORMAT_BYTES, OutputFormat
 from trawl.api.policies import ResolvedPoliteness, ResolvedRequest, ResolvedRetry
 from trawl.api.render import RenderMode, RenderSpec
 from trawl.api.scrapejob import CrawlSpec, ExtractSpec, OutputSpec
@@ -59,6 +59,14 @@ class WorkerJobSpec:
         return self.render.applies(url)
 
 
+def screenshot_render(raw: dict[str, Any] | None, extract: ExtractOptions) -> RenderSpec | None:
+    """The job's render, with its screenshot on when extract.formats asks for one (browser mode only)."""
+    render = RenderSpec.model_validate(raw) if raw else None
+    if render is not None and OutputFormat.SCREENSHOT.value in extract.formats.formats and not render.screenshot:
+        render = render.model_copy(update={"screenshot": True})
+    return render
+
+
 def parse_worker_spec(spec: dict[str, Any] | None) -> WorkerJobSpec:
     """The inverse of :func:`build_worker_spec`; missing sections take the built-in defaults."""
     spec = spec or {}
@@ -92,7 +100,7 @@ def parse_worker_spec(spec: dict[str, Any] | None) -> WorkerJobSpec:
         ),
         max_pages=crawl.max_pages if crawl is not None else None,
         output=OutputSpec.model_validate(spec.get("output") or {}),
-        render=RenderSpec.model_validate(spec["render"]) if spec.get("render") else None,
+        render=screenshot_render(spec.get("render"), extract_options),
         refresh=refresh,
         headers=HeaderScope.parse(request.headers, spec.get("header_scope"), hosts),
         hosts=hosts,

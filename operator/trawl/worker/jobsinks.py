@@ -16,14 +16,25 @@ from typing import Any
 from redis.asyncio import Redis
 
 from trawl.api.scrapejob import SinkKind
+from trawl.api.tabular import FileFormat
 from trawl.egress.addresses import IPNetwork
 from trawl.jobspec.podfiles import local_path, read_secret
 from trawl.sinks.base import Sink
 from trawl.sinks.jsonlines import JsonLinesSink
 from trawl.sinks.redisstream import RedisStreamSink
+from trawl.sinks.tabular import Column, schema_for
 from trawl.sinks.webhook import WebhookSink
 
 from .jobsettings import WorkerJobSpec
+
+
+def job_schema(spec: WorkerJobSpec) -> tuple[Column, ...]:
+    """The columns of a job's CSV and Parquet files (the operator's manifest states the same)."""
+    ex = spec.extract
+    optional = set(ex.formats.formats) | {n for n, on in (("text", ex.text), ("links", ex.links)) if on}
+    optional |= {"images"} if ex.images else set()
+    optional |= {"screenshot"} if spec.render is not None and spec.render.screenshot else set()
+    return schema_for(((f.name, f.multiple) for f in ex.fields), optional)
 
 
 class JobSinks:
@@ -90,9 +101,18 @@ class JobSinks:
                 read_secret(secret_ref.name, secret_ref.key).decode().strip(),
                 allowed=self.allowed,
             )
-            ident = ("s3", s3_target)
+            schema = job_schema(spec) if s3.format != FileFormat.JSON_LINES else ()
+            ident = ("s3", s3_target, s3.format, schema)
             if ident not in self._sinks:
-                self._sinks[ident] = s3sink.S3Sink(self.redis, dedupe, s3_target)
+                self._sinks[ident] = s3sink.S3Sink(self.redis, dedupe, s3_target, fmt=s3.format, schema=schema)
+        elif out.sink == SinkKind.FILES and out.files is not None:
+            from trawl.sinks.tabularfiles import FilesSink  # pyarrow: only for workers that use it
+
+            directory = self.json_lines_dir or local_path(out.files.directory)
+            schema = job_schema(spec)
+            ident = ("files", directory, out.files.format, schema)
+            if ident not in self._sinks:
+                self._sinks[ident] = FilesSink(self.redis, dedupe, directory, fmt=out.files.format, schema=schema)
         else:
             max_len = out.redis_stream.max_len if out.redis_stream is not None else 100_000
             ident = ("stream", max_len)

@@ -39,6 +39,7 @@ from .breaker import CircuitBreaker, Verdict
 from .extract import Page
 from .fetch import HTML_TYPES, Fetcher, FetchError, FetchResult
 from .finish import Finish, Finisher
+from .formats import bound_screenshot
 from .jobcache import Job, JobCache
 from .jobsettings import WorkerJobSpec
 from .metrics import WorkerMetrics
@@ -297,8 +298,9 @@ class TaskPipeline:
         links: list[str] = []
         if spec.crawl is not None and page.links:
             links = spec.crawl.select(page.links, task.url, task.depth, self.finisher.submitted(task.job_id))
+        shot_cut = page.matched and bound_screenshot(spec.extract.formats, render_info, page.data)
         record = record_for(task, result, page.data, render_info) if page.matched else None
-        if record is not None and page.format_seconds and record.data.get("truncated"):
+        if record is not None and (page.format_seconds or shot_cut) and record.data.get("truncated"):
             await self.notes.truncated(task.job_id)  # counts.truncated on the job's status
         page_write = None
         if refresh is not None and page.matched:

@@ -27,6 +27,7 @@ from trawl.egress.addresses import parse_networks
 from trawl.jobspec.admission import (
     browser_missing,
     limit_exceeded,
+    screenshot_without_browser,
     spec_problem,
     undeclared_secret_keys,
     unknown_proxy_group,
@@ -206,6 +207,9 @@ def admit(uid: str, spec: ScrapeJobSpec, pool: ScrapePoolSpec, lineage: str | No
     unknown_proxy = unknown_proxy_group(spec, pool)
     if unknown_proxy is not None:
         return Problem("UnknownProxyGroup", unknown_proxy)
+    no_shot = screenshot_without_browser(spec, pool)
+    if no_shot is not None:
+        return Problem("ScreenshotNeedsBrowser", no_shot)
     no_browser = browser_missing(spec, pool)
     if no_browser is not None:
         return Problem("BrowserNotAvailable", no_browser)

@@ -20,6 +20,8 @@ def results_location(
     sink = output.sink if output else SinkKind.REDIS_STREAM
     if sink == SinkKind.JSON_LINES and output and output.json_lines:
         location = f"{output.json_lines.directory.rstrip('/')}/{uid}.jsonl"  # the file JsonLinesSink.path writes
+    elif sink == SinkKind.FILES and output and output.files:
+        location = f"{output.files.directory.rstrip('/')}/{uid}/"  # FilesSink's folder, with its manifest.json
     elif sink == SinkKind.WEBHOOK and output and output.webhook:
         location = output.webhook.url
     elif sink == SinkKind.S3 and output and output.s3:

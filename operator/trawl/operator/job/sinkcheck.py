@@ -26,12 +26,14 @@ from minio.error import MinioException
 
 from trawl.api.common import SecretKeyRef
 from trawl.api.scrapejob import ScrapeJobSpec, SinkKind
+from trawl.api.tabular import FileFormat
 from trawl.egress.addresses import IPNetwork
 from trawl.operator.problems import Problem
 from trawl.operator.secrets import SecretNotFound, no_secrets, unreadable
 from trawl.sinks import postgres as pgsink
 from trawl.sinks import s3 as s3sink
 from trawl.sinks.base import SinkError
+from trawl.sinks.tabular import describe, schema_of_spec
 
 CHECK_TIMEOUT = 30.0
 
@@ -109,6 +111,15 @@ async def _postgres_problem(
     return None
 
 
+def tabular_info(spec: ScrapeJobSpec) -> dict[str, Any]:
+    """What a CSV or Parquet job's manifest adds: the format and the files' schema (README, Tabular outputs)."""
+    output = spec.output
+    if output is None or output.s3 is None or output.s3.format == FileFormat.JSON_LINES:
+        return {}
+    screenshot = spec.render is not None and spec.render.screenshot
+    return {"format": output.s3.format.value, "schema": describe(schema_of_spec(spec.extract, screenshot=screenshot))}
+
+
 async def finish_sink(
     namespace: str,
     name: str,
@@ -135,6 +146,7 @@ async def finish_sink(
             "completionTime": status.get("completionTime"),
             "counts": status.get("counts"),
         }
+        info |= tabular_info(spec)
         async with asyncio.timeout(CHECK_TIMEOUT * 2):
             await s3sink.run(s3sink.write_manifest, target, uid, info)
     except _Unreadable as exc:
