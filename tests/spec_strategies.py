@@ -14,7 +14,7 @@ from typing import Any
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from trawl.api import domainrules, formats, policies, proxies, refresh, render, scrapejob, scrapepool, tenancy
+from trawl.api import domainrules, formats, policies, proxies, refresh, render, scrapejob, scrapepool, sessions, tenancy
 from trawl.api.cronscrapejob import TIMEZONE_PATTERN, CronScrapeJobSpec, JobTemplateMetadata, ScrapeJobTemplate
 
 Strategy = st.SearchStrategy[Any]
@@ -360,6 +360,27 @@ _on_complete_job = obj(
         )
     },
 )
+session_spec = obj(
+    sessions.SessionSpec,
+    {},
+    {
+        "scope": enum(sessions.SessionScope),
+        "poolSize": ints(1, 50),
+        "maxAgeSeconds": ints(10, 86400),
+        "maxUses": ints(1, 10000),
+        "maxBlockedRetries": ints(0, 10),
+        "block": obj(
+            sessions.BlockRules,
+            {},
+            {
+                "statusCodes": st.lists(ints(400, 599), max_size=16),
+                "markers": st.lists(st.text(min_size=1, max_size=20), max_size=4),
+                "challengePaths": st.lists(path.filter(lambda p: p.startswith("/")), max_size=4),
+                "minBodyFraction": floats(0.0, 1.0),
+            },
+        ),
+    },
+)
 _urls = st.lists(http_url, min_size=1, max_size=8)
 _url_ranges = st.lists(url_range, min_size=1, max_size=3)
 
@@ -383,6 +404,7 @@ _job_optional: dict[str, Strategy] = {
     "priority": ints(0, 9),
     "priorityClassName": dns_label,
     "proxy": obj(proxies.JobProxy, {"group": st.one_of(st.just("none"), dns_label)}, {}),
+    "session": session_spec,
     "poolNamespace": dns_label,
     "dedupe": obj(scrapejob.DedupeSpec, {}, {"acrossJobs": st.booleans(), "windowSeconds": ints(1, 30 * 86400)}),
     "activeDeadlineSeconds": ints(1, 10**9),

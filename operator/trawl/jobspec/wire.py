@@ -24,6 +24,7 @@ workers read it back with :func:`trawl.worker.jobsettings.parse_worker_spec` (ca
                     jobLimits.maxFormatBytes; absent before formats came, which reads as the default)
       "proxy":      None (direct), or the proxy group the job goes through: {"group", "secret": {"name",
                     "key"}, "max_per_proxy"}: a reference to the pool's Secret, never a proxy URL
+      "session":    None, or spec.session dump (trawl.api.sessions: scope, bounds, block rules)
     }
 
 ``politeness`` is what a host no rule matches gets; :class:`trawl.jobspec.domains.HostCache` resolves the
@@ -144,6 +145,7 @@ def build_worker_spec(
         "domains": rules.to_wire() if rules is not None else None,
         "format_max_bytes": ceilings.max_format_bytes if ceilings is not None else DEFAULT_FORMAT_BYTES,
         "proxy": proxy_route(job_spec, pool_spec),
+        "session": job_spec.session.model_dump(mode="json") if job_spec.session is not None else None,
     }
 
 

@@ -59,6 +59,8 @@ Per-job keys (``J`` is ``P:j:<job_id>``)::
     J:res:keys:s3pending  hash  S3 sink: record key -> object whose PUT is not known to have succeeded
     J:sk             hash    URLs skipped because robots.txt disallows them (:mod:`trawl.queue.notes`)
     J:cb             hash    domains whose circuit breaker held the job's tasks back (:mod:`trawl.queue.notes`)
+    J:bk             hash    blocked responses per domain (:mod:`trawl.queue.notes`)
+    J:ss, J:ss:<d>, J:ssd, J:pc   the job's sessions and proxy cool-downs (:mod:`trawl.worker.sessions`)
 
 Job counters: ``pen`` = length of J:r, ``inf`` = the job's entries in workers' hashes, ``ret`` = size of
 J:z (backoff retries and delayed releases), ``dead`` = size of J:dl plus ``dld`` (dead letters whose
@@ -122,6 +124,11 @@ def pending_key(dedupe: str) -> str:
 def skipped_key(job_key: str) -> str:
     """The skip hash of a job, next to its hash (``J:sk``; ``job_key`` is :meth:`Keys.job`)."""
     return job_key + ":sk"
+
+
+def blocked_key(job_key: str) -> str:
+    """The blocked-responses-per-domain hash of a job, next to its hash (``J:bk``)."""
+    return job_key + ":bk"
 
 
 def throttled_key(job_key: str) -> str:

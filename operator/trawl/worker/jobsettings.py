@@ -14,6 +14,7 @@ from trawl.api.formats import DEFAULT_FORMAT_BYTES
 from trawl.api.policies import ResolvedPoliteness, ResolvedRequest, ResolvedRetry
 from trawl.api.render import RenderMode, RenderSpec
 from trawl.api.scrapejob import CrawlSpec, ExtractSpec, OutputSpec
+from trawl.api.sessions import SessionSpec
 from trawl.jobspec.domains import DomainRules, HostCache
 from trawl.jobspec.headerscope import HeaderScope
 from trawl.refresh.decide import RefreshSettings
@@ -40,6 +41,7 @@ class WorkerJobSpec:
     sitemaps: SitemapRules | None = None  # what the job takes from sitemaps; None: it lists none
     hosts: HostCache | None = None  # the rate and concurrency per host (domain rules); None: politeness's
     proxy: dict[str, Any] | None = None  # the proxy group's route (trawl.jobspec.wire.proxy_route); None: direct
+    session: SessionSpec | None = None  # spec.session (trawl.worker.sessions); None: no sessions, no ban rules
 
     def host(self, authority: str) -> tuple[float, int]:
         """(requests per second, concurrency) for requests to ``authority`` (a URL's host[:port])."""
@@ -97,6 +99,7 @@ def parse_worker_spec(spec: dict[str, Any] | None) -> WorkerJobSpec:
         headers=HeaderScope.parse(request.headers, spec.get("header_scope"), hosts),
         hosts=hosts,
         proxy=spec.get("proxy") or None,
+        session=SessionSpec.model_validate(spec["session"]) if spec.get("session") else None,
         sitemaps=(
             SitemapRules.from_spec(spec["sitemaps"], str(crawl.scope.value) if crawl is not None else None)
             if spec.get("sitemaps")
