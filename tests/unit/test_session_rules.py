@@ -158,3 +158,24 @@ def test_the_session_spec_is_bounded_and_reaches_the_worker() -> None:
     )
     plain = ScrapeJobSpec.model_validate({"pool": "p", "urls": ["https://a.example/"]})
     assert parse_worker_spec(build_worker_spec(plain, None)).session is None
+
+
+def test_blocks_are_on_the_jobs_status() -> None:
+    from datetime import UTC, datetime
+
+    from trawl.api.scrapejob import ScrapeJobStatus
+    from trawl.operator.job.status import JobFacts, derive_job_status
+    from trawl.queue.model import JobStats
+
+    now = datetime(2026, 11, 28, 12, tzinfo=UTC)
+    stats = JobStats(10, 5, 1, 0, 4, 0, True, False, now.timestamp() - 5)
+    facts = JobFacts(generation=1, suspend=False, stats=stats, blocked=(7, [("a.example", 5), ("b.example:8080", 2)]))
+    status, _ = derive_job_status(facts, {"phase": "Running"}, now)
+    assert status["counts"]["blocked"] == 7
+    assert status["blockedDomains"] == [
+        {"domain": "a.example", "blocked": 5},
+        {"domain": "b.example:8080", "blocked": 2},
+    ]
+    ScrapeJobStatus.model_validate(status)  # the CRD's schema accepts it
+    quiet, _ = derive_job_status(JobFacts(generation=1, suspend=False, stats=stats), {"phase": "Running"}, now)
+    assert "blocked" not in quiet["counts"] and "blockedDomains" not in quiet
