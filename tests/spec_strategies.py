@@ -101,6 +101,7 @@ domain_rule = obj(
         "maxConcurrencyPerDomain": ints(1, 1000),
         "headers": st.dictionaries(st.from_regex(r"X-[A-Za-z]{1,10}", fullmatch=True), short_text, max_size=2),
         "render": st.sampled_from(["Fetch", "Browser"]),
+        "proxyGroup": st.just("none"),  # always a group of the pool: a named one must be defined there
     },
 ).filter(lambda r: not ("requestsPerSecond" in r and "delaySeconds" in r) and len(r) > 1 and r.get("headers", 1))
 politeness = obj(

@@ -217,3 +217,34 @@ async def _redis_text(redis: Any) -> str:
         }.get(kind)
         parts.append(f"{key!r} {kind} {await reader(key) if reader else ''!r}")
     return "\n".join(parts)
+
+
+async def test_a_domain_rule_sends_one_host_through_a_proxy_group_and_the_other_direct(
+    redis_client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with (
+        BanFarm(host="127.0.0.2", ban_after=1000) as direct,
+        BanFarm(host="127.0.0.3", ban_after=1000) as proxied,
+    ):
+        with TinyProxy(username="scraper", password=PASSWORD) as tiny:
+            (tmp_path / "proxies").mkdir()
+            (tmp_path / "proxies" / "urls").write_text(tiny.url("scraper", PASSWORD) + "\n")
+            monkeypatch.setenv("TRAWL_SECRETS_DIR", str(tmp_path))
+            pool = {
+                "worker": {"secrets": ["proxies"]},
+                "proxies": {"groups": [{"name": "resi", "secretRef": {"name": "proxies", "key": "urls"}}]},
+            }
+            rules = [{"host": "127.0.0.3", "proxyGroup": "resi"}]
+            urls = [u for i in range(3) for u in (direct.page_url(i), proxied.page_url(i))]
+            job = {"urls": urls, "politeness": {"requestsPerSecond": 1000, "domains": rules}}
+            queue, job_id = await _register(redis_client, job, pool)
+            worker = _worker(redis_client, queue, "w-rule")
+            runner = asyncio.create_task(worker.run())
+            try:
+                await _finish(queue, job_id)
+            finally:
+                await _stop((worker, runner))
+            assert (await queue.job_stats(job_id)).succeeded == 6
+            through = [line for line in tiny.log().splitlines() if "Request (file descriptor" in line]
+    assert len(through) == 3 and all("127.0.0.3" in line for line in through), through
+    assert len(direct.visits) == 3 and len(proxied.visits) == 3

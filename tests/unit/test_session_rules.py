@@ -8,7 +8,9 @@ import pytest
 from pydantic import ValidationError
 
 from trawl.api.scrapejob import ScrapeJobSpec
+from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.api.sessions import BlockRules, SessionSpec
+from trawl.jobspec.admission import unknown_proxy_group
 from trawl.jobspec.wire import build_worker_spec
 from trawl.worker.bans import BodySizes, collapsed, failure_blocked, response_blocked
 from trawl.worker.cookies import MAX_COOKIES, MAX_JAR_BYTES, SessionJar
@@ -179,3 +181,56 @@ def test_blocks_are_on_the_jobs_status() -> None:
     ScrapeJobStatus.model_validate(status)  # the CRD's schema accepts it
     quiet, _ = derive_job_status(JobFacts(generation=1, suspend=False, stats=stats), {"phase": "Running"}, now)
     assert "blocked" not in quiet["counts"] and "blockedDomains" not in quiet
+
+
+def _pool_with_groups(rules: list[dict[str, object]] | None = None) -> ScrapePoolSpec:
+    groups = [
+        {"name": "dc", "secretRef": {"name": "px", "key": "dc"}, "default": True},
+        {"name": "resi", "secretRef": {"name": "px", "key": "resi"}},
+    ]
+    return ScrapePoolSpec.model_validate(
+        {
+            "redis": {"url": "redis://r:6379/0"},
+            "worker": {"secrets": ["px"]},
+            "proxies": {"groups": groups},
+            "defaults": {"politeness": {"domains": rules or []}},
+        }
+    )
+
+
+def test_a_domain_rule_routes_its_hosts_through_a_group() -> None:
+    pool = _pool_with_groups([{"host": "*.shop.example", "proxyGroup": "resi"}])
+    job = ScrapeJobSpec.model_validate(
+        {
+            "pool": "p",
+            "urls": ["https://a.example/"],
+            "politeness": {
+                "domains": [
+                    {"host": "direct.example", "proxyGroup": "none"},
+                    {"host": "x.shop.example", "proxyGroup": "none"},  # a pool rule's group wins
+                ]
+            },
+        }
+    )
+    assert unknown_proxy_group(job, pool) is None
+    spec = parse_worker_spec(build_worker_spec(job, pool))
+    assert spec.proxy_for("a.example")["group"] == "dc"  # type: ignore[index]  # the pool's default
+    assert spec.proxy_for("x.shop.example:8443")["group"] == "resi"  # type: ignore[index]
+    assert spec.proxy_for("direct.example") is None
+    routes = build_worker_spec(job, pool)["proxy_groups"]
+    resi = {"group": "resi", "secret": {"name": "px", "key": "resi"}, "max_per_proxy": 8}
+    assert routes == {"none": None, "resi": resi}  # references to the pool's Secret, never a proxy URL
+
+
+def test_a_rule_naming_a_group_the_pool_lacks_is_refused() -> None:
+    job = ScrapeJobSpec.model_validate(
+        {
+            "pool": "p",
+            "urls": ["https://a.example/"],
+            "politeness": {"domains": [{"host": "a.example", "proxyGroup": "mine"}]},
+        }
+    )
+    problem = unknown_proxy_group(job, _pool_with_groups())
+    assert problem is not None and "'mine'" in problem and "proxyGroup" in problem
+    with pytest.raises(ValidationError, match="proxyGroup"):
+        _pool_with_groups([{"host": "a.example", "proxyGroup": "nope"}])

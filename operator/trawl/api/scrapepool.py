@@ -808,6 +808,18 @@ class ScrapePoolSpec(TrawlModel):
         return self
 
     @model_validator(mode="after")
+    def _rule_proxy_groups_defined(self) -> Self:
+        politeness = self.defaults.politeness if self.defaults is not None else None
+        defined = {g.name for g in self.proxies.groups} if self.proxies is not None else set()
+        for rule in (politeness.domains or ()) if politeness is not None else ():
+            if rule.proxy_group and rule.proxy_group != "none" and rule.proxy_group not in defined:
+                raise ValueError(
+                    f"defaults.politeness.domains[{rule.host}].proxyGroup {rule.proxy_group!r} is not a group of "
+                    "spec.proxies.groups"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _rules_within_limits(self) -> Self:
         problem = pool_rule_above_limits(self.defaults, self.job_limits)
         if problem is not None:

@@ -42,6 +42,7 @@ class WorkerJobSpec:
     hosts: HostCache | None = None  # the rate and concurrency per host (domain rules); None: politeness's
     proxy: dict[str, Any] | None = None  # the proxy group's route (trawl.jobspec.wire.proxy_route); None: direct
     session: SessionSpec | None = None  # spec.session (trawl.worker.sessions); None: no sessions, no ban rules
+    proxy_groups: dict[str, Any] | None = None  # the routes of the groups domain rules name (wire.rule_routes)
 
     def host(self, authority: str) -> tuple[float, int]:
         """(requests per second, concurrency) for requests to ``authority`` (a URL's host[:port])."""
@@ -49,6 +50,17 @@ class WorkerJobSpec:
             return self.politeness.requests_per_second, self.politeness.max_concurrency_per_domain
         got = self.hosts.get(authority)
         return got.requests_per_second, got.max_concurrency_per_domain
+
+    def proxy_for(self, authority: str) -> dict[str, Any] | None:
+        """The proxy route of requests to ``authority``: its host's rule's group ("none": direct), else the
+        job's (spec.proxy, else the pool's default group)."""
+        if self.hosts is None or self.proxy_groups is None:
+            return self.proxy
+        group = self.hosts.get(authority).proxy_group
+        if group is None or group not in self.proxy_groups:
+            return self.proxy
+        route: dict[str, Any] | None = self.proxy_groups[group]
+        return route
 
     def renders(self, url: str, authority: str) -> bool:
         """Whether ``url`` (on ``authority``, its host[:port]) is rendered in the browser: as its host's rule
@@ -100,6 +112,7 @@ def parse_worker_spec(spec: dict[str, Any] | None) -> WorkerJobSpec:
         hosts=hosts,
         proxy=spec.get("proxy") or None,
         session=SessionSpec.model_validate(spec["session"]) if spec.get("session") else None,
+        proxy_groups=spec.get("proxy_groups") or None,
         sitemaps=(
             SitemapRules.from_spec(spec["sitemaps"], str(crawl.scope.value) if crawl is not None else None)
             if spec.get("sitemaps")

@@ -326,7 +326,8 @@ class TaskPipeline:
         self, call: Callable[..., Awaitable[_T]], spec: WorkerJobSpec, task: Task, domain: str, rendered: bool = False
     ) -> _T:
         """``call`` (a fetch or a render) as one of the job's sessions (spec.session: trawl.worker.identity),
-        else through its proxy group, else directly."""
+        else through the proxy group of the domain (its rule's, else the job's), else directly."""
+        route = spec.proxy_for(domain)
         if spec.session is not None:
             return await self.identities.run(
                 call,
@@ -335,9 +336,9 @@ class TaskPipeline:
                 domain=domain,
                 spec=spec.session,
                 user_agent=spec.request.user_agent or self.fetcher.user_agent,
-                route=spec.proxy,
+                route=route,
             )
-        return await (call() if spec.proxy is None else self._proxied(call, spec.proxy))
+        return await (call() if route is None else self._proxied(call, route))
 
     async def _proxied(self, fetch: Callable[..., Awaitable[_T]], route: dict[str, Any]) -> _T:
         """``fetch`` (a fetch or a render) through the least busy proxy of the job's group
