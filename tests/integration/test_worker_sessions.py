@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from trawl.api.proxies import ProxyStatus
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.dev.banfarm import BanFarm
@@ -22,6 +23,7 @@ from trawl.jobspec.wire import build_job_config
 from trawl.queue import Queue
 from trawl.queue.keys import Keys
 from trawl.queue.notes import JobNotes
+from trawl.queue.proxyusage import summary as proxy_summary
 from trawl.worker.runner import Worker, WorkerConfig
 from waits import wait_for_async
 
@@ -198,6 +200,12 @@ async def test_sessions_through_a_proxy_keep_its_credentials_out_of_logs_and_red
         assert (await queue.job_stats(job_id)).succeeded == 8
         dump = await _redis_text(redis_client)
         assert f"127.0.0.1:{first.port}" in dump or f"127.0.0.1:{second.port}" in dump  # sessions name their proxy
+        rows = proxy_summary(await redis_client.hgetall(Keys(PREFIX).proxy_usage))  # the pool's status.proxies
+        assert {r["proxy"] for r in rows} <= {f"127.0.0.1:{first.port}", f"127.0.0.1:{second.port}"}
+        assert sum(r["requests"] for r in rows) == len(farm.visits), (rows, farm.visits)
+        assert sum(r["blocked"] for r in rows) == sum(v.banned for v in farm.visits) > 0
+        assert all(r["group"] == "dc" and r["health"] in ("Healthy", "Blocked") for r in rows), rows
+        ProxyStatus.model_validate(rows[0])
     assert any(v.banned for v in farm.visits)
     assert PASSWORD not in caplog.text and "scraper:" not in caplog.text
     assert PASSWORD not in dump and "scraper:" not in dump

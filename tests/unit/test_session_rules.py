@@ -234,3 +234,28 @@ def test_a_rule_naming_a_group_the_pool_lacks_is_refused() -> None:
     assert problem is not None and "'mine'" in problem and "proxyGroup" in problem
     with pytest.raises(ValidationError, match="proxyGroup"):
         _pool_with_groups([{"host": "a.example", "proxyGroup": "nope"}])
+
+
+def test_the_proxy_summary_shows_use_and_health_by_host_and_port() -> None:
+    from trawl.api.proxies import ProxyStatus
+    from trawl.queue.proxyusage import summary
+
+    raw = {
+        b"dc|10.0.0.1:3128|ok": b"7",
+        b"dc|10.0.0.1:3128|blk": b"2",
+        b"dc|10.0.0.1:3128|last": b'{"outcome": "blocked", "time": 1764331200.5}',
+        b"dc|[::1]:1080|fail": b"3",
+        b"dc|[::1]:1080|last": b'{"outcome": "proxy_error", "time": 1764331201}',
+        b"resi|10.0.0.9:8080|ok": b"4",
+        b"garbage": b"1",
+        b"dc|x:1|last": b"not json",
+    }
+    rows = {r["proxy"]: r for r in summary(raw)}
+    assert rows["10.0.0.1:3128"] | {} == {
+        "group": "dc", "proxy": "10.0.0.1:3128", "requests": 9, "ok": 7, "failed": 0, "blocked": 2,
+        "health": "Blocked", "lastOutcome": "blocked", "lastTime": "2025-11-28T12:00:00Z",
+    }  # fmt: skip
+    assert rows["[::1]:1080"]["health"] == "Failing" and rows["10.0.0.9:8080"]["health"] == "Healthy"
+    assert list(rows)[-1] == "10.0.0.9:8080"  # the unhealthy first
+    for row in rows.values():
+        ProxyStatus.model_validate(row)

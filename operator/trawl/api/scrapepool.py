@@ -16,7 +16,7 @@ from redis.connection import parse_url
 from .common import Condition, DNSLabel, SecretKeyRef, SecretUse, TrawlModel, check_url_parses, format_number
 from .formats import DEFAULT_FORMAT_BYTES, MAX_FORMAT_BYTES
 from .policies import HARMLESS_HEADERS, PolitenessSpec, RequestSpec, RetrySpec
-from .proxies import ProxiesSpec
+from .proxies import ProxiesSpec, ProxyStatus
 from .render import BrowserWorkerSpec
 from .tenancy import TenancySpec
 
@@ -1006,6 +1006,9 @@ class ScrapePoolStatus(TrawlModel):
         "autoscaler uses; absent before the first pod was Ready (it then assumes 15 s).",
     )
     deployment: str | None = Field(default=None, description="Name of the worker Deployment.")
+    proxies: list[ProxyStatus] | None = Field(
+        default=None, max_length=50, description="Pools with proxy groups: each proxy's use and health."
+    )
     tenants: list[TenantStatus] | None = Field(
         default=None,
         max_length=MAX_TENANTS_ON_STATUS,

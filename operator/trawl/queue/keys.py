@@ -37,6 +37,8 @@ Pool-wide keys (``P`` is the prefix)::
                              in retention)
     P:ev             stream  bounded event stream (MAXLEN ~): job-level transitions for the operator
     P:xd             zset    url digest -> end of its dedupe window (dedupe across jobs of the pool)
+    P:px             hash    "<group>|<proxy host:port>|<ok|fail|blk|last>" -> each proxy's use and latest outcome
+                             (:mod:`trawl.queue.proxyusage`; the pool's status.proxies)
     P:rl:<kind>:<d>  any     per-domain politeness state (rate limit, concurrency) shared by the pool's workers
     P:epoch          string  a random token set once (never expires): the operator records it on every job's
                              status, so a Redis that comes back without its data (a different or no token)
@@ -200,6 +202,11 @@ class Keys:
     @property
     def events(self) -> str:
         return f"{self.prefix}:ev"
+
+    @property
+    def proxy_usage(self) -> str:
+        """Each proxy's requests by outcome, from the workers (:mod:`trawl.queue.proxyusage`)."""
+        return f"{self.prefix}:px"
 
     @property
     def cross_dedupe(self) -> str:

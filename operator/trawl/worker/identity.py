@@ -13,10 +13,10 @@ from typing import Any, TypeVar
 from trawl.api.policies import FailureClass
 from trawl.api.sessions import SessionSpec
 from trawl.jobspec.podfiles import MissingSecret
+from trawl.queue.proxyusage import ProxyUsage
 
 from .bans import BodySizes, failure_blocked, response_blocked
 from .fetch import FetchError, FetchResult
-from .metrics import WorkerMetrics
 from .proxies import ProxyBusy, ProxyConfigError, ProxyDirectory, ProxyGroup
 from .sessions import Session, SessionStore
 
@@ -28,10 +28,10 @@ Call = Callable[..., Awaitable[_T]]
 class Identities:
     """The worker's sessions, proxies and block rules, put together for one request."""
 
-    def __init__(self, store: SessionStore, proxies: ProxyDirectory, metrics: WorkerMetrics, max_wait: float) -> None:
+    def __init__(self, store: SessionStore, proxies: ProxyDirectory, usage: ProxyUsage, max_wait: float) -> None:
         self.store = store
         self.proxies = proxies
-        self.metrics = metrics
+        self.usage = usage
         self.max_wait = max_wait
         self.sizes = BodySizes()
 
@@ -80,7 +80,7 @@ class Identities:
     def _count(self, group: ProxyGroup | None, session: Session, outcome: str) -> None:
         """A request through the group's proxy, by outcome (trawl_worker_proxy_requests_total)."""
         if group is not None and session.proxy:
-            self.metrics.proxy_requests.labels(group.name, session.proxy, outcome).inc()
+            self.usage.count(group.name, session.proxy, outcome)
 
     def _group(self, route: dict[str, Any]) -> ProxyGroup:
         try:
@@ -102,7 +102,7 @@ class Identities:
                     session.proxy, session.new = proxy.label, True  # written back with the session
                 return await call(proxy=proxy, cookies=session.jar)
         except ProxyBusy as exc:
-            self.metrics.proxy_requests.labels(group.name, "", "busy").inc()
+            self.usage.count(group.name, "", "busy")
             raise FetchError(FailureClass.CONNECTION, str(exc), proxy_fault=True) from exc
 
     async def _blocked(

@@ -31,6 +31,7 @@ from trawl.queue.errors import QueueUnavailable
 from trawl.queue.model import QueueClient, Task, sweep_cursor
 from trawl.queue.notes import JobNotes
 from trawl.queue.pagestate import PageStates
+from trawl.queue.proxyusage import ProxyUsage
 from trawl.redisconn.client import TRANSIENT_ERRORS
 from trawl.sinks.base import Record, record_key
 from trawl.worker.browser.hook import BrowserCrashed, Renderer
@@ -159,6 +160,7 @@ class TaskPipeline:
         self.robots = robots
         self.fetcher = fetcher
         self.proxies = ProxyDirectory()  # the pool's proxy groups, read from its mounted Secrets
+        self.proxy_usage = ProxyUsage(metrics.proxy_requests)  # per proxy, for the metric and the pool's status
         self.renderer = renderer
         self.parser = parser
         self.finisher = finisher
@@ -168,7 +170,9 @@ class TaskPipeline:
         self.pages = pages  # refresh jobs' page state (trawl.worker.refresh)
         self._deferred: OrderedDict[tuple[str, str], int] = OrderedDict()  # Retry-After releases per task
         # Sessions next to the job's notes (its home shard); blocked releases per task, apart from the above.
-        self.identities = Identities(SessionStore(notes.redis, notes.job_key), self.proxies, metrics, max_rate_wait)
+        self.identities = Identities(
+            SessionStore(notes.redis, notes.job_key), self.proxies, self.proxy_usage, max_rate_wait
+        )
         self._blocked_tries: OrderedDict[tuple[str, str], int] = OrderedDict()
 
     async def process(self, task: Task) -> None:
@@ -353,12 +357,12 @@ class TaskPipeline:
                     result = await fetch(proxy=proxy)
                 except FetchError as exc:
                     outcome = "proxy_error" if exc.proxy_fault else exc.failure_class.value
-                    self.metrics.proxy_requests.labels(group.name, proxy.label, outcome).inc()
+                    self.proxy_usage.count(group.name, proxy.label, outcome)
                     raise
-                self.metrics.proxy_requests.labels(group.name, proxy.label, "ok").inc()
+                self.proxy_usage.count(group.name, proxy.label, "ok")
                 return result
         except ProxyBusy as exc:
-            self.metrics.proxy_requests.labels(group.name, "", "busy").inc()
+            self.proxy_usage.count(group.name, "", "busy")
             raise FetchError(FailureClass.CONNECTION, str(exc), proxy_fault=True) from exc
 
     async def _refresh_begin(self, task: Task, spec: WorkerJobSpec) -> RefreshPage:
