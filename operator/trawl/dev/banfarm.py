@@ -1,9 +1,10 @@
 """A fixture site that bans per identity, for the sessions tests and bench/proxies.py: it hands each new
 visitor a session cookie, answers an identity's requests until it has made ``ban_after`` of them within
-``window`` seconds, then bans that cookie for good (HTTP 403, or a captcha page with ``soft``). A request
-without its cookie gets a new one (a fresh identity), unless ``cookie_required``: then it is banned at once,
-after its first page. It runs in the caller's event loop (aiohttp) on a loopback address and logs every
-request (path, cookie, the proxy it came through: ``X-Proxy``, which bench/proxies.py's proxies add)."""
+``window`` seconds, then bans that cookie for good (HTTP 403, or a captcha page with ``soft``). A cookie that
+comes back through another proxy than the one it was handed to (``X-Proxy``) is banned at once: a session's
+cookie and address belong together. A request without the cookie gets a new one (a fresh identity). It runs
+in the caller's event loop (aiohttp) on a loopback address and logs every request (path, cookie, the proxy it
+came through: ``X-Proxy``, which bench/proxies.py's proxies add)."""
 
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ class BanFarm:
     _runner: web.AppRunner | None = None
     _seen: dict[str, deque[float]] = field(default_factory=lambda: defaultdict(deque))
     _banned: set[str] = field(default_factory=set)
+    _issued: dict[str, str] = field(default_factory=dict)  # cookie -> the proxy it was handed to
 
     @property
     def url(self) -> str:
@@ -73,13 +75,14 @@ class BanFarm:
     def banned(self, sid: str) -> bool:
         return sid in self._banned
 
-    def _ban(self, sid: str | None) -> bool:
+    def _ban(self, sid: str | None, proxy: str) -> bool:
         """Whether this request is banned, counting it against its identity."""
         if self.always:
             return True
         if sid is None:
             return False
-        if sid in self._banned:
+        if sid in self._banned or self._issued.get(sid, proxy) != proxy:
+            self._banned.add(sid)
             return True
         now = time.monotonic()
         seen = self._seen[sid]
@@ -93,13 +96,10 @@ class BanFarm:
 
     async def _page(self, request: web.Request) -> web.Response:
         sid = request.cookies.get("sid")
-        banned = self._ban(sid)
+        proxy = request.headers.get("X-Proxy", "")
+        banned = self._ban(sid, proxy)
         answer = 200 if not banned or self.soft else 403
-        self.visits.append(
-            Visit(
-                request.path, sid, request.headers.get("Cookie", ""), request.headers.get("X-Proxy", ""), answer, banned
-            )
-        )
+        self.visits.append(Visit(request.path, sid, request.headers.get("Cookie", ""), proxy, answer, banned))
         if banned:
             body = "<html><title>captcha</title><body>Please solve the captcha</body></html>"
             return web.Response(status=answer, text=body, content_type="text/html")
@@ -109,7 +109,9 @@ class BanFarm:
             content_type="text/html",
         )
         if sid is None:
-            response.headers.add("Set-Cookie", f"sid={secrets.token_hex(8)}; Path=/; HttpOnly")
+            sid = secrets.token_hex(8)
+            self._issued[sid] = proxy
+            response.headers.add("Set-Cookie", f"sid={sid}; Path=/; HttpOnly")
         for value in self.set_cookies:
             response.headers.add("Set-Cookie", value)
         return response
