@@ -2,7 +2,9 @@
 visitor a session cookie, answers an identity's requests until it has made ``ban_after`` of them within
 ``window`` seconds, then bans that cookie for good (HTTP 403, or a captcha page with ``soft``). A cookie that
 comes back through another proxy than the one it was handed to (``X-Proxy``) is banned at once: a session's
-cookie and address belong together. A request without the cookie gets a new one (a fresh identity). It runs
+cookie and address belong together. A request without the cookie gets a new one (a fresh identity), but only
+``ban_after`` such new visitors a proxy a window: past that, a cookieless request is refused (403) too, so a
+crawler that drops its cookies is blocked. It runs
 in the caller's event loop (aiohttp) on a loopback address and logs every request (path, cookie, the proxy it
 came through: ``X-Proxy``, which bench/proxies.py's proxies add)."""
 
@@ -79,20 +81,24 @@ class BanFarm:
         """Whether this request is banned, counting it against its identity."""
         if self.always:
             return True
-        if sid is None:
-            return False
+        if sid is None:  # a new visitor: counted against its address
+            return self._over(f"new|{proxy}")
         if sid in self._banned or self._issued.get(sid, proxy) != proxy:
             self._banned.add(sid)
             return True
-        now = time.monotonic()
-        seen = self._seen[sid]
-        while seen and seen[0] < now - self.window:
-            seen.popleft()
-        seen.append(now)
-        if len(seen) > self.ban_after:
+        if self._over(sid):
             self._banned.add(sid)
             return True
         return False
+
+    def _over(self, key: str) -> bool:
+        """Count a request of ``key``: whether it is past ``ban_after`` within the window."""
+        now = time.monotonic()
+        seen = self._seen[key]
+        while seen and seen[0] < now - self.window:
+            seen.popleft()
+        seen.append(now)
+        return len(seen) > self.ban_after
 
     async def _page(self, request: web.Request) -> web.Response:
         sid = request.cookies.get("sid")
