@@ -175,10 +175,10 @@ async def test_sessions_through_a_proxy_keep_its_credentials_out_of_logs_and_red
     redis_client: Any, farm: BanFarm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    farm.ban_after = 2
+    farm.ban_after = 3  # 4 pages an identity (its first without the cookie), 3 new identities a proxy
     with (
-        TinyProxy(username="scraper", password=PASSWORD) as first,
-        TinyProxy(username="scraper", password=PASSWORD) as second,
+        TinyProxy(username="scraper", password=PASSWORD, add_headers=(("X-Proxy", "first"),)) as first,
+        TinyProxy(username="scraper", password=PASSWORD, add_headers=(("X-Proxy", "second"),)) as second,
     ):
         (tmp_path / "proxies").mkdir()
         (tmp_path / "proxies" / "urls").write_text(
@@ -207,6 +207,8 @@ async def test_sessions_through_a_proxy_keep_its_credentials_out_of_logs_and_red
         assert all(r["group"] == "dc" and r["health"] in ("Healthy", "Blocked") for r in rows), rows
         ProxyStatus.model_validate(rows[0])
     assert any(v.banned for v in farm.visits)
+    for sid in {v.sid for v in farm.visits if v.sid}:  # a session keeps its proxy: a cookie from one address
+        assert len({v.proxy for v in farm.visits if v.sid == sid}) == 1, farm.visits
     assert PASSWORD not in caplog.text and "scraper:" not in caplog.text
     assert PASSWORD not in dump and "scraper:" not in dump
 

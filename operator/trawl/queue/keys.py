@@ -62,7 +62,8 @@ Per-job keys (``J`` is ``P:j:<job_id>``)::
     J:sk             hash    URLs skipped because robots.txt disallows them (:mod:`trawl.queue.notes`)
     J:cb             hash    domains whose circuit breaker held the job's tasks back (:mod:`trawl.queue.notes`)
     J:bk             hash    blocked responses per domain (:mod:`trawl.queue.notes`)
-    J:ss, J:ss:<d>, J:ssd, J:pc   the job's sessions and proxy cool-downs (:mod:`trawl.worker.sessions`)
+    J:ss, J:sc, J:ss:<d>, J:sc:<d>, J:ssd, J:pc   the job's sessions, their cookie jars, the domains with
+                             sessions and proxy cool-downs (:mod:`trawl.worker.sessions`)
 
 Job counters: ``pen`` = length of J:r, ``inf`` = the job's entries in workers' hashes, ``ret`` = size of
 J:z (backoff retries and delayed releases), ``dead`` = size of J:dl plus ``dld`` (dead letters whose

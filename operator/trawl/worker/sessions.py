@@ -3,9 +3,10 @@ requests, in the pool's Redis next to the job's keys (same hash tag: one Redis C
 
 Keys (``J`` is the job's hash key, trawl.queue.keys)::
 
-    J:ss            hash  the job's sessions (scope Job): <id> -> JSON {"ua", "proxy", "created", "cookies"},
+    J:ss            hash  the job's sessions (scope Job): <id> -> JSON {"ua", "proxy", "created"},
                           <id>:n -> requests made with it
-    J:ss:<domain>   hash  the same for one domain (scope Domain)
+    J:sc            hash  their cookie jars: <id> -> JSON list of cookies (read for the chosen session only)
+    J:ss:<domain>, J:sc:<domain>   the same for one domain (scope Domain)
     J:ssd           zset  domain -> last use, the domains with sessions (scope Domain): at most MAX_DOMAINS,
                           the least recently used dropped first
     J:pc            hash  "<proxy host:port>|<domain>" -> until: a proxy cooling down for a domain after a block
@@ -43,6 +44,7 @@ EXPIRY_MARGIN = 60
 class Session:
     id: str
     key: str  # the Redis hash that holds it
+    jars: str  # the Redis hash that holds its cookie jar
     domain: str  # the domain this use is for
     user_agent: str
     proxy: str  # host:port of its proxy, "" for none (yet)
@@ -51,9 +53,11 @@ class Session:
     jar: SessionJar = field(default_factory=SessionJar)
     new: bool = False
 
-    def to_json(self) -> str:
-        doc = {"ua": self.user_agent, "proxy": self.proxy, "created": self.created, "cookies": self.jar.dump()}
-        return json.dumps(doc, separators=(",", ":"))
+    def meta_json(self) -> str:
+        return json.dumps({"ua": self.user_agent, "proxy": self.proxy, "created": self.created}, separators=(",", ":"))
+
+    def jar_json(self) -> str:
+        return json.dumps(self.jar.dump(), separators=(",", ":"))
 
 
 def live(doc: dict[str, Any], uses: int, spec: SessionSpec, now: float) -> bool:
@@ -76,20 +80,23 @@ class SessionStore:
         self.job_key = job_key
         self.rng = rng or random.Random()
 
-    def _key(self, job_id: str, spec: SessionSpec, domain: str) -> str:
-        base = f"{self.job_key(job_id)}:ss"
-        return f"{base}:{domain}" if spec.scope == SessionScope.DOMAIN else base
+    def _keys(self, job_id: str, spec: SessionSpec, domain: str) -> tuple[str, str]:
+        """(the sessions' hash, their jars' hash) of the scope ``domain`` is in."""
+        tail = f":{domain}" if spec.scope == SessionScope.DOMAIN else ""
+        return f"{self.job_key(job_id)}:ss{tail}", f"{self.job_key(job_id)}:sc{tail}"
 
     async def acquire(self, job_id: str, spec: SessionSpec, domain: str, user_agent: str) -> Session:
         """A session for one request to ``domain``: a live one of the rotation, or a new one; its use counted."""
-        key = self._key(job_id, spec, domain)
+        key, jars = self._keys(job_id, spec, domain)
         now = time.time()
         raw = await self.redis.hgetall(key)  # type: ignore[misc]
         fields = {_s(k): _s(v) for k, v in raw.items()}
         docs: dict[str, dict[str, Any]] = {}
         stale: list[str] = []
         for sid, value in fields.items():
-            if sid.endswith(":n"):
+            if sid.endswith(":n"):  # a use counted after its session was retired (a race) is dropped
+                if sid[:-2] not in fields:
+                    stale += [sid[:-2], sid]
                 continue
             doc = _load(value)
             if doc is not None and live(doc, int(fields.get(f"{sid}:n", 0)), spec, now):
@@ -102,19 +109,23 @@ class SessionStore:
             docs.pop(sid)
         if stale:
             await self.redis.hdel(key, *stale)  # type: ignore[misc]
+            await self.redis.hdel(jars, *stale[::2])  # type: ignore[misc]
         chosen = choose(sorted(docs), spec.pool_size, self.rng)
         if chosen is None:
-            session = Session(secrets.token_hex(6), key, domain, user_agent, "", now, 0, new=True)
+            session = Session(secrets.token_hex(6), key, jars, domain, user_agent, "", now, 0, new=True)
             await self._write(session, job_id, spec)
-        else:
-            doc = docs[chosen]
-            cookies = doc.get("cookies") if isinstance(doc.get("cookies"), list) else []
-            session = Session(
-                chosen, key, domain, str(doc.get("ua") or user_agent), str(doc.get("proxy") or ""),
-                float(doc.get("created", now)), int(fields.get(f"{chosen}:n", 0)), SessionJar(cookies or ()),
-            )  # fmt: skip
-        session.uses = int(await self.redis.hincrby(key, f"{session.id}:n", 1))  # type: ignore[misc]
-        return session
+            session.uses = int(await self.redis.hincrby(key, f"{session.id}:n", 1))  # type: ignore[misc]
+            return session
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hget(jars, chosen)
+            pipe.hincrby(key, f"{chosen}:n", 1)
+            stored, uses = await pipe.execute()
+        cookies = _load_list(_s(stored)) if stored is not None else []
+        doc = docs[chosen]
+        return Session(
+            chosen, key, jars, domain, str(doc.get("ua") or user_agent), str(doc.get("proxy") or ""),
+            float(doc.get("created", now)), int(uses), SessionJar(cookies),
+        )  # fmt: skip
 
     async def save(self, session: Session, job_id: str, spec: SessionSpec) -> None:
         """Write the session back when something changed (its cookies, its proxy). Another worker's write to
@@ -127,8 +138,10 @@ class SessionStore:
         session.new = False
         session.jar.changed = False
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hset(session.key, session.id, session.to_json())
+            pipe.hset(session.key, session.id, session.meta_json())
+            pipe.hset(session.jars, session.id, session.jar_json())
             pipe.expire(session.key, spec.max_age_seconds + EXPIRY_MARGIN)
+            pipe.expire(session.jars, spec.max_age_seconds + EXPIRY_MARGIN)
             if spec.scope == SessionScope.DOMAIN:
                 domains = f"{self.job_key(job_id)}:ssd"
                 pipe.zadd(domains, {session.domain: time.time()})
@@ -137,13 +150,14 @@ class SessionStore:
             replies = await pipe.execute()
         if spec.scope == SessionScope.DOMAIN and replies[-1]:
             dropped = [_s(d) for d in replies[-1]]
-            base = f"{self.job_key(job_id)}:ss"
-            await self.redis.delete(*(f"{base}:{d}" for d in dropped))
+            base = str(self.job_key(job_id))
+            await self.redis.delete(*(f"{base}:{kind}:{d}" for d in dropped for kind in ("ss", "sc")))
             await self.redis.zrem(f"{self.job_key(job_id)}:ssd", *dropped)
 
     async def retire(self, session: Session) -> None:
         """The site blocked this identity: no request uses it again."""
         await self.redis.hdel(session.key, session.id, f"{session.id}:n")  # type: ignore[misc]
+        await self.redis.hdel(session.jars, session.id)  # type: ignore[misc]
 
     async def cool(self, job_id: str, proxy: str, domain: str, seconds: float = COOL_SECONDS) -> None:
         """``proxy`` (host:port) was blocked on ``domain``: new sessions there avoid it for ``seconds``."""
@@ -176,6 +190,14 @@ def _load(value: str) -> dict[str, Any] | None:
     except ValueError:
         return None
     return doc if isinstance(doc, dict) else None
+
+
+def _load_list(value: str) -> list[dict[str, Any]]:
+    try:
+        docs = json.loads(value)
+    except ValueError:
+        return []
+    return [d for d in docs if isinstance(d, dict)] if isinstance(docs, list) else []
 
 
 def _s(value: Any) -> str:
