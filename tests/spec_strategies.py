@@ -370,6 +370,7 @@ session_spec = obj(
         "maxAgeSeconds": ints(10, 86400),
         "maxUses": ints(1, 10000),
         "maxBlockedRetries": ints(0, 10),
+        "seed": dns_label,
         "block": obj(
             sessions.BlockRules,
             {},
@@ -567,7 +568,8 @@ worker = obj(
         ),
         "drainSeconds": ints(1, 3600),
         "allowedCidrs": st.lists(st.sampled_from(["10.0.0.0/8", "192.168.1.0/24", "127.0.0.1/32", "fd00::/8"])),
-        "secrets": st.lists(dns_label, max_size=17),  # room for 3 proxy groups' Secrets (_proxy_secrets_mounted)
+        # room for 3 proxy groups' Secrets and the session seeds' one (_proxy_secrets_mounted)
+        "secrets": st.lists(dns_label, max_size=16),
         "secretKeys": st.lists(
             obj(
                 scrapepool.SecretKeyUse,
@@ -753,6 +755,7 @@ proxies_spec = obj(
 def _proxy_secrets_mounted(d: dict[str, Any]) -> dict[str, Any]:
     """Repaired: the Secrets the proxy groups name are added to worker.secrets (the model requires it)."""
     names = [g["secretRef"]["name"] for g in (d.get("proxies") or {}).get("groups") or []]
+    names += [s["secretRef"]["name"] for s in d.get("sessionSeeds") or []]
     if names:
         worker = d.setdefault("worker", {})
         worker["secrets"] = list(dict.fromkeys([*(worker.get("secrets") or []), *names]))
@@ -807,6 +810,18 @@ scrape_pool_spec = (
             ),
             "tenancy": tenancy_spec,
             "proxies": proxies_spec,
+            "sessionSeeds": st.lists(
+                obj(
+                    sessions.SessionSeed,
+                    {
+                        "name": dns_label,
+                        "secretRef": st.fixed_dictionaries({"name": st.just("seeds"), "key": dns_label}),
+                    },
+                    {},
+                ),
+                max_size=2,
+                unique_by=lambda s: s["name"],
+            ),
         },
     )
     .map(_defaults_within_limits)

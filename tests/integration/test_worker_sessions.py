@@ -258,3 +258,30 @@ async def test_a_domain_rule_sends_one_host_through_a_proxy_group_and_the_other_
             through = [line for line in tiny.log().splitlines() if "Request (file descriptor" in line]
     assert len(through) == 3 and all("127.0.0.3" in line for line in through), through
     assert len(direct.visits) == 3 and len(proxied.visits) == 3
+
+
+async def test_a_new_session_starts_with_the_pools_seed_cookies_each_on_its_own_host(
+    redis_client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with BanFarm(host="127.0.0.2", ban_after=1000) as a, BanFarm(host="127.0.0.3", ban_after=1000) as b:
+        (tmp_path / "logins").mkdir()
+        seed = f"{a.url}/ sid=seeded-a; Path=/\n{b.url}/ login=seeded-b; Path=/\n{a.url}/ stray=1; Domain=127.0.0.3\n"
+        (tmp_path / "logins" / "shop").write_text(seed)
+        monkeypatch.setenv("TRAWL_SECRETS_DIR", str(tmp_path))
+        pool = {
+            "worker": {"secrets": ["logins"]},
+            "sessionSeeds": [{"name": "shop", "secretRef": {"name": "logins", "key": "shop"}}],
+        }
+        urls = [u for i in range(3) for u in (a.page_url(i), b.page_url(i))]
+        queue, job_id = await _register(redis_client, {"urls": urls, "session": {"poolSize": 1, "seed": "shop"}}, pool)
+        worker = _worker(redis_client, queue, "w-seed", concurrency=1)
+        runner = asyncio.create_task(worker.run())
+        try:
+            await _finish(queue, job_id)
+        finally:
+            await _stop((worker, runner))
+        assert (await queue.job_stats(job_id)).succeeded == 6
+    assert all(v.sid == "seeded-a" for v in a.visits), a.visits  # the seeded identity from the first request
+    assert all("login=seeded-b" in v.cookie for v in b.visits), b.visits
+    assert not any("seeded-a" in v.cookie or "stray" in v.cookie for v in b.visits)
+    assert not any("login=" in v.cookie for v in a.visits)

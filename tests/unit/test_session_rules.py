@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.api.sessions import BlockRules, SessionSpec
-from trawl.jobspec.admission import unknown_proxy_group
+from trawl.jobspec.admission import unknown_proxy_group, unknown_session_seed
 from trawl.jobspec.wire import build_worker_spec
 from trawl.worker.bans import BodySizes, collapsed, failure_blocked, response_blocked
 from trawl.worker.cookies import MAX_COOKIES, MAX_JAR_BYTES, SessionJar
@@ -259,3 +259,44 @@ def test_the_proxy_summary_shows_use_and_health_by_host_and_port() -> None:
     assert list(rows)[-1] == "10.0.0.9:8080"  # the unhealthy first
     for row in rows.values():
         ProxyStatus.model_validate(row)
+
+
+def test_a_seed_is_read_as_its_urls_responses_would_set_it() -> None:
+    from trawl.worker.seeds import parse_seed
+
+    text = (
+        "# a login\nhttps://a.example/ sid=1; Path=/; Secure\n\nnot-a-url x=1\n"
+        "https://a.example/ evil=2; Domain=b.example\nftp://a.example/ f=1\n"
+    )
+    seed = parse_seed(text)
+    assert seed == [
+        ("https://a.example/", "sid=1; Path=/; Secure"),
+        ("https://a.example/", "evil=2; Domain=b.example"),
+    ]
+    jar = SessionJar()
+    for url, value in seed:
+        jar.store(url, [value])
+    assert _sent(jar, "https://a.example/x") == {"sid=1"} and jar.header_for("https://b.example/") is None
+
+
+def test_a_job_names_only_a_seed_its_pool_offers() -> None:
+    pool = ScrapePoolSpec.model_validate(
+        {
+            "redis": {"url": "redis://r:6379/0"},
+            "worker": {"secrets": ["logins"]},
+            "sessionSeeds": [{"name": "shop", "secretRef": {"name": "logins", "key": "shop"}}],
+        }
+    )
+    job = ScrapeJobSpec.model_validate({"pool": "p", "urls": ["https://a.example/"], "session": {"seed": "shop"}})
+    assert unknown_session_seed(job, pool) is None
+    assert build_worker_spec(job, pool)["session_seed"] == {"name": "shop", "secret": {"name": "logins", "key": "shop"}}
+    other = ScrapeJobSpec.model_validate({"pool": "p", "urls": ["https://a.example/"], "session": {"seed": "bank"}})
+    problem = unknown_session_seed(other, pool)
+    assert problem is not None and "'bank'" in problem and "shop" in problem
+    with pytest.raises(ValidationError, match=r"worker\.secrets"):
+        ScrapePoolSpec.model_validate(
+            {
+                "redis": {"url": "redis://r:6379/0"},
+                "sessionSeeds": [{"name": "x", "secretRef": {"name": "s", "key": "k"}}],
+            }
+        )

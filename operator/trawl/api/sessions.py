@@ -11,7 +11,7 @@ from typing import Annotated
 
 from pydantic import Field, StringConstraints
 
-from .common import TrawlModel
+from .common import DNSLabel, SecretKeyRef, TrawlModel
 
 MAX_MARKERS = 16
 Marker = Annotated[str, StringConstraints(min_length=1, max_length=256)]
@@ -51,6 +51,17 @@ class BlockRules(TrawlModel):
     )
 
 
+class SessionSeed(TrawlModel):
+    """Cookies a pool offers its jobs' new sessions (a login made elsewhere), from a Secret it mounts."""
+
+    name: DNSLabel = Field(description="The seed's name, which a job gives in spec.session.seed.")
+    secret_ref: SecretKeyRef = Field(
+        description="Secret key holding the cookies, one a line: the URL that sets it, a space, then a Set-Cookie "
+        "value (https://shop.example.com/ sid=abc; Path=/; Secure). Each is taken as that URL's response would "
+        "set it (RFC 6265 scoping). The Secret must be listed in spec.worker.secrets."
+    )
+
+
 class SessionSpec(TrawlModel):
     """Keep an identity (cookie jar, user agent, proxy) across requests, shared by the pool's workers."""
 
@@ -65,6 +76,11 @@ class SessionSpec(TrawlModel):
     max_uses: int = Field(default=100, ge=1, le=10000, description="A session is retired after this many requests.")
     block: BlockRules = Field(
         default_factory=BlockRules, description="What marks a response as blocked (retires its session)."
+    )
+    seed: DNSLabel | None = Field(
+        default=None,
+        description="A seed of the pool's spec.sessionSeeds: each new session starts with its cookies. A seed the "
+        "pool does not define is refused when the job is accepted.",
     )
     max_blocked_retries: int = Field(
         default=3,

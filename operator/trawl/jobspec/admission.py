@@ -106,6 +106,20 @@ def unknown_proxy_group(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> s
     )
 
 
+def unknown_session_seed(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> str | None:
+    """Why the job's spec.session.seed is not a seed its pool offers, or None when it is (or names none)."""
+    seed = job_spec.session.seed if job_spec.session is not None else None
+    if seed is None:
+        return None
+    seeds = [s.name for s in pool_spec.session_seeds or ()]
+    if seed in seeds:
+        return None
+    return (
+        f"spec.session.seed {seed!r} is not a session seed of ScrapePool {job_spec.pool!r} "
+        f"(its spec.sessionSeeds: {', '.join(seeds) or 'none defined'})"
+    )
+
+
 def browser_missing(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> str | None:
     """Why a job that renders in a browser cannot run on its pool (plain workers), or None when it can.
 

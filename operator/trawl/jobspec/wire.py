@@ -26,6 +26,7 @@ workers read it back with :func:`trawl.worker.jobsettings.parse_worker_spec` (ca
                     "key"}, "max_per_proxy"}: a reference to the pool's Secret, never a proxy URL
       "proxy_groups": None, or the routes of the proxy groups domain rules name: {group: route, "none": None}
       "session":    None, or spec.session dump (trawl.api.sessions: scope, bounds, block rules)
+      "session_seed": None, or the pool's session seed the job names: {"name", "secret": {"name", "key"}}
     }
 
 ``politeness`` is what a host no rule matches gets; :class:`trawl.jobspec.domains.HostCache` resolves the
@@ -149,6 +150,7 @@ def build_worker_spec(
         "proxy": proxy_route(job_spec, pool_spec),
         "proxy_groups": rule_routes(rules, pool_spec),
         "session": job_spec.session.model_dump(mode="json") if job_spec.session is not None else None,
+        "session_seed": seed_route(job_spec, pool_spec),
     }
 
 
@@ -171,6 +173,18 @@ def _route(group: ProxyGroup) -> dict[str, Any]:
         "secret": {"name": group.secret_ref.name, "key": group.secret_ref.key},
         "max_per_proxy": group.max_concurrency_per_proxy,
     }
+
+
+def seed_route(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec | None) -> dict[str, Any] | None:
+    """The Secret key of the pool's session seed the job names ({"name", "secret": {"name", "key"}}), or None:
+    a reference, the worker reads the cookies from its mounted file (admission.unknown_session_seed refused
+    an unknown seed before this)."""
+    name = job_spec.session.seed if job_spec.session is not None else None
+    seeds = pool_spec.session_seeds if pool_spec is not None else None
+    seed = next((s for s in seeds or () if s.name == name), None) if name else None
+    if seed is None:
+        return None
+    return {"name": seed.name, "secret": {"name": seed.secret_ref.name, "key": seed.secret_ref.key}}
 
 
 def rule_routes(rules: DomainRules | None, pool_spec: ScrapePoolSpec | None) -> dict[str, Any] | None:

@@ -18,6 +18,7 @@ from trawl.queue.proxyusage import ProxyUsage
 from .bans import BodySizes, failure_blocked, response_blocked
 from .fetch import FetchError, FetchResult
 from .proxies import ProxyBusy, ProxyConfigError, ProxyDirectory, ProxyGroup
+from .seeds import SeedDirectory
 from .sessions import Session, SessionStore
 
 log = logging.getLogger("trawl.worker.identity")
@@ -32,6 +33,7 @@ class Identities:
         self.store = store
         self.proxies = proxies
         self.usage = usage
+        self.seeds = SeedDirectory()
         self.max_wait = max_wait
         self.sizes = BodySizes()
 
@@ -45,9 +47,16 @@ class Identities:
         spec: SessionSpec,
         user_agent: str,
         route: dict[str, Any] | None,
+        seed: dict[str, Any] | None = None,
     ) -> _T:
-        """``call`` (a fetch or a render, taking ``proxy`` and ``cookies``) as a session of the job."""
+        """``call`` (a fetch or a render, taking ``proxy`` and ``cookies``) as a session of the job; a new
+        session starts with the cookies of the pool's ``seed`` (trawl.worker.seeds), if the job names one."""
         session = await self.store.acquire(job_id, spec, domain, user_agent)
+        if seed is not None and session.uses == 1:  # its first use: a new session
+            try:
+                self.seeds.seed(session.jar, seed)
+            except MissingSecret as exc:
+                raise FetchError(FailureClass.INTERNAL, f"session seed {seed.get('name')!r}: {exc}") from exc
         group = self._group(route) if route is not None else None
         try:
             out = await (

@@ -43,6 +43,7 @@ class WorkerJobSpec:
     proxy: dict[str, Any] | None = None  # the proxy group's route (trawl.jobspec.wire.proxy_route); None: direct
     session: SessionSpec | None = None  # spec.session (trawl.worker.sessions); None: no sessions, no ban rules
     proxy_groups: dict[str, Any] | None = None  # the routes of the groups domain rules name (wire.rule_routes)
+    session_seed: dict[str, Any] | None = None  # the pool's seed a new session starts from (wire.seed_route)
 
     def host(self, authority: str) -> tuple[float, int]:
         """(requests per second, concurrency) for requests to ``authority`` (a URL's host[:port])."""
@@ -113,6 +114,7 @@ def parse_worker_spec(spec: dict[str, Any] | None) -> WorkerJobSpec:
         proxy=spec.get("proxy") or None,
         session=SessionSpec.model_validate(spec["session"]) if spec.get("session") else None,
         proxy_groups=spec.get("proxy_groups") or None,
+        session_seed=spec.get("session_seed") or None,
         sitemaps=(
             SitemapRules.from_spec(spec["sitemaps"], str(crawl.scope.value) if crawl is not None else None)
             if spec.get("sitemaps")

@@ -341,6 +341,7 @@ class TaskPipeline:
                 spec=spec.session,
                 user_agent=spec.request.user_agent or self.fetcher.user_agent,
                 route=route,
+                seed=spec.session_seed,
             )
         return await (call() if route is None else self._proxied(call, route))
 

@@ -30,6 +30,7 @@ from trawl.jobspec.admission import (
     spec_problem,
     undeclared_secret_keys,
     unknown_proxy_group,
+    unknown_session_seed,
     unmounted_directory,
     unmounted_secrets,
 )
@@ -189,6 +190,9 @@ def admit(uid: str, spec: ScrapeJobSpec, pool: ScrapePoolSpec, lineage: str | No
     unknown_proxy = unknown_proxy_group(spec, pool)
     if unknown_proxy is not None:
         return Problem("UnknownProxyGroup", unknown_proxy)
+    unknown_seed = unknown_session_seed(spec, pool)
+    if unknown_seed is not None:
+        return Problem("UnknownSessionSeed", unknown_seed)
     no_browser = browser_missing(spec, pool)
     if no_browser is not None:
         return Problem("BrowserNotAvailable", no_browser)
