@@ -97,6 +97,22 @@ INVALID: list[Case] = [
     Case("priority-10", "ScrapeJob", _job(priority=10), "spec.priority", "priority"),
     # A job names a proxy group of its pool, never an address.
     Case("proxy-address", "ScrapeJob", _job(proxy={"group": "http://evil:3128"}), "spec.proxy.group", "proxy.group"),
+    # A session's bounds and its rules' shapes (a job author's: hostile).
+    Case("session-pool-51", "ScrapeJob", _job(session={"poolSize": 51}), "spec.session.poolSize", "session.poolSize"),
+    Case(
+        "session-challenge-relative",
+        "ScrapeJob",
+        _job(session={"block": {"challengePaths": ["captcha"]}}),
+        "spec.session.block.challengePaths[0]",
+        "session.block.challengePaths.0",
+    ),
+    Case(
+        "rule-proxy-address",
+        "ScrapeJob",
+        _job(politeness={"domains": [{"host": "a.example", "proxyGroup": "http://evil:3128"}]}),
+        "spec.politeness.domains[0].proxyGroup",
+        "domains.0.proxyGroup",
+    ),
     Case("jitter-2", "ScrapeJob", _job(retry={"jitter": 2}), "spec.retry.jitter", "retry.jitter"),
     Case(
         "retry-on-enum", "ScrapeJob", _job(retry={"retryOn": ["Sometimes"]}), "spec.retry.retryOn[0]", "retry.retryOn.0"

@@ -14,7 +14,19 @@ from typing import Any
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from trawl.api import domainrules, formats, policies, proxies, refresh, render, scrapejob, scrapepool, tabular, tenancy
+from trawl.api import (
+    domainrules,
+    formats,
+    policies,
+    proxies,
+    refresh,
+    render,
+    scrapejob,
+    scrapepool,
+    sessions,
+    tabular,
+    tenancy,
+)
 from trawl.api.cronscrapejob import TIMEZONE_PATTERN, CronScrapeJobSpec, JobTemplateMetadata, ScrapeJobTemplate
 
 Strategy = st.SearchStrategy[Any]
@@ -101,6 +113,7 @@ domain_rule = obj(
         "maxConcurrencyPerDomain": ints(1, 1000),
         "headers": st.dictionaries(st.from_regex(r"X-[A-Za-z]{1,10}", fullmatch=True), short_text, max_size=2),
         "render": st.sampled_from(["Fetch", "Browser"]),
+        "proxyGroup": st.just("none"),  # always a group of the pool: a named one must be defined there
     },
 ).filter(lambda r: not ("requestsPerSecond" in r and "delaySeconds" in r) and len(r) > 1 and r.get("headers", 1))
 politeness = obj(
@@ -367,6 +380,28 @@ _on_complete_job = obj(
         )
     },
 )
+session_spec = obj(
+    sessions.SessionSpec,
+    {},
+    {
+        "scope": enum(sessions.SessionScope),
+        "poolSize": ints(1, 50),
+        "maxAgeSeconds": ints(10, 86400),
+        "maxUses": ints(1, 10000),
+        "maxBlockedRetries": ints(0, 10),
+        "seed": dns_label,
+        "block": obj(
+            sessions.BlockRules,
+            {},
+            {
+                "statusCodes": st.lists(ints(400, 599), max_size=16),
+                "markers": st.lists(st.text(min_size=1, max_size=20), max_size=4),
+                "challengePaths": st.lists(path.filter(lambda p: p.startswith("/")), max_size=4),
+                "minBodyFraction": floats(0.0, 1.0),
+            },
+        ),
+    },
+)
 _urls = st.lists(http_url, min_size=1, max_size=8)
 _url_ranges = st.lists(url_range, min_size=1, max_size=3)
 
@@ -390,6 +425,7 @@ _job_optional: dict[str, Strategy] = {
     "priority": ints(0, 9),
     "priorityClassName": dns_label,
     "proxy": obj(proxies.JobProxy, {"group": st.one_of(st.just("none"), dns_label)}, {}),
+    "session": session_spec,
     "poolNamespace": dns_label,
     "dedupe": obj(scrapejob.DedupeSpec, {}, {"acrossJobs": st.booleans(), "windowSeconds": ints(1, 30 * 86400)}),
     "activeDeadlineSeconds": ints(1, 10**9),
@@ -551,7 +587,8 @@ worker = obj(
         ),
         "drainSeconds": ints(1, 3600),
         "allowedCidrs": st.lists(st.sampled_from(["10.0.0.0/8", "192.168.1.0/24", "127.0.0.1/32", "fd00::/8"])),
-        "secrets": st.lists(dns_label, max_size=17),  # room for 3 proxy groups' Secrets (_proxy_secrets_mounted)
+        # room for 3 proxy groups' Secrets and the session seeds' one (_proxy_secrets_mounted)
+        "secrets": st.lists(dns_label, max_size=16),
         "secretKeys": st.lists(
             obj(
                 scrapepool.SecretKeyUse,
@@ -737,6 +774,7 @@ proxies_spec = obj(
 def _proxy_secrets_mounted(d: dict[str, Any]) -> dict[str, Any]:
     """Repaired: the Secrets the proxy groups name are added to worker.secrets (the model requires it)."""
     names = [g["secretRef"]["name"] for g in (d.get("proxies") or {}).get("groups") or []]
+    names += [s["secretRef"]["name"] for s in d.get("sessionSeeds") or []]
     if names:
         worker = d.setdefault("worker", {})
         worker["secrets"] = list(dict.fromkeys([*(worker.get("secrets") or []), *names]))
@@ -791,6 +829,18 @@ scrape_pool_spec = (
             ),
             "tenancy": tenancy_spec,
             "proxies": proxies_spec,
+            "sessionSeeds": st.lists(
+                obj(
+                    sessions.SessionSeed,
+                    {
+                        "name": dns_label,
+                        "secretRef": st.fixed_dictionaries({"name": st.just("seeds"), "key": dns_label}),
+                    },
+                    {},
+                ),
+                max_size=2,
+                unique_by=lambda s: s["name"],
+            ),
         },
     )
     .map(_defaults_within_limits)

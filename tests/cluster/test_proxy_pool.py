@@ -67,7 +67,8 @@ def test_a_pools_proxy_group_carries_its_jobs_and_its_password_stays_secret(
     body["spec"]["worker"]["secrets"] = ["proxies"]
     apply(control_plane, secret, body, namespace=namespace)
     urls = list(bookstore.expected())[:5]
-    apply(control_plane, job("through", "px", urls, politeness={"requestsPerSecond": 100}), namespace=namespace)
+    through = job("through", "px", urls, politeness={"requestsPerSecond": 100}, session={"poolSize": 2})
+    apply(control_plane, through, namespace=namespace)
     apply(control_plane, job("elsewhere", "px", urls[:1], proxy={"group": "residential"}), namespace=namespace)
 
     def stalled() -> Any:
@@ -87,6 +88,13 @@ def test_a_pools_proxy_group_carries_its_jobs_and_its_password_stays_secret(
     for url in urls:  # every page through the proxy (robots.txt goes direct: docs/security.md)
         path = url.split("/", 3)[3]
         assert any(path in line for line in requests), (url, requests)
+
+    def proxies_shown() -> Any:  # the pool's status: each proxy's use, host:port only
+        rows = get(control_plane, "scrapepool", "px", namespace).get("status", {}).get("proxies") or []
+        return rows if sum(r["requests"] for r in rows) >= len(urls) else None
+
+    rows = wait_for("the pool's status.proxies", proxies_shown, timeout=60, diag=operator.log_tail)
+    assert [(r["group"], r["proxy"], r["health"]) for r in rows] == [("dc", f"127.0.0.1:{tiny.port}", "Healthy")]
 
     shown = [
         json.dumps(get(control_plane, kind, name, namespace))

@@ -27,7 +27,7 @@ from typing import Self
 
 from pydantic import Field, field_validator, model_validator
 
-from .common import TrawlModel, format_number
+from .common import DNSLabel, TrawlModel, format_number
 from .render import RenderMode
 
 MAX_DOMAIN_RULES = 64
@@ -99,8 +99,8 @@ def host_of_authority(authority: str) -> str:
 
 
 class DomainRule(TrawlModel):
-    """Politeness for the hosts one pattern matches, and how their pages load. Unset fields keep what the
-    host would get without the rule. A proxy per domain is not built yet."""
+    """Politeness for the hosts one pattern matches, how their pages load and through which proxy group.
+    Unset fields keep what the host would get without the rule."""
 
     host: str = Field(
         min_length=1,
@@ -148,6 +148,13 @@ class DomainRule(TrawlModel):
         "render.mode is Browser). Unset: as the job's render says. A pool rule's render wins over a job rule's.",
     )
 
+    proxy_group: DNSLabel | None = Field(
+        default=None,
+        description="The pool's proxy group (spec.proxies.groups) the matching hosts' requests go through, or "
+        "'none' to fetch them directly: over the job's spec.proxy and the pool's default group. A group the "
+        "pool does not define is refused when the job is accepted. A pool rule's group wins over a job rule's.",
+    )
+
     @field_validator("host", mode="before")
     @classmethod
     def _host_pattern(cls, value: object) -> object:
@@ -157,10 +164,16 @@ class DomainRule(TrawlModel):
     def _one_rate(self) -> Self:
         if self.requests_per_second is not None and self.delay_seconds is not None:
             raise ValueError(f"domain rule {self.host}: set requestsPerSecond or delaySeconds, not both")
-        if self.rate() is None and self.max_concurrency_per_domain is None and not self.headers and not self.render:
+        if (
+            self.rate() is None
+            and self.max_concurrency_per_domain is None
+            and not self.headers
+            and not self.render
+            and not self.proxy_group
+        ):
             raise ValueError(
                 f"domain rule {self.host} sets nothing: give requestsPerSecond, delaySeconds, "
-                "maxConcurrencyPerDomain, headers or render"
+                "maxConcurrencyPerDomain, proxyGroup, headers or render"
             )
         return self
 

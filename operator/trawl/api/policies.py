@@ -59,6 +59,7 @@ class FailureClass(StrEnum):
     SINK_FAILED = "SinkFailed"
     PARSE_LIMIT = "ParseLimit"
     BAD_SITEMAP = "BadSitemap"  # a sitemap refused: not one, too large, too many entries, nested too deep
+    BLOCKED = "Blocked"  # the site refused the identity (a job's session.block rules): tried on another one
 
 
 RETRYABLE_BY_DEFAULT: tuple[FailureClass, ...] = (
@@ -67,6 +68,7 @@ RETRYABLE_BY_DEFAULT: tuple[FailureClass, ...] = (
     FailureClass.HTTP_429,
     FailureClass.HTTP_5XX,
     FailureClass.STALLED,
+    FailureClass.BLOCKED,  # another identity may get through (after session.maxBlockedRetries free tries)
 )
 
 # Failures that another attempt of the same request cannot fix: `trawl dlq retry` leaves their dead

@@ -66,6 +66,22 @@ class ProxiesSpec(TrawlModel):
         return next((g for g in self.groups if g.default), None)
 
 
+class ProxyStatus(TrawlModel):
+    """One proxy's use and health, as the pool's workers counted them (host:port only, never credentials)."""
+
+    group: str = Field(max_length=63, description="Its group.")
+    proxy: str = Field(max_length=261, description="host:port.")
+    requests: int = Field(default=0, ge=0, description="Requests through it.")
+    ok: int = Field(default=0, ge=0, description="Of which succeeded.")
+    failed: int = Field(default=0, ge=0, description="Of which failed (the proxy's fault or the site's).")
+    blocked: int = Field(default=0, ge=0, description="Of which a job's session.block rules marked blocked.")
+    health: str = Field(
+        default="Healthy", max_length=16, description="Healthy, Failing or Blocked: what its latest request was."
+    )
+    last_outcome: str = Field(default="", max_length=64, description="Its latest request's outcome.")
+    last_time: str | None = Field(default=None, max_length=32, description="When (RFC 3339).")
+
+
 class JobProxy(TrawlModel):
     """Which of its pool's proxy groups a job goes through."""
 

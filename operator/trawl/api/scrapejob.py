@@ -29,6 +29,7 @@ from .policies import FailureClass, PolitenessSpec, RequestSpec, RetrySpec
 from .proxies import JobProxy
 from .refresh import RefreshSpec
 from .render import RenderSpec
+from .sessions import SessionSpec
 from .tabular import FileFormat, FilesSink
 
 MAX_INLINE_URLS = 5000
@@ -640,6 +641,11 @@ class ScrapeJobSpec(TrawlModel):
         description="The pool's proxy group to fetch through ({group: <name>}), or {group: none} to go direct; "
         "unset: the pool's default group, if any. Never an address: the pool lists the proxies.",
     )
+    session: SessionSpec | None = Field(
+        default=None,
+        description="Keep identities (cookies, user agent, proxy) across requests and retire those a site "
+        "blocks. Unset: every request is a fresh identity and a block is an ordinary failure.",
+    )
     dedupe: DedupeSpec | None = Field(default=None, description="Deduplication across jobs of the pool.")
     active_deadline_seconds: int | None = Field(
         default=None, ge=1, description="The job fails when it has run longer than this."
@@ -784,6 +790,12 @@ class TaskCounts(TrawlModel):
         description="Records with an output format (extract.formats) cut to the pool's bounds: each names the "
         "formats in its truncated field.",
     )
+    blocked: int | None = Field(
+        default=None,
+        ge=0,
+        description="Responses spec.session.block marked blocked (each retired its session; not failures "
+        "until session.maxBlockedRetries is spent).",
+    )
     from_sitemaps: int | None = Field(
         default=None,
         ge=0,
@@ -844,6 +856,13 @@ class ThrottledDomain(TrawlModel):
     domain: str = Field(max_length=253, description="host[:port].")
     reason: str = Field(default="", max_length=512, description="The failure that opened the breaker.")
     until: datetime | None = Field(default=None, description="When a probe request will be tried.")
+
+
+class BlockedDomain(TrawlModel):
+    """A domain where the job's identities were blocked (spec.session.block)."""
+
+    domain: str = Field(max_length=253, description="host[:port].")
+    blocked: int = Field(ge=0, description="Responses from it marked blocked.")
 
 
 class DeadLetter(TrawlModel):
@@ -976,6 +995,9 @@ class ScrapeJobStatus(TrawlModel):
         default=None,
         max_length=10,
         description="Domains whose circuit breaker is open now (repeated timeouts, 5xx, connection errors).",
+    )
+    blocked_domains: list[BlockedDomain] | None = Field(
+        default=None, max_length=10, description="The domains with the most blocked responses (spec.session)."
     )
     skipped: list[SkippedURL] | None = Field(
         default=None,

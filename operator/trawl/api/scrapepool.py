@@ -16,8 +16,9 @@ from redis.connection import parse_url
 from .common import Condition, DNSLabel, SecretKeyRef, SecretUse, TrawlModel, check_url_parses, format_number
 from .formats import DEFAULT_FORMAT_BYTES, MAX_FORMAT_BYTES
 from .policies import HARMLESS_HEADERS, PolitenessSpec, RequestSpec, RetrySpec
-from .proxies import ProxiesSpec
+from .proxies import ProxiesSpec, ProxyStatus
 from .render import BrowserWorkerSpec
+from .sessions import SessionSeed
 from .tenancy import TenancySpec
 
 DEFAULT_WORKER_IMAGE = "ghcr.io/trawl-dev/trawl:0.1.0"
@@ -779,6 +780,12 @@ class ScrapePoolSpec(TrawlModel):
         description="Upstream proxies the pool's jobs fetch through, in named groups; a job picks a group by "
         "name (spec.proxy.group), else the default group is used, else requests go direct.",
     )
+    session_seeds: list[SessionSeed] | None = Field(
+        default=None,
+        max_length=16,
+        description="Cookies the pool offers its jobs' sessions (spec.session.seed names one): a login made "
+        "elsewhere. Every job of the pool may name a seed, so offer only what all of them may use.",
+    )
     tenancy: TenancySpec | None = Field(
         default=None,
         description="The tenants (namespaces) that share the pool: weights, quotas, priority classes and "
@@ -804,6 +811,32 @@ class ScrapePoolSpec(TrawlModel):
                 raise ValueError(
                     f"proxies.groups[{group.name}].secretRef names Secret {group.secret_ref.name!r}, which "
                     f"spec.worker.secrets does not list: the workers read the proxy URLs from the mounted Secret"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _session_seeds_mounted(self) -> Self:
+        mounted = set(self.worker.secrets or ())
+        names = [s.name for s in self.session_seeds or ()]
+        if len(set(names)) != len(names):
+            raise ValueError("sessionSeeds names must be unique")
+        for seed in self.session_seeds or ():
+            if seed.secret_ref.name not in mounted:
+                raise ValueError(
+                    f"sessionSeeds[{seed.name}].secretRef names Secret {seed.secret_ref.name!r}, which "
+                    "spec.worker.secrets does not list"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _rule_proxy_groups_defined(self) -> Self:
+        politeness = self.defaults.politeness if self.defaults is not None else None
+        defined = {g.name for g in self.proxies.groups} if self.proxies is not None else set()
+        for rule in (politeness.domains or ()) if politeness is not None else ():
+            if rule.proxy_group and rule.proxy_group != "none" and rule.proxy_group not in defined:
+                raise ValueError(
+                    f"defaults.politeness.domains[{rule.host}].proxyGroup {rule.proxy_group!r} is not a group of "
+                    "spec.proxies.groups"
                 )
         return self
 
@@ -994,6 +1027,9 @@ class ScrapePoolStatus(TrawlModel):
         "autoscaler uses; absent before the first pod was Ready (it then assumes 15 s).",
     )
     deployment: str | None = Field(default=None, description="Name of the worker Deployment.")
+    proxies: list[ProxyStatus] | None = Field(
+        default=None, max_length=50, description="Pools with proxy groups: each proxy's use and health."
+    )
     tenants: list[TenantStatus] | None = Field(
         default=None,
         max_length=MAX_TENANTS_ON_STATUS,

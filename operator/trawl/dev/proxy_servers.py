@@ -75,10 +75,12 @@ class _ProxyServer:
 
 @dataclass
 class TinyProxy(_ProxyServer):
-    """tinyproxy with Basic auth (``username``/``password``; None: open)."""
+    """tinyproxy with Basic auth (``username``/``password``; None: open); ``add_headers`` go on every plain-http
+    request it forwards (bench/proxies.py tells its proxies apart so)."""
 
     username: str | None = None
     password: str | None = None
+    add_headers: tuple[tuple[str, str], ...] = ()
 
     binary = "tinyproxy"
     package = "tinyproxy"
@@ -97,6 +99,7 @@ class TinyProxy(_ProxyServer):
         ]
         if self.username is not None:
             lines.append(f"BasicAuth {self.username} {self.password}")
+        lines += [f'AddHeader "{name}" "{value}"' for name, value in self.add_headers]
         return "\n".join(lines) + "\n"
 
     def _argv(self, exe: str, config: Path) -> list[str]:

@@ -86,17 +86,25 @@ def unmounted_directory(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> s
 
 
 def unknown_proxy_group(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> str | None:
-    """Why the job's spec.proxy.group is not one its pool defines, or None when it is (or is 'none')."""
+    """Why the job's spec.proxy.group, or a domain rule's proxyGroup (the job's or the pool's), is not one its
+    pool defines, or None when each is (or is 'none')."""
     from trawl.api.proxies import NO_PROXY
 
-    if job_spec.proxy is None or job_spec.proxy.group == NO_PROXY:
-        return None
+    from .domains import job_rules
+
     groups = pool_spec.proxies.groups if pool_spec.proxies is not None else []
-    if any(g.name == job_spec.proxy.group for g in groups):
-        return None
+    defined = {g.name for g in groups} | {NO_PROXY}
     known = ", ".join(g.name for g in groups) or "none defined"
+    if job_spec.proxy is not None and job_spec.proxy.group not in defined:
+        where = f"spec.proxy.group {job_spec.proxy.group!r}"
+    else:
+        rules = job_rules(job_spec, pool_spec)
+        unknown = sorted((rules.proxy_groups() if rules is not None else set()) - defined)
+        if not unknown:
+            return None
+        where = f"a domain rule's proxyGroup {unknown[0]!r}"
     return (
-        f"spec.proxy.group {job_spec.proxy.group!r} is not a proxy group of ScrapePool {job_spec.pool!r} "
+        f"{where} is not a proxy group of ScrapePool {job_spec.pool!r} "
         f"(its spec.proxies.groups: {known}); name one of them, or 'none' to fetch directly"
     )
 
@@ -109,6 +117,20 @@ def screenshot_without_browser(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpe
     return (
         "extract.formats screenshot needs pages rendered in a browser: set render.mode Browser (or a domain "
         "rule's render Browser), or remove screenshot from extract.formats"
+    )
+
+
+def unknown_session_seed(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> str | None:
+    """Why the job's spec.session.seed is not a seed its pool offers, or None when it is (or names none)."""
+    seed = job_spec.session.seed if job_spec.session is not None else None
+    if seed is None:
+        return None
+    seeds = [s.name for s in pool_spec.session_seeds or ()]
+    if seed in seeds:
+        return None
+    return (
+        f"spec.session.seed {seed!r} is not a session seed of ScrapePool {job_spec.pool!r} "
+        f"(its spec.sessionSeeds: {', '.join(seeds) or 'none defined'})"
     )
 
 

@@ -49,6 +49,7 @@ class HostPoliteness:
     pool_rule: str | None = None  # the host pattern of the pool rule that applied
     job_rule: str | None = None
     render: RenderMode | None = None  # the rules' render mode (the pool rule's first); None: the job's render
+    proxy_group: str | None = None  # the rules' proxy group (the pool rule's first; "none": direct); None: the job's
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,10 @@ class DomainRules:
 
     def has_headers(self) -> bool:
         return any(r.headers for r in (*self.pool, *self.job))
+
+    def proxy_groups(self) -> set[str]:
+        """The proxy groups the rules name ("none" included)."""
+        return {r.proxy_group for r in (*self.pool, *self.job) if r.proxy_group}
 
     def render_browser(self) -> bool:
         """Whether a rule renders some host's pages in the browser (the pool must run browser workers)."""
@@ -135,6 +140,7 @@ def resolve_host(host: str, base_rate: float, base_concurrency: int, rules: Doma
         pool_rule=pool.host if pool else None,
         job_rule=job.host if job else None,
         render=(pool.render if pool and pool.render else None) or (job.render if job else None),
+        proxy_group=(pool.proxy_group if pool and pool.proxy_group else None) or (job.proxy_group if job else None),
     )
 
 

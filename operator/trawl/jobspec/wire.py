@@ -24,6 +24,9 @@ workers read it back with :func:`trawl.worker.jobsettings.parse_worker_spec` (ca
                     jobLimits.maxFormatBytes; absent before formats came, which reads as the default)
       "proxy":      None (direct), or the proxy group the job goes through: {"group", "secret": {"name",
                     "key"}, "max_per_proxy"}: a reference to the pool's Secret, never a proxy URL
+      "proxy_groups": None, or the routes of the proxy groups domain rules name: {group: route, "none": None}
+      "session":    None, or spec.session dump (trawl.api.sessions: scope, bounds, block rules)
+      "session_seed": None, or the pool's session seed the job names: {"name", "secret": {"name", "key"}}
     }
 
 ``politeness`` is what a host no rule matches gets; :class:`trawl.jobspec.domains.HostCache` resolves the
@@ -59,6 +62,7 @@ from .domains import DomainRules
 from .headerscope import build_scope, job_origins
 
 if TYPE_CHECKING:  # the operator's side; a worker never builds the pool's model
+    from trawl.api.proxies import ProxyGroup
     from trawl.api.scrapepool import Ceilings, ScrapePoolSpec
     from trawl.queue.bloom import BloomSize
 
@@ -144,6 +148,9 @@ def build_worker_spec(
         "domains": rules.to_wire() if rules is not None else None,
         "format_max_bytes": ceilings.max_format_bytes if ceilings is not None else DEFAULT_FORMAT_BYTES,
         "proxy": proxy_route(job_spec, pool_spec),
+        "proxy_groups": rule_routes(rules, pool_spec),
+        "session": job_spec.session.model_dump(mode="json") if job_spec.session is not None else None,
+        "session_seed": seed_route(job_spec, pool_spec),
     }
 
 
@@ -157,13 +164,43 @@ def proxy_route(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec | None) -> di
     if proxies is None or (job_spec.proxy is not None and job_spec.proxy.group == NO_PROXY):
         return None
     group = proxies.group(job_spec.proxy.group) if job_spec.proxy is not None else proxies.default_group()
-    if group is None:
-        return None
+    return _route(group) if group is not None else None
+
+
+def _route(group: ProxyGroup) -> dict[str, Any]:
     return {
         "group": group.name,
         "secret": {"name": group.secret_ref.name, "key": group.secret_ref.key},
         "max_per_proxy": group.max_concurrency_per_proxy,
     }
+
+
+def seed_route(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec | None) -> dict[str, Any] | None:
+    """The Secret key of the pool's session seed the job names ({"name", "secret": {"name", "key"}}), or None:
+    a reference, the worker reads the cookies from its mounted file (admission.unknown_session_seed refused
+    an unknown seed before this)."""
+    name = job_spec.session.seed if job_spec.session is not None else None
+    seeds = pool_spec.session_seeds if pool_spec is not None else None
+    seed = next((s for s in seeds or () if s.name == name), None) if name else None
+    if seed is None:
+        return None
+    return {"name": seed.name, "secret": {"name": seed.secret_ref.name, "key": seed.secret_ref.key}}
+
+
+def rule_routes(rules: DomainRules | None, pool_spec: ScrapePoolSpec | None) -> dict[str, Any] | None:
+    """The routes of the proxy groups the domain rules name (group -> route as :func:`proxy_route`'s; "none"
+    -> None), or None when no rule names one."""
+    from trawl.api.proxies import NO_PROXY
+
+    names = rules.proxy_groups() if rules is not None else set()
+    proxies = pool_spec.proxies if pool_spec is not None else None
+    if not names or proxies is None:
+        return None
+    out: dict[str, Any] = {}
+    for name in sorted(names):
+        group = proxies.group(name) if name != NO_PROXY else None
+        out[name] = None if group is None else _route(group)
+    return out
 
 
 def _bloom(job_spec: ScrapeJobSpec) -> BloomSize | None:

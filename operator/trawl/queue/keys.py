@@ -37,6 +37,8 @@ Pool-wide keys (``P`` is the prefix)::
                              in retention)
     P:ev             stream  bounded event stream (MAXLEN ~): job-level transitions for the operator
     P:xd             zset    url digest -> end of its dedupe window (dedupe across jobs of the pool)
+    P:px             hash    "<group>|<proxy host:port>|<ok|fail|blk|last>" -> each proxy's use and latest outcome
+                             (:mod:`trawl.queue.proxyusage`; the pool's status.proxies)
     P:rl:<kind>:<d>  any     per-domain politeness state (rate limit, concurrency) shared by the pool's workers
     P:epoch          string  a random token set once (never expires): the operator records it on every job's
                              status, so a Redis that comes back without its data (a different or no token)
@@ -59,6 +61,9 @@ Per-job keys (``J`` is ``P:j:<job_id>``)::
     J:res:keys:s3pending  hash  S3 sink: record key -> object whose PUT is not known to have succeeded
     J:sk             hash    URLs skipped because robots.txt disallows them (:mod:`trawl.queue.notes`)
     J:cb             hash    domains whose circuit breaker held the job's tasks back (:mod:`trawl.queue.notes`)
+    J:bk             hash    blocked responses per domain (:mod:`trawl.queue.notes`)
+    J:ss, J:sc, J:ss:<d>, J:sc:<d>, J:ssd, J:pc   the job's sessions, their cookie jars, the domains with
+                             sessions and proxy cool-downs (:mod:`trawl.worker.sessions`)
 
 Job counters: ``pen`` = length of J:r, ``inf`` = the job's entries in workers' hashes, ``ret`` = size of
 J:z (backoff retries and delayed releases), ``dead`` = size of J:dl plus ``dld`` (dead letters whose
@@ -122,6 +127,11 @@ def pending_key(dedupe: str) -> str:
 def skipped_key(job_key: str) -> str:
     """The skip hash of a job, next to its hash (``J:sk``; ``job_key`` is :meth:`Keys.job`)."""
     return job_key + ":sk"
+
+
+def blocked_key(job_key: str) -> str:
+    """The blocked-responses-per-domain hash of a job, next to its hash (``J:bk``)."""
+    return job_key + ":bk"
 
 
 def throttled_key(job_key: str) -> str:
@@ -193,6 +203,11 @@ class Keys:
     @property
     def events(self) -> str:
         return f"{self.prefix}:ev"
+
+    @property
+    def proxy_usage(self) -> str:
+        """Each proxy's requests by outcome, from the workers (:mod:`trawl.queue.proxyusage`)."""
+        return f"{self.prefix}:px"
 
     @property
     def cross_dedupe(self) -> str:

@@ -17,6 +17,10 @@ Kept beside the queue's keys rather than in them (the queue's scripts own those)
 - ``J:cb`` (hash, domain -> JSON ``{"reason", "until"}``): domains whose circuit breaker held back
   this job's tasks (:mod:`trawl.worker.breaker`); the operator lists those still open on the status.
 
+- field ``blk`` of the job hash and ``J:bk`` (hash, domain -> count, at most BLOCKED_DOMAINS domains):
+  responses the job's ``session.block`` rules marked blocked (:mod:`trawl.worker.identity`); the operator
+  reports ``counts.blocked`` and the most blocked domains (``status.blockedDomains``).
+
 The scripts do nothing for a job whose hash is gone (cancelled or expired), so they never re-create it.
 """
 
@@ -31,9 +35,10 @@ from redis.asyncio import Redis
 
 from trawl.redisconn.scripts import read_script
 
-from .keys import skipped_key, throttled_key
+from .keys import blocked_key, skipped_key, throttled_key
 
 SKIP_SAMPLE = 10
+BLOCKED_DOMAINS = 1000  # domains whose blocks a job counts apart
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +71,7 @@ class JobNotes:
         self._sink_error = redis.register_script(read_script("trawl.queue", "note_sink_error"))
         self._throttled = redis.register_script(read_script("trawl.queue", "note_throttled"))
         self._truncated = redis.register_script(read_script("trawl.queue", "note_truncated"))
+        self._blocked = redis.register_script(read_script("trawl.queue", "note_blocked"))
         self._throttled_written: dict[tuple[str, str], float] = {}  # (job, domain) -> until last written
 
     async def skip(self, job_id: str, task_id: str, url: str, reason: str) -> bool:
@@ -80,6 +86,21 @@ class JobNotes:
     async def truncated_count(self, job_id: str) -> int:
         raw = await self.redis.hget(str(self.job_key(job_id)), "ftr")  # type: ignore[misc]
         return int(raw or 0)
+
+    async def blocked(self, job_id: str, domain: str) -> int:
+        """A response of the job on ``domain`` was blocked; returns the job's count so far."""
+        jk = str(self.job_key(job_id))
+        return int(await self._blocked(keys=[jk, blocked_key(jk)], args=[domain, BLOCKED_DOMAINS]))
+
+    async def blocked_counts(self, job_id: str, limit: int = 10) -> tuple[int, list[tuple[str, int]]]:
+        """The job's blocked responses, and its ``limit`` most blocked domains with their counts."""
+        jk = str(self.job_key(job_id))
+        total = await self.redis.hget(jk, "blk")  # type: ignore[misc]
+        if not total:
+            return 0, []
+        raw = await self.redis.hgetall(blocked_key(jk))  # type: ignore[misc]
+        domains = sorted(((_text(d), int(n)) for d, n in raw.items()), key=lambda dn: (-dn[1], dn[0]))
+        return int(total), domains[:limit]
 
     async def sink_failing(self, job_id: str, message: str) -> None:
         await self._sink_error(keys=[str(self.job_key(job_id))], args=[message[:1024], repr(time.time())])
@@ -135,4 +156,8 @@ class JobNotes:
     async def forget(self, job_id: str) -> None:
         """Delete the note hashes (the job was cancelled; the sink fields go with the job hash)."""
         jk = str(self.job_key(job_id))
-        await self.redis.delete(skipped_key(jk), throttled_key(jk))
+        await self.redis.delete(skipped_key(jk), throttled_key(jk), blocked_key(jk))
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

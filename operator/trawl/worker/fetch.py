@@ -28,6 +28,7 @@ from trawl.boot import castore
 from trawl.egress.addresses import IPNetwork, address_block_reason
 from trawl.egress.resolver import SafeResolver, find_blocked
 
+from .cookies import SessionJar
 from .proxied import HOP_ERRORS, ProxySessions, proxy_failure, refused_credentials, through_proxy
 from .proxies import ProxyEndpoint
 
@@ -312,8 +313,12 @@ class Fetcher:
         conditional: Mapping[str, str] | None = None,
         content_types: tuple[str, ...] | None = HTML_TYPES,
         proxy: ProxyEndpoint | None = None,
+        cookies: SessionJar | None = None,
     ) -> FetchResult:
         """GET ``url`` following redirects by hand; raises :class:`FetchError` on any failure.
+
+        ``cookies``: a session's jar (trawl.worker.cookies): each hop carries the cookies it scopes to that
+        hop's URL, and each response's ``Set-Cookie`` goes into it (redirects and error answers too).
 
         ``proxy``: the upstream proxy every hop goes through (trawl.worker.proxies); each hop's target is
         still resolved and checked here first, and the proxy is handed the checked address (proxied.py).
@@ -328,7 +333,7 @@ class Fetcher:
         try:
             async with asyncio.timeout(limits.total_timeout):
                 return await self._fetch(
-                    url, limits, headers, user_agent, before_hop, started, conditional, content_types, proxy
+                    url, limits, headers, user_agent, before_hop, started, conditional, content_types, proxy, cookies
                 )
         except TimeoutError as exc:
             raise FetchError(
@@ -346,6 +351,7 @@ class Fetcher:
         conditional: Mapping[str, str] | None = None,
         content_types: tuple[str, ...] | None = HTML_TYPES,
         proxy: ProxyEndpoint | None = None,
+        cookies: SessionJar | None = None,
     ) -> FetchResult:
         assert self._session is not None
         req_headers = {k: v for k, v in (headers or {}).items() if k.lower() not in HOP_BY_HOP}
@@ -367,6 +373,8 @@ class Fetcher:
             hop_headers = req_headers if not redirects or _origin_of(current) == _origin_of(url) else own_headers
             if conditional and not redirects:
                 hop_headers = {**hop_headers, **conditional}
+            if cookies is not None:
+                hop_headers = with_cookies(hop_headers, cookies.header_for(current))
             try:
                 session, target, extra = self._session, current, dict[str, Any]()
                 if proxy is not None:  # resolve + check the target, hand the proxy its checked address
@@ -378,6 +386,8 @@ class Fetcher:
                     if proxy is None:  # through a proxy the peer is the proxy, which the pool listed
                         self._check_peer(resp, current)
                     status = resp.status
+                    if cookies is not None and not (proxy is not None and refused_credentials(status, resp.headers)):
+                        cookies.store(current, resp.headers.getall("Set-Cookie", ()))
                     if proxy is not None and refused_credentials(status, resp.headers):
                         raise FetchError(
                             FailureClass.CONNECTION,
@@ -487,6 +497,16 @@ class Fetcher:
             wire_bytes=wire,
             redirects=redirects,
         )
+
+
+def with_cookies(headers: dict[str, str], cookie: str | None) -> dict[str, str]:
+    """``headers`` with a session's ``Cookie`` header added after the job's own one, if any."""
+    if not cookie:
+        return headers
+    own = next((k for k in headers if k.lower() == "cookie"), None)
+    if own is None:
+        return {**headers, "Cookie": cookie}
+    return {**{k: v for k, v in headers.items() if k != own}, "Cookie": f"{headers[own]}; {cookie}"}
 
 
 @functools.lru_cache(maxsize=4096)  # a pure function of the host; a crawl asks it once per page

@@ -14,6 +14,7 @@ from trawl.api.formats import DEFAULT_FORMAT_BYTES, OutputFormat
 from trawl.api.policies import ResolvedPoliteness, ResolvedRequest, ResolvedRetry
 from trawl.api.render import RenderMode, RenderSpec
 from trawl.api.scrapejob import CrawlSpec, ExtractSpec, OutputSpec
+from trawl.api.sessions import SessionSpec
 from trawl.jobspec.domains import DomainRules, HostCache
 from trawl.jobspec.headerscope import HeaderScope
 from trawl.refresh.decide import RefreshSettings
@@ -40,6 +41,9 @@ class WorkerJobSpec:
     sitemaps: SitemapRules | None = None  # what the job takes from sitemaps; None: it lists none
     hosts: HostCache | None = None  # the rate and concurrency per host (domain rules); None: politeness's
     proxy: dict[str, Any] | None = None  # the proxy group's route (trawl.jobspec.wire.proxy_route); None: direct
+    session: SessionSpec | None = None  # spec.session (trawl.worker.sessions); None: no sessions, no ban rules
+    proxy_groups: dict[str, Any] | None = None  # the routes of the groups domain rules name (wire.rule_routes)
+    session_seed: dict[str, Any] | None = None  # the pool's seed a new session starts from (wire.seed_route)
 
     def host(self, authority: str) -> tuple[float, int]:
         """(requests per second, concurrency) for requests to ``authority`` (a URL's host[:port])."""
@@ -47,6 +51,17 @@ class WorkerJobSpec:
             return self.politeness.requests_per_second, self.politeness.max_concurrency_per_domain
         got = self.hosts.get(authority)
         return got.requests_per_second, got.max_concurrency_per_domain
+
+    def proxy_for(self, authority: str) -> dict[str, Any] | None:
+        """The proxy route of requests to ``authority``: its host's rule's group ("none": direct), else the
+        job's (spec.proxy, else the pool's default group)."""
+        if self.hosts is None or self.proxy_groups is None:
+            return self.proxy
+        group = self.hosts.get(authority).proxy_group
+        if group is None or group not in self.proxy_groups:
+            return self.proxy
+        route: dict[str, Any] | None = self.proxy_groups[group]
+        return route
 
     def renders(self, url: str, authority: str) -> bool:
         """Whether ``url`` (on ``authority``, its host[:port]) is rendered in the browser: as its host's rule
@@ -105,6 +120,9 @@ def parse_worker_spec(spec: dict[str, Any] | None) -> WorkerJobSpec:
         headers=HeaderScope.parse(request.headers, spec.get("header_scope"), hosts),
         hosts=hosts,
         proxy=spec.get("proxy") or None,
+        session=SessionSpec.model_validate(spec["session"]) if spec.get("session") else None,
+        proxy_groups=spec.get("proxy_groups") or None,
+        session_seed=spec.get("session_seed") or None,
         sitemaps=(
             SitemapRules.from_spec(spec["sitemaps"], str(crawl.scope.value) if crawl is not None else None)
             if spec.get("sitemaps")

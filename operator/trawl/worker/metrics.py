@@ -35,9 +35,14 @@ class WorkerMetrics:
         self.proxy_requests = Counter(
             "trawl_worker_proxy_requests_total",
             "Fetches through an upstream proxy by group, proxy (host:port, never credentials) and outcome: ok, "
-            "proxy_error (the proxy failed: refused, unreachable, 407), busy (every proxy at its limit) or "
-            "the fetch's failure class.",
+            "proxy_error (the proxy failed: refused, unreachable, 407), busy (every proxy at its limit), "
+            "blocked (the job's session.block rules) or the fetch's failure class.",
             ["group", "proxy", "outcome"],
+            registry=r,
+        )
+        self.blocked = Counter(
+            "trawl_worker_blocked_total",
+            "Responses a job's session.block rules marked blocked (their session retired).",
             registry=r,
         )
         self.fetch_seconds = Histogram(
@@ -67,8 +72,8 @@ class WorkerMetrics:
         )
         self.deferrals = Counter(
             "trawl_worker_rate_limit_deferrals_total",
-            "Tasks given back with a delay because of Retry-After, a rate limit or a failed upstream proxy "
-            "(reason proxy).",
+            "Tasks given back with a delay because of Retry-After, a rate limit, a failed upstream proxy "
+            "(reason proxy) or a blocked identity (reason blocked).",
             ["reason"],
             registry=r,
         )

@@ -31,6 +31,7 @@ from trawl.queue.errors import QueueUnavailable
 from trawl.queue.model import QueueClient, Task, sweep_cursor
 from trawl.queue.notes import JobNotes
 from trawl.queue.pagestate import PageStates
+from trawl.queue.proxyusage import ProxyUsage
 from trawl.redisconn.client import TRANSIENT_ERRORS
 from trawl.sinks.base import Record, record_key
 from trawl.worker.browser.hook import BrowserCrashed, Renderer
@@ -40,6 +41,7 @@ from .extract import Page
 from .fetch import HTML_TYPES, Fetcher, FetchError, FetchResult
 from .finish import Finish, Finisher
 from .formats import bound_screenshot
+from .identity import Identities
 from .jobcache import Job, JobCache
 from .jobsettings import WorkerJobSpec
 from .metrics import WorkerMetrics
@@ -48,6 +50,7 @@ from .politeness import DomainLimiter, RateWaitTooLong, RobotsCache
 from .proxies import ProxyBusy, ProxyConfigError, ProxyDirectory
 from .refresh import RefreshPage
 from .refresh import begin as refresh_begin
+from .sessions import SessionStore
 from .sitemaps import INDEX, MAX_SITEMAP_LEVEL, BadSitemap, SitemapRules, is_robots_task, robots_sitemaps
 from .sweep import sweep
 from .urls import host_of
@@ -62,6 +65,7 @@ MAX_DEFERRALS = 5  # Retry-After releases of one task (seen by this worker) befo
 MAX_DEFERRED_TASKS = 10_000  # tasks whose Retry-After releases are remembered
 _T = TypeVar("_T")
 PROXY_RETRY_DELAY = 1.0  # seconds before a task whose proxy failed is claimed again
+BLOCKED_RETRY_DELAY = 0.5  # seconds before a blocked task is claimed again, by another identity
 
 # What a failed fetch says about the site. Trouble counts toward opening its circuit breaker; an answer
 # proves it up (a success to the breaker); other failures (robots.txt, a refused address, ...) say nothing.
@@ -157,6 +161,7 @@ class TaskPipeline:
         self.robots = robots
         self.fetcher = fetcher
         self.proxies = ProxyDirectory()  # the pool's proxy groups, read from its mounted Secrets
+        self.proxy_usage = ProxyUsage(metrics.proxy_requests)  # per proxy, for the metric and the pool's status
         self.renderer = renderer
         self.parser = parser
         self.finisher = finisher
@@ -165,6 +170,11 @@ class TaskPipeline:
         self.max_rate_wait = max_rate_wait  # wait longer for a domain and the task is given back with a delay
         self.pages = pages  # refresh jobs' page state (trawl.worker.refresh)
         self._deferred: OrderedDict[tuple[str, str], int] = OrderedDict()  # Retry-After releases per task
+        # Sessions next to the job's notes (its home shard); blocked releases per task, apart from the above.
+        self.identities = Identities(
+            SessionStore(notes.redis, notes.job_key), self.proxies, self.proxy_usage, max_rate_wait
+        )
+        self._blocked_tries: OrderedDict[tuple[str, str], int] = OrderedDict()
 
     async def process(self, task: Task) -> None:
         """Run ``task`` to its outcome: handed to the finisher, given back, or failed. A crash fails it as
@@ -253,7 +263,7 @@ class TaskPipeline:
                         before_hop,
                         job_id=task.job_id,  # its page time counts against the job's tenant's browser quota
                     )
-                    result, render_info = await (render() if spec.proxy is None else self._proxied(render, spec.proxy))
+                    result, render_info = await self._as_identity(render, spec, task, domain, rendered=True)
                 else:
                     fetch = functools.partial(
                         self.fetcher.fetch,
@@ -265,7 +275,7 @@ class TaskPipeline:
                         conditional=refresh.headers if refresh is not None else None,
                         content_types=None if sitemap else HTML_TYPES,  # a sitemap's reader judges its bytes
                     )
-                    result = await (fetch() if spec.proxy is None else self._proxied(fetch, spec.proxy))
+                    result = await self._as_identity(fetch, spec, task, domain)
             elapsed = time.monotonic() - fetch_started - waited
             if pol.adaptive_delay:
                 self.limiter.adaptive(domain).observe(elapsed, False)
@@ -318,6 +328,25 @@ class TaskPipeline:
         for name in page.data.get("truncated") or () if page.format_seconds else ():
             self.metrics.format_truncated.labels(name).inc()
 
+    async def _as_identity(
+        self, call: Callable[..., Awaitable[_T]], spec: WorkerJobSpec, task: Task, domain: str, rendered: bool = False
+    ) -> _T:
+        """``call`` (a fetch or a render) as one of the job's sessions (spec.session: trawl.worker.identity),
+        else through the proxy group of the domain (its rule's, else the job's), else directly."""
+        route = spec.proxy_for(domain)
+        if spec.session is not None:
+            return await self.identities.run(
+                call,
+                _rendered_result if rendered else _fetched_result,
+                job_id=task.job_id,
+                domain=domain,
+                spec=spec.session,
+                user_agent=spec.request.user_agent or self.fetcher.user_agent,
+                route=route,
+                seed=spec.session_seed,
+            )
+        return await (call() if route is None else self._proxied(call, route))
+
     async def _proxied(self, fetch: Callable[..., Awaitable[_T]], route: dict[str, Any]) -> _T:
         """``fetch`` (a fetch or a render) through the least busy proxy of the job's group
         (trawl.worker.proxies), counted per proxy."""
@@ -331,12 +360,12 @@ class TaskPipeline:
                     result = await fetch(proxy=proxy)
                 except FetchError as exc:
                     outcome = "proxy_error" if exc.proxy_fault else exc.failure_class.value
-                    self.metrics.proxy_requests.labels(group.name, proxy.label, outcome).inc()
+                    self.proxy_usage.count(group.name, proxy.label, outcome)
                     raise
-                self.metrics.proxy_requests.labels(group.name, proxy.label, "ok").inc()
+                self.proxy_usage.count(group.name, proxy.label, "ok")
                 return result
         except ProxyBusy as exc:
-            self.metrics.proxy_requests.labels(group.name, "", "busy").inc()
+            self.proxy_usage.count(group.name, "", "busy")
             raise FetchError(FailureClass.CONNECTION, str(exc), proxy_fault=True) from exc
 
     async def _refresh_begin(self, task: Task, spec: WorkerJobSpec) -> RefreshPage:
@@ -492,12 +521,42 @@ class TaskPipeline:
         outcome = await self.queue.fail(task, self.worker_id, exc.failure_class.value, exc.message[:1024])
         return "dead" if outcome.dead_lettered else "failed"
 
+    async def _blocked(self, task: Task, job: Job, domain: str, exc: FetchError) -> str:
+        """The site blocked the identity (its session is retired by now): counted apart, told to the domain's
+        breaker (consecutive blocks of every identity open it, reason Blocked), and the task given back to be
+        tried on another identity without spending an attempt, session.maxBlockedRetries times (per worker)."""
+        await self.breaker.record(domain, False, f"{FailureClass.BLOCKED.value}: {exc.message}")
+        await self.notes.blocked(task.job_id, domain)
+        self.metrics.blocked.inc()
+        key = (task.job_id, task.task_id)
+        tries = self._blocked_tries.pop(key, 0) + 1
+        self._blocked_tries[key] = tries
+        while len(self._blocked_tries) > MAX_DEFERRED_TASKS:
+            self._blocked_tries.popitem(last=False)
+        bound = job.spec.session.max_blocked_retries if job.spec.session is not None else 0
+        log_extra = {
+            "job": task.job_id,
+            "url": task.url,
+            "error_class": FailureClass.BLOCKED.value,
+            "error": exc.message,
+        }
+        if tries <= bound:
+            self.metrics.deferrals.labels("blocked").inc()
+            log.info("blocked; task given back for another identity", extra=log_extra)
+            await self.queue.release(task, self.worker_id, delay=BLOCKED_RETRY_DELAY)
+            return "released"
+        outcome = await self.queue.fail(task, self.worker_id, FailureClass.BLOCKED.value, exc.message[:1024])
+        log.info("blocked", extra={**log_extra, "attempt": task.attempt, "dead": outcome.dead_lettered})
+        return "dead" if outcome.dead_lettered else "failed"
+
     async def _failed(self, task: Task, job: Job, domain: str, exc: FetchError, elapsed: float) -> str:
         spec = job.spec
         cls = exc.failure_class
         self.metrics.fetches.labels(cls.value).inc()
         if spec.politeness.adaptive_delay:
             self.limiter.adaptive(domain).observe(elapsed, cls in SLOW_DOWN)
+        if cls == FailureClass.BLOCKED:
+            return await self._blocked(task, job, domain, exc)
         if exc.proxy_fault:
             pass  # the upstream proxy failed (refused, unreachable, 407): nothing said about the site
         elif cls in SITE_TROUBLE:
@@ -537,3 +596,11 @@ class TaskPipeline:
         )
         log.info("fetch failed", extra={**log_extra, "attempt": task.attempt, "dead": outcome.dead_lettered})
         return "dead" if outcome.dead_lettered else "failed"
+
+
+def _fetched_result(result: FetchResult) -> FetchResult:
+    return result
+
+
+def _rendered_result(rendered: tuple[FetchResult, dict[str, Any]]) -> FetchResult:
+    return rendered[0]

@@ -3,8 +3,8 @@ request goes through.
 
 The choice (:func:`pick`) is pure: the endpoint of the group with the fewest requests in flight, below the
 group's per-proxy limit, ties broken round robin from a cursor. :class:`ProxyGroup` holds the counts and
-waits, bounded, when every endpoint is full. A later session (issue 35, sticky sessions) can pin an endpoint
-by its ``key`` and call :meth:`ProxyGroup.use` with ``prefer``.
+waits, bounded, when every endpoint is full. A session (trawl.worker.sessions) pins its endpoint: ``prefer``
+with ``strict``; a new session avoids the endpoints cooling down for its domain (``avoid``).
 
 Credentials stay in :class:`ProxyEndpoint` (``auth``, never in ``label`` or ``repr``): the label, host:port,
 is what logs and metrics show."""
@@ -90,16 +90,29 @@ def parse_proxy_list(text: str) -> list[ProxyEndpoint]:
     return endpoints
 
 
-def pick(in_use: Sequence[int], limit: int, cursor: int, prefer: int | None = None) -> int | None:
-    """The index of the endpoint to use, or None when all are at ``limit``: ``prefer`` if it has room,
-    else the least in use, ties broken by the first at or after ``cursor`` (round robin)."""
-    if prefer is not None and 0 <= prefer < len(in_use) and in_use[prefer] < limit:
-        return prefer
+def pick(
+    in_use: Sequence[int],
+    limit: int,
+    cursor: int,
+    prefer: int | None = None,
+    avoid: frozenset[int] = frozenset(),
+    strict: bool = False,
+) -> int | None:
+    """The index of the endpoint to use, or None when all are at ``limit``: ``prefer`` if it has room (with
+    ``strict``, only ``prefer``: a session keeps its proxy), else the least in use, ties broken by the first
+    at or after ``cursor`` (round robin), those in ``avoid`` (cooling down) only when all others are."""
+    if prefer is not None and 0 <= prefer < len(in_use):
+        if in_use[prefer] < limit:
+            return prefer
+        if strict:
+            return None
     best: int | None = None
     n = len(in_use)
     for step in range(n):
         i = (cursor + step) % n
-        if in_use[i] < limit and (best is None or in_use[i] < in_use[best]):
+        if in_use[i] >= limit:
+            continue
+        if best is None or (i in avoid, in_use[i]) < (best in avoid, in_use[best]):
             best = i
     return best
 
@@ -117,17 +130,24 @@ class ProxyGroup:
         self._cursor = 0
         self._freed = asyncio.Condition()
 
-    def _take(self, prefer: int | None) -> int | None:
-        index = pick(self.in_use, self.max_per_proxy, self._cursor, prefer)
+    def index_of(self, label: str) -> int | None:
+        """The endpoint whose host:port is ``label`` (a session's proxy), if the group still lists it."""
+        return next((i for i, e in enumerate(self.endpoints) if e.label == label), None)
+
+    def _take(self, prefer: int | None, avoid: frozenset[int] = frozenset(), strict: bool = False) -> int | None:
+        index = pick(self.in_use, self.max_per_proxy, self._cursor, prefer, avoid, strict)
         if index is not None:
             self.in_use[index] += 1
             self._cursor = (index + 1) % len(self.endpoints)
         return index
 
     @asynccontextmanager
-    async def use(self, wait: float, prefer: int | None = None) -> AsyncIterator[ProxyEndpoint]:
-        """An endpoint for one fetch; waits up to ``wait`` seconds for room, then raises :class:`ProxyBusy`."""
-        index = self._take(prefer)
+    async def use(
+        self, wait: float, prefer: int | None = None, avoid: frozenset[int] = frozenset(), strict: bool = False
+    ) -> AsyncIterator[ProxyEndpoint]:
+        """An endpoint for one fetch (see :func:`pick`); waits up to ``wait`` seconds for room, then raises
+        :class:`ProxyBusy`."""
+        index = self._take(prefer, avoid, strict)
         if index is None:
             deadline = time.monotonic() + wait
             async with self._freed:
@@ -137,7 +157,7 @@ class ProxyGroup:
                         raise ProxyBusy(f"every proxy of group {self.name!r} is at its limit of {self.max_per_proxy}")
                     with suppress(TimeoutError):
                         await asyncio.wait_for(self._freed.wait(), left)
-                    index = self._take(prefer)
+                    index = self._take(prefer, avoid, strict)
         try:
             yield self.endpoints[index]
         finally:

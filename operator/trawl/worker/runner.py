@@ -199,6 +199,8 @@ class Worker:
                 await self._heartbeat(draining=True)
             with contextlib.suppress(Exception):  # the page time of the last renders (the loop is stopped)
                 await self.renderer.time.flush(self.queue.add_browser_seconds)
+            with contextlib.suppress(Exception):  # the last requests' proxy use
+                await self.pipeline.proxy_usage.flush(self.redis, self.keys.proxy_usage)
             await self.limiter.release_all()
             await self.sinks.close()
             await self.fetcher.close()
@@ -339,6 +341,10 @@ class Worker:
                 await self.renderer.time.flush(self.queue.add_browser_seconds)
             except Exception as exc:
                 log.warning("sending browser time failed", extra={"worker": self.worker_id, "error": repr(exc)})
+            try:  # each proxy's use, for the pool's status (trawl.queue.proxyusage)
+                await self.pipeline.proxy_usage.flush(self.redis, self.keys.proxy_usage)
+            except Exception as exc:
+                log.warning("sending proxy use failed", extra={"worker": self.worker_id, "error": repr(exc)})
 
     async def _cancel_watch_loop(self) -> None:
         """Stop work on jobs that were cancelled (deleted) while their tasks are in flight here.

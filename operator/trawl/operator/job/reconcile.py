@@ -31,6 +31,7 @@ from trawl.jobspec.admission import (
     spec_problem,
     undeclared_secret_keys,
     unknown_proxy_group,
+    unknown_session_seed,
     unmounted_directory,
     unmounted_secrets,
 )
@@ -210,6 +211,9 @@ def admit(uid: str, spec: ScrapeJobSpec, pool: ScrapePoolSpec, lineage: str | No
     no_shot = screenshot_without_browser(spec, pool)
     if no_shot is not None:
         return Problem("ScreenshotNeedsBrowser", no_shot)
+    unknown_seed = unknown_session_seed(spec, pool)
+    if unknown_seed is not None:
+        return Problem("UnknownSessionSeed", unknown_seed)
     no_browser = browser_missing(spec, pool)
     if no_browser is not None:
         return Problem("BrowserNotAvailable", no_browser)
@@ -353,6 +357,7 @@ async def _reconcile_with_queue(job: _Pass, config: JobConfig | None, annotation
         skipped=notes.skipped,
         skipped_sample=notes.skipped_sample,
         truncated=notes.truncated,
+        blocked=notes.blocked,
         throttled=notes.throttled,
         tenant_throttled=job.tenant_throttled,
         tenant_queue_full=job.tenant_queue_full,
@@ -468,6 +473,7 @@ class _Notes:
     problem: Problem | None
     results: dict[str, Any]
     truncated: int = 0
+    blocked: tuple[int, list[tuple[str, int]]] = (0, [])  # blocked responses, the most blocked domains
 
 
 async def _read_notes(job: _Pass, stats: JobStats) -> _Notes:
@@ -487,7 +493,8 @@ async def _read_notes(job: _Pass, stats: JobStats) -> _Notes:
     count = written if written is not None else stats.succeeded - min(skipped, stats.succeeded)
     results = results_location(queue, job.spec, uid, job.name, count, retained)
     truncated = await notes.truncated_count(uid)
-    return _Notes(skipped, skipped_sample, throttled, problem, results, truncated)
+    blocked = await notes.blocked_counts(uid) if job.spec.session is not None else (0, [])
+    return _Notes(skipped, skipped_sample, throttled, problem, results, truncated, blocked)
 
 
 async def _after_the_job(job: _Pass, new_status: dict[str, Any]) -> list[Transition]:

@@ -51,6 +51,7 @@ class JobFacts:
     skipped: int = 0  # acked without a fetch (robots.txt disallows a discovered link): part of stats.succeeded
     skipped_sample: list[Skipped] = field(default_factory=list)
     truncated: int = 0  # records with an output format cut to its bounds (trawl.queue.notes)
+    blocked: tuple[int, list[tuple[str, int]]] = (0, [])  # blocked responses, the most blocked domains
     throttled: list[Throttled] = field(default_factory=list)  # domains whose circuit breaker is open now
     tenant_throttled: str = ""  # the quota holding the job's tenant back, with its figure ("" when none is)
     tenant_queue_full: str = ""  # the URLs-queued quota stopping the tenant's seeds, with its figure
@@ -114,6 +115,8 @@ def _progress(status: dict[str, Any], facts: JobFacts, prev: Mapping[str, Any], 
         status["counts"] = _counts(stats, facts.skipped)
         if facts.truncated:
             status["counts"]["truncated"] = facts.truncated
+        if facts.blocked[0]:
+            status["counts"]["blocked"] = facts.blocked[0]
         if any(stats.changes) or stats.not_revisited:  # a refresh job's pages by label (spec.refresh)
             status["changes"] = dict(zip(("new", "changed", "unchanged", "gone"), stats.changes, strict=True))
             if stats.not_revisited:
@@ -204,6 +207,10 @@ def _findings(status: dict[str, Any], facts: JobFacts, prev: Mapping[str, Any], 
         status["throttledDomains"] = [
             {"domain": t.domain[:253], "reason": t.reason[:512], "until": _ts(t.until)} for t in facts.throttled[:10]
         ]
+    if facts.blocked[1]:
+        status["blockedDomains"] = [{"domain": d[:253], "blocked": n} for d, n in facts.blocked[1][:10]]
+    elif "blockedDomains" in prev:
+        status["blockedDomains"] = prev["blockedDomains"]
     if facts.skipped_sample:
         status["skipped"] = [
             {"url": s.url[:2048], "reason": s.reason[:1024], "time": _ts(s.time)} for s in facts.skipped_sample[:10]

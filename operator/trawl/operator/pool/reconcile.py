@@ -28,6 +28,7 @@ from trawl.operator.problems import Problem
 from trawl.operator.secrets import label_fix, redis_secrets_version, secret_data, unseen_redis_secrets
 from trawl.queue import Queue, QueueUnavailable
 from trawl.queue.model import PoolSignals
+from trawl.queue.proxyusage import summary as proxy_summary
 from trawl.redisconn.memory import (
     OUT_OF_MEMORY,
     eviction_warning,
@@ -136,6 +137,7 @@ async def reconcile_pool(
         epoch = await queue.epoch()
         memory = await read_memory(redis)
         await _tenants(pool, queue)
+        await _proxies(pool, queue)
     except OutOfMemoryError:  # it answers but refuses writes: hold the workers (they keep what they fetched)
         new["desiredReplicas"] = current
         full = await read_memory_or_none(redis)
@@ -164,6 +166,17 @@ async def reconcile_pool(
         redis_warning=eviction_warning(memory) if memory is not None else None,
     )
     return replace(outcome, redis_memory=memory)
+
+
+async def _proxies(pool: _Pass, queue: Queue) -> None:
+    """Each proxy's use and health, as the workers counted them (trawl.queue.proxyusage), on the status of a
+    pool with proxy groups: host:port only, never credentials."""
+    if pool.spec.proxies is None or not pool.spec.proxies.groups:
+        if "proxies" in pool.prev:
+            pool.new["proxies"] = None  # the groups were removed: the list goes (pruned by the API server)
+        return
+    raw = await queue.redis.hgetall(queue.keys.proxy_usage)  # type: ignore[misc]
+    pool.new["proxies"] = proxy_summary(raw) or None
 
 
 async def _tenants(pool: _Pass, queue: Queue) -> None:

@@ -44,6 +44,7 @@ OBSERVATIONS = (
     "podStartupSeconds",
     "queueEpoch",
     "tenants",
+    "proxies",
 )
 
 

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 from trawl.api.render import RenderSpec
 from trawl.egress.addresses import IPNetwork
 
+from ..cookies import SessionJar
 from ..fetch import FetchLimits, FetchResult
 from ..proxies import ProxyEndpoint
 from .crash import BrowserCrashed
@@ -63,6 +64,7 @@ class Renderer:
         *,
         job_id: str = "",
         proxy: ProxyEndpoint | None = None,
+        cookies: SessionJar | None = None,
     ) -> tuple[FetchResult, dict[str, Any]]:
         """The rendered page as a fetch result, and the fields it adds to the record. ``headers_for``: the
         headers a request of the page to a URL carries (the job's, to its own origins), None for none.
@@ -81,6 +83,7 @@ class Renderer:
             before_navigation=before_hop,
             on_held=held,
             upstream=proxy,
+            cookies=cookies,
         )
         return rendered.fetch, rendered.info.record_fields()
 

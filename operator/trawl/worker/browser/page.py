@@ -27,6 +27,7 @@ from trawl.api.policies import DEFAULT_USER_AGENT, FailureClass
 from trawl.api.render import RenderSpec, RenderWait
 from trawl.egress.addresses import IPNetwork
 
+from ..cookies import SessionJar
 from ..fetch import FetchError, FetchLimits, FetchResult, classify_status, parse_retry_after
 from ..proxies import ProxyEndpoint
 from .crash import BrowserCrashed
@@ -106,8 +107,10 @@ class PageRenderer:
         before_navigation: HopHook | None,
         started: float,
         upstream: ProxyEndpoint | None = None,
+        cookies: SessionJar | None = None,
     ) -> RenderResult:
-        """Render ``url`` in ``browser`` (through ``upstream``, the job's proxy, if any);
+        """Render ``url`` in ``browser`` (through ``upstream``, the job's proxy, if any; with ``cookies``, a
+        session's jar: its cookies put in the context first, the context's taken back at the end);
         ``lost`` says whether the browser itself is gone (crashed or
         disconnected), which makes any error of the page a :class:`BrowserCrashed`."""
         proxy = PolicyProxy(
@@ -132,6 +135,7 @@ class PageRenderer:
                         user_agent,
                         before_navigation,
                         started,
+                        cookies,
                     )
             except TimeoutError as exc:
                 raise FetchError(
@@ -160,6 +164,7 @@ class PageRenderer:
         user_agent: str | None,
         before_navigation: HopHook | None,
         started: float,
+        cookies: SessionJar | None = None,
     ) -> RenderResult:
         context = await browser.new_context(
             proxy={"server": proxy.url, "bypass": "<-loopback>"},
@@ -169,6 +174,8 @@ class PageRenderer:
             viewport={"width": 1280, "height": 800},
         )
         try:
+            if cookies is not None and (jar := cookies.for_browser()):
+                await context.add_cookies(jar)  # type: ignore[arg-type]
             page = await context.new_page()
             page.on("crash", lambda _p: state.mark_crashed())
             page.on("popup", lambda p: state.spawn(p.close()))
@@ -185,6 +192,8 @@ class PageRenderer:
             state.cancel_all()
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(CLOSE_TIMEOUT):
+                    if cookies is not None:  # what the page's responses and scripts set, back to the session
+                        cookies.take_browser(await context.cookies())  # type: ignore[arg-type]
                     await context.close()
 
     async def _on_route(

@@ -22,6 +22,7 @@ from trawl.api.policies import FailureClass
 from trawl.api.render import RenderSpec
 from trawl.egress.addresses import IPNetwork
 
+from ..cookies import SessionJar
 from ..fetch import FetchError, FetchLimits
 from ..proxies import ProxyEndpoint
 from . import procmem
@@ -232,6 +233,7 @@ class BrowserPool:
         before_navigation: HopHook | None = None,
         on_held: Callable[[float], None] | None = None,
         upstream: ProxyEndpoint | None = None,
+        cookies: SessionJar | None = None,
     ) -> RenderResult:
         """Render ``url`` and return its HTML (through ``upstream``, the job's proxy, if any);
         raises :class:`FetchError` like a fetch would. ``on_held`` is
@@ -241,7 +243,7 @@ class BrowserPool:
             outcome = "ok"
             try:
                 result = await self._render(
-                    url, spec, limits, headers_for, user_agent, before_navigation, started, on_held, upstream
+                    url, spec, limits, headers_for, user_agent, before_navigation, started, on_held, upstream, cookies
                 )
                 if result.info.timed_out:
                     outcome = "timed_out"
@@ -265,6 +267,7 @@ class BrowserPool:
         started: float,
         on_held: Callable[[float], None] | None = None,
         upstream: ProxyEndpoint | None = None,
+        cookies: SessionJar | None = None,
     ) -> RenderResult:
         # robots.txt and the rate limit for the page URL, before the browser does anything
         if before_navigation is not None:
@@ -282,7 +285,17 @@ class BrowserPool:
         held_from = time.monotonic()
         try:
             return await self._pages.render(
-                b.browser, b.lost, url, spec, limits, headers_for, user_agent, before_navigation, started, upstream
+                b.browser,
+                b.lost,
+                url,
+                spec,
+                limits,
+                headers_for,
+                user_agent,
+                before_navigation,
+                started,
+                upstream,
+                cookies,
             )
         finally:
             if on_held is not None:
