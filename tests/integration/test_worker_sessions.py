@@ -189,7 +189,8 @@ async def test_sessions_through_a_proxy_keep_its_credentials_out_of_logs_and_red
             "worker": {"secrets": ["proxies"]},
             "proxies": {"groups": [{"name": "dc", "secretRef": {"name": "proxies", "key": "urls"}, "default": True}]},
         }
-        job = {"urls": [farm.page_url(i) for i in range(8)], "session": {"poolSize": 2}}
+        # Two sessions take at most 4 pages each before a ban (a cookieless first, then 3): 12 pages make one.
+        job = {"urls": [farm.page_url(i) for i in range(12)], "session": {"poolSize": 2}}
         queue, job_id = await _register(redis_client, job, pool)
         worker = _worker(redis_client, queue, "w-proxy", concurrency=2)
         runner = asyncio.create_task(worker.run())
@@ -197,7 +198,7 @@ async def test_sessions_through_a_proxy_keep_its_credentials_out_of_logs_and_red
             await _finish(queue, job_id)
         finally:
             await _stop((worker, runner))
-        assert (await queue.job_stats(job_id)).succeeded == 8
+        assert (await queue.job_stats(job_id)).succeeded == 12
         dump = await _redis_text(redis_client)
         assert f"127.0.0.1:{first.port}" in dump or f"127.0.0.1:{second.port}" in dump  # sessions name their proxy
         rows = proxy_summary(await redis_client.hgetall(Keys(PREFIX).proxy_usage))  # the pool's status.proxies
