@@ -163,8 +163,11 @@ async def check_s3_manifest(s3: S3Server, target: S3Target, fmt: FileFormat, obj
     ]
 
 
-def files_written(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir() if p.name not in (MANIFEST, ".manifest.lock"))
+def files_written(folder: Path, *, killed: bool = False) -> list[str]:
+    """The files in the folder but the manifest and its lock; with ``killed``, not the ``.tmp-`` files a worker
+    SIGKILLed between its write and its rename left behind either (never published, never in the manifest)."""
+    names = (p.name for p in folder.iterdir() if p.name not in (MANIFEST, ".manifest.lock"))
+    return sorted(n for n in names if not (killed and n.startswith(".tmp-")))
 
 
 async def test_files_sink_on_a_volume_with_its_manifest(tmp_path: Path, redis_client: aioredis.Redis) -> None:
@@ -308,7 +311,7 @@ async def test_a_crawl_into_parquet_lands_exactly_once_through_a_sigkill(
         start_worker(workers, ["--redis-url", redis_server.url], prefix, "tab-b", tmp_path, **common)  # type: ignore[arg-type]
 
         def some_written() -> bool:
-            return (out_dir / jobs[0]).exists() and len(files_written(out_dir / jobs[0])) >= 3
+            return (out_dir / jobs[0]).exists() and len(files_written(out_dir / jobs[0], killed=True)) >= 3
 
         await asyncio.to_thread(wait_for, "three Parquet files written", some_written, 120, 0.1)
         assert not (await queue.job_stats(jobs[0])).finished  # killed mid-crawl
@@ -322,11 +325,11 @@ async def test_a_crawl_into_parquet_lands_exactly_once_through_a_sigkill(
             assert stats.succeeded == stats.total == expected and stats.dead == 0
 
     folder = out_dir / jobs[0]
-    file_rows = [parquet_rows_of(folder / f) for f in files_written(folder)]
+    file_rows = [parquet_rows_of(folder / f) for f in files_written(folder, killed=True)]
     urls = Counter(r["url"] for rows in file_rows for r in rows)
     assert len(urls) == expected and set(urls.values()) == {1}  # none lost, none twice
     manifest = json.loads((folder / MANIFEST).read_text())
-    assert [f["file"] for f in manifest["files"]] == files_written(folder)
+    assert [f["file"] for f in manifest["files"]] == files_written(folder, killed=True)
     assert [f["rows"] for f in manifest["files"]] == [len(rows) for rows in file_rows]
     s3_urls = Counter(r["url"] for r in s3sink.read_records(target, jobs[1]))
     assert len(s3_urls) == expected and set(s3_urls.values()) == {1}
