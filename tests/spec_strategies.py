@@ -14,6 +14,7 @@ from typing import Any
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
+from trawl.api import archive as archive_api
 from trawl.api import domainrules, formats, policies, proxies, refresh, render, scrapejob, scrapepool, tenancy
 from trawl.api.cronscrapejob import TIMEZONE_PATTERN, CronScrapeJobSpec, JobTemplateMetadata, ScrapeJobTemplate
 
@@ -406,6 +407,15 @@ _job_optional: dict[str, Strategy] = {
     ),
 }
 _job_optional["sitemaps"] = sitemaps
+# WARC capture and re-extraction (trawl.archive): any source text reaches the model; the operator refuses it.
+_job_optional["archive"] = obj(
+    archive_api.ArchiveSpec, {}, {"maxRecordBytes": ints(1024, 64 << 20), "maxFileBytes": ints(1 << 20, 1 << 30)}
+)
+_job_optional["archiveSource"] = obj(
+    archive_api.ArchiveSourceSpec,
+    {},
+    {"job": dns_label, "path": st.text(max_size=64), "namespace": dns_label},
+)
 # A job needs urls, urlRanges or sitemaps.urls (or more than one).
 scrape_job_spec = st.one_of(
     _job_spec({"urls": _urls}, {"urlRanges": _url_ranges}),
@@ -784,6 +794,7 @@ scrape_pool_spec = (
             ),
             "tenancy": tenancy_spec,
             "proxies": proxies_spec,
+            "archive": obj(archive_api.PoolArchiveSpec, {"directory": st.from_regex(r"\A/[a-z]{1,20}\Z")}, {}),
         },
     )
     .map(_defaults_within_limits)

@@ -17,7 +17,7 @@ from warcio.archiveiterator import ArchiveIterator
 
 from sites import bookstore_fixture
 from trawl.archive import cdx
-from trawl.archive.records import Capture
+from trawl.archive.capture import Capture
 from trawl.archive.stores import S3Store, Store, VolumeStore
 from trawl.archive.writer import OPEN, ArchiveLimits, ArchiveWriter
 from trawl.dev.bookstore import Bookstore

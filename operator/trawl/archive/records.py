@@ -22,25 +22,13 @@ from urllib.parse import urlsplit
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
+from .capture import Capture
+
 DEFAULT_MAX_PAYLOAD = 8 * 1024 * 1024  # bytes of a response body kept in one record
 REWRITTEN = ("content-encoding", "transfer-encoding")  # the stored body is decoded and whole
 DROPPED = ("content-length",)  # replaced by the stored body's length
 REQUESTED_URI = "Trawl-Requested-URI"
 DEPTH = "Trawl-Depth"
-
-
-@dataclass(frozen=True, slots=True)
-class Capture:
-    """What the worker fetched for one task: enough to archive it and to extract from it again."""
-
-    url: str  # the task's URL
-    final_url: str  # after redirects: the response's target URI
-    status: int
-    headers: Mapping[str, str]
-    body: bytes
-    fetched_at: float  # seconds since the epoch
-    depth: int = 0
-    user_agent: str = ""
 
 
 @dataclass(frozen=True, slots=True)

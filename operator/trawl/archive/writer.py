@@ -20,7 +20,8 @@ from warcio.archiveiterator import ArchiveIterator
 from warcio.exceptions import ArchiveLoadFailed
 
 from . import cdx
-from .records import DEFAULT_MAX_PAYLOAD, Capture, encode
+from .capture import Capture
+from .records import DEFAULT_MAX_PAYLOAD, encode
 from .stores import WARC_SUFFIX, Store
 
 DEFAULT_FILE_BYTES = 100 * 1024 * 1024  # the size WARC tools expect (Heritrix, StormCrawler: 1 GB at most)

@@ -4,12 +4,20 @@ writer run off the event loop (its file writes, indexing and uploads block)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from trawl.archive.records import Capture
-from trawl.archive.writer import ArchiveWriter
+from trawl.archive.capture import Capture
 
 from .fetch import FetchResult
+
+if TYPE_CHECKING:
+    from trawl.archive.writer import ArchiveWriter
+
+log = logging.getLogger("trawl.worker")
 
 
 def capture_of(url: str, result: FetchResult, *, depth: int = 0, user_agent: str = "") -> Capture:
@@ -43,3 +51,73 @@ class AsyncArchive:
     async def close(self) -> None:
         async with self._lock:
             await asyncio.to_thread(self.writer.close)
+
+
+NOTED = ("records", "truncated", "dropped", "lost")  # the writer's counts noted on the job (JobNotes.archived)
+
+
+class JobArchives:
+    """The worker's WARC writers, one per capturing job (``spec.archive``), each on the job's directory of
+    the pool's archive volume with its spool beside it (``.spool/<worker>/``, on the same volume, so a
+    restarted worker of the same name publishes what it left). What each writer publishes, cuts, drops or
+    loses is added to the job's notes, which the operator shows as ``status.archive``."""
+
+    def __init__(self, worker_id: str, note: Callable[[str, dict[str, int]], Awaitable[None]] | None = None) -> None:
+        self.worker_id = worker_id
+        self.note = note
+        self._jobs: dict[str, AsyncArchive] = {}
+        self._noted: dict[str, dict[str, int]] = {}
+
+    def _archive(self, job_id: str, wire: Mapping[str, Any]) -> AsyncArchive:
+        archive = self._jobs.get(job_id)
+        if archive is None:
+            # warcio and the S3 client load with the first capturing job, not at every worker's start.
+            from trawl.archive.records import DEFAULT_MAX_PAYLOAD
+            from trawl.archive.stores import VolumeStore
+            from trawl.archive.writer import DEFAULT_FILE_BYTES, ArchiveLimits, ArchiveWriter
+
+            root = Path(str(wire["directory"]))
+            limits = ArchiveLimits(
+                max_file_bytes=int(wire.get("max_file_bytes") or DEFAULT_FILE_BYTES),
+                max_record_bytes=int(wire.get("max_record_bytes") or DEFAULT_MAX_PAYLOAD),
+            )
+            writer = ArchiveWriter(
+                VolumeStore(root), root / ".spool" / self.worker_id, writer_id=self.worker_id, limits=limits
+            )
+            writer.recover()
+            archive = self._jobs[job_id] = AsyncArchive(writer)
+        return archive
+
+    async def capture(self, job_id: str, wire: Mapping[str, Any], capture: Capture) -> bool:
+        """Archive one page; a volume that fails (full, gone) drops the capture, counted, never the page."""
+        try:
+            archive = await asyncio.to_thread(self._archive, job_id, wire)
+            truncated = await archive.capture(capture)
+        except OSError as exc:
+            log.warning("WARC capture dropped", extra={"job": job_id, "url": capture.url, "error": repr(exc)})
+            if self.note is not None:
+                await self.note(job_id, {"dropped": 1})
+            return False
+        await self._report(job_id, archive)
+        return truncated
+
+    async def flush_due(self) -> None:
+        """Publish the files old enough (a job that stopped fetching still gets its last file out)."""
+        for job_id, archive in list(self._jobs.items()):
+            if archive.writer.due():
+                await archive.close()
+                await self._report(job_id, archive)
+
+    async def close(self) -> None:
+        for job_id, archive in list(self._jobs.items()):
+            await archive.close()
+            await self._report(job_id, archive)
+        self._jobs.clear()
+
+    async def _report(self, job_id: str, archive: AsyncArchive) -> None:
+        now = {k: int(getattr(archive.writer.counts, k)) for k in NOTED}
+        last = self._noted.get(job_id, dict.fromkeys(NOTED, 0))
+        delta = {k: now[k] - last[k] for k in NOTED if now[k] != last[k]}
+        self._noted[job_id] = now  # before the await: a concurrent report then notes only what follows
+        if delta and self.note is not None:
+            await self.note(job_id, delta)

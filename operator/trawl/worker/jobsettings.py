@@ -40,6 +40,7 @@ class WorkerJobSpec:
     sitemaps: SitemapRules | None = None  # what the job takes from sitemaps; None: it lists none
     hosts: HostCache | None = None  # the rate and concurrency per host (domain rules); None: politeness's
     proxy: dict[str, Any] | None = None  # the proxy group's route (trawl.jobspec.wire.proxy_route); None: direct
+    archive: dict[str, Any] | None = None  # spec.archive's WARC capture (trawl.worker.archiving); None: none
 
     def host(self, authority: str) -> tuple[float, int]:
         """(requests per second, concurrency) for requests to ``authority`` (a URL's host[:port])."""
@@ -97,6 +98,7 @@ def parse_worker_spec(spec: dict[str, Any] | None) -> WorkerJobSpec:
         headers=HeaderScope.parse(request.headers, spec.get("header_scope"), hosts),
         hosts=hosts,
         proxy=spec.get("proxy") or None,
+        archive=spec.get("archive") or None,
         sitemaps=(
             SitemapRules.from_spec(spec["sitemaps"], str(crawl.scope.value) if crawl is not None else None)
             if spec.get("sitemaps")

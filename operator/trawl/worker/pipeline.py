@@ -35,6 +35,7 @@ from trawl.redisconn.client import TRANSIENT_ERRORS
 from trawl.sinks.base import Record, record_key
 from trawl.worker.browser.hook import BrowserCrashed, Renderer
 
+from .archiving import JobArchives, capture_of
 from .breaker import CircuitBreaker, Verdict
 from .extract import Page
 from .fetch import HTML_TYPES, Fetcher, FetchError, FetchResult
@@ -164,6 +165,7 @@ class TaskPipeline:
         self.max_rate_wait = max_rate_wait  # wait longer for a domain and the task is given back with a delay
         self.pages = pages  # refresh jobs' page state (trawl.worker.refresh)
         self._deferred: OrderedDict[tuple[str, str], int] = OrderedDict()  # Retry-After releases per task
+        self.archives = JobArchives(worker_id, notes.archived)  # spec.archive's WARC files (trawl.archive)
 
     async def process(self, task: Task) -> None:
         """Run ``task`` to its outcome: handed to the finisher, given back, or failed. A crash fails it as
@@ -288,6 +290,9 @@ class TaskPipeline:
 
         if sitemap:
             return await self._sitemap(task, job, result)
+        if spec.archive is not None:
+            capture = capture_of(task.url, result, depth=task.depth, user_agent=spec.request.user_agent or "")
+            await self.archives.capture(task.job_id, spec.archive, capture)
         content_type = result.content_type + (f"; charset={result.charset}" if result.charset else "")
         try:
             page = await self.parser.extract(job.extractor, result.body, task.url, content_type=content_type)

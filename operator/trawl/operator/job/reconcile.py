@@ -23,6 +23,7 @@ from trawl.api.policies import PERMANENT_CLASSES
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.api.tenancy import TenancyRefusal
+from trawl.archive.admission import archive_problem, capture_directory
 from trawl.egress.addresses import parse_networks
 from trawl.jobspec.admission import (
     browser_missing,
@@ -246,6 +247,15 @@ async def reconcile_job(
         admitted = admit(uid, spec, pool.spec, lineage)
         if isinstance(admitted, Problem):
             return stalled(admitted)
+        archive_refused = archive_problem(namespace, name, spec, pool.spec)
+        if archive_refused is not None:  # trawl.archive.admission: the source is the author's, so hostile
+            return stalled(Problem(*archive_refused))
+        if spec.archive is not None:  # where the workers write this job's WARC files, and their caps
+            admitted.spec["archive"] = {
+                "directory": capture_directory(namespace, name, pool.spec),
+                "max_record_bytes": spec.archive.max_record_bytes,
+                "max_file_bytes": spec.archive.max_file_bytes,
+            }
         config = admitted
     try:
         redis = await connections.for_pool(pool_ns, spec.pool, pool.spec, secrets or {})
@@ -330,6 +340,7 @@ async def _reconcile_with_queue(job: _Pass, config: JobConfig | None, annotation
         skipped=notes.skipped,
         skipped_sample=notes.skipped_sample,
         truncated=notes.truncated,
+        archive=notes.archive,
         throttled=notes.throttled,
         tenant_throttled=job.tenant_throttled,
         tenant_queue_full=job.tenant_queue_full,
@@ -445,6 +456,7 @@ class _Notes:
     problem: Problem | None
     results: dict[str, Any]
     truncated: int = 0
+    archive: dict[str, int] | None = None
 
 
 async def _read_notes(job: _Pass, stats: JobStats) -> _Notes:
@@ -464,7 +476,8 @@ async def _read_notes(job: _Pass, stats: JobStats) -> _Notes:
     count = written if written is not None else stats.succeeded - min(skipped, stats.succeeded)
     results = results_location(queue, job.spec, uid, job.name, count, retained)
     truncated = await notes.truncated_count(uid)
-    return _Notes(skipped, skipped_sample, throttled, problem, results, truncated)
+    archive = await notes.archive_counts(uid) if job.spec.archive is not None else None
+    return _Notes(skipped, skipped_sample, throttled, problem, results, truncated, archive)
 
 
 async def _after_the_job(job: _Pass, new_status: dict[str, Any]) -> list[Transition]:
