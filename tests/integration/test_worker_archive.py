@@ -20,6 +20,7 @@ from warcio.archiveiterator import ArchiveIterator
 
 from job_passes import JobPasses, one_pool
 from sites import bookstore_fixture
+from trawl.api.archive import REEXTRACT_URL
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.archive.stores import VolumeStore
@@ -41,18 +42,18 @@ EXTRACT = {"fields": [{"name": "name", "selector": "h1"}, {"name": "price", "sel
 VOLATILE = ("key", "job", "attempt", "fetchedAt")
 
 
-async def crawl_with_capture(redis: aioredis.Redis, urls: list[str], directory: Path) -> list[dict[str, Any]]:
-    job = ScrapeJobSpec.model_validate(
-        {"pool": "p", "urls": urls, "politeness": {"requestsPerSecond": 1000}, "extract": EXTRACT, "archive": {}}
-    )
+async def run_job(
+    redis: aioredis.Redis, spec: dict[str, Any], wire: dict[str, Any], seeds: list[str]
+) -> tuple[str, list[dict[str, Any]]]:
+    """One job run to its end by a real worker; ``wire``: what the operator adds to its worker spec."""
+    job = ScrapeJobSpec.model_validate({"pool": "p", "politeness": {"requestsPerSecond": 1000}, **spec})
     pool = ScrapePoolSpec.model_validate({"redis": {"url": "redis://redis:6379/0"}})
     job_id = uuid.uuid4().hex[:12]
     config = build_job_config(job_id, job, pool)
-    # What the operator adds for a capturing job (trawl.operator.job.reconcile), 12 kB files to rotate.
-    config.spec["archive"] = {"directory": str(directory), "max_record_bytes": 1 << 20, "max_file_bytes": 12 << 10}
+    config.spec.update(wire)
     queue = Queue(redis, PREFIX, lease_seconds=10)
     await queue.register_job(config)
-    await queue.enqueue(job_id, urls)
+    await queue.enqueue(job_id, seeds)
     await queue.mark_enqueue_done(job_id)
     worker = Worker(
         WorkerConfig(prefix=PREFIX, worker_id="w-" + job_id, concurrency=4, allowed_cidrs=ALLOWED),
@@ -70,20 +71,26 @@ async def crawl_with_capture(redis: aioredis.Redis, urls: list[str], directory: 
     finally:
         worker.request_stop()
         await asyncio.wait_for(runner, 30)  # a stopping worker publishes its open WARC file
-    counts = await JobNotes(redis, Keys(PREFIX).job).archive_counts(job_id)
-    assert counts == {"records": len(urls), "truncated": 0, "dropped": 0, "lost": 0}
+    stats = await queue.job_stats(job_id)
+    assert (stats.succeeded, stats.dead) == (len(seeds), 0), await queue.dead_letters(job_id)
     entries = await redis.xrange(Keys(PREFIX).results(job_id))
-    return [json.loads(f[b"data"]) for _id, f in entries]
+    return job_id, [json.loads(f[b"data"]) for _id, f in entries]
 
 
 async def test_worker_captures_every_page_and_the_archive_reextracts_with_no_request(
     redis_client: aioredis.Redis, site: Bookstore, tmp_path: Path
 ) -> None:
     urls = [site.product_url(i) for i in range(1, 31)]
-    records = await crawl_with_capture(redis_client, urls, tmp_path / "team-a" / "crawl-1")
-    store = VolumeStore(tmp_path / "team-a" / "crawl-1")
+    directory = tmp_path / "team-a" / "crawl-1"
+    # What the operator adds for a capturing job (trawl.operator.job.reconcile), 12 kB files to rotate.
+    capture = {"archive": {"directory": str(directory), "max_record_bytes": 1 << 20, "max_file_bytes": 12 << 10}}
+    job_id, records = await run_job(redis_client, {"urls": urls, "extract": EXTRACT, "archive": {}}, capture, urls)
+    counts = await JobNotes(redis_client, Keys(PREFIX).job).archive_counts(job_id)
+    assert counts == {"records": len(urls), "truncated": 0, "dropped": 0, "lost": 0}  # status.archive
+    store = VolumeStore(directory)
     names = store.names()
     assert len(names) >= 2  # rotated
+    assert list(directory.glob(".spool/*/*")) == []  # nothing left behind
     responses = 0
     for name in names:
         with store.open_warc(name) as fh:
@@ -97,8 +104,18 @@ async def test_worker_captures_every_page_and_the_archive_reextracts_with_no_req
     extractor = Extractor(ExtractOptions.from_dict(EXTRACT))
     again = [r.data for r in reextract(store, "again", extractor_call(extractor), counts)]
     assert len(site.entries()) == before  # not one request
-    stable = lambda rs: sorted(({k: v for k, v in r.items() if k not in VOLATILE} for r in rs), key=str)  # noqa: E731
     assert stable(again) == stable(records)
+
+    # The same as a job: a worker runs its one task over the archive into the job's sink (here its stream).
+    source = {"archive_source": {"directory": str(directory) + "/"}}
+    spec = {"archiveSource": {"job": "crawl-1"}, "extract": EXTRACT}
+    _job, rerun = await run_job(redis_client, spec, source, [REEXTRACT_URL])
+    assert len(site.entries()) == before
+    assert stable(rerun) == stable(records)
+
+
+def stable(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(({k: v for k, v in r.items() if k not in VOLATILE} for r in records), key=str)
 
 
 POOL = {
@@ -140,3 +157,13 @@ async def test_capture_needs_the_pools_archive(redis_server: RedisServer) -> Non
     await job.run()
     stalled = job.condition("Stalled")
     assert stalled is not None and stalled["reason"] == "ArchiveNotConfigured"
+
+
+async def test_own_archive_source_is_admitted_with_one_task(redis_server: RedisServer) -> None:
+    pool = POOL | {"redis": {"url": redis_server.url}}
+    spec = {"pool": "p", "archiveSource": {"path": "crawl-1/2026"}}
+    job = JobPasses("reextract", uuid.uuid4().hex, spec, one_pool("team-a", "p", pool), namespace="team-a")
+    await job.run()
+    stalled = job.condition("Stalled")
+    assert stalled is None or stalled["status"] == "False", stalled
+    assert job.status.get("enqueued") == 1

@@ -13,6 +13,7 @@ from pydantic import Field
 
 from .common import TrawlModel
 
+REEXTRACT_URL = "trawl-archive:"  # the one task a re-extraction job enqueues (trawl.worker.reextract)
 KIB, MIB = 1 << 10, 1 << 20
 DEFAULT_RECORD_BYTES = 8 * MIB
 MAX_RECORD_BYTES = 64 * MIB

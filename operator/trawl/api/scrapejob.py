@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from .archive import ArchiveSourceSpec, ArchiveSpec, ArchiveStatus
+from .archive import REEXTRACT_URL, ArchiveSourceSpec, ArchiveSpec, ArchiveStatus
 from .common import Condition, DNSLabel, HttpURL, SecretKeyRef, TrawlModel, check_http_url
 from .formats import (
     DEFAULT_FORMAT_BYTES,
@@ -699,11 +699,15 @@ class ScrapeJobSpec(TrawlModel):
 
     def seed_count(self) -> int:
         """Positions in the seed stream (a crawl's seeds are its first ``maxPages`` of them)."""
+        if self.archive_source is not None:  # one task reads the archive: no URL is fetched
+            return 1
         count = len(self._unique_urls()) + sum(r.count() for r in self.url_ranges or [])
         return count if self.crawl is None else min(count, self.crawl.max_pages)
 
     def seeds(self, start: int = 0) -> Iterator[str]:
         """The seed stream from position ``start`` to :meth:`seed_count`, one URL at a time."""
+        if self.archive_source is not None:
+            return iter([REEXTRACT_URL][start:])
         listed = self._unique_urls()
 
         def stream() -> Iterator[str]:

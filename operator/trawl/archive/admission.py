@@ -3,8 +3,7 @@
 Reasons (a Stalled condition and an Event on the job): ``ArchiveNotConfigured`` (the pool has no
 ``spec.archive``), ``DirectoryNotMounted`` (its directory is not on a writable volume of the workers),
 ``ArchiveSourceRefused`` (another namespace's archive, a path out of the job's own part, a name that is
-not a plain one), ``ReextractionNotRunnable`` (an allowed source: the workers' re-extraction task is not
-wired yet, see trawl.worker.reextract; refused rather than run as a job that reads nothing).
+not a plain one).
 """
 
 from __future__ import annotations
@@ -33,14 +32,21 @@ def archive_problem(namespace: str, name: str, spec: ScrapeJobSpec, pool: Scrape
     if source is None:
         return None
     try:
-        archive_prefix(
-            ArchiveSource(job=source.job, path=source.path, namespace=source.namespace),
-            namespace=namespace,
-            location=directory.rstrip("/") + "/",
-        )
+        source_directory(namespace, spec, pool)
     except ArchiveRefused as exc:
         return ArchiveRefused.reason, f"spec.archiveSource: {exc}"
-    return "ReextractionNotRunnable", "re-extraction jobs are not run by the workers of this version yet"
+    return None
+
+
+def source_directory(namespace: str, spec: ScrapeJobSpec, pool: ScrapePoolSpec) -> str:
+    """The directory a re-extraction job reads, or :class:`ArchiveRefused`."""
+    assert pool.archive is not None and spec.archive_source is not None
+    source = spec.archive_source
+    return archive_prefix(
+        ArchiveSource(job=source.job, path=source.path, namespace=source.namespace),
+        namespace=namespace,
+        location=pool.archive.directory.rstrip("/") + "/",
+    )
 
 
 def capture_directory(namespace: str, name: str, pool: ScrapePoolSpec) -> str:

@@ -67,31 +67,39 @@ class JobArchives:
         self.note = note
         self._jobs: dict[str, AsyncArchive] = {}
         self._noted: dict[str, dict[str, int]] = {}
+        self._creating = asyncio.Lock()
 
-    def _archive(self, job_id: str, wire: Mapping[str, Any]) -> AsyncArchive:
-        archive = self._jobs.get(job_id)
-        if archive is None:
-            # warcio and the S3 client load with the first capturing job, not at every worker's start.
-            from trawl.archive.records import DEFAULT_MAX_PAYLOAD
-            from trawl.archive.stores import VolumeStore
-            from trawl.archive.writer import DEFAULT_FILE_BYTES, ArchiveLimits, ArchiveWriter
+    async def _create(self, job_id: str, wire: Mapping[str, Any]) -> AsyncArchive:
+        """The job's writer, made once: concurrent first captures wait for the one being made (two writers
+        on one spool would take each other's open file for a dead writer's)."""
+        async with self._creating:
+            archive = self._jobs.get(job_id)
+            if archive is None:
+                archive = self._jobs[job_id] = await asyncio.to_thread(self._archive, wire)
+            return archive
 
-            root = Path(str(wire["directory"]))
-            limits = ArchiveLimits(
-                max_file_bytes=int(wire.get("max_file_bytes") or DEFAULT_FILE_BYTES),
-                max_record_bytes=int(wire.get("max_record_bytes") or DEFAULT_MAX_PAYLOAD),
-            )
-            writer = ArchiveWriter(
-                VolumeStore(root), root / ".spool" / self.worker_id, writer_id=self.worker_id, limits=limits
-            )
-            writer.recover()
-            archive = self._jobs[job_id] = AsyncArchive(writer)
-        return archive
+    def _archive(self, wire: Mapping[str, Any]) -> AsyncArchive:
+        """A writer on the job's directory; what this worker left in its spool is published first."""
+        # warcio and the S3 client load with the first capturing job, not at every worker's start.
+        from trawl.archive.records import DEFAULT_MAX_PAYLOAD
+        from trawl.archive.stores import VolumeStore
+        from trawl.archive.writer import DEFAULT_FILE_BYTES, ArchiveLimits, ArchiveWriter
+
+        root = Path(str(wire["directory"]))
+        limits = ArchiveLimits(
+            max_file_bytes=int(wire.get("max_file_bytes") or DEFAULT_FILE_BYTES),
+            max_record_bytes=int(wire.get("max_record_bytes") or DEFAULT_MAX_PAYLOAD),
+        )
+        writer = ArchiveWriter(
+            VolumeStore(root), root / ".spool" / self.worker_id, writer_id=self.worker_id, limits=limits
+        )
+        writer.recover()
+        return AsyncArchive(writer)
 
     async def capture(self, job_id: str, wire: Mapping[str, Any], capture: Capture) -> bool:
         """Archive one page; a volume that fails (full, gone) drops the capture, counted, never the page."""
         try:
-            archive = await asyncio.to_thread(self._archive, job_id, wire)
+            archive = self._jobs.get(job_id) or await self._create(job_id, wire)
             truncated = await archive.capture(capture)
         except OSError as exc:
             log.warning("WARC capture dropped", extra={"job": job_id, "url": capture.url, "error": repr(exc)})

@@ -41,6 +41,7 @@ class WorkerJobSpec:
     hosts: HostCache | None = None  # the rate and concurrency per host (domain rules); None: politeness's
     proxy: dict[str, Any] | None = None  # the proxy group's route (trawl.jobspec.wire.proxy_route); None: direct
     archive: dict[str, Any] | None = None  # spec.archive's WARC capture (trawl.worker.archiving); None: none
+    archive_source: dict[str, Any] | None = None  # a re-extraction job's archive (trawl.worker.reextract)
 
     def host(self, authority: str) -> tuple[float, int]:
         """(requests per second, concurrency) for requests to ``authority`` (a URL's host[:port])."""
@@ -99,6 +100,7 @@ def parse_worker_spec(spec: dict[str, Any] | None) -> WorkerJobSpec:
         hosts=hosts,
         proxy=spec.get("proxy") or None,
         archive=spec.get("archive") or None,
+        archive_source=spec.get("archive_source") or None,
         sitemaps=(
             SitemapRules.from_spec(spec["sitemaps"], str(crawl.scope.value) if crawl is not None else None)
             if spec.get("sitemaps")

@@ -46,6 +46,7 @@ from .metrics import WorkerMetrics
 from .parsepool import ParseLimit, ParsePool
 from .politeness import DomainLimiter, RateWaitTooLong, RobotsCache
 from .proxies import ProxyBusy, ProxyConfigError, ProxyDirectory
+from .reextract import reextract_task
 from .refresh import RefreshPage
 from .refresh import begin as refresh_begin
 from .sitemaps import INDEX, MAX_SITEMAP_LEVEL, BadSitemap, SitemapRules, is_robots_task, robots_sitemaps
@@ -209,6 +210,8 @@ class TaskPipeline:
         spec = job.spec
         if sweep_cursor(task) is not None:  # only the operator and a sweep make these (enqueue_sweep.lua)
             return await self._sweep(task, job)
+        if spec.archive_source is not None:  # re-extraction: the archive, not the network (trawl.worker.reextract)
+            return await reextract_task(self, task, job)
         pol = spec.politeness
         domain = host_of(task.url)
         waited = 0.0  # time spent waiting for politeness (slot, robots, rate): not the site's latency

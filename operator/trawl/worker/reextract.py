@@ -9,15 +9,30 @@ extracts from neither); a broken file stops nothing but itself, and every respon
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from trawl.archive.reader import ArchiveBroken, Archived, responses
-from trawl.archive.stores import Store
-from trawl.sinks.base import Record, record_key
+from trawl.api.policies import FailureClass
+from trawl.queue.model import Task
+from trawl.sinks.base import Record, SinkError, record_key
 
 from .extract import Extractor, Page
 from .fetch import HTML_TYPES
+from .finish import Finish
+from .parsepool import ParseLimit
+
+if TYPE_CHECKING:  # warcio loads with the first re-extraction task, not at every worker's start
+    from trawl.archive.reader import Archived
+    from trawl.archive.stores import Store
+
+    from .jobcache import Job
+    from .pipeline import TaskPipeline
+
+log = logging.getLogger("trawl.worker")
 
 
 @dataclass(slots=True)
@@ -57,6 +72,8 @@ def reextract(
     counts: ReextractCounts,
 ) -> Iterator[Record]:
     """Records of every archived page ``extract(body, url, content_type)`` matches, file by file."""
+    from trawl.archive.reader import ArchiveBroken, responses
+
     for name in store.names():
         try:
             with store.open_warc(name) as fh:
@@ -83,3 +100,76 @@ def extractor_call(extractor: Extractor) -> Callable[[bytes, str, str], Page]:
         return extractor.extract(body, url, content_type=content_type or None)
 
     return call
+
+
+WRITE_BATCH = 200  # records per sink write
+
+
+async def archived(store: Store, name: str) -> AsyncIterator[Archived]:
+    """The responses of one file, read on a thread one at a time (a file can be far larger than memory)."""
+    from trawl.archive.reader import responses
+
+    opened = store.open_warc(name)
+    fh = await asyncio.to_thread(opened.__enter__)
+    try:
+        items = responses(fh)
+        while (item := await asyncio.to_thread(next, items, None)) is not None:
+            yield item
+    finally:
+        await asyncio.to_thread(opened.__exit__, None, None, None)
+
+
+async def reextract_task(pipeline: TaskPipeline, task: Task, job: Job) -> str:
+    """A re-extraction job's one task: every archived page through the parse pool (its time and size limits)
+    into the job's sink, then acked. A sink failure gives the task back (the sinks drop records already
+    written, by key); a broken file fails it with the files named, after the others were written."""
+    from trawl.archive.reader import ArchiveBroken
+    from trawl.archive.stores import VolumeStore
+
+    assert job.spec.archive_source is not None
+    store = VolumeStore(Path(str(job.spec.archive_source["directory"])))
+    counts = ReextractCounts()
+    batch: list[Record] = []
+    try:
+        for name in await asyncio.to_thread(store.names):
+            try:
+                async for item in archived(store, name):
+                    record = await _one(pipeline, job, task.job_id, item, counts)
+                    if record is not None:
+                        batch.append(record)
+                    if len(batch) >= WRITE_BATCH:
+                        await job.sink.write(task.job_id, batch)
+                        batch = []
+            except ArchiveBroken as exc:
+                counts.broken_files.append(f"{name}: {exc}"[:300])
+        if batch:
+            await job.sink.write(task.job_id, batch)
+    except SinkError as exc:
+        await pipeline.queue.release(task, pipeline.worker_id, delay=5.0)
+        log.warning("re-extraction: sink failed; task given back", extra={"job": task.job_id, "error": str(exc)})
+        return "released"
+    log.info("re-extraction", extra={"job": task.job_id, "responses": counts.responses, "records": counts.records})
+    if counts.broken_files:
+        reason = f"{len(counts.broken_files)} archive file(s) unreadable: {'; '.join(counts.broken_files[:3])}"
+        await pipeline.queue.fail(task, pipeline.worker_id, FailureClass.BAD_CONTENT.value, reason[:1000])
+        return "failed"
+    pipeline.finisher.submit(Finish(task, [], None, None))
+    return "handed"
+
+
+async def _one(pipeline: TaskPipeline, job: Job, job_id: str, item: Archived, counts: ReextractCounts) -> Record | None:
+    counts.responses += 1
+    counts.truncated += item.truncated
+    if not extractable(item):
+        counts.skipped += 1
+        return None
+    try:
+        page = await pipeline.parser.extract(job.extractor, item.body, item.url, content_type=item.content_type)
+    except ParseLimit:
+        counts.skipped += 1
+        return None
+    if not page.matched:
+        counts.skipped += 1
+        return None
+    counts.records += 1
+    return record_of(job_id, item, page)
