@@ -160,3 +160,21 @@ def test_store_refusing_keeps_then_drops_and_counts(tmp_path: Path) -> None:
         writer.rotate()
     assert writer.counts.records == 0 and writer.counts.dropped == 2
     assert len(list((tmp_path / "spool").glob("*.ready"))) == 2
+
+
+def test_a_gone_writers_spool_is_adopted_once_stale(tmp_path: Path) -> None:
+    """A pod that died (its spool on the shared volume, its name never back): another writer of the job
+    publishes its files once they are stale, and leaves a live writer's alone."""
+    store = VolumeStore(tmp_path / "archive")
+    spool = tmp_path / "archive" / ".spool"
+    gone = ArchiveWriter(store, spool / "gone", writer_id="gone")
+    page = Capture("http://a.test/1", "http://a.test/1", 200, {"Content-Type": "text/html"}, b"z" * 300, 1.7e9)
+    gone.add(page)
+    heir = ArchiveWriter(store, spool / "heir", writer_id="heir")
+    heir.add(page)  # the heir's own open file is never taken for a dead writer's
+    assert heir.adopt_stale(older_than=3600) == 0 and store.names() == []
+    assert heir.adopt_stale(older_than=0) == 1
+    assert heir.counts.records == 1 and len(store.names()) == 1
+    heir.close()
+    assert heir.counts.records == 2 and check_valid(store) == 2
+    assert list(spool.glob("*/*")) == []

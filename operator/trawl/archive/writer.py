@@ -117,6 +117,8 @@ class ArchiveWriter:
     def recover(self) -> None:
         """Publish what a dead writer left in the spool: its whole records; the cut one is counted lost."""
         for path in sorted(self.spool.glob(f"*{OPEN}")):
+            if path == self._open:  # this writer's own file, still being written
+                continue
             end, responses, cut = whole_prefix(path)
             self.counts.lost += int(cut)
             if end == 0:
@@ -126,6 +128,29 @@ class ArchiveWriter:
                 fh.truncate(end)
             os.replace(path, path.with_name(path.name[: -len(OPEN)] + f".{responses}.0{READY}"))
         self._publish_ready()
+
+    def adopt_stale(self, older_than: float) -> int:
+        """Move into this writer's spool the files other writers of the same job left (their ``.open`` or
+        ``.ready`` files untouched for ``older_than`` seconds: a live writer publishes within
+        ``max_file_seconds``), then publish them as :meth:`recover` does. A rename is atomic and a writer
+        holds no file open between captures, so a writer that was only slow starts a new file. Returns
+        the files adopted."""
+        adopted = 0
+        now = time.time()
+        for other in self.spool.parent.iterdir() if self.spool.parent.is_dir() else ():
+            if other == self.spool or not other.is_dir():
+                continue
+            for path in list(other.glob(f"*{OPEN}")) + list(other.glob(f"*{READY}")):
+                try:
+                    if now - path.stat().st_mtime < older_than:
+                        continue
+                    os.replace(path, self.spool / path.name)
+                except FileNotFoundError:  # another writer adopted it first
+                    continue
+                adopted += 1
+        if adopted:
+            self.recover()
+        return adopted
 
     def _publish_ready(self) -> None:
         waiting = sorted(self.spool.glob(f"*{READY}"))

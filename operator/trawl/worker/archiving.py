@@ -39,20 +39,23 @@ class AsyncArchive:
 
     def __init__(self, writer: ArchiveWriter) -> None:
         self.writer = writer
-        self._lock = asyncio.Lock()
+        self.lock = asyncio.Lock()
 
     async def capture(self, capture: Capture) -> bool:
-        async with self._lock:
+        async with self.lock:
             truncated = await asyncio.to_thread(self.writer.add, capture)
             if self.writer.due():
                 await asyncio.to_thread(self.writer.rotate)
             return truncated
 
     async def close(self) -> None:
-        async with self._lock:
+        async with self.lock:
             await asyncio.to_thread(self.writer.close)
 
 
+# A writer publishes its open file within max_file_seconds (300 s by default, the heartbeat checks): a spool
+# file untouched for twice that, plus a margin, belongs to a writer that is gone.
+STALE_SECONDS = 2 * 300.0 + 60.0
 NOTED = ("records", "truncated", "dropped", "lost")  # the writer's counts noted on the job (JobNotes.archived)
 
 
@@ -94,6 +97,7 @@ class JobArchives:
             VolumeStore(root), root / ".spool" / self.worker_id, writer_id=self.worker_id, limits=limits
         )
         writer.recover()
+        writer.adopt_stale(STALE_SECONDS)
         return AsyncArchive(writer)
 
     async def capture(self, job_id: str, wire: Mapping[str, Any], capture: Capture) -> bool:
@@ -114,7 +118,9 @@ class JobArchives:
         for job_id, archive in list(self._jobs.items()):
             if archive.writer.due():
                 await archive.close()
-                await self._report(job_id, archive)
+            async with archive.lock:  # what dead writers of the job left (another pod's spool)
+                await asyncio.to_thread(archive.writer.adopt_stale, STALE_SECONDS)
+            await self._report(job_id, archive)
 
     async def close(self) -> None:
         for job_id, archive in list(self._jobs.items()):
