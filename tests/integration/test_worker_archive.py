@@ -109,8 +109,10 @@ async def test_worker_captures_every_page_and_the_archive_reextracts_with_no_req
     # The same as a job: a worker runs its one task over the archive into the job's sink (here its stream).
     source = {"archive_source": {"directory": str(directory) + "/"}}
     spec = {"archiveSource": {"job": "crawl-1"}, "extract": EXTRACT}
-    _job, rerun = await run_job(redis_client, spec, source, [REEXTRACT_URL])
+    rerun_id, rerun = await run_job(redis_client, spec, source, [REEXTRACT_URL])
     assert len(site.entries()) == before
+    read = await JobNotes(redis_client, Keys(PREFIX).job).archive_counts(rerun_id)  # its status.archive
+    assert read == {"records": 0, "truncated": 0, "dropped": 0, "lost": 0, "read": len(urls)}
     assert stable(rerun) == stable(records)
 
 

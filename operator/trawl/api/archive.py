@@ -72,3 +72,7 @@ class ArchiveStatus(TrawlModel):
     truncated: int = Field(default=0, description="Of them, bodies cut to maxRecordBytes (WARC-Truncated).")
     dropped: int = Field(default=0, description="Captured but not published: the archive volume refused them.")
     lost: int = Field(default=0, description="Cut off by a worker that died while writing them.")
+    read: int = Field(default=0, description="Re-extraction (spec.archiveSource): responses read from the archive.")
+    skipped: int = Field(
+        default=0, description="Re-extraction: responses not extracted (not HTML or 2xx, onlyMatching, parse limits)."
+    )

@@ -149,6 +149,9 @@ async def reextract_task(pipeline: TaskPipeline, task: Task, job: Job) -> str:
         log.warning("re-extraction: sink failed; task given back", extra={"job": task.job_id, "error": str(exc)})
         return "released"
     log.info("re-extraction", extra={"job": task.job_id, "responses": counts.responses, "records": counts.records})
+    # What the sink does not count: the responses read, and those that gave no record (status.archive).
+    read = {"read": counts.responses, "skipped": counts.skipped, "truncated": counts.truncated}
+    await pipeline.notes.archived(task.job_id, {k: v for k, v in read.items() if v})
     if counts.broken_files:
         reason = f"{len(counts.broken_files)} archive file(s) unreadable: {'; '.join(counts.broken_files[:3])}"
         await pipeline.queue.fail(task, pipeline.worker_id, FailureClass.BAD_CONTENT.value, reason[:1000])

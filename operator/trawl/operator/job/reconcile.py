@@ -478,7 +478,8 @@ async def _read_notes(job: _Pass, stats: JobStats) -> _Notes:
     count = written if written is not None else stats.succeeded - min(skipped, stats.succeeded)
     results = results_location(queue, job.spec, uid, job.name, count, retained)
     truncated = await notes.truncated_count(uid)
-    archive = await notes.archive_counts(uid) if job.spec.archive is not None else None
+    archived = job.spec.archive is not None or job.spec.archive_source is not None
+    archive = await notes.archive_counts(uid) if archived else None
     return _Notes(skipped, skipped_sample, throttled, problem, results, truncated, archive)
 
 
