@@ -72,7 +72,10 @@ async def run_job(
         worker.request_stop()
         await asyncio.wait_for(runner, 30)  # a stopping worker publishes its open WARC file
     stats = await queue.job_stats(job_id)
-    assert (stats.succeeded, stats.dead) == (len(seeds), 0), await queue.dead_letters(job_id)
+    if spec.get("archiveSource", {}).get("job") == "nothing-here":
+        assert (stats.succeeded, stats.dead) == (0, 1)
+    else:
+        assert (stats.succeeded, stats.dead) == (len(seeds), 0), await queue.dead_letters(job_id)
     entries = await redis.xrange(Keys(PREFIX).results(job_id))
     return job_id, [json.loads(f[b"data"]) for _id, f in entries]
 
@@ -169,3 +172,11 @@ async def test_own_archive_source_is_admitted_with_one_task(redis_server: RedisS
     stalled = job.condition("Stalled")
     assert stalled is None or stalled["status"] == "False", stalled
     assert job.status.get("enqueued") == 1
+
+
+async def test_an_empty_archive_source_fails_its_task(redis_client: aioredis.Redis, tmp_path: Path) -> None:
+    source = {"archive_source": {"directory": str(tmp_path / "team-a" / "nothing-here") + "/"}}
+    _job, records = await run_job(
+        redis_client, {"archiveSource": {"job": "nothing-here"}, "extract": EXTRACT}, source, [REEXTRACT_URL]
+    )
+    assert records == []

@@ -130,8 +130,13 @@ async def reextract_task(pipeline: TaskPipeline, task: Task, job: Job) -> str:
     store = VolumeStore(Path(str(job.spec.archive_source["directory"])))
     counts = ReextractCounts()
     batch: list[Record] = []
+    names = await asyncio.to_thread(store.names)
+    if not names:  # a job not captured (yet), or a path with nothing in it: a failure the author sees
+        reason = "the archive source holds no published WARC file (a job that captured nothing, or a wrong path)"
+        await pipeline.queue.fail(task, pipeline.worker_id, FailureClass.BAD_CONTENT.value, reason)
+        return "failed"
     try:
-        for name in await asyncio.to_thread(store.names):
+        for name in names:
             try:
                 async for item in archived(store, name):
                     record = await _one(pipeline, job, task.job_id, item, counts)
