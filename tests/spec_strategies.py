@@ -15,7 +15,18 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from trawl.api import archive as archive_api
-from trawl.api import domainrules, formats, policies, proxies, refresh, render, scrapejob, scrapepool, tenancy
+from trawl.api import (
+    domainrules,
+    formats,
+    policies,
+    poolarchive,
+    proxies,
+    refresh,
+    render,
+    scrapejob,
+    scrapepool,
+    tenancy,
+)
 from trawl.api.cronscrapejob import TIMEZONE_PATTERN, CronScrapeJobSpec, JobTemplateMetadata, ScrapeJobTemplate
 
 Strategy = st.SearchStrategy[Any]
@@ -766,6 +777,26 @@ def _defaults_within_limits(d: dict[str, Any]) -> dict[str, Any]:
     return d
 
 
+# A pool's archive location: a directory or an S3 bucket (exactly one; the S3 sink's settings).
+_archive_s3 = obj(
+    scrapejob.S3Sink,
+    {
+        "bucket": st.from_regex(r"[a-z0-9][a-z0-9-]{1,20}[a-z0-9]", fullmatch=True),
+        "accessKeyIdSecretRef": secret_ref,
+        "secretAccessKeySecretRef": secret_ref,
+    },
+    {
+        "prefix": st.sampled_from(["", "warc/"]),
+        "endpoint": http_url,
+        "region": st.sampled_from(["us-east-1"]),
+        "pathStyle": st.booleans(),
+    },
+)
+_pool_archive = st.one_of(
+    obj(poolarchive.PoolArchiveSpec, {"directory": st.from_regex(r"\A/[a-z]{1,20}\Z")}, {"s3": st.nothing()}),
+    obj(poolarchive.PoolArchiveSpec, {"s3": _archive_s3}, {"directory": st.nothing()}),
+)
+
 scrape_pool_spec = (
     obj(
         scrapepool.ScrapePoolSpec,
@@ -794,7 +825,7 @@ scrape_pool_spec = (
             ),
             "tenancy": tenancy_spec,
             "proxies": proxies_spec,
-            "archive": obj(archive_api.PoolArchiveSpec, {"directory": st.from_regex(r"\A/[a-z]{1,20}\Z")}, {}),
+            "archive": _pool_archive,
         },
     )
     .map(_defaults_within_limits)

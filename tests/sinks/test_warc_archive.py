@@ -6,16 +6,26 @@ to the site. About 15 s.
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import io
+import json
+import shutil
+import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis.asyncio as aioredis
 from minio import Minio
+from prometheus_client import CollectorRegistry
 from warcio.archiveiterator import ArchiveIterator
 
 from sites import bookstore_fixture
+from trawl.api.archive import REEXTRACT_URL
+from trawl.api.scrapejob import ScrapeJobSpec
+from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.archive import cdx
 from trawl.archive.capture import Capture
 from trawl.archive.stores import S3Store, Store, VolumeStore
@@ -23,12 +33,18 @@ from trawl.archive.writer import OPEN, ArchiveLimits, ArchiveWriter
 from trawl.dev.bookstore import Bookstore
 from trawl.dev.s3_server import S3Server
 from trawl.egress.addresses import parse_networks
+from trawl.jobspec.podfiles import secret_env_name
+from trawl.jobspec.wire import build_job_config
+from trawl.queue import Queue
+from trawl.queue.keys import Keys
 from trawl.sinks.base import Record
 from trawl.sinks.s3 import S3Target
-from trawl.worker.archiving import AsyncArchive, capture_of
+from trawl.worker.archiving import S3_SPOOL, AsyncArchive, capture_of
 from trawl.worker.extract import ExtractOptions, Extractor, FieldSpec
 from trawl.worker.fetch import Fetcher, FetchLimits
+from trawl.worker.metrics import WorkerMetrics
 from trawl.worker.reextract import ReextractCounts, extractor_call, reextract
+from trawl.worker.runner import Worker, WorkerConfig
 
 LOOPBACK = parse_networks(["127.0.0.0/8"])
 site = bookstore_fixture("module")
@@ -178,3 +194,72 @@ def test_a_gone_writers_spool_is_adopted_once_stale(tmp_path: Path) -> None:
     heir.close()
     assert heir.counts.records == 2 and check_valid(store) == 2
     assert list(spool.glob("*/*")) == []
+
+
+async def run_worker_job(
+    redis: aioredis.Redis, spec: dict[str, Any], wire: dict[str, Any], seeds: list[str]
+) -> list[dict[str, Any]]:
+    """One job run to its end by a real worker; ``wire``: what the operator adds to its worker spec."""
+    job = ScrapeJobSpec.model_validate({"pool": "p", "politeness": {"requestsPerSecond": 1000}, **spec})
+    job_id = uuid.uuid4().hex[:12]
+    config = build_job_config(job_id, job, ScrapePoolSpec.model_validate({"redis": {"url": "redis://r:6379/0"}}))
+    config.spec.update(wire)
+    prefix = "trawl:{test/warc}"
+    queue = Queue(redis, prefix, lease_seconds=10)
+    await queue.register_job(config)
+    await queue.enqueue(job_id, seeds)
+    await queue.mark_enqueue_done(job_id)
+    worker = Worker(
+        WorkerConfig(prefix=prefix, worker_id="w-" + job_id, concurrency=4, allowed_cidrs=["127.0.0.0/8"]),
+        queue,
+        redis,
+        Keys(prefix),
+        metrics=WorkerMetrics(CollectorRegistry()),
+    )
+    runner = asyncio.create_task(worker.run())
+    try:
+        deadline = time.monotonic() + 120
+        while not (await queue.job_stats(job_id)).finished:
+            assert time.monotonic() < deadline and not runner.done()
+            await asyncio.sleep(0.05)
+    finally:
+        worker.request_stop()
+        await asyncio.wait_for(runner, 30)
+    stats = await queue.job_stats(job_id)
+    assert (stats.succeeded, stats.dead) == (len(seeds), 0), await queue.dead_letters(job_id)
+    return [json.loads(f[b"data"]) for _id, f in await redis.xrange(Keys(prefix).results(job_id))]
+
+
+async def test_a_worker_captures_to_s3_and_a_job_reextracts_from_it(
+    site: Bookstore, s3_server: S3Server, redis_client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pool's S3 archive location: files uploaded whole with their index, then a re-extraction job
+    reads them back with no request to the site."""
+    store = s3_store(s3_server)
+    monkeypatch.setenv(secret_env_name("s3", "id"), s3_server.access_key)
+    monkeypatch.setenv(secret_env_name("s3", "secret"), s3_server.secret_key)
+    location = {
+        "s3": {
+            "bucket": store.target.bucket,
+            "prefix": "archive/",
+            "endpoint": s3_server.endpoint,
+            "region": s3_server.region,
+            "pathStyle": True,
+            "accessKeyIdSecretRef": {"name": "s3", "key": "id"},
+            "secretAccessKeySecretRef": {"name": "s3", "key": "secret"},
+        },
+        "prefix": store.prefix,
+    }
+    extract = {"fields": [{"name": "name", "selector": "h1"}]}
+    urls = [site.product_url(i) for i in range(1, 16)]
+    try:
+        capture = {"archive": {**location, "max_record_bytes": 1 << 20, "max_file_bytes": 10_000}}
+        records = await run_worker_job(redis_client, {"urls": urls, "extract": extract, "archive": {}}, capture, urls)
+        assert len(store.names()) >= 2 and check_valid(store) == len(urls)
+        before = len(site.entries())
+        spec = {"archiveSource": {"job": "crawl-1"}, "extract": extract}
+        again = await run_worker_job(redis_client, spec, {"archive_source": location}, [REEXTRACT_URL])
+        assert len(site.entries()) == before
+        assert sorted(map(stable, again), key=str) == sorted(map(stable, records), key=str)
+    finally:
+        shutil.rmtree(S3_SPOOL / hashlib.blake2b(store.prefix.encode(), digest_size=8).hexdigest(), True)

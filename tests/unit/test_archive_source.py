@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from trawl.api.scrapejob import ScrapeJobSpec
+from trawl.api.scrapepool import ScrapePoolSpec
+from trawl.archive.admission import archive_problem, location_wire, source_directory
 from trawl.archive.cdx import surt
 from trawl.archive.source import ArchiveRefused, ArchiveSource, archive_prefix, job_archive_prefix
 from trawl.archive.writer import split_ready
@@ -53,3 +56,38 @@ def test_surt_keys() -> None:
 
 def test_ready_names() -> None:
     assert split_ready("TRAWL-1-w-ab.warc.gz.12.3.ready") == ("TRAWL-1-w-ab.warc.gz", 12, 3)
+
+
+def _pool(archive: dict[str, object], secrets: list[str]) -> ScrapePoolSpec:
+    return ScrapePoolSpec.model_validate(
+        {"redis": {"url": "redis://r:6379/0"}, "archive": archive, "worker": {"secrets": secrets}}
+    )
+
+
+S3_LOCATION = {
+    "s3": {
+        "bucket": "warc",
+        "prefix": "archive/",
+        "accessKeyIdSecretRef": {"name": "s3", "key": "id"},
+        "secretAccessKeySecretRef": {"name": "s3", "key": "secret"},
+    }
+}
+
+
+def test_s3_location_needs_its_secrets_mounted_and_prefixes_by_namespace() -> None:
+    job = ScrapeJobSpec.model_validate({"pool": "p", "archiveSource": {"job": "crawl-1"}})
+    problem = archive_problem("team-a", "again", job, _pool(S3_LOCATION, []))
+    assert problem is not None and problem[0] == "SecretNotMounted"
+    pool = _pool(S3_LOCATION, ["s3"])
+    assert archive_problem("team-a", "again", job, pool) is None
+    assert location_wire(source_directory("team-a", job, pool), pool)["prefix"] == "archive/team-a/crawl-1/"
+    hostile = ScrapeJobSpec.model_validate({"pool": "p", "archiveSource": {"path": "../team-b/crawl-1"}})
+    assert archive_problem("team-a", "again", hostile, pool) == (
+        "ArchiveSourceRefused",
+        "spec.archiveSource: archive path segment '..' is not a plain name (no '.', '..', '' or symbols)",
+    )
+
+
+def test_a_pool_archive_is_one_location() -> None:
+    with pytest.raises(ValueError, match="exactly one of directory and s3"):
+        _pool({**S3_LOCATION, "directory": "/archive"}, ["s3"])

@@ -54,17 +54,6 @@ class ArchiveSourceSpec(TrawlModel):
     )
 
 
-class PoolArchiveSpec(TrawlModel):
-    """Where the pool's jobs keep their WARC archives: ``<directory>/<namespace>/<job>/``."""
-
-    directory: str = Field(
-        min_length=2,
-        max_length=1024,
-        pattern=r"^/",
-        description="Absolute directory on a writable volume the pool's workers mount.",
-    )
-
-
 class ArchiveStatus(TrawlModel):
     """What the workers did with the job's WARC capture (spec.archive), summed over workers."""
 

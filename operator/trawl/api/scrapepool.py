@@ -13,10 +13,10 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator, model_validator
 from redis.connection import parse_url
 
-from .archive import PoolArchiveSpec
 from .common import Condition, DNSLabel, SecretKeyRef, SecretUse, TrawlModel, check_url_parses, format_number
 from .formats import DEFAULT_FORMAT_BYTES, MAX_FORMAT_BYTES
 from .policies import HARMLESS_HEADERS, PolitenessSpec, RequestSpec, RetrySpec
+from .poolarchive import PoolArchiveSpec
 from .proxies import ProxiesSpec
 from .render import BrowserWorkerSpec
 from .tenancy import TenancySpec

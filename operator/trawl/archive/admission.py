@@ -8,6 +8,8 @@ not a plain one).
 
 from __future__ import annotations
 
+from typing import Any
+
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.api.scrapepool import ScrapePoolSpec
 
@@ -24,10 +26,18 @@ def archive_problem(namespace: str, name: str, spec: ScrapeJobSpec, pool: Scrape
             f"ScrapePool {spec.pool!r} has no spec.archive: it keeps no WARC archive for its jobs to write or read"
         )
     directory = pool.archive.directory
-    if pool.worker.writable_mount_for(directory) is None:
+    if directory is not None and pool.worker.writable_mount_for(directory) is None:
         return "DirectoryNotMounted", (
             f"the pool's spec.archive.directory {directory} is not on a writable volume of its workers"
         )
+    s3 = pool.archive.s3
+    if s3 is not None:
+        mounted = set(pool.worker.secrets or ())
+        for ref in (s3.access_key_id_secret_ref, s3.secret_access_key_secret_ref):
+            if ref.name not in mounted:
+                return "SecretNotMounted", (
+                    f"the pool's spec.archive.s3 names Secret {ref.name!r}, which its spec.worker.secrets does not list"
+                )
     source = spec.archive_source
     if source is None:
         return None
@@ -45,11 +55,19 @@ def source_directory(namespace: str, spec: ScrapeJobSpec, pool: ScrapePoolSpec) 
     return archive_prefix(
         ArchiveSource(job=source.job, path=source.path, namespace=source.namespace),
         namespace=namespace,
-        location=pool.archive.directory.rstrip("/") + "/",
+        location=pool.archive.root(),
     )
 
 
 def capture_directory(namespace: str, name: str, pool: ScrapePoolSpec) -> str:
-    """Where a capturing job's WARC files go on the workers' volume."""
+    """Where a capturing job's WARC files go: a directory on the workers' volume, or an S3 key prefix."""
     assert pool.archive is not None
-    return job_archive_prefix(location=pool.archive.directory.rstrip("/") + "/", namespace=namespace, job=name)
+    return job_archive_prefix(location=pool.archive.root(), namespace=namespace, job=name)
+
+
+def location_wire(where: str, pool: ScrapePoolSpec) -> dict[str, Any]:
+    """How a worker finds ``where`` (a capture or source location): ``directory``, or ``s3`` + ``prefix``."""
+    assert pool.archive is not None
+    if pool.archive.s3 is not None:
+        return {"s3": pool.archive.s3.model_dump(mode="json"), "prefix": where}
+    return {"directory": where}

@@ -4,18 +4,24 @@ writer run off the event loop (its file writes, indexing and uploads block)."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trawl.archive.capture import Capture
+from trawl.egress.addresses import IPNetwork
+from trawl.jobspec.podfiles import local_path, read_secret
 
 from .fetch import FetchResult
 
 if TYPE_CHECKING:
+    from trawl.archive.stores import Store
     from trawl.archive.writer import ArchiveWriter
+
+S3_SPOOL = Path("/tmp/trawl-warc")  # the worker pod's /tmp is an emptyDir: it outlives a container restart
 
 log = logging.getLogger("trawl.worker")
 
@@ -65,8 +71,14 @@ class JobArchives:
     restarted worker of the same name publishes what it left). What each writer publishes, cuts, drops or
     loses is added to the job's notes, which the operator shows as ``status.archive``."""
 
-    def __init__(self, worker_id: str, note: Callable[[str, dict[str, int]], Awaitable[None]] | None = None) -> None:
+    def __init__(
+        self,
+        worker_id: str,
+        note: Callable[[str, dict[str, int]], Awaitable[None]] | None = None,
+        allowed: Sequence[IPNetwork] = (),
+    ) -> None:
         self.worker_id = worker_id
+        self.allowed = tuple(allowed)  # the pool's address rule, for an S3 location
         self.note = note
         self._jobs: dict[str, AsyncArchive] = {}
         self._noted: dict[str, dict[str, int]] = {}
@@ -82,20 +94,17 @@ class JobArchives:
             return archive
 
     def _archive(self, wire: Mapping[str, Any]) -> AsyncArchive:
-        """A writer on the job's directory; what this worker left in its spool is published first."""
+        """A writer on the job's location; what this worker left in its spool is published first."""
         # warcio and the S3 client load with the first capturing job, not at every worker's start.
         from trawl.archive.records import DEFAULT_MAX_PAYLOAD
-        from trawl.archive.stores import VolumeStore
         from trawl.archive.writer import DEFAULT_FILE_BYTES, ArchiveLimits, ArchiveWriter
 
-        root = Path(str(wire["directory"]))
+        store, spools = store_for(wire, self.allowed)
         limits = ArchiveLimits(
             max_file_bytes=int(wire.get("max_file_bytes") or DEFAULT_FILE_BYTES),
             max_record_bytes=int(wire.get("max_record_bytes") or DEFAULT_MAX_PAYLOAD),
         )
-        writer = ArchiveWriter(
-            VolumeStore(root), root / ".spool" / self.worker_id, writer_id=self.worker_id, limits=limits
-        )
+        writer = ArchiveWriter(store, spools / self.worker_id, writer_id=self.worker_id, limits=limits)
         writer.recover()
         writer.adopt_stale(STALE_SECONDS)
         return AsyncArchive(writer)
@@ -135,3 +144,25 @@ class JobArchives:
         self._noted[job_id] = now  # before the await: a concurrent report then notes only what follows
         if delta and self.note is not None:
             await self.note(job_id, delta)
+
+
+def store_for(wire: Mapping[str, Any], allowed: Sequence[IPNetwork]) -> tuple[Store, Path]:
+    """The store a worker spec's archive location names, and where its writers spool: beside the files on a
+    volume (``.spool/``), or under the pod's /tmp for S3 (keyed by the prefix)."""
+    from trawl.api.scrapejob import S3Sink
+    from trawl.archive.stores import S3Store, VolumeStore
+    from trawl.sinks.s3 import target_from_spec
+
+    if "s3" in wire:
+        spec = S3Sink.model_validate(wire["s3"])
+        access, secret = spec.access_key_id_secret_ref, spec.secret_access_key_secret_ref
+        target = target_from_spec(
+            spec,
+            read_secret(access.name, access.key).decode().strip(),
+            read_secret(secret.name, secret.key).decode().strip(),
+            allowed=allowed,
+        )
+        prefix = str(wire["prefix"])
+        return S3Store(target, prefix), S3_SPOOL / hashlib.blake2b(prefix.encode(), digest_size=8).hexdigest()
+    root = Path(local_path(str(wire["directory"])))
+    return VolumeStore(root), root / ".spool"

@@ -166,7 +166,7 @@ class TaskPipeline:
         self.max_rate_wait = max_rate_wait  # wait longer for a domain and the task is given back with a delay
         self.pages = pages  # refresh jobs' page state (trawl.worker.refresh)
         self._deferred: OrderedDict[tuple[str, str], int] = OrderedDict()  # Retry-After releases per task
-        self.archives = JobArchives(worker_id, notes.archived)  # spec.archive's WARC files (trawl.archive)
+        self.archives = JobArchives(worker_id, notes.archived, fetcher.allowed)  # spec.archive's WARC files
 
     async def process(self, task: Task) -> None:
         """Run ``task`` to its outcome: handed to the finisher, given back, or failed. A crash fails it as

@@ -13,7 +13,6 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trawl.api.policies import FailureClass
@@ -124,10 +123,11 @@ async def reextract_task(pipeline: TaskPipeline, task: Task, job: Job) -> str:
     into the job's sink, then acked. A sink failure gives the task back (the sinks drop records already
     written, by key); a broken file fails it with the files named, after the others were written."""
     from trawl.archive.reader import ArchiveBroken
-    from trawl.archive.stores import VolumeStore
+
+    from .archiving import store_for
 
     assert job.spec.archive_source is not None
-    store = VolumeStore(Path(str(job.spec.archive_source["directory"])))
+    store, _spool = await asyncio.to_thread(store_for, job.spec.archive_source, pipeline.fetcher.allowed)
     counts = ReextractCounts()
     batch: list[Record] = []
     names = await asyncio.to_thread(store.names)

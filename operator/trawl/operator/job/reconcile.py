@@ -23,7 +23,7 @@ from trawl.api.policies import PERMANENT_CLASSES
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.api.tenancy import TenancyRefusal
-from trawl.archive.admission import archive_problem, capture_directory, source_directory
+from trawl.archive.admission import archive_problem, capture_directory, location_wire, source_directory
 from trawl.egress.addresses import parse_networks
 from trawl.jobspec.admission import (
     browser_missing,
@@ -252,12 +252,12 @@ async def reconcile_job(
             return stalled(Problem(*archive_refused))
         if spec.archive is not None:  # where the workers write this job's WARC files, and their caps
             admitted.spec["archive"] = {
-                "directory": capture_directory(namespace, name, pool.spec),
+                **location_wire(capture_directory(namespace, name, pool.spec), pool.spec),
                 "max_record_bytes": spec.archive.max_record_bytes,
                 "max_file_bytes": spec.archive.max_file_bytes,
             }
         if spec.archive_source is not None:  # the directory it reads, checked above (no I/O, no path out)
-            admitted.spec["archive_source"] = {"directory": source_directory(namespace, spec, pool.spec)}
+            admitted.spec["archive_source"] = location_wire(source_directory(namespace, spec, pool.spec), pool.spec)
         config = admitted
     try:
         redis = await connections.for_pool(pool_ns, spec.pool, pool.spec, secrets or {})
