@@ -114,6 +114,28 @@ INVALID: list[Case] = [
         "domains.0.proxyGroup",
     ),
     Case("jitter-2", "ScrapeJob", _job(retry={"jitter": 2}), "spec.retry.jitter", "retry.jitter"),
+    # WARC capture: a record or file cap beyond the model's bounds; a pool archive directory that is relative.
+    Case(
+        "archive-record-too-big",
+        "ScrapeJob",
+        _job(archive={"maxRecordBytes": 1 << 30}),
+        "spec.archive.maxRecordBytes",
+        "archive.maxRecordBytes",
+    ),
+    Case(
+        "archive-file-too-small",
+        "ScrapeJob",
+        _job(archive={"maxFileBytes": 1}),
+        "spec.archive.maxFileBytes",
+        "archive.maxFileBytes",
+    ),
+    Case(
+        "pool-archive-relative",
+        "ScrapePool",
+        _pool(archive={"directory": "warc"}),
+        "spec.archive.directory",
+        "archive.directory",
+    ),
     Case(
         "retry-on-enum", "ScrapeJob", _job(retry={"retryOn": ["Sometimes"]}), "spec.retry.retryOn[0]", "retry.retryOn.0"
     ),

@@ -14,10 +14,12 @@ from typing import Any
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
+from trawl.api import archive as archive_api
 from trawl.api import (
     domainrules,
     formats,
     policies,
+    poolarchive,
     proxies,
     refresh,
     render,
@@ -449,6 +451,15 @@ _job_optional: dict[str, Strategy] = {
     ),
 }
 _job_optional["sitemaps"] = sitemaps
+# WARC capture and re-extraction (trawl.archive): any source text reaches the model; the operator refuses it.
+_job_optional["archive"] = obj(
+    archive_api.ArchiveSpec, {}, {"maxRecordBytes": ints(1024, 64 << 20), "maxFileBytes": ints(1 << 20, 1 << 30)}
+)
+_job_optional["archiveSource"] = obj(
+    archive_api.ArchiveSourceSpec,
+    {},
+    {"job": dns_label, "path": st.text(max_size=64), "namespace": dns_label},
+)
 # A job needs urls, urlRanges or sitemaps.urls (or more than one).
 scrape_job_spec = st.one_of(
     _job_spec({"urls": _urls}, {"urlRanges": _url_ranges}),
@@ -801,6 +812,26 @@ def _defaults_within_limits(d: dict[str, Any]) -> dict[str, Any]:
     return d
 
 
+# A pool's archive location: a directory or an S3 bucket (exactly one; the S3 sink's settings).
+_archive_s3 = obj(
+    scrapejob.S3Sink,
+    {
+        "bucket": st.from_regex(r"[a-z0-9][a-z0-9-]{1,20}[a-z0-9]", fullmatch=True),
+        "accessKeyIdSecretRef": secret_ref,
+        "secretAccessKeySecretRef": secret_ref,
+    },
+    {
+        "prefix": st.sampled_from(["", "warc/"]),
+        "endpoint": http_url,
+        "region": st.sampled_from(["us-east-1"]),
+        "pathStyle": st.booleans(),
+    },
+)
+_pool_archive = st.one_of(
+    obj(poolarchive.PoolArchiveSpec, {"directory": st.from_regex(r"\A/[a-z]{1,20}\Z")}, {"s3": st.nothing()}),
+    obj(poolarchive.PoolArchiveSpec, {"s3": _archive_s3}, {"directory": st.nothing()}),
+)
+
 scrape_pool_spec = (
     obj(
         scrapepool.ScrapePoolSpec,
@@ -841,6 +872,7 @@ scrape_pool_spec = (
                 max_size=2,
                 unique_by=lambda s: s["name"],
             ),
+            "archive": _pool_archive,
         },
     )
     .map(_defaults_within_limits)

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from .archive import REEXTRACT_URL, ArchiveSourceSpec, ArchiveSpec, ArchiveStatus
 from .common import Condition, DNSLabel, HttpURL, SecretKeyRef, TrawlModel, check_http_url
 from .formats import (
     DEFAULT_FORMAT_BYTES,
@@ -663,9 +664,20 @@ class ScrapeJobSpec(TrawlModel):
     on_complete: OnCompleteSpec | None = Field(
         default=None, description="A webhook and/or a Job the pool offers, run once the job has finished."
     )
+    archive: ArchiveSpec | None = Field(
+        default=None,
+        description="Keep every fetched response as WARC records with a CDXJ index in the pool's archive location.",
+    )
+    archive_source: ArchiveSourceSpec | None = Field(
+        default=None,
+        description="Re-extract from an archive (a previous job's of this namespace, or a path under it) "
+        "instead of fetching: urls are then not needed and no request is sent.",
+    )
 
     @model_validator(mode="after")
     def _has_urls(self) -> Self:
+        if self.archive_source is not None:  # re-extraction: the archive is the job's input
+            return self
         if not self.urls and not self.url_ranges and not (self.sitemaps and self.sitemaps.urls):
             raise ValueError("a ScrapeJob needs urls, urlRanges or sitemaps.urls")
         if self.total_seed_count() > MAX_GENERATED_URLS:
@@ -706,11 +718,15 @@ class ScrapeJobSpec(TrawlModel):
 
     def seed_count(self) -> int:
         """Positions in the seed stream (a crawl's seeds are its first ``maxPages`` of them)."""
+        if self.archive_source is not None:  # one task reads the archive: no URL is fetched
+            return 1
         count = len(self._unique_urls()) + sum(r.count() for r in self.url_ranges or [])
         return count if self.crawl is None else min(count, self.crawl.max_pages)
 
     def seeds(self, start: int = 0) -> Iterator[str]:
         """The seed stream from position ``start`` to :meth:`seed_count`, one URL at a time."""
+        if self.archive_source is not None:
+            return iter([REEXTRACT_URL][start:])
         listed = self._unique_urls()
 
         def stream() -> Iterator[str]:
@@ -1005,6 +1021,7 @@ class ScrapeJobStatus(TrawlModel):
         description=f"Up to {MAX_SKIPPED_ON_STATUS} of the URLs counted in counts.skipped.",
     )
     results: ResultsLocation | None = Field(default=None, description="Where the results are.")
+    archive: ArchiveStatus | None = Field(default=None, description="The job's WARC capture (spec.archive).")
     on_complete: OnCompleteStatus | None = Field(default=None, description="Outcome of spec.onComplete.")
     retry_dead_letters_handled: str | None = Field(
         default=None, description="The last trawl.dev/retry-dead-letters annotation value acted on."

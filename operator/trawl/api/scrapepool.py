@@ -16,6 +16,7 @@ from redis.connection import parse_url
 from .common import Condition, DNSLabel, SecretKeyRef, SecretUse, TrawlModel, check_url_parses, format_number
 from .formats import DEFAULT_FORMAT_BYTES, MAX_FORMAT_BYTES
 from .policies import HARMLESS_HEADERS, PolitenessSpec, RequestSpec, RetrySpec
+from .poolarchive import PoolArchiveSpec
 from .proxies import ProxiesSpec, ProxyStatus
 from .render import BrowserWorkerSpec
 from .sessions import SessionSeed
@@ -791,6 +792,10 @@ class ScrapePoolSpec(TrawlModel):
         description="The tenants (namespaces) that share the pool: weights, quotas, priority classes and "
         "ceilings, set by the platform. Absent: every job's priority is its own within jobLimits.maxPriority, "
         "and claims are shared among jobs only.",
+    )
+    archive: PoolArchiveSpec | None = Field(
+        default=None,
+        description="Where jobs' WARC archives live (spec.archive, spec.archiveSource of a ScrapeJob).",
     )
 
     @model_validator(mode="after")

@@ -83,6 +83,19 @@ class JobNotes:
         """A record of the job had an output format cut to its bounds; returns the job's count so far."""
         return int(await self._truncated(keys=[str(self.job_key(job_id))]))
 
+    async def archived(self, job_id: str, counts: dict[str, int]) -> None:
+        """Add a worker's WARC counts (records, truncated, dropped, lost: trawl.worker.archiving; read, skipped:
+        trawl.worker.reextract) to the job's."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for name, value in counts.items():
+                pipe.hincrby(str(self.job_key(job_id)), f"archive_{name}", value)
+            await pipe.execute()
+
+    async def archive_counts(self, job_id: str) -> dict[str, int]:
+        names = ("records", "truncated", "dropped", "lost", "read", "skipped")
+        raw = await self.redis.hmget(str(self.job_key(job_id)), [f"archive_{n}" for n in names])  # type: ignore[misc]
+        return {n: int(v or 0) for n, v in zip(names, raw, strict=True) if v is not None or n in names[:4]}
+
     async def truncated_count(self, job_id: str) -> int:
         raw = await self.redis.hget(str(self.job_key(job_id)), "ftr")  # type: ignore[misc]
         return int(raw or 0)

@@ -44,6 +44,8 @@ class WorkerJobSpec:
     session: SessionSpec | None = None  # spec.session (trawl.worker.sessions); None: no sessions, no ban rules
     proxy_groups: dict[str, Any] | None = None  # the routes of the groups domain rules name (wire.rule_routes)
     session_seed: dict[str, Any] | None = None  # the pool's seed a new session starts from (wire.seed_route)
+    archive: dict[str, Any] | None = None  # spec.archive's WARC capture (trawl.worker.archiving); None: none
+    archive_source: dict[str, Any] | None = None  # a re-extraction job's archive (trawl.worker.reextract)
 
     def host(self, authority: str) -> tuple[float, int]:
         """(requests per second, concurrency) for requests to ``authority`` (a URL's host[:port])."""
@@ -123,6 +125,8 @@ def parse_worker_spec(spec: dict[str, Any] | None) -> WorkerJobSpec:
         session=SessionSpec.model_validate(spec["session"]) if spec.get("session") else None,
         proxy_groups=spec.get("proxy_groups") or None,
         session_seed=spec.get("session_seed") or None,
+        archive=spec.get("archive") or None,
+        archive_source=spec.get("archive_source") or None,
         sitemaps=(
             SitemapRules.from_spec(spec["sitemaps"], str(crawl.scope.value) if crawl is not None else None)
             if spec.get("sitemaps")

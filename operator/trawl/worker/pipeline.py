@@ -36,6 +36,7 @@ from trawl.redisconn.client import TRANSIENT_ERRORS
 from trawl.sinks.base import Record, record_key
 from trawl.worker.browser.hook import BrowserCrashed, Renderer
 
+from .archiving import JobArchives, capture_of
 from .breaker import CircuitBreaker, Verdict
 from .extract import Page
 from .fetch import HTML_TYPES, Fetcher, FetchError, FetchResult
@@ -48,6 +49,7 @@ from .metrics import WorkerMetrics
 from .parsepool import ParseLimit, ParsePool
 from .politeness import DomainLimiter, RateWaitTooLong, RobotsCache
 from .proxies import ProxyBusy, ProxyConfigError, ProxyDirectory
+from .reextract import reextract_task
 from .refresh import RefreshPage
 from .refresh import begin as refresh_begin
 from .sessions import SessionStore
@@ -175,6 +177,7 @@ class TaskPipeline:
             SessionStore(notes.redis, notes.job_key), self.proxies, self.proxy_usage, max_rate_wait
         )
         self._blocked_tries: OrderedDict[tuple[str, str], int] = OrderedDict()
+        self.archives = JobArchives(worker_id, notes.archived, fetcher.allowed)  # spec.archive's WARC files
 
     async def process(self, task: Task) -> None:
         """Run ``task`` to its outcome: handed to the finisher, given back, or failed. A crash fails it as
@@ -218,6 +221,8 @@ class TaskPipeline:
         spec = job.spec
         if sweep_cursor(task) is not None:  # only the operator and a sweep make these (enqueue_sweep.lua)
             return await self._sweep(task, job)
+        if spec.archive_source is not None:  # re-extraction: the archive, not the network (trawl.worker.reextract)
+            return await reextract_task(self, task, job)
         pol = spec.politeness
         domain = host_of(task.url)
         waited = 0.0  # time spent waiting for politeness (slot, robots, rate): not the site's latency
@@ -299,6 +304,9 @@ class TaskPipeline:
 
         if sitemap:
             return await self._sitemap(task, job, result)
+        if spec.archive is not None:
+            capture = capture_of(task.url, result, depth=task.depth, user_agent=spec.request.user_agent or "")
+            await self.archives.capture(task.job_id, spec.archive, capture)
         content_type = result.content_type + (f"; charset={result.charset}" if result.charset else "")
         try:
             page = await self.parser.extract(job.extractor, result.body, task.url, content_type=content_type)

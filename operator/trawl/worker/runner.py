@@ -202,6 +202,8 @@ class Worker:
             with contextlib.suppress(Exception):  # the last requests' proxy use
                 await self.pipeline.proxy_usage.flush(self.redis, self.keys.proxy_usage)
             await self.limiter.release_all()
+            with contextlib.suppress(Exception):  # the open WARC files are published (trawl.worker.archiving)
+                await self.pipeline.archives.close()
             await self.sinks.close()
             await self.fetcher.close()
             await self.renderer.close()
@@ -291,6 +293,7 @@ class Worker:
                 await self._evict_previous()
                 await self._heartbeat(draining=self.stopping)
                 await self.limiter.refresh()
+                await self.pipeline.archives.flush_due()  # WARC files old enough are published
             except Exception as exc:
                 log.warning("heartbeat failed", extra={"worker": self.worker_id, "error": repr(exc)})
             # An attempt, failed or not, proves the loop beats; a Redis outage is not cured by a restart.

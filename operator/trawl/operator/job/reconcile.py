@@ -23,6 +23,7 @@ from trawl.api.policies import PERMANENT_CLASSES
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.api.scrapepool import ScrapePoolSpec
 from trawl.api.tenancy import TenancyRefusal
+from trawl.archive.admission import archive_problem, capture_directory, location_wire, source_directory
 from trawl.egress.addresses import parse_networks
 from trawl.jobspec.admission import (
     browser_missing,
@@ -273,7 +274,20 @@ async def reconcile_job(
         admitted = admit_memo(spec_key, spec, pool, lineage)
         if isinstance(admitted, Problem):
             return stalled(admitted)
-        config = admitted
+        archive_refused = archive_problem(namespace, name, spec, pool.spec)
+        if archive_refused is not None:  # trawl.archive.admission: the source is the author's, so hostile
+            return stalled(Problem(*archive_refused))
+        # A copy: the admission is kept across passes (ADMISSIONS), and these depend on the job's name too.
+        archive: dict[str, Any] = {}
+        if spec.archive is not None:  # where the workers write this job's WARC files, and their caps
+            archive["archive"] = {
+                **location_wire(capture_directory(namespace, name, pool.spec), pool.spec),
+                "max_record_bytes": spec.archive.max_record_bytes,
+                "max_file_bytes": spec.archive.max_file_bytes,
+            }
+        if spec.archive_source is not None:  # the directory it reads, checked above (no I/O, no path out)
+            archive["archive_source"] = location_wire(source_directory(namespace, spec, pool.spec), pool.spec)
+        config = replace(admitted, spec={**admitted.spec, **archive}) if archive else admitted
     try:
         redis = await connections.for_pool(pool_ns, spec.pool, pool.spec, secrets or {})
     except (RedisConfigError, RedisUnreachable) as exc:
@@ -358,6 +372,7 @@ async def _reconcile_with_queue(job: _Pass, config: JobConfig | None, annotation
         skipped_sample=notes.skipped_sample,
         truncated=notes.truncated,
         blocked=notes.blocked,
+        archive=notes.archive,
         throttled=notes.throttled,
         tenant_throttled=job.tenant_throttled,
         tenant_queue_full=job.tenant_queue_full,
@@ -474,6 +489,7 @@ class _Notes:
     results: dict[str, Any]
     truncated: int = 0
     blocked: tuple[int, list[tuple[str, int]]] = (0, [])  # blocked responses, the most blocked domains
+    archive: dict[str, int] | None = None
 
 
 async def _read_notes(job: _Pass, stats: JobStats) -> _Notes:
@@ -494,7 +510,9 @@ async def _read_notes(job: _Pass, stats: JobStats) -> _Notes:
     results = results_location(queue, job.spec, uid, job.name, count, retained)
     truncated = await notes.truncated_count(uid)
     blocked = await notes.blocked_counts(uid) if job.spec.session is not None else (0, [])
-    return _Notes(skipped, skipped_sample, throttled, problem, results, truncated, blocked)
+    archived = job.spec.archive is not None or job.spec.archive_source is not None
+    archive = await notes.archive_counts(uid) if archived else None
+    return _Notes(skipped, skipped_sample, throttled, problem, results, truncated, blocked, archive)
 
 
 async def _after_the_job(job: _Pass, new_status: dict[str, Any]) -> list[Transition]:

@@ -52,6 +52,7 @@ class JobFacts:
     skipped_sample: list[Skipped] = field(default_factory=list)
     truncated: int = 0  # records with an output format cut to its bounds (trawl.queue.notes)
     blocked: tuple[int, list[tuple[str, int]]] = (0, [])  # blocked responses, the most blocked domains
+    archive: dict[str, int] | None = None  # spec.archive's WARC counts (trawl.queue.notes), when any
     throttled: list[Throttled] = field(default_factory=list)  # domains whose circuit breaker is open now
     tenant_throttled: str = ""  # the quota holding the job's tenant back, with its figure ("" when none is)
     tenant_queue_full: str = ""  # the URLs-queued quota stopping the tenant's seeds, with its figure
@@ -117,6 +118,8 @@ def _progress(status: dict[str, Any], facts: JobFacts, prev: Mapping[str, Any], 
             status["counts"]["truncated"] = facts.truncated
         if facts.blocked[0]:
             status["counts"]["blocked"] = facts.blocked[0]
+        if facts.archive:
+            status["archive"] = facts.archive
         if any(stats.changes) or stats.not_revisited:  # a refresh job's pages by label (spec.refresh)
             status["changes"] = dict(zip(("new", "changed", "unchanged", "gone"), stats.changes, strict=True))
             if stats.not_revisited:
