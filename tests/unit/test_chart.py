@@ -719,3 +719,11 @@ def test_the_results_api_can_be_registered_as_an_aggregated_api() -> None:
     with pytest.raises(HelmError, match=r"api\.tls\.secretName"):
         render(set_values={"api.aggregation.enabled": "true"})
     assert not by_kind(_installed(), "APIService")  # off by default
+
+
+def test_the_web_console_is_off_by_default_and_served_by_the_api_when_enabled() -> None:
+    args = operator_deployment(_installed())["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--console" not in args
+    docs = _installed(set_values={"api.console.enabled": "true"})
+    args = operator_deployment(docs)["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--console" in args and "--api-port=8443" in args

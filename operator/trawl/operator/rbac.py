@@ -32,8 +32,9 @@ NAMESPACED_RULES: list[dict[str, Any]] = [
     # Secrets: watched into an index (the pools' Redis Secrets, the worker Secrets a pool mounts), so a
     # rotation arrives with its event; never read one by one (no get), never written.
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch"]},
-    # Events: get to update the one aggregated Event per job and reason (count, message) in place.
-    {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["get", "create", "patch"]},
+    # Events: get to update the one aggregated Event per job and reason (count, message) in place; list for
+    # the web console's job page (shown only to viewers RBAC lets list Events there).
+    {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["get", "list", "create", "patch"]},
     # spec.onComplete.job: create the Job (from the pool's template) once, then follow it until it finishes.
     {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "create"]},
 ]

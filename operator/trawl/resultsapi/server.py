@@ -63,6 +63,11 @@ class Serving:
     requestheader_from_cluster: bool = False
     rate: float = 20.0
     burst: float = 100.0
+    # The web console on the same port (trawl.resultsapi.console), fed from the namespaces the operator
+    # watches (empty: all), refreshed every console_interval seconds while a page is open.
+    console: bool = False
+    namespaces: tuple[str, ...] = ()
+    console_interval: float = 1.0
 
     def ssl_context(self, requestheader_ca_pem: str | None) -> ssl.SSLContext | None:
         if self.cert_file is None or self.key_file is None:
@@ -216,7 +221,13 @@ async def start(serving: Serving) -> web.AppRunner:
     store = Store(api)
     ca_pem, names = await serving.front_proxy(api)
     front_proxy = names if ca_pem is not None else None
-    app = make_app(KubeAuth(api), store, RateLimiter(serving.rate, serving.burst), front_proxy)
+    auth, limiter = KubeAuth(api), RateLimiter(serving.rate, serving.burst)
+    app = make_app(auth, store, limiter, front_proxy)
+    if serving.console:
+        from .console.hub import Hub
+        from .console.routes import add_console
+
+        add_console(app, auth, store, limiter, Hub(api, serving.namespaces, serving.console_interval), api)
 
     async def close(_: web.Application) -> None:
         await store.close()
@@ -228,6 +239,8 @@ async def start(serving: Serving) -> web.AppRunner:
     await web.TCPSite(runner, serving.host, serving.port, ssl_context=serving.ssl_context(ca_pem)).start()
     scheme = "https" if serving.cert_file else "http"
     log.info("results API listening on %s://%s:%d", scheme, serving.host, serving.port)
+    if serving.console:
+        log.info("web console at %s://%s:%d/console/", scheme, serving.host, serving.port)
     return runner
 
 
