@@ -65,11 +65,16 @@ LEADER_ELECTION_RULES: list[dict[str, Any]] = [
 # reached as an aggregated API, /apis/results.trawl.dev/...). The chart and manifests/rbac ship them as two
 # ClusterRoles that grant nothing until a platform team binds them (a RoleBinding per team namespace).
 _API_GROUPS = ["trawl.dev", "results.trawl.dev"]
+# A URL's history (…/history) needs both subresources in Trawl's check; through the API server, the path is
+# scrapejobs/history of results.trawl.dev, which the API server checks before it forwards.
+_HISTORY = {"apiGroups": ["results.trawl.dev"], "resources": ["scrapejobs/history"], "verbs": ["get"]}
 RESULTS_READER_RULES: list[dict[str, Any]] = [
     {"apiGroups": list(_API_GROUPS), "resources": ["scrapejobs/results", "scrapejobs/deadletters"], "verbs": ["get"]},
+    dict(_HISTORY),
 ]
 DEAD_LETTER_RETRIER_RULES: list[dict[str, Any]] = [
     {"apiGroups": list(_API_GROUPS), "resources": ["scrapejobs/results", "scrapejobs/deadletters"], "verbs": ["get"]},
+    dict(_HISTORY),
     {"apiGroups": list(_API_GROUPS), "resources": ["scrapejobs/deadletters"], "verbs": ["update"]},
 ]
 

@@ -39,6 +39,7 @@ PREFIX = "/v1/namespaces/{namespace}/scrapejobs/{name}"
 AGGREGATED = f"/apis/{AGGREGATED_GROUP}/{AGGREGATED_VERSION}"
 CURSOR_HEADER = "Trawl-Next-Cursor"
 COUNT_HEADER = "Trawl-Count"
+MAX_URL = 8192
 AUTH = web.AppKey("auth", KubeAuth)
 STORE = web.AppKey("store", Store)
 LIMITER = web.AppKey("limiter", RateLimiter)
@@ -94,8 +95,9 @@ def problem(status: int, message: str, **headers: str) -> web.Response:
     return web.json_response({"status": status, "message": message}, status=status, headers=headers or None)
 
 
-def guarded(action: Action, handler: Handler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    """401 without a valid token, 429 past the caller's rate, 403 without the RBAC, then 404 for no job."""
+def guarded(action: Action, handler: Handler, *also: Action) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """401 without a valid token, 429 past the caller's rate, 403 without the RBAC (``action`` and every one of
+    ``also``), then 404 for no job."""
 
     async def serve(request: web.Request) -> web.StreamResponse:
         namespace, name = request.match_info["namespace"], request.match_info["name"]
@@ -117,9 +119,10 @@ def guarded(action: Action, handler: Handler) -> Callable[[web.Request], Awaitab
             wait = limiter.allow(identity.username)
             if wait:
                 return problem(429, "too many requests", **{"Retry-After": str(max(1, round(wait)))})
-            if not await auth.allowed(identity, action, namespace, name):
-                what = f"{action.verb} scrapejobs/{action.subresource}"
-                return problem(403, f"{identity.username} may not {what} of {name} in namespace {namespace}")
+            for needed in (action, *also):
+                if not await auth.allowed(identity, needed, namespace, name):
+                    what = f"{needed.verb} scrapejobs/{needed.subresource}"
+                    return problem(403, f"{identity.username} may not {what} of {name} in namespace {namespace}")
             job = await request.app[STORE].job(namespace, name)
             return await handler(request, job)
         except AuthUnavailable as exc:
@@ -153,6 +156,8 @@ async def discovery(_: web.Request) -> web.Response:
                  "verbs": ["get"]},
                 {"name": "scrapejobs/deadletters", "singularName": "", "namespaced": True, "kind": "DeadLetters",
                  "verbs": ["get", "update"]},
+                {"name": "scrapejobs/history", "singularName": "", "namespaced": True, "kind": "UrlHistory",
+                 "verbs": ["get"]},
             ],
         }
     )  # fmt: skip
@@ -173,6 +178,15 @@ async def dead_letters(request: web.Request, job: JobTarget) -> web.StreamRespon
     limit = parse_limit(request.query.get("limit"))
     records = await request.app[STORE].dead_letters(job, limit)
     return web.json_response({"namespace": job.namespace, "name": job.name, "items": records})
+
+
+async def url_history(request: web.Request, job: JobTarget) -> web.StreamResponse:
+    """One URL of the job: its records (the result stream, scanned up to a bound) and its dead letters."""
+    url = request.query.get("url") or ""
+    if not url or len(url) > MAX_URL:
+        raise BadRequest(f"url is required (at most {MAX_URL} characters)")
+    history = await request.app[STORE].url_history(job, url)
+    return web.json_response({"namespace": job.namespace, "name": job.name, "url": url, **history})
 
 
 async def retry(request: web.Request, job: JobTarget) -> web.StreamResponse:
@@ -207,6 +221,8 @@ def make_app(
     for prefix in (PREFIX, AGGREGATED + PREFIX[len("/v1") :]):
         app.router.add_get(f"{prefix}/results", guarded(Action.READ_RESULTS, results))
         app.router.add_get(f"{prefix}/deadletters", guarded(Action.READ_DEAD_LETTERS, dead_letters))
+        # one URL's records and dead letters: both rights, as reading each alone would need
+        app.router.add_get(f"{prefix}/history", guarded(Action.READ_RESULTS, url_history, Action.READ_DEAD_LETTERS))
         # PUT through the API server (whose RBAC check is then `update`, as Trawl's), POST for direct callers
         app.router.add_post(f"{prefix}/deadletters/retry", guarded(Action.RETRY_DEAD_LETTERS, retry))
         app.router.add_put(f"{prefix}/deadletters/retry", guarded(Action.RETRY_DEAD_LETTERS, retry))
