@@ -318,6 +318,9 @@ def _add_commands() -> None:
     app.command("status")(status)
     app.command("results")(results)
     app.command("top")(top)
+    from trawl.clitools.app import url_history
+
+    app.command("history")(url_history)
     app.command("run")(run)
     app.add_typer(dlq_app, name="dlq")
     app.add_typer(pool_app, name="pool")

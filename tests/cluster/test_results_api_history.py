@@ -11,7 +11,10 @@ from urllib.parse import quote
 import redis
 from operator_fixtures import get
 from test_results_api import JOB_ONLY, READ, Api, api, books, dead_letter_one, make_user, stream_key
+from typer.testing import CliRunner
 
+from trawl.cli import app
+from trawl.clitools.exits import EXIT_FORBIDDEN
 from trawl.dev.controlplane import ControlPlane
 from trawl.dev.redis_server import RedisServer
 from waits import wait_for
@@ -65,3 +68,12 @@ def test_a_urls_records_and_dead_letters_behind_the_same_rules(
     assert [(d["url"], d["errorClass"]) for d in body["deadLetters"]] == [(dead_url, "HTTP4xx")]
     status, body = history(api, reader.token, "http://never.example/")
     assert (status, body["records"], body["deadLetters"]) == (200, [], [])
+
+    # `trawl history`: the same answer from the reader's kubeconfig
+    argv = ["history", "books", dead_url, "--api-url", api.url, "--kubeconfig", str(reader.kubeconfig), "-n", namespace]
+    out = CliRunner().invoke(app, argv)
+    assert out.exit_code == 0, out.output
+    answer = json.loads(out.stdout)
+    assert answer["url"] == dead_url and [d["url"] for d in answer["deadLetters"]] == [dead_url]
+    out = CliRunner().invoke(app, [*argv[:-4], "--kubeconfig", str(nobody.kubeconfig), "-n", namespace])
+    assert out.exit_code == EXIT_FORBIDDEN, out.output

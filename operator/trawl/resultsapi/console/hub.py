@@ -19,6 +19,8 @@ from kubernetes.client import ApiClient
 
 from trawl.api.naming import GROUP, VERSION
 
+from ..store import StoreError
+
 log = logging.getLogger("trawl.resultsapi.console")
 KINDS = ("scrapejobs", "scrapepools", "cronscrapejobs")
 REQUEST_TIMEOUT = (5, 15)
@@ -63,7 +65,12 @@ class Hub:
     async def fresh(self) -> Snapshot:
         """The objects now (a page being rendered reads them once, subscribed or not)."""
         if self._subscribers == 0 or self.snapshot.version == 0:
-            await self._refresh()
+            try:
+                await self._refresh()
+            except Exception as exc:  # said as a 503 page, never a traceback
+                raise StoreError(
+                    503, f"the Kubernetes API server did not list the objects: {type(exc).__name__}"
+                ) from None
         return self.snapshot
 
     async def changed_after(self, version: int, wait: float) -> Snapshot:

@@ -260,7 +260,7 @@ async def events(request: web.Request, who: Seen) -> web.StreamResponse:
         await response.prepare(request)
         async with console.hub.subscription():
             await stream(console, who, response)
-    except (ConnectionResetError, asyncio.CancelledError):
+    except ConnectionResetError:  # the browser went away
         pass
     finally:
         console.streams[user] -= 1
