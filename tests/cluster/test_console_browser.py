@@ -105,6 +105,15 @@ def signed_in(browser: Any, url: str, user: User, **context: Any) -> Any:
     return page
 
 
+def hourly() -> dict[str, Any]:
+    spec = {"schedule": "0 * * * *", "jobTemplate": {"spec": {"pool": "shop", "urls": ["http://127.0.0.1:9/"]}}}
+    return {"apiVersion": "trawl.dev/v1alpha1", "kind": "CronScrapeJob", "metadata": {"name": "hourly"}, "spec": spec}
+
+
+def next_of(cp: ControlPlane, namespace: str) -> str:
+    return str((get(cp, "cronscrapejob", "hourly", namespace).get("status") or {}).get("nextScheduleTime") or "")
+
+
 def counts(cp: ControlPlane, name: str, namespace: str) -> dict[str, Any]:
     return dict((get(cp, "scrapejob", name, namespace).get("status") or {}).get("counts") or {})
 
@@ -153,6 +162,7 @@ def test_a_reader_sees_only_their_namespace_and_no_retry_button(
     for ns, name in ((namespace, "books"), (other_namespace, "secret-crawl")):
         apply(cp, pool("shop", redis_server.url), namespace=ns)
         apply(cp, job(name, "shop", [f"http://127.0.0.1:9/{i}" for i in range(4)]), namespace=ns)
+        apply(cp, hourly(), namespace=ns)
     reader = make_user(cp, namespace, "reader", READ + VIEW)
     with console_served(cp, [namespace, other_namespace], tmp_path) as url:
         wait_for("the operator to enqueue", lambda: counts(cp, "books", namespace).get("total") == 4, 60)
@@ -192,7 +202,24 @@ def test_a_reader_sees_only_their_namespace_and_no_retry_button(
         # the other namespace's job: refused, nothing about it shown
         answer = page.goto(f"{url}/console/jobs/{other_namespace}/secret-crawl")
         assert answer is not None and answer.status == 403
+
+        # CronScrapeJobs with their next run, this namespace's only
+        next_run = f'td[data-live="cron/{namespace}/hourly/next"]'
+        wait_for("the next run on the status", lambda: next_of(cp, namespace), 60)
+        page.goto(f"{url}/console/crons")
+        playwright_sync.expect(page.locator(next_run)).to_have_text(next_of(cp, namespace))
+        assert other_namespace not in page.content()
+        # the keyboard: the first Tab reaches the skip link, which leads to the content
+        page.keyboard.press("Tab")
+        assert page.evaluate("document.activeElement.textContent") == "Skip to content"
         page.close()
+
+        # behind an OIDC proxy: the Authorization header it adds is the identity, no sign-in, no log-out button
+        proxied = browser.new_context(extra_http_headers={"Authorization": f"Bearer {reader.token}"}).new_page()
+        proxied.goto(f"{url}/console/jobs")
+        playwright_sync.expect(proxied.get_by_role("link", name="books")).to_be_visible()
+        assert proxied.get_by_role("button", name="Log out").count() == 0
+        proxied.close()
 
 
 def test_a_retrier_retries_and_sees_the_count_change_live(
