@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import pytest
 import redis
 from operator_fixtures import apply, get, job, pool
-from test_results_api import READ, RETRY, User, dead_letter_one, make_user, stream_key
+from test_results_api import READ, RETRY, User, dead_letter_one, issue_tls, make_user, stream_key
 from typer.testing import CliRunner
 
 from trawl.api.naming import queue_prefix
@@ -50,20 +50,23 @@ VIEW = [
 
 
 @contextlib.contextmanager
-def console_served(cp: ControlPlane, namespaces: list[str], logs: Path) -> Iterator[str]:
+def console_served(
+    cp: ControlPlane, namespaces: list[str], logs: Path, tls: tuple[Path, Path] | None = None
+) -> Iterator[str]:
     """`trawl operator --api-port --console` watching ``namespaces``, as its ServiceAccount: the console's URL."""
     home = namespaces[0]
     apply(cp, *rbac_objects(home, "trawl-operator", namespaces))
     port = free_port()
+    tls_args = ["--api-tls-cert", str(tls[0]), "--api-tls-key", str(tls[1])] if tls else []
     proc = OperatorProcess(
         cp.service_account_kubeconfig(home, "trawl-operator"), namespaces, logs / "operator.log",
         env={"TRAWL_JOB_SYNC_SECONDS": "0.5", "TRAWL_CONSOLE_INTERVAL_SECONDS": "0.25"},
-        extra_args=["--api-port", str(port), "--console"],
+        extra_args=["--api-port", str(port), "--console", *tls_args],
     )  # fmt: skip
     proc.start()
     try:
         wait_for("the console to listen", lambda: "web console at" in proc.log_tail(200), 60, diag=proc.log_tail)
-        yield f"http://127.0.0.1:{port}"
+        yield f"{'https' if tls else 'http'}://127.0.0.1:{port}"
     finally:
         proc.stop()
         print(f"--- operator log tail:\n{proc.log_tail(60)}")
@@ -304,4 +307,27 @@ def test_progress_moves_live_and_the_preview_matches_trawl_results(
         width = small.evaluate("document.documentElement.scrollWidth")
         assert width <= 390, f"the job page scrolls sideways on a phone ({width} px)"
         phone.close()
+        page.close()
+
+
+def test_over_https_the_cookie_is_secure_and_the_page_stays_live(
+    control_plane: ControlPlane, namespace: str, redis_server: RedisServer, browser: Any, tmp_path: Path
+) -> None:
+    cp = control_plane
+    redis.Redis.from_url(redis_server.url).flushall()
+    apply(cp, pool("shop", redis_server.url), namespace=namespace)
+    apply(cp, job("books", "shop", [f"http://127.0.0.1:9/{i}" for i in range(2)]), namespace=namespace)
+    reader = make_user(cp, namespace, "reader", READ + VIEW)
+    _, cert, key = issue_tls(tmp_path)
+    with console_served(cp, [namespace], tmp_path, tls=(cert, key)) as url:
+        assert url.startswith("https://")
+        page = signed_in(browser, url, reader, ignore_https_errors=True)
+        cookie = next(c for c in page.context.cookies() if c["name"] == "trawl_console_token")
+        assert cookie["secure"] and cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+        playwright_sync.expect(page.locator("#live-state")).to_contain_text("live", timeout=15_000)
+        total = page.locator(f'td[data-live="job/{namespace}/books/total"]')
+        playwright_sync.expect(total).to_have_text("2", timeout=30_000)
+        page.get_by_role("button", name="Log out").click()
+        page.wait_for_url("**/console/login")
+        assert not [c for c in page.context.cookies() if c["name"] == "trawl_console_token"]
         page.close()

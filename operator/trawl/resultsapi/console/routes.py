@@ -91,7 +91,9 @@ async def seen(request: web.Request) -> Seen:
             console.limiter.allow(failing)
         raise Refused(web.HTTPSeeOther("/console/login"))
     if wait := console.limiter.allow(identity.username):
-        raise Refused(web.Response(status=429, text="too many requests", headers={"Retry-After": str(round(wait))}))
+        raise Refused(
+            web.Response(status=429, text="too many requests", headers={"Retry-After": str(max(1, round(wait)))})
+        )
     return Seen(identity, token, pages.Viewer(identity.username, csrf_token(CSRF_KEY, token), from_cookie))
 
 
@@ -254,7 +256,9 @@ async def events(request: web.Request, who: Seen) -> web.StreamResponse:
     user = who.identity.username
     if console.streams.get(user, 0) >= MAX_STREAMS_PER_VIEWER:
         return web.Response(status=429, text="too many open pages", headers={"Retry-After": "10"})
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"})
+    # X-Accel-Buffering: an NGINX Ingress would otherwise hold the events back in its buffer
+    headers = {"Content-Type": "text/event-stream", "Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+    response = web.StreamResponse(headers=headers)
     console.streams[user] = console.streams.get(user, 0) + 1
     try:
         await response.prepare(request)
