@@ -153,7 +153,7 @@ def progress_bar(job: Obj, live: Mapping[str, str]) -> str:
     )
 
 
-def jobs_page(viewer: Viewer, jobs: Sequence[Obj], hidden_namespaces: bool) -> str:
+def jobs_page(viewer: Viewer, jobs: Sequence[Obj]) -> str:
     rows = []
     for job in jobs:
         live = job_live(job)
@@ -169,7 +169,8 @@ def jobs_page(viewer: Viewer, jobs: Sequence[Obj], hidden_namespaces: bool) -> s
         "ScrapeJobs", ["Namespace", "Job", "Phase", "Progress", "Succeeded", "Total", "Dead letters"], rows,
         "No ScrapeJobs you may see.",
     )  # fmt: skip
-    return layout("Jobs", "jobs", viewer, body + (note if hidden_namespaces else ""), live=True)
+    # always said, never only when something is hidden: that would tell a viewer other namespaces have jobs
+    return layout("Jobs", "jobs", viewer, body + note, live=True)
 
 
 def pools_page(viewer: Viewer, pools: Sequence[Obj], jobs: Sequence[Obj]) -> str:

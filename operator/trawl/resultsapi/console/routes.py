@@ -102,6 +102,8 @@ def page(handler: Callable[[web.Request, Seen], Awaitable[web.StreamResponse]]) 
         try:
             return await handler(request, await seen(request))
         except Refused as refused:
+            if isinstance(refused.response, web.HTTPException):
+                raise refused.response from None  # aiohttp sends a raised redirect; returning one is deprecated
             return refused.response
         except AuthUnavailable as exc:
             return html(pages.error_page(None, 503, str(exc)), 503)
@@ -128,7 +130,7 @@ async def jobs(request: web.Request, who: Seen) -> web.StreamResponse:
     console = console_of(request)
     everything = (await console.hub.fresh()).objects["scrapejobs"]
     shown = await visible(console, who, "scrapejobs", everything)
-    return html(pages.jobs_page(who.viewer, shown, len(shown) < len(everything)))
+    return html(pages.jobs_page(who.viewer, shown))
 
 
 @page
@@ -311,7 +313,7 @@ async def login(request: web.Request) -> web.StreamResponse:
         return html(pages.login_page("The API server does not accept this token."), 401)
     response = web.HTTPSeeOther("/console/jobs")
     response.set_cookie(COOKIE, token, **cookie_attributes(is_secure(request.scheme, request.headers)))  # type: ignore[arg-type]
-    return response
+    raise response
 
 
 @page
@@ -321,7 +323,7 @@ async def logout(request: web.Request, who: Seen) -> web.StreamResponse:
         return html(pages.error_page(who.viewer, 403, "This form did not come from this console (CSRF)."), 403)
     response = web.HTTPSeeOther("/console/login")
     response.del_cookie(COOKIE, path="/console")
-    return response
+    raise response
 
 
 async def static(request: web.Request) -> web.StreamResponse:
