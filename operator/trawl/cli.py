@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import sys
 from pathlib import Path
 
@@ -163,6 +164,9 @@ def operator_cmd(
         envvar="TRAWL_API_REQUESTHEADER_ALLOWED_NAMES",
         help="Comma-separated common names the front-proxy certificate may carry (empty: any it verifies).",
     ),
+    console: bool = typer.Option(
+        False, "--console", envvar="TRAWL_CONSOLE", help="Serve the web console on the API's port (/console/)."
+    ),
 ) -> None:
     """Run the operator: reconcile ScrapeJobs, ScrapePools and CronScrapeJobs."""
     from trawl.operator.main import LeaderElection, Sidecar, run
@@ -184,7 +188,8 @@ def operator_cmd(
         names = tuple(n.strip() for n in api_requestheader_names.split(",") if n.strip())
         serving = Serving(
             api_bind_address or bind_address, api_port, api_tls_cert, api_tls_key, api_requestheader_ca, names,
-            api_requestheader_from_cluster,
+            api_requestheader_from_cluster, console=console, namespaces=() if all_namespaces else tuple(namespace),
+            console_interval=float(os.environ.get("TRAWL_CONSOLE_INTERVAL_SECONDS", "1")),
         )  # fmt: skip
         sidecars.append(lambda: serve(serving))
 
@@ -333,6 +338,9 @@ def _add_commands() -> None:
     app.command("status")(status)
     app.command("results")(results)
     app.command("top")(top)
+    from trawl.clitools.app import url_history
+
+    app.command("history")(url_history)
     app.command("run")(run)
     app.add_typer(dlq_app, name="dlq")
     app.add_typer(pool_app, name="pool")

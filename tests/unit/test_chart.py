@@ -752,3 +752,11 @@ def test_operator_shards_get_a_deployment_each_and_the_main_operator_leaves_them
 def test_a_bad_shard_list_is_refused_by_the_chart(shards: str) -> None:
     with pytest.raises(HelmError, match=r"operator\.shards"):
         render(set_values={"operator.shards": shards})
+
+
+def test_the_web_console_is_off_by_default_and_served_by_the_api_when_enabled() -> None:
+    args = operator_deployment(_installed())["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--console" not in args
+    docs = _installed(set_values={"api.console.enabled": "true"})
+    args = operator_deployment(docs)["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--console" in args and "--api-port=8443" in args

@@ -602,3 +602,27 @@ def top(
                         history, show_namespace=all_namespaces, width=width, error=error, columns=out.width
                     )
                 )
+
+
+# ---------------------------------------------------------------------------------------------- history
+
+
+def url_history(
+    job: str = typer.Argument(..., help="The job's name."),
+    url: str = typer.Argument(..., help="The URL, as the job fetched it."),
+    api_url: str | None = API_URL,
+    api_ca: str | None = API_CA,
+    kubeconfig: str | None = KUBECONFIG,
+    context: str | None = CONTEXT,
+    namespace: str | None = NAMESPACE,
+) -> None:
+    """One URL of a job: its records and dead letters, as JSON, through the results API (--api-url, or the
+    aggregated API when registered). RBAC: get on scrapejobs/results and scrapejobs/deadletters."""
+    with reported():
+        from .resultsapi_client import aggregated, connect
+
+        cluster = _connect(kubeconfig, context, namespace)
+        api = connect(cluster, api_url, api_ca) if api_url else aggregated(cluster)
+        if api is None:
+            raise CliError("a URL's history needs the results API: give --api-url, or register the aggregated API")
+        typer.echo(json.dumps(api.history(cluster.namespace, job, url), indent=2, ensure_ascii=False))

@@ -96,6 +96,12 @@ class ResultsApi:
         items: list[dict[str, Any]] = json.loads(body)["items"]
         return items
 
+    def history(self, namespace: str, name: str, url: str) -> dict[str, Any]:
+        """One URL's records and dead letters (needs get on scrapejobs/results and scrapejobs/deadletters)."""
+        _, body = self._open("GET", self._job(namespace, name) + "/history", {"url": url})
+        found: dict[str, Any] = json.loads(body)
+        return found
+
     def retry(self, namespace: str, name: str, include_permanent: bool) -> str:
         query = {"all": "true"} if include_permanent else {}
         _, body = self._open("POST", self._job(namespace, name) + "/deadletters/retry", query)

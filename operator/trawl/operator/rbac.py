@@ -32,8 +32,9 @@ NAMESPACED_RULES: list[dict[str, Any]] = [
     # Secrets: watched into an index (the pools' Redis Secrets, the worker Secrets a pool mounts), so a
     # rotation arrives with its event; never read one by one (no get), never written.
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch"]},
-    # Events: get to update the one aggregated Event per job and reason (count, message) in place.
-    {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["get", "create", "patch"]},
+    # Events: get to update the one aggregated Event per job and reason (count, message) in place; list for
+    # the web console's job page (shown only to viewers RBAC lets list Events there).
+    {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["get", "list", "create", "patch"]},
     # spec.onComplete.job: create the Job (from the pool's template) once, then follow it until it finishes.
     {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "create"]},
 ]
@@ -64,11 +65,16 @@ LEADER_ELECTION_RULES: list[dict[str, Any]] = [
 # reached as an aggregated API, /apis/results.trawl.dev/...). The chart and manifests/rbac ship them as two
 # ClusterRoles that grant nothing until a platform team binds them (a RoleBinding per team namespace).
 _API_GROUPS = ["trawl.dev", "results.trawl.dev"]
+# A URL's history (…/history) needs both subresources in Trawl's check; through the API server, the path is
+# scrapejobs/history of results.trawl.dev, which the API server checks before it forwards.
+_HISTORY = {"apiGroups": ["results.trawl.dev"], "resources": ["scrapejobs/history"], "verbs": ["get"]}
 RESULTS_READER_RULES: list[dict[str, Any]] = [
     {"apiGroups": list(_API_GROUPS), "resources": ["scrapejobs/results", "scrapejobs/deadletters"], "verbs": ["get"]},
+    dict(_HISTORY),
 ]
 DEAD_LETTER_RETRIER_RULES: list[dict[str, Any]] = [
     {"apiGroups": list(_API_GROUPS), "resources": ["scrapejobs/results", "scrapejobs/deadletters"], "verbs": ["get"]},
+    dict(_HISTORY),
     {"apiGroups": list(_API_GROUPS), "resources": ["scrapejobs/deadletters"], "verbs": ["update"]},
 ]
 

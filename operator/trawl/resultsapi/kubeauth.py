@@ -53,6 +53,7 @@ class KubeAuth:
         # keyed by a digest: the cache never holds a caller's token
         self._tokens: TtlCache[str, Identity | None] = TtlCache(TOKEN_TTL)
         self._decisions: TtlCache[tuple[Identity, Action, str, str], bool] = TtlCache(DECISION_TTL)
+        self._attribute_decisions: TtlCache[tuple[Identity, tuple[tuple[str, str], ...]], bool] = TtlCache(DECISION_TTL)
 
     async def identity(self, token: str) -> Identity | None:
         key = hashlib.sha256(token.encode()).hexdigest()
@@ -74,6 +75,19 @@ class KubeAuth:
         review = await self._call(self._authz.create_subject_access_review, body)
         verdict = bool(review.status and review.status.allowed and not review.status.denied)
         self._decisions.put(key, verdict)
+        return verdict
+
+    async def may(self, identity: Identity, attributes: dict[str, str]) -> bool:
+        """Any RBAC question (the console's: may this viewer list scrapejobs, or events, in a namespace?)."""
+        key = (identity, tuple(sorted(attributes.items())))
+        kept, verdict = self._attribute_decisions.lookup(key)
+        if kept and verdict is not None:
+            return verdict
+        body = review_body(identity, Action.READ_RESULTS, "", "")
+        body["spec"]["resourceAttributes"] = dict(attributes)
+        review = await self._call(self._authz.create_subject_access_review, body)
+        verdict = bool(review.status and review.status.allowed and not review.status.denied)
+        self._attribute_decisions.put(key, verdict)
         return verdict
 
     @staticmethod

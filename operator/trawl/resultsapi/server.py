@@ -39,6 +39,7 @@ PREFIX = "/v1/namespaces/{namespace}/scrapejobs/{name}"
 AGGREGATED = f"/apis/{AGGREGATED_GROUP}/{AGGREGATED_VERSION}"
 CURSOR_HEADER = "Trawl-Next-Cursor"
 COUNT_HEADER = "Trawl-Count"
+MAX_URL = 8192
 AUTH = web.AppKey("auth", KubeAuth)
 STORE = web.AppKey("store", Store)
 LIMITER = web.AppKey("limiter", RateLimiter)
@@ -63,6 +64,11 @@ class Serving:
     requestheader_from_cluster: bool = False
     rate: float = 20.0
     burst: float = 100.0
+    # The web console on the same port (trawl.resultsapi.console), fed from the namespaces the operator
+    # watches (empty: all), refreshed every console_interval seconds while a page is open.
+    console: bool = False
+    namespaces: tuple[str, ...] = ()
+    console_interval: float = 1.0
 
     def ssl_context(self, requestheader_ca_pem: str | None) -> ssl.SSLContext | None:
         if self.cert_file is None or self.key_file is None:
@@ -89,8 +95,9 @@ def problem(status: int, message: str, **headers: str) -> web.Response:
     return web.json_response({"status": status, "message": message}, status=status, headers=headers or None)
 
 
-def guarded(action: Action, handler: Handler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    """401 without a valid token, 429 past the caller's rate, 403 without the RBAC, then 404 for no job."""
+def guarded(action: Action, handler: Handler, *also: Action) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """401 without a valid token, 429 past the caller's rate, 403 without the RBAC (``action`` and every one of
+    ``also``), then 404 for no job."""
 
     async def serve(request: web.Request) -> web.StreamResponse:
         namespace, name = request.match_info["namespace"], request.match_info["name"]
@@ -112,9 +119,10 @@ def guarded(action: Action, handler: Handler) -> Callable[[web.Request], Awaitab
             wait = limiter.allow(identity.username)
             if wait:
                 return problem(429, "too many requests", **{"Retry-After": str(max(1, round(wait)))})
-            if not await auth.allowed(identity, action, namespace, name):
-                what = f"{action.verb} scrapejobs/{action.subresource}"
-                return problem(403, f"{identity.username} may not {what} of {name} in namespace {namespace}")
+            for needed in (action, *also):
+                if not await auth.allowed(identity, needed, namespace, name):
+                    what = f"{needed.verb} scrapejobs/{needed.subresource}"
+                    return problem(403, f"{identity.username} may not {what} of {name} in namespace {namespace}")
             job = await request.app[STORE].job(namespace, name)
             return await handler(request, job)
         except AuthUnavailable as exc:
@@ -148,6 +156,8 @@ async def discovery(_: web.Request) -> web.Response:
                  "verbs": ["get"]},
                 {"name": "scrapejobs/deadletters", "singularName": "", "namespaced": True, "kind": "DeadLetters",
                  "verbs": ["get", "update"]},
+                {"name": "scrapejobs/history", "singularName": "", "namespaced": True, "kind": "UrlHistory",
+                 "verbs": ["get"]},
             ],
         }
     )  # fmt: skip
@@ -168,6 +178,15 @@ async def dead_letters(request: web.Request, job: JobTarget) -> web.StreamRespon
     limit = parse_limit(request.query.get("limit"))
     records = await request.app[STORE].dead_letters(job, limit)
     return web.json_response({"namespace": job.namespace, "name": job.name, "items": records})
+
+
+async def url_history(request: web.Request, job: JobTarget) -> web.StreamResponse:
+    """One URL of the job: its records (the result stream, scanned up to a bound) and its dead letters."""
+    url = request.query.get("url") or ""
+    if not url or len(url) > MAX_URL:
+        raise BadRequest(f"url is required (at most {MAX_URL} characters)")
+    history = await request.app[STORE].url_history(job, url)
+    return web.json_response({"namespace": job.namespace, "name": job.name, "url": url, **history})
 
 
 async def retry(request: web.Request, job: JobTarget) -> web.StreamResponse:
@@ -202,6 +221,8 @@ def make_app(
     for prefix in (PREFIX, AGGREGATED + PREFIX[len("/v1") :]):
         app.router.add_get(f"{prefix}/results", guarded(Action.READ_RESULTS, results))
         app.router.add_get(f"{prefix}/deadletters", guarded(Action.READ_DEAD_LETTERS, dead_letters))
+        # one URL's records and dead letters: both rights, as reading each alone would need
+        app.router.add_get(f"{prefix}/history", guarded(Action.READ_RESULTS, url_history, Action.READ_DEAD_LETTERS))
         # PUT through the API server (whose RBAC check is then `update`, as Trawl's), POST for direct callers
         app.router.add_post(f"{prefix}/deadletters/retry", guarded(Action.RETRY_DEAD_LETTERS, retry))
         app.router.add_put(f"{prefix}/deadletters/retry", guarded(Action.RETRY_DEAD_LETTERS, retry))
@@ -216,7 +237,13 @@ async def start(serving: Serving) -> web.AppRunner:
     store = Store(api)
     ca_pem, names = await serving.front_proxy(api)
     front_proxy = names if ca_pem is not None else None
-    app = make_app(KubeAuth(api), store, RateLimiter(serving.rate, serving.burst), front_proxy)
+    auth, limiter = KubeAuth(api), RateLimiter(serving.rate, serving.burst)
+    app = make_app(auth, store, limiter, front_proxy)
+    if serving.console:
+        from .console.hub import Hub
+        from .console.routes import add_console
+
+        add_console(app, auth, store, limiter, Hub(api, serving.namespaces, serving.console_interval), api)
 
     async def close(_: web.Application) -> None:
         await store.close()
@@ -228,6 +255,8 @@ async def start(serving: Serving) -> web.AppRunner:
     await web.TCPSite(runner, serving.host, serving.port, ssl_context=serving.ssl_context(ca_pem)).start()
     scheme = "https" if serving.cert_file else "http"
     log.info("results API listening on %s://%s:%d", scheme, serving.host, serving.port)
+    if serving.console:
+        log.info("web console at %s://%s:%d/console/", scheme, serving.host, serving.port)
     return runner
 
 

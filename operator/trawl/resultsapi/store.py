@@ -25,6 +25,10 @@ from trawl.redisconn.settings import RedisConfigError, RedisUnreachable
 from trawl.sinks.redisstream import decode_entry
 
 REQUEST_TIMEOUT = (5, 15)
+# A URL's history scans the job's stream (it has no index by URL): bounded, and the answer says how far.
+HISTORY_SCAN = 200_000
+HISTORY_PAGE = 2_000
+HISTORY_DEAD_LETTERS = 10_000
 
 
 class StoreError(Exception):
@@ -158,3 +162,21 @@ class Store:
         if done is None:
             raise StoreError(404, f"ScrapeJob {job.namespace}/{job.name} not found")
         return value
+
+    async def url_history(self, job: JobTarget, url: str) -> dict[str, Any]:
+        """The records of ``url`` (with their stream IDs) and its dead letters. The stream is scanned from the
+        start up to HISTORY_SCAN entries; ``complete`` says whether the scan reached its end."""
+        records: list[dict[str, Any]] = []
+        scanned, start, complete = 0, "-", True
+        if job.sink == "RedisStream":
+            complete = False
+            while scanned < HISTORY_SCAN:
+                page = await self.results_page(job, start, HISTORY_PAGE)
+                scanned += len(page)
+                records += [{"id": entry_id, "record": r} for entry_id, r in page if r.get("url") == url]
+                if len(page) < HISTORY_PAGE:
+                    complete = True
+                    break
+                start = f"({page[-1][0]}"
+        dead = [d for d in await self.dead_letters(job, HISTORY_DEAD_LETTERS) if d["url"] == url]
+        return {"records": records, "deadLetters": dead, "scanned": scanned, "complete": complete, "sink": job.sink}
