@@ -13,6 +13,13 @@ from every product page:
 (b) Scrapy: one process, CONCURRENT_REQUESTS 32, robots.txt, delays and AutoThrottle off.
 (c) A bare loop: aiohttp + selectolax + a seen-set in one process, no queue, no safety, no sink: the
     ceiling of one Python process.
+(d) Crawlee for Python: its HTTP ``ParselCrawler`` (same parsel selectors as Scrapy), concurrency pinned
+    at 32, in-memory storage, retries and robots.txt off (``crawlee_main``).
+
+Fixed vs per-page cost (``crawl_phases``): from nginx's request log, each crawler's first request after
+its exec, its steady state (pages/s over the middle 80 % of its requests) and CPU per page over that
+window (Trawl: worker + Redis), beside the whole-run figures. The last line: Trawl against the bare loop,
+Scrapy and Crawlee on each of these.
 
 All three must return the same records. Printed per crawler: pages, seconds, pages/s and CPU seconds
 per page of the crawler process (Trawl's Redis server is reported separately). Last line:
@@ -20,6 +27,7 @@ per page of the crawler process (Trawl's Redis server is reported separately). L
 
     .venv/bin/python bench/crawl_throughput.py            # 2,000 products (2,101 pages)
     .venv/bin/python bench/crawl_throughput.py --quick    # 400 products, under a minute
+    .venv/bin/python bench/crawl_throughput.py --large    # 19,000 products (~20,000 pages)
 """
 
 from __future__ import annotations
