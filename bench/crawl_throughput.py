@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Crawl throughput: one Trawl worker vs Scrapy vs a bare asyncio loop, on the same static site.
+"""Crawl throughput: one Trawl worker vs Scrapy vs Crawlee vs a bare asyncio loop, on the same static site.
 
 The site is the bookstore fixture (``trawl.dev.bookstore``) written as static files — home, paginated
 listings and product pages of ~30 KB with ~40 links each — and served by nginx (started here on a
@@ -21,9 +21,9 @@ its exec, its steady state (pages/s over the middle 80 % of its requests) and CP
 window (Trawl: worker + Redis), beside the whole-run figures. The last line: Trawl against the bare loop,
 Scrapy and Crawlee on each of these.
 
-All three must return the same records. Printed per crawler: pages, seconds, pages/s and CPU seconds
-per page of the crawler process (Trawl's Redis server is reported separately). Last line:
-``ratio_vs_scrapy=<trawl/scrapy pages/s> ratio_vs_ceiling=<trawl/bare pages/s>``.
+All of them must return the same records. Printed per crawler: pages, seconds, pages/s and CPU seconds
+per page of the crawler process (Trawl's Redis server is reported separately), then the phases table,
+``ratio_vs_ceiling=...``, ``ratio_vs_scrapy=...`` and the ratio line described above.
 
     .venv/bin/python bench/crawl_throughput.py            # 2,000 products (2,101 pages)
     .venv/bin/python bench/crawl_throughput.py --quick    # 400 products, under a minute
