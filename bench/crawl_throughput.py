@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Crawl throughput: one Trawl worker vs Scrapy vs a bare asyncio loop, on the same static site.
+"""Crawl throughput: one Trawl worker vs Scrapy vs Crawlee vs a bare asyncio loop, on the same static site.
 
 The site is the bookstore fixture (``trawl.dev.bookstore``) written as static files — home, paginated
 listings and product pages of ~30 KB with ~40 links each — and served by nginx (started here on a
@@ -13,13 +13,21 @@ from every product page:
 (b) Scrapy: one process, CONCURRENT_REQUESTS 32, robots.txt, delays and AutoThrottle off.
 (c) A bare loop: aiohttp + selectolax + a seen-set in one process, no queue, no safety, no sink: the
     ceiling of one Python process.
+(d) Crawlee for Python: its HTTP ``ParselCrawler`` (same parsel selectors as Scrapy), concurrency pinned
+    at 32, in-memory storage, retries and robots.txt off (``crawlee_main``).
 
-All three must return the same records. Printed per crawler: pages, seconds, pages/s and CPU seconds
-per page of the crawler process (Trawl's Redis server is reported separately). Last line:
-``ratio_vs_scrapy=<trawl/scrapy pages/s> ratio_vs_ceiling=<trawl/bare pages/s>``.
+Fixed vs per-page cost (``crawl_phases``): from nginx's request log, each crawler's first request after
+its exec, its steady state (pages/s over the middle 80 % of its requests) and CPU per page over that
+window (Trawl: worker + Redis), beside the whole-run figures. The last line: Trawl against the bare loop,
+Scrapy and Crawlee on each of these.
+
+All of them must return the same records. Printed per crawler: pages, seconds, pages/s and CPU seconds
+per page of the crawler process (Trawl's Redis server is reported separately), then the phases table,
+``ratio_vs_ceiling=...``, ``ratio_vs_scrapy=...`` and the ratio line described above.
 
     .venv/bin/python bench/crawl_throughput.py            # 2,000 products (2,101 pages)
     .venv/bin/python bench/crawl_throughput.py --quick    # 400 products, under a minute
+    .venv/bin/python bench/crawl_throughput.py --large    # 19,000 products (~20,000 pages)
 """
 
 from __future__ import annotations
@@ -39,6 +47,8 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
+
+from crawl_phases import CpuSampler, log_offset, phases, request_times
 
 FIELDS = {  # name -> CSS selector; the same for all three crawlers (trawl.dev.bookstore.PRODUCT_FIELDS)
     "name": "div.product h1",
@@ -302,6 +312,7 @@ async def _run_trawl(
             rcpu0, calls0 = proc_cpu(redis_pid), await redis_calls(redis)
             t0, wall0 = time.perf_counter(), time.time()
             worker = procs.start(argv, log_path=log_path, env=dict(os.environ) | secrets)
+            sampler = CpuSampler(lambda: tree_cpu(worker.pid) + proc_cpu(redis_pid)).start()
             cpu0 = 0.0  # a new process: all of its CPU time counts
             await queue.register_job(build_job_config(job_id, spec, None))
             await queue.enqueue(job_id, [base + "/"])
@@ -328,6 +339,7 @@ async def _run_trawl(
                         + (["--gil"] if os.environ.get("TRAWL_BENCH_PYSPY_GIL") else [])  # Python's CPU only
                     )
                     await asyncio.sleep(1.0)
+                sampler = CpuSampler(lambda: tree_cpu(worker.pid) + proc_cpu(redis_pid)).start()
                 cpu0, rcpu0, calls0 = tree_cpu(worker.pid), proc_cpu(redis_pid), await redis_calls(redis)
                 t0, wall0 = time.perf_counter(), time.time()
                 await queue.enqueue(job_id, [base + "/"])
@@ -345,6 +357,7 @@ async def _run_trawl(
             cpu = tree_cpu(worker.pid) - cpu0
             rcpu = proc_cpu(redis_pid) - rcpu0
             calls = await redis_calls(redis) - calls0 - polls - (4 if cold else 3)  # the bench's own commands
+            samples = sampler.stop()
         finally:
             if profiler is not None:
                 procs.stop(profiler, timeout=30, sig=signal.SIGINT)  # py-spy writes its output on SIGINT
@@ -364,6 +377,8 @@ async def _run_trawl(
         "redis_cpu": rcpu,
         "redis_calls": calls,
         "records": records,
+        "exec_at": wall0,  # cold: the worker's exec; warm: the seed's enqueue (the worker already polling)
+        "samples": samples,
         # the queue's own timestamps (unix seconds): the first claim after the clock started, and the crawl
         # from that claim to the job's last result (Trawl's figure "timed inside the process")
         "first_claim": (stats.first_claim_at or wall0) - wall0,
@@ -501,21 +516,88 @@ def bare_main(base: str, out: Path) -> None:
     )
 
 
+# --- (d) Crawlee -----------------------------------------------------------------------------------------
+
+
+def crawlee_main(base: str, out: Path) -> None:
+    """Crawlee for Python's HTTP crawler as its docs tune it for a known site: ParselCrawler (the same
+    parsel selectors as Scrapy; lxml underneath, faster than BeautifulSoup), concurrency pinned at 32 (the
+    autoscaled pool otherwise starts at 10 and backs off on a loaded machine), storage in memory (no
+    request queue or dataset files, as Scrapy and the bare loop keep theirs), no retries, robots.txt off
+    (its default), records kept in the process as the others do, links enqueued same-hostname."""
+    import logging
+    import re
+    from datetime import timedelta
+
+    from crawlee import ConcurrencySettings
+    from crawlee.crawlers import ParselCrawler, ParselCrawlingContext
+    from crawlee.storage_clients import MemoryStorageClient
+
+    product = re.compile(PRODUCT_RE)
+    records: dict[str, dict[str, str | None]] = {}
+    pages = [0]
+    timing: dict[str, float] = {}
+
+    def clean(values: list[str]) -> str | None:
+        text = " ".join("".join(values).split())
+        return text if values else None
+
+    crawler = ParselCrawler(
+        concurrency_settings=ConcurrencySettings(
+            min_concurrency=CONCURRENCY, desired_concurrency=CONCURRENCY, max_concurrency=CONCURRENCY
+        ),
+        storage_client=MemoryStorageClient(),
+        max_request_retries=0,
+        max_crawl_depth=None,
+        respect_robots_txt_file=False,
+        configure_logging=False,
+        status_message_logging_interval=timedelta(hours=1),
+    )
+    logging.getLogger("crawlee").setLevel(logging.WARNING)
+
+    @crawler.router.default_handler
+    async def handler(context: ParselCrawlingContext) -> None:
+        if not pages[0]:
+            timing["t0"], timing["c0"] = time.perf_counter(), time.process_time()
+        pages[0] += 1
+        url = context.request.url
+        if product.search(url):
+            records[url] = {n: clean(context.selector.css(s + " ::text").getall()) for n, s in FIELDS.items()}
+        await context.enqueue_links(strategy="same-hostname")
+
+    asyncio.run(crawler.run([base + "/"]))
+    t1, c1 = time.perf_counter(), time.process_time()
+    out.write_text(
+        json.dumps(
+            {
+                "name": "crawlee",
+                "pages": pages[0],
+                "seconds": t1 - timing["t0"],
+                "cpu": c1 - timing["c0"],
+                "records": records,
+            }
+        )
+    )
+
+
 def run_child(kind: str, base: str, tmp: Path) -> dict[str, Any]:
     """Run Scrapy or the bare loop as a process. Its headline figures cover the whole process (start-up and
     exit included, as for Trawl's worker process); the figures it took inside itself (from its first
     request to its last) are kept beside them as ``seconds_inside`` and ``cpu_inside``."""
     out = tmp / f"{kind}.json"
-    t0 = time.perf_counter()
+    t0, exec_at = time.perf_counter(), time.time()
     proc = subprocess.Popen([sys.executable, __file__, f"--_{kind}", base, str(out)])
+    sampler = CpuSampler(lambda: tree_cpu(proc.pid)).start()
     _pid, status, usage = os.wait4(proc.pid, 0)
     elapsed = time.perf_counter() - t0
+    samples = sampler.stop()
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise SystemExit(f"{kind} exited with {proc.returncode}")
     result: dict[str, Any] = json.loads(out.read_text())
     result["seconds_inside"], result["cpu_inside"] = result["seconds"], result["cpu"]
     result["seconds"], result["cpu"] = elapsed, usage.ru_utime + usage.ru_stime
+    result["exec_at"], result["samples"] = exec_at, samples
     return result
 
 
@@ -525,6 +607,7 @@ def run_child(kind: str, base: str, tmp: Path) -> dict[str, Any]:
 KINDS = (  # the order of one round; rounds are interleaved
     "bare",
     "scrapy",
+    "crawlee",
     "trawl",
     "trawl-warm",
     "trawl-compare",  # as "trawl", with the worker running the code of --compare DIR
@@ -552,13 +635,50 @@ def summarize(kind: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
         out["pps_inside"] = statistics.median(r["pages"] / r["seconds_inside"] for r in runs)
     if "cpu_inside" in out:
         out["cpu_inside_ms"] = statistics.median(r["cpu_inside"] / r["pages"] * 1000 for r in runs)
+    out["first_request_ms"] = statistics.median(r["phases"].first_request * 1000 for r in runs)
+    out["steady_pps"] = statistics.median(r["phases"].steady_pps for r in runs)
+    out["steady_cpu_ms"] = statistics.median(r["phases"].steady_cpu_ms for r in runs)
     return out
+
+
+def print_phases(results: dict[str, dict[str, Any]]) -> None:
+    """Fixed vs per-page cost: each crawler's first request, steady state and whole run (medians)."""
+    print(
+        f"{'crawler':14} {'first req ms':>12} {'steady pages/s':>15} {'steady CPU ms/page':>19}"
+        f" {'whole pages/s':>14} {'whole CPU ms/page':>18}"
+    )
+    for r in results.values():
+        print(
+            f"{r['name']:14} {r['first_request_ms']:>12.0f} {r['steady_pps']:>15.1f} {r['steady_cpu_ms']:>19.3f}"
+            f" {r['pps']:>14.1f} {r['total_ms']:>18.3f}"
+        )
+
+
+def ratio_line(results: dict[str, dict[str, Any]]) -> str | None:
+    """Trawl (the worker process started with the clock) against each peer: whole run, steady pages/s,
+    steady CPU per page (worker + Redis vs the peer's process) and first request (ms) side by side."""
+    trawl = results.get("trawl") or results.get("trawl-warm")
+    if trawl is None:
+        return None
+    parts = []
+    for peer in ("bare", "scrapy", "crawlee"):
+        p = results.get(peer)
+        if p is not None:
+            parts.append(
+                f"vs_{peer}: whole={trawl['pps'] / p['pps']:.2f} steady={trawl['steady_pps'] / p['steady_pps']:.2f}"
+                f" steady_cpu={trawl['steady_cpu_ms'] / p['steady_cpu_ms']:.2f}"
+                f" first_request_ms={trawl['first_request_ms']:.0f}/{p['first_request_ms']:.0f}"
+            )
+    return f"{trawl['name']} " + "; ".join(parts) if parts else None
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="400 products instead of 2,000 (under a minute).")
     parser.add_argument("--products", type=int, default=None)
+    parser.add_argument(
+        "--large", action="store_true", help="19,000 products (~20,000 pages): the per-page cost dominates."
+    )
     parser.add_argument(
         "--only",
         choices=KINDS,
@@ -577,6 +697,7 @@ def main() -> None:
     )
     parser.add_argument("--_scrapy", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--_bare", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--_crawlee", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args._scrapy:
         scrapy_main(args._scrapy[0], Path(args._scrapy[1]))
@@ -584,9 +705,14 @@ def main() -> None:
     if args._bare:
         bare_main(args._bare[0], Path(args._bare[1]))
         return
+    if args._crawlee:
+        crawlee_main(args._crawlee[0], Path(args._crawlee[1]))
+        return
 
-    products = args.products or (400 if args.quick else 2000)
-    only = (args.only or ["bare", "scrapy", "trawl", "trawl-warm"]) + (["trawl-compare"] if args.compare else [])
+    products = args.products or (400 if args.quick else 19000 if args.large else 2000)
+    only = (args.only or ["bare", "scrapy", "crawlee", "trawl", "trawl-warm"]) + (
+        ["trawl-compare"] if args.compare else []
+    )
     tmp = Path(tempfile.mkdtemp(prefix="trawl-crawlbench-"))
     loads = [os.getloadavg()]
     runs: dict[str, list[dict[str, Any]]] = {}
@@ -598,13 +724,14 @@ def main() -> None:
             f"site: {pages} pages ({products} products of {sum(sizes) / len(sizes) / 1024:.1f} KB avg), nginx",
             flush=True,
         )
-        nginx = Nginx(root, tmp).start()
+        nginx = Nginx(root, tmp, access_log=True).start()  # the request log times the phases
         try:
             base = f"http://127.0.0.1:{nginx.port}"
             for round_no in range(args.repeat):
                 for kind in KINDS:
                     if kind not in only:
                         continue
+                    offset = log_offset(nginx.access_log)
                     if kind.startswith("trawl"):
                         sink = kind.removeprefix("trawl-") if kind.removeprefix("trawl-") in SINKS else "stream"
                         mode = "trawl" if sink != "stream" or kind == "trawl-warm" else kind
@@ -616,10 +743,13 @@ def main() -> None:
                     else:
                         r = run_child(kind, base, tmp)
                     r["pps"] = r["pages"] / r["seconds"]
+                    r["phases"] = phases(request_times(nginx.access_log, offset), r.pop("exec_at"), r.pop("samples"))
                     total = (r["cpu"] + r.get("redis_cpu", 0.0)) / r["pages"] * 1000
+                    ph = r["phases"]
                     print(
-                        f"  run {round_no + 1} {kind}: {r['pps']:.1f} pages/s, {total:.3f} ms CPU/page"
-                        f" (load {os.getloadavg()[0]:.1f})",
+                        f"  run {round_no + 1} {kind}: {r['pps']:.1f} pages/s, {total:.3f} ms CPU/page;"
+                        f" first request {ph.first_request * 1000:.0f} ms, steady {ph.steady_pps:.1f} pages/s"
+                        f" {ph.steady_cpu_ms:.3f} ms CPU/page (load {os.getloadavg()[0]:.1f})",
                         flush=True,
                     )
                     runs.setdefault(kind, []).append(r)
@@ -645,6 +775,7 @@ def main() -> None:
             f"{r['name']:14} {r['pages']:>6} {len(r['records']):>7} {r['seconds']:>8.2f} {r['pps']:>9.1f}"
             f" {r['total_ms']:>12.3f} {redis_ms} {inside}"
         )
+    print_phases(results)
     for r in results.values():
         if "calls_per_page" in r:
             print(
@@ -693,6 +824,9 @@ def main() -> None:
             dup = r["stored"] - len(r["records"])
             vs_bare = f" ratio_vs_ceiling_inside={r['pps'] / bare['pps_inside']:.2f}" if bare else ""
             print(f"sink {name}: {r['stored'] / r['seconds']:.1f} records/s, {dup} duplicates{vs_bare}")
+    last = ratio_line(results)
+    if last:
+        print(last)
 
 
 if __name__ == "__main__":

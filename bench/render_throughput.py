@@ -16,6 +16,13 @@ CPU: seconds of user + system time per page, of this process and its descendants
 driver, every Chromium process; reaped renderers count through their parent), the site excluded. On
 a shared machine pages/s follows the load; CPU per page does not, so the ratio to compare is that one.
 
+(c) peers: Crawlee's ``PlaywrightCrawler`` and scrapy-playwright (``bench/render_peers.py``, each in its
+            own process) on the same two flavours, with the same Chromium binary and flags, the same
+            resource blocking (image, font, media, stylesheet; also set on Trawl's RenderSpec), the same
+            wait rule, extraction and check, ``--pages`` pages at once. Compared on pages/s per core (pages
+            per CPU second of the renderer's processes) and memory per concurrent page (the browser's peak
+            PSS / pages at once); the last line gives Trawl's ratios to each (``--no-peers``: Trawl only).
+
 The queue, politeness and sinks are left out: they are the same for both paths. Memory: PSS of the
 browser's processes (browser, zygote, renderers, utilities) idle after a warm-up and at its peak
 while rendering; per context = (peak - idle) / pages. The worker process's own RSS is printed too.
@@ -28,13 +35,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import resource
+import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from render_peers import BLOCKED, XHR_SELECTOR
 from trawl.api.render import RenderSpec
 from trawl.dev import procs
 from trawl.dev.bookstore import Renderer, catalog
@@ -70,7 +80,9 @@ async def run_all(urls: list[str], concurrency: int, one: Any) -> float:
     return time.monotonic() - t0
 
 
-async def bench(base: str, renderer: Renderer, concurrency: int, pages: int, site_pid: int) -> list[str]:
+async def bench(
+    base: str, renderer: Renderer, concurrency: int, pages: int, site_pid: int, results: list[dict[str, Any]]
+) -> list[str]:
     allowed = parse_networks([f"{HOST}/32"])
     extractor = Extractor(ExtractOptions.from_dict({"fields": LISTING_FIELDS}))
     lines: list[str] = []
@@ -110,8 +122,11 @@ async def bench(base: str, renderer: Renderer, concurrency: int, pages: int, sit
                 await asyncio.sleep(0.2)
 
         for flavour, spec in (
-            ("js", RenderSpec(mode="Browser")),
-            ("xhr", RenderSpec(mode="Browser", wait_for="Selector", selector="ol.items li.item")),
+            ("js", RenderSpec(mode="Browser", block_resources=list(BLOCKED))),
+            (
+                "xhr",
+                RenderSpec(mode="Browser", wait_for="Selector", selector=XHR_SELECTOR, block_resources=list(BLOCKED)),
+            ),
         ):
             urls = [base + p for p in listing_paths(renderer, flavour)]
 
@@ -135,10 +150,56 @@ async def bench(base: str, renderer: Renderer, concurrency: int, pages: int, sit
                 f"cpu_ratio={render_cpu / max(fetch_cpu, 1e-6):.0f}x browser_idle_MiB={idle / 2**20:.0f} "
                 f"browser_peak_MiB={peak / 2**20:.0f} per_context_MiB={per_context / 2**20:.1f}"
             )
+            results.append(
+                {"name": "trawl", "flavour": flavour, "pages": len(urls), "seconds": secs,
+                 "cpu": render_cpu * len(urls), "peak_bytes": peak, "concurrency": pages, "load": os.getloadavg()[0]}
+            )  # fmt: skip
     finally:
         await pool.close()
     lines.append(f"worker process max RSS MiB={rss_mib():.0f} (Python side of both paths)")
     return lines
+
+
+PEERS = ("crawlee", "scrapy")
+
+
+def run_peer(peer: str, flavour: str, pages: int, urls: list[str], tmp: Path) -> dict[str, Any]:
+    """One peer on one flavour's listings, in its own process (bench/render_peers.py)."""
+    out = tmp / f"render-{peer}-{flavour}.json"
+    script = str(Path(__file__).with_name("render_peers.py"))
+    proc = subprocess.run([sys.executable, script, peer, flavour, str(pages), str(out), *urls], check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"{peer} exited with {proc.returncode}")
+    result: dict[str, Any] = json.loads(out.read_text())
+    out.unlink()
+    result["flavour"], result["load"] = flavour, os.getloadavg()[0]
+    return result
+
+
+def peer_line(r: dict[str, Any]) -> str:
+    """The figures every renderer is compared on: pages/s, pages/s per core (pages per CPU second of the
+    renderer's processes) and memory per concurrent page (the browser's peak PSS / pages at once)."""
+    return (
+        f"{r['name']:<18} {r['flavour']:<4} pages={r['pages']} pages/s={r['pages'] / r['seconds']:.2f} "
+        f"pages/s_per_core={r['pages'] / r['cpu']:.2f} cpu_ms/page={r['cpu'] / r['pages'] * 1000:.0f} "
+        f"peak_MiB={r['peak_bytes'] / 2**20:.0f} "
+        f"MiB_per_concurrent_page={r['peak_bytes'] / r['concurrency'] / 2**20:.1f}"
+        f" (load {r['load']:.1f})"
+    )
+
+
+def ratio_line(results: list[dict[str, Any]]) -> str:
+    """Trawl against each peer per flavour: per-core throughput (higher is better) and memory (lower)."""
+    by = {(r["name"], r["flavour"]): r for r in results}
+    parts = []
+    for (name, flavour), r in by.items():
+        trawl = by.get(("trawl", flavour))
+        if name == "trawl" or trawl is None:
+            continue
+        per_core = (trawl["pages"] / trawl["cpu"]) / (r["pages"] / r["cpu"])
+        mem = (trawl["peak_bytes"] / trawl["concurrency"]) / (r["peak_bytes"] / r["concurrency"])
+        parts.append(f"vs_{name}_{flavour}: per_core={per_core:.2f} memory={mem:.2f}")
+    return "trawl " + "; ".join(parts)
 
 
 def main() -> int:
@@ -146,6 +207,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="60 listings per path instead of 400")
     parser.add_argument("--concurrency", type=int, default=8, help="fetches in flight (static path)")
     parser.add_argument("--pages", type=int, default=8, help="pages rendered at once (browser contexts)")
+    parser.add_argument("--no-peers", action="store_true", help="Trawl only (no Crawlee, no scrapy-playwright)")
     args = parser.parse_args()
     if find_chromium() is None:
         print("no Chromium: apt-get install chromium", file=sys.stderr)
@@ -161,7 +223,20 @@ def main() -> int:
     site = procs.start(argv, log_path=log)
     try:
         procs.wait_for_port(HOST, port, 20, site)
-        lines = asyncio.run(bench(f"http://{HOST}:{port}", renderer, args.concurrency, args.pages, site.pid))
+        base = f"http://{HOST}:{port}"
+        results: list[dict[str, Any]] = []
+        lines = asyncio.run(bench(base, renderer, args.concurrency, args.pages, site.pid, results))
+        for line in lines:
+            print(line, flush=True)
+        lines = [peer_line(r) for r in results]
+        for flavour in () if args.no_peers else ("js", "xhr"):
+            urls = [base + p for p in listing_paths(renderer, flavour)]
+            for peer in PEERS:
+                results.append(run_peer(peer, flavour, args.pages, urls, log.parent))
+                lines.append(peer_line(results[-1]))
+                print(lines[-1], flush=True)
+        lines = ["--- side by side (one run each; on a shared machine compare CPU and memory, not pages/s) ---", *lines]
+        lines.append(ratio_line(results))
     finally:
         procs.stop(site)
         log.unlink(missing_ok=True)
