@@ -825,6 +825,7 @@ _archive_s3 = obj(
         "endpoint": http_url,
         "region": st.sampled_from(["us-east-1"]),
         "pathStyle": st.booleans(),
+        "format": enum(tabular.FileFormat),  # the S3 sink's model: an archive is WARC whatever it says
     },
 )
 _pool_archive = st.one_of(
