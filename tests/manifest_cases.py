@@ -106,6 +106,13 @@ INVALID: list[Case] = [
         "spec.session.block.challengePaths[0]",
         "session.block.challengePaths.0",
     ),
+    Case(  # a user agent that would end its header and start another (header injection)
+        "session-user-agent-crlf",
+        "ScrapeJob",
+        _job(session={"userAgents": ["Mozilla/5.0\r\nX-Admin: 1"]}),
+        "spec.session.userAgents[0]",
+        "session.userAgents.0",
+    ),
     Case(
         "rule-proxy-address",
         "ScrapeJob",

@@ -391,6 +391,7 @@ session_spec = obj(
         "maxAgeSeconds": ints(10, 86400),
         "maxUses": ints(1, 10000),
         "maxBlockedRetries": ints(0, 10),
+        "userAgents": st.lists(st.from_regex(r"[A-Za-z0-9/ .;()_-]{1,40}", fullmatch=True), max_size=3),
         "seed": dns_label,
         "block": obj(
             sessions.BlockRules,

@@ -93,6 +93,25 @@ async def test_a_session_sticks_across_two_workers(redis_client: Any, farm: BanF
     assert first.processed > 0 and running[1][0].processed > 0, (first.processed, running[1][0].processed)
 
 
+async def test_each_session_keeps_the_user_agent_it_picked_for_its_life(redis_client: Any, farm: BanFarm) -> None:
+    agents = ["TrawlTest/1 (first)", "TrawlTest/2 (second)"]
+    job = {"urls": [farm.page_url(i) for i in range(24)], "session": {"poolSize": 4, "userAgents": agents}}
+    queue, job_id = await _register(redis_client, job)
+    worker = _worker(redis_client, queue, "w-agents", concurrency=2)
+    runner = asyncio.create_task(worker.run())
+    try:
+        await _finish(queue, job_id)
+    finally:
+        await _stop((worker, runner))
+    assert (await queue.job_stats(job_id)).succeeded == 24
+    assert {v.user_agent for v in farm.visits} <= set(agents), farm.visits  # never the job's default
+    by_session: dict[str, set[str]] = {}
+    for visit in farm.visits:
+        if visit.sid:
+            by_session.setdefault(visit.sid, set()).add(visit.user_agent)
+    assert by_session and all(len(uas) == 1 for uas in by_session.values()), by_session  # one agent a session
+
+
 async def _true(value: bool) -> bool:
     return value
 

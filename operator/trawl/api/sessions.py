@@ -16,6 +16,8 @@ from .common import DNSLabel, SecretKeyRef, TrawlModel
 MAX_MARKERS = 16
 Marker = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 ChallengePath = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"^/")]
+# A header value: printable ASCII only, so no CR/LF can start another header (or request) after it.
+UserAgent = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"^[\x20-\x7e]+$")]
 
 
 class SessionScope(StrEnum):
@@ -76,6 +78,12 @@ class SessionSpec(TrawlModel):
     max_uses: int = Field(default=100, ge=1, le=10000, description="A session is retired after this many requests.")
     block: BlockRules = Field(
         default_factory=BlockRules, description="What marks a response as blocked (retires its session)."
+    )
+    user_agents: list[UserAgent] = Field(
+        default_factory=list,
+        max_length=16,
+        description="User agents a new session picks one of, at random, and keeps for its life (its fetches and "
+        "renders). Empty: every session uses the job's request.userAgent.",
     )
     seed: DNSLabel | None = Field(
         default=None,

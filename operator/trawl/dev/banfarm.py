@@ -30,6 +30,7 @@ class Visit:
     proxy: str  # X-Proxy, "" when none
     answer: int  # the status it got (200 for a soft ban's captcha page)
     banned: bool
+    user_agent: str = ""
 
 
 @dataclass
@@ -105,7 +106,8 @@ class BanFarm:
         proxy = request.headers.get("X-Proxy", "")
         banned = self._ban(sid, proxy)
         answer = 200 if not banned or self.soft else 403
-        self.visits.append(Visit(request.path, sid, request.headers.get("Cookie", ""), proxy, answer, banned))
+        cookie, agent = request.headers.get("Cookie", ""), request.headers.get("User-Agent", "")
+        self.visits.append(Visit(request.path, sid, cookie, proxy, answer, banned, agent))
         if banned:
             body = "<html><title>captcha</title><body>Please solve the captcha</body></html>"
             return web.Response(status=answer, text=body, content_type="text/html")

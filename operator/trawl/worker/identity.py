@@ -60,7 +60,9 @@ class Identities:
         group = self._group(route) if route is not None else None
         try:
             out = await (
-                self._proxied(call, session, group, job_id) if group is not None else call(cookies=session.jar)
+                self._proxied(call, session, group, job_id)
+                if group is not None
+                else call(cookies=session.jar, user_agent=session.user_agent)
             )
         except FetchError as exc:
             reason = None if exc.proxy_fault else failure_blocked(exc.status, exc.url, spec.block)
@@ -109,7 +111,7 @@ class Identities:
             async with group.use(self.max_wait, prefer=pinned, avoid=avoid, strict=pinned is not None) as proxy:
                 if session.proxy != proxy.label:
                     session.proxy, session.new = proxy.label, True  # written back with the session
-                return await call(proxy=proxy, cookies=session.jar)
+                return await call(proxy=proxy, cookies=session.jar, user_agent=session.user_agent)
         except ProxyBusy as exc:
             self.usage.count(group.name, "", "busy")
             raise FetchError(FailureClass.CONNECTION, str(exc), proxy_fault=True) from exc

@@ -264,8 +264,8 @@ class TaskPipeline:
                         spec.render,
                         job.limits,
                         headers_for,
-                        spec.request.user_agent,
-                        before_hop,
+                        user_agent=spec.request.user_agent,  # a session's own replaces it (worker.identity)
+                        before_hop=before_hop,
                         job_id=task.job_id,  # its page time counts against the job's tenant's browser quota
                     )
                     result, render_info = await self._as_identity(render, spec, task, domain, rendered=True)

@@ -112,7 +112,9 @@ class SessionStore:
             await self.redis.hdel(jars, *stale[::2])  # type: ignore[misc]
         chosen = choose(sorted(docs), spec.pool_size, self.rng)
         if chosen is None:
-            session = Session(secrets.token_hex(6), key, jars, domain, user_agent, "", now, 0, new=True)
+            # Its own user agent, kept for its life: an identity that changes browsers mid-visit stands out.
+            agent = self.rng.choice(spec.user_agents) if spec.user_agents else user_agent
+            session = Session(secrets.token_hex(6), key, jars, domain, agent, "", now, 0, new=True)
             await self._write(session, job_id, spec)
             session.uses = int(await self.redis.hincrby(key, f"{session.id}:n", 1))  # type: ignore[misc]
             return session
