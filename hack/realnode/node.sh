@@ -90,6 +90,18 @@ pki() {
     cert kubelet "system:node:$NODE" system:nodes clientAuth
     cert kubelet-serving "$NODE" "" serverAuth "DNS:$NODE,DNS:localhost,IP:127.0.0.1,IP:$NODE_IP"
     cert apiserver-kubelet-client kube-apiserver-kubelet-client system:masters clientAuth
+    # The aggregation layer (APIService: Trawl's results API, as metrics-server): its own CA for the front
+    # proxy's client certificate, which the API server presents to the aggregated API with X-Remote-* headers.
+    openssl ecparam -name prime256v1 -genkey -noout -out front-proxy-ca.key
+    openssl req -x509 -new -key front-proxy-ca.key -sha256 -days 30 -subj "/CN=trawl-realnode-front-proxy-ca" \
+      -out front-proxy-ca.crt -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign"
+    openssl ecparam -name prime256v1 -genkey -noout -out front-proxy-client.key
+    openssl req -new -key front-proxy-client.key -subj "/CN=front-proxy-client" -out front-proxy-client.csr
+    printf 'basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n' \
+      > front-proxy-client.ext
+    openssl x509 -req -in front-proxy-client.csr -CA front-proxy-ca.crt -CAkey front-proxy-ca.key -CAcreateserial \
+      -days 30 -sha256 -extfile front-proxy-client.ext -out front-proxy-client.crt 2>/dev/null
+    rm -f front-proxy-client.csr front-proxy-client.ext
     openssl genrsa -out sa.key 2048 2>/dev/null
     openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
   ) >/dev/null
@@ -182,7 +194,12 @@ control_plane_up() {
     --kubelet-certificate-authority="$PKI/ca.crt" --kubelet-preferred-address-types=InternalIP \
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
-    --api-audiences=https://kubernetes.default.svc.cluster.local
+    --api-audiences=https://kubernetes.default.svc.cluster.local \
+    --requestheader-client-ca-file="$PKI/front-proxy-ca.crt" --requestheader-allowed-names=front-proxy-client \
+    --requestheader-username-headers=X-Remote-User --requestheader-group-headers=X-Remote-Group \
+    --requestheader-extra-headers-prefix=X-Remote-Extra- \
+    --proxy-client-cert-file="$PKI/front-proxy-client.crt" --proxy-client-key-file="$PKI/front-proxy-client.key" \
+    --enable-aggregator-routing=true
   kubeconfig admin admin
   cp "$R/etc/admin.kubeconfig" "$R/admin.kubeconfig"
   for _ in $(seq 240); do

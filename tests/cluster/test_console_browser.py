@@ -22,9 +22,10 @@ from typing import Any, TypeVar
 import pytest
 import redis
 from operator_fixtures import apply, get, job, pool
-from test_results_api import READ, RETRY, User, dead_letter_one, issue_tls, make_user, stream_key
+from test_results_api import READ, RETRY, User, dead_letter_one, make_user, stream_key
 from typer.testing import CliRunner
 
+from tlscerts import issue_tls
 from trawl.api.naming import queue_prefix
 from trawl.cli import app
 from trawl.dev.controlplane import ControlPlane

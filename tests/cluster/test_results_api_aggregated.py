@@ -18,9 +18,10 @@ from typing import Any
 
 import redis
 from operator_fixtures import apply, get
-from test_results_api import JOB_ONLY, READ, RETRY, books, issue_tls, make_user, serving_api, stream_key
+from test_results_api import JOB_ONLY, READ, RETRY, books, make_user, serving_api, stream_key
 from typer.testing import CliRunner
 
+from tlscerts import issue_tls
 from trawl.api.naming import ANNOTATION_RETRY_DEAD
 from trawl.cli import app
 from trawl.clitools.exits import EXIT_FORBIDDEN

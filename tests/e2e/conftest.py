@@ -10,7 +10,9 @@ layer out only when asked to (`make test E2E=skip`).
 
 from __future__ import annotations
 
+import base64
 import copy
+import shutil
 import subprocess
 import tempfile
 import time
@@ -23,6 +25,7 @@ import yaml
 from e2e_node import HACK, IMAGE, KIND_DIR, ROOT, RealNode, missing_prerequisites, read_env, run
 
 from helm_chart import helm_binary
+from tlscerts import issue_tls
 from waits import wait_for
 
 NAMESPACE = "trawl-system"
@@ -36,6 +39,39 @@ IMAGE_VALUES = [
     "--set", f"image.tag={IMAGE.rsplit(':', 1)[1]}",
     "--set", "image.pullPolicy=Never",
 ]  # fmt: skip
+
+
+# The results API as an aggregated API, over TLS from a Secret the platform made (here: the test's own CA),
+# and the console on: `trawl results` from a kubeconfig alone (tests/e2e/test_realnode.py).
+API_TLS_SECRET = "trawl-api-tls"
+API_VALUES = [
+    "--set", f"api.tls.secretName={API_TLS_SECRET}",
+    "--set", "api.aggregation.enabled=true",
+    "--set", "api.console.enabled=true",
+]  # fmt: skip
+
+
+def node_dir(node: RealNode) -> Path:
+    return Path(node.kubeconfig).parent
+
+
+def api_tls_secret(node: RealNode) -> dict[str, Any]:
+    """A serving certificate for the API's Service name (what the aggregator checks), signed by a CA of the
+    test's; the CA is kept beside the node's kubeconfig for the APIService's caBundle."""
+    folder = Path(tempfile.mkdtemp(prefix="trawl-api-tls-"))
+    try:
+        ca, cert, key = issue_tls(folder, (), (f"{RELEASE}-operator-api.{NAMESPACE}.svc",))
+        (node_dir(node) / "api-ca.pem").write_bytes(ca.read_bytes())
+        data = {"tls.crt": cert.read_bytes(), "tls.key": key.read_bytes()}
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/tls",
+        "metadata": {"name": API_TLS_SECRET, "namespace": NAMESPACE},
+        "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
+    }
 
 
 def _log(msg: str) -> None:
@@ -165,6 +201,7 @@ def release(realnode: RealNode) -> Iterator[RealNode]:
             hostpath_volume(node, "trawl-e2e-redis"),
         ]
     )  # fmt: skip
+    node.apply([api_tls_secret(node)])
     node.helm(
         "install",
         RELEASE,
@@ -172,6 +209,9 @@ def release(realnode: RealNode) -> Iterator[RealNode]:
         "-n",
         NAMESPACE,
         *IMAGE_VALUES,
+        *API_VALUES,
+        "--set",
+        f"api.aggregation.caBundle={base64.b64encode((node_dir(node) / 'api-ca.pem').read_bytes()).decode()}",
         "--wait",
         "--timeout",
         "600s",

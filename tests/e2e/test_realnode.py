@@ -9,13 +9,14 @@ upgrade and uninstall the release.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from datetime import datetime
 from typing import Any
 
 import pytest
 import yaml
-from e2e_node import IMAGE, ROOT, CommandFailed, RealNode, pod_ready
+from e2e_node import IMAGE, ROOT, CommandFailed, RealNode, pod_ready, run
 from scenarios import (
     FAST,
     SITE,
@@ -59,6 +60,31 @@ def test_operator_ready_and_a_crawl_completes_with_exact_results(release: RealNo
     op = node.items("pods", NAMESPACE, "app.kubernetes.io/component=operator")
     assert op and all(pod_ready(p) for p in op), op
     crawl_completes_with_exact_results(node, POOL)
+
+
+def test_results_from_a_kubeconfig_alone_through_the_aggregated_api_with_the_console_on(release: RealNode) -> None:
+    """Issue 36: with the chart's results API registered as an aggregated API (and the console on), `trawl
+    results` needs a kubeconfig and nothing else (no port-forward, no Redis password) and gives exactly the
+    job's records: each once, equal to what its Redis stream holds."""
+    node = release
+
+    def available() -> bool:
+        service = node.get("apiservice", "v1alpha1.results.trawl.dev", "") or {}
+        conditions = (service.get("status") or {}).get("conditions") or []
+        return any(c.get("type") == "Available" and c.get("status") == "True" for c in conditions)
+
+    wait_for("the results APIService Available", available, 180, 2.0)
+    crawl_completes_with_exact_results(node, POOL, name="viaapi")
+    argv = [sys.executable, "-m", "trawl.cli", "results", "viaapi", "-n", NAMESPACE, "--kubeconfig", node.kubeconfig]
+    lines = [line for line in run(argv, timeout=180, env={"TRAWL_API_URL": ""}).splitlines() if line.strip()]
+    records = [json.loads(line) for line in lines]
+    stored = results(node, "viaapi")  # read inside the Redis pod, with the password: what the API must match
+    assert len(records) == len(stored) == len({r["url"] for r in records}), (len(records), len(stored))
+    assert {r["url"]: r for r in records} == stored
+    # The console answers on the API's Service (here through the API server's service proxy): its sign-in page.
+    proxy = f"/api/v1/namespaces/{NAMESPACE}/services/https:{RELEASE}-operator-api:8443/proxy"
+    page = node.kubectl("get", "--raw", f"{proxy}/console/login")
+    assert "<form" in page and "token" in page.lower(), page[:500]
 
 
 def test_backlog_scales_up_real_pods_then_drains_to_zero_with_nothing_lost(release: RealNode) -> None:
