@@ -4,7 +4,6 @@ identity is retired there as in plain fetching."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from typing import Any
 
@@ -16,7 +15,7 @@ from trawl.jobspec.wire import build_job_config
 from trawl.queue import Queue
 from trawl.queue.keys import Keys
 from trawl.worker.runner import Worker, WorkerConfig
-from waits import wait_for_async
+from worker_runs import run_to_end
 
 PREFIX = "trawl:{test/render-sessions}"
 
@@ -30,18 +29,7 @@ async def _run(redis: aioredis.Redis, spec: dict[str, Any]) -> tuple[str, Queue]
     await queue.mark_enqueue_done(job_id)
     config = WorkerConfig(prefix=PREFIX, worker_id="w-" + job_id, concurrency=1, allowed_cidrs=["127.0.0.2/32"])
     worker = Worker(config, queue, redis, Keys(PREFIX))
-    runner = asyncio.create_task(worker.run())
-
-    async def finished() -> bool:
-        return (await queue.job_stats(job_id)).finished
-
-    try:
-        await wait_for_async(
-            "the job to finish", finished, 120, 0.05, diag=lambda: queue.job_stats(job_id), runner=runner
-        )
-    finally:
-        worker.request_stop()
-        await asyncio.wait_for(runner, 60)
+    await run_to_end(worker, queue, job_id, 120, 60)
     return job_id, queue
 
 

@@ -36,7 +36,7 @@ from trawl.jobspec.wire import build_job_config
 from trawl.queue import Queue
 from trawl.queue.keys import Keys
 from trawl.worker.runner import Worker, WorkerConfig
-from waits import wait_for_async
+from worker_runs import run_to_end
 
 PREFIX = "trawl:{test/headers}"
 HOST = "127.0.0.2"
@@ -54,18 +54,7 @@ async def _crawl(redis: aioredis.Redis, job: dict[str, Any], pool: dict[str, Any
     await queue.mark_enqueue_done(job_id)
     config = WorkerConfig(prefix=PREFIX, worker_id="w-" + job_id, concurrency=4, allowed_cidrs=[f"{HOST}/32"])
     worker = Worker(config, queue, redis, Keys(PREFIX))
-    runner = asyncio.create_task(worker.run())
-
-    async def finished() -> bool:
-        return (await queue.job_stats(job_id)).finished
-
-    try:
-        await wait_for_async(
-            "the job to finish", finished, 60, 0.05, diag=lambda: queue.job_stats(job_id), runner=runner
-        )
-    finally:
-        worker.request_stop()
-        await asyncio.wait_for(runner, 30)
+    await run_to_end(worker, queue, job_id, 60, 30)
     stats = await queue.job_stats(job_id)
     assert stats.dead == 0, await queue.dead_letters(job_id)
     entries = await redis.xrange(Keys(PREFIX).results(job_id))

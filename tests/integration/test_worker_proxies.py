@@ -4,7 +4,6 @@ target is refused before the proxy sees a byte of it (its log says so)."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import uuid
 from collections.abc import Iterator
@@ -28,7 +27,7 @@ from trawl.worker.fetch import Fetcher, FetchError
 from trawl.worker.pipeline import MAX_DEFERRALS
 from trawl.worker.proxies import ProxyGroup, parse_proxy_list
 from trawl.worker.runner import Worker, WorkerConfig
-from waits import wait_for_async
+from worker_runs import run_to_end
 
 ALLOWED = parse_networks(["127.0.0.2/32"])  # the site; 127.0.0.1 (where the proxies listen) stays blocked
 PASSWORD = "s3cret-Proxy-pw"
@@ -152,18 +151,7 @@ async def _run_job(redis: Any, job: dict[str, Any], pool: dict[str, Any]) -> tup
     await queue.mark_enqueue_done(job_id)
     config = WorkerConfig(prefix=PREFIX, worker_id="w-" + job_id, concurrency=4, allowed_cidrs=["127.0.0.2/32"])
     worker = Worker(config, queue, redis, Keys(PREFIX))
-    runner = asyncio.create_task(worker.run())
-
-    async def finished() -> bool:
-        return (await queue.job_stats(job_id)).finished
-
-    try:
-        await wait_for_async(
-            "the job to finish", finished, 60, 0.05, diag=lambda: queue.job_stats(job_id), runner=runner
-        )
-    finally:
-        worker.request_stop()
-        await asyncio.wait_for(runner, 30)
+    await run_to_end(worker, queue, job_id, 60, 30)
     return worker, job_id
 
 
