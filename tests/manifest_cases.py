@@ -181,6 +181,13 @@ INVALID: list[Case] = [
         "spec.output.files.directory",
         "output.files.directory",
     ),
+    Case(  # the same rule for the JSON Lines sink's directory (it accepted '..' before)
+        "sink-jsonlines-directory-climbs-out",
+        "ScrapeJob",
+        _job(output={"sink": "JsonLines", "jsonLines": {"directory": "/data/../etc"}}),
+        "spec.output.jsonLines.directory",
+        "output.jsonLines.directory",
+    ),
     Case(
         "sink-s3-format-unknown",
         "ScrapeJob",

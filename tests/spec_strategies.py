@@ -289,7 +289,9 @@ def _output(sink: str) -> Strategy:
     settings = {
         "redisStream": obj(scrapejob.RedisStreamSink, {}, {"maxLen": ints(1, 10_000_000)}),
         "jsonLines": obj(
-            scrapejob.JsonLinesSink, {"directory": st.from_regex(r"/[a-z0-9/_-]{0,30}", fullmatch=True)}, {}
+            scrapejob.JsonLinesSink,
+            {"directory": st.from_regex(r"(/[a-z0-9_-][a-z0-9._-]{0,8}){1,3}/?", fullmatch=True)},
+            {},
         ),
         "webhook": obj(scrapejob.WebhookSink, {"url": http_url}, {"secretRef": secret_ref, "batchSize": ints(1, 1000)}),
         "postgres": obj(

@@ -31,7 +31,7 @@ from .proxies import JobProxy
 from .refresh import RefreshSpec
 from .render import RenderSpec
 from .sessions import SessionSpec
-from .tabular import FileFormat, FilesSink
+from .tabular import DIRECTORY_PATTERN, FileFormat, FilesSink
 
 MAX_INLINE_URLS = 5000
 MAX_URL_LENGTH = 2048  # every URL a job lists or a range makes (HttpURL's bound)
@@ -343,8 +343,10 @@ class JsonLinesSink(TrawlModel):
     directory: str = Field(
         min_length=1,
         max_length=1024,
-        pattern=r"^/",
-        description="Absolute directory; one file per job is written.",
+        # The job author's path: no '.' or '..' part may climb out of the mount admission found it on.
+        pattern=DIRECTORY_PATTERN,
+        description="Absolute directory on a mounted volume of the pool's workers (no '.' or '..' part: a part "
+        "starts with a letter, digit, '_' or '-'); one file per job is written.",
     )
 
 
