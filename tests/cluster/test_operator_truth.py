@@ -365,7 +365,8 @@ def test_suspended_at_creation_fetches_nothing_and_finished_jobs_block_pool_dele
     )
     assert exists(cp, "scrapepool", "p", namespace)
     # Deleting the jobs removes every one of their keys, then the pool goes.
-    cp.kubectl("delete", "scrapejob", "held", "control", "dead", "-n", namespace)
+    # kubectl waits for the finalizers: the operator cancels each job in Redis first (generous: a loaded CI).
+    cp.kubectl("delete", "scrapejob", "held", "control", "dead", "-n", namespace, timeout=180)
     wait_for("pool deleted", lambda: not exists(cp, "scrapepool", "p", namespace), timeout=120, diag=operator.log_tail)
     import redis
 

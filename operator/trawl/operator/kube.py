@@ -65,8 +65,15 @@ def custom() -> kubernetes.client.CustomObjectsApi:
     return kubernetes.client.CustomObjectsApi(api_client())
 
 
+# (connect, read) seconds of one API call: the client has no bound of its own, and a call that never returns
+# holds its object's lock, so a pass (and the deletion waiting behind it) would wait forever.
+REQUEST_TIMEOUT = (10.0, 60.0)
+
+
 async def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Run a blocking client call on the API thread pool (bounded, unlike the default executor's 6 on 2 cores)."""
+    """Run a blocking client call on the API thread pool (bounded, unlike the default executor's 6 on 2 cores),
+    bounded in time (``REQUEST_TIMEOUT`` unless the caller gives ``_request_timeout``)."""
+    kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT)
     return await asyncio.get_running_loop().run_in_executor(_executor, functools.partial(fn, *args, **kwargs))
 
 
