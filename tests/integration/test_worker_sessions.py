@@ -26,6 +26,7 @@ from trawl.queue.notes import JobNotes
 from trawl.queue.proxyusage import summary as proxy_summary
 from trawl.worker.runner import Worker, WorkerConfig
 from waits import wait_for_async
+from worker_runs import run_to_end
 
 PREFIX = "trawl:{test/sessions}"
 PASSWORD = "s3ssion-Proxy-pw"
@@ -98,11 +99,7 @@ async def test_each_session_keeps_the_user_agent_it_picked_for_its_life(redis_cl
     job = {"urls": [farm.page_url(i) for i in range(24)], "session": {"poolSize": 4, "userAgents": agents}}
     queue, job_id = await _register(redis_client, job)
     worker = _worker(redis_client, queue, "w-agents", concurrency=2)
-    runner = asyncio.create_task(worker.run())
-    try:
-        await _finish(queue, job_id)
-    finally:
-        await _stop((worker, runner))
+    await run_to_end(worker, queue, job_id, 60, 30)
     assert (await queue.job_stats(job_id)).succeeded == 24
     assert {v.user_agent for v in farm.visits} <= set(agents), farm.visits  # never the job's default
     by_session: dict[str, set[str]] = {}
@@ -124,11 +121,7 @@ async def test_a_cookie_never_crosses_to_another_host(redis_client: Any) -> None
         urls = [u for i in range(6) for u in (a.page_url(i), b.page_url(i))]
         queue, job_id = await _register(redis_client, {"urls": urls, "session": {"poolSize": 1}})
         worker = _worker(redis_client, queue, "w-scope", concurrency=1)
-        runner = asyncio.create_task(worker.run())
-        try:
-            await _finish(queue, job_id)
-        finally:
-            await _stop((worker, runner))
+        await run_to_end(worker, queue, job_id, 60, 30)
         assert (await queue.job_stats(job_id)).succeeded == 12
     a_sids = {v.sid for v in a.visits if v.sid}
     b_sids = {v.sid for v in b.visits if v.sid}
@@ -143,11 +136,7 @@ async def test_a_banned_identity_is_retired_and_the_page_tried_on_another(redis_
         job = {"urls": [site.page_url(i) for i in range(12)], "session": {"poolSize": 1}, "retry": {"maxAttempts": 1}}
         queue, job_id = await _register(redis_client, job)
         worker = _worker(redis_client, queue, "w-ban", concurrency=1)
-        runner = asyncio.create_task(worker.run())
-        try:
-            await _finish(queue, job_id)
-        finally:
-            await _stop((worker, runner))
+        await run_to_end(worker, queue, job_id, 60, 30)
         stats = await queue.job_stats(job_id)
         assert stats.succeeded == 12 and stats.dead == 0, stats  # no attempt spent on a block
         banned = [v for v in site.visits if v.banned]
@@ -212,11 +201,7 @@ async def test_sessions_through_a_proxy_keep_its_credentials_out_of_logs_and_red
         job = {"urls": [farm.page_url(i) for i in range(12)], "session": {"poolSize": 2}}
         queue, job_id = await _register(redis_client, job, pool)
         worker = _worker(redis_client, queue, "w-proxy", concurrency=2)
-        runner = asyncio.create_task(worker.run())
-        try:
-            await _finish(queue, job_id)
-        finally:
-            await _stop((worker, runner))
+        await run_to_end(worker, queue, job_id, 60, 30)
         assert (await queue.job_stats(job_id)).succeeded == 12
         dump = await _redis_text(redis_client)
         assert f"127.0.0.1:{first.port}" in dump or f"127.0.0.1:{second.port}" in dump  # sessions name their proxy
@@ -269,11 +254,7 @@ async def test_a_domain_rule_sends_one_host_through_a_proxy_group_and_the_other_
             job = {"urls": urls, "politeness": {"requestsPerSecond": 1000, "domains": rules}}
             queue, job_id = await _register(redis_client, job, pool)
             worker = _worker(redis_client, queue, "w-rule")
-            runner = asyncio.create_task(worker.run())
-            try:
-                await _finish(queue, job_id)
-            finally:
-                await _stop((worker, runner))
+            await run_to_end(worker, queue, job_id, 60, 30)
             assert (await queue.job_stats(job_id)).succeeded == 6
             through = [line for line in tiny.log().splitlines() if "Request (file descriptor" in line]
     assert len(through) == 3 and all("127.0.0.3" in line for line in through), through
@@ -295,11 +276,7 @@ async def test_a_new_session_starts_with_the_pools_seed_cookies_each_on_its_own_
         urls = [u for i in range(3) for u in (a.page_url(i), b.page_url(i))]
         queue, job_id = await _register(redis_client, {"urls": urls, "session": {"poolSize": 1, "seed": "shop"}}, pool)
         worker = _worker(redis_client, queue, "w-seed", concurrency=1)
-        runner = asyncio.create_task(worker.run())
-        try:
-            await _finish(queue, job_id)
-        finally:
-            await _stop((worker, runner))
+        await run_to_end(worker, queue, job_id, 60, 30)
         assert (await queue.job_stats(job_id)).succeeded == 6
     assert all(v.sid == "seeded-a" for v in a.visits), a.visits  # the seeded identity from the first request
     assert all("login=seeded-b" in v.cookie for v in b.visits), b.visits
