@@ -361,7 +361,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
 
         kubectl_apply(cp, pool_object(redis_server.url, args))
         apps = kubernetes.client.AppsV1Api(admin)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 240  # a loaded machine: the operator's first pass can take minutes
         while True:
             try:
                 apps.read_namespaced_deployment(f"{POOL}-workers", NAMESPACE)

@@ -75,7 +75,7 @@ def run(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     if not verbose:
-        # kopf logs every timer run at INFO ("Timer 'job_sync' succeeded."): one line per job per second.
+        # kopf logs every handler run at INFO ("Handler 'job_changed' succeeded."): a line per object per change.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
         logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     # Before the handlers import: their decorators read the shard's label filter once.

@@ -92,9 +92,8 @@ class JobNotes:
             await pipe.execute()
 
     async def archive_counts(self, job_id: str) -> dict[str, int]:
-        names = ("records", "truncated", "dropped", "lost", "read", "skipped")
-        raw = await self.redis.hmget(str(self.job_key(job_id)), [f"archive_{n}" for n in names])  # type: ignore[misc]
-        return {n: int(v or 0) for n, v in zip(names, raw, strict=True) if v is not None or n in names[:4]}
+        raw = await self.redis.hmget(str(self.job_key(job_id)), ARCHIVE_FIELDS)  # type: ignore[misc]
+        return _archive_counts(raw)
 
     async def truncated_count(self, job_id: str) -> int:
         raw = await self.redis.hget(str(self.job_key(job_id)), "ftr")  # type: ignore[misc]
@@ -111,9 +110,7 @@ class JobNotes:
         total = await self.redis.hget(jk, "blk")  # type: ignore[misc]
         if not total:
             return 0, []
-        raw = await self.redis.hgetall(blocked_key(jk))  # type: ignore[misc]
-        domains = sorted(((_text(d), int(n)) for d, n in raw.items()), key=lambda dn: (-dn[1], dn[0]))
-        return int(total), domains[:limit]
+        return _blocked_counts(total, await self.redis.hgetall(blocked_key(jk)), limit)  # type: ignore[misc]
 
     async def sink_failing(self, job_id: str, message: str) -> None:
         await self._sink_error(keys=[str(self.job_key(job_id))], args=[message[:1024], repr(time.time())])
@@ -132,15 +129,7 @@ class JobNotes:
     async def throttled_domains(self, job_id: str, now: float | None = None, limit: int = 10) -> list[Throttled]:
         """Domains whose breaker is holding back the job's tasks now (until in the future), latest first."""
         raw = await self.redis.hgetall(throttled_key(str(self.job_key(job_id))))  # type: ignore[misc]
-        now = time.time() if now is None else now
-        out = []
-        for domain, value in raw.items():
-            doc = json.loads(value)
-            if float(doc["until"]) > now:
-                name = domain.decode() if isinstance(domain, bytes) else str(domain)
-                out.append(Throttled(name, str(doc["reason"]), float(doc["until"])))
-        out.sort(key=lambda t: -t.until)
-        return out[:limit]
+        return _throttled(raw, time.time() if now is None else now, limit)
 
     async def sink_ok(self, job_id: str) -> None:
         await self.redis.hdel(str(self.job_key(job_id)), "se", "ses")  # type: ignore[misc]
@@ -152,24 +141,97 @@ class JobNotes:
             pipe.hlen(key)
             pipe.hscan(key, 0, count=sample)
             count, (_cursor, found) = await pipe.execute()
-        out: list[Skipped] = []
-        for raw in list(found.values())[:sample]:
-            doc = json.loads(raw)
-            out.append(Skipped(str(doc["url"]), str(doc["reason"]), float(doc["time"])))
-        out.sort(key=lambda s: s.time)
-        return int(count), out
+        return int(count), _skipped_sample(found, sample)
 
     async def sink_trouble(self, job_id: str) -> SinkTrouble | None:
         msg, since = await self.redis.hmget(str(self.job_key(job_id)), ["se", "ses"])  # type: ignore[misc]
-        if msg is None:
-            return None
-        text = msg.decode() if isinstance(msg, bytes) else str(msg)
-        return SinkTrouble(text, float(since) if since is not None else time.time())
+        return _sink_trouble(msg, since)
+
+    async def read(self, job_id: str, *, running: bool, blocked: bool, archive: bool) -> NotesRead:
+        """Every note the operator's pass reads, in one round trip (a pipeline, no transaction: each note is
+        read as it stands, as the separate reads did). ``running``: the breakers and the sink's trouble too
+        (they matter only while the job runs); ``blocked``/``archive``: the job counts those."""
+        jk = str(self.job_key(job_id))
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hlen(skipped_key(jk))
+            pipe.hscan(skipped_key(jk), 0, count=SKIP_SAMPLE)
+            pipe.hmget(jk, ["ftr", "blk", "se", "ses", *ARCHIVE_FIELDS])
+            if running:
+                pipe.hgetall(throttled_key(jk))
+            if blocked:
+                pipe.hgetall(blocked_key(jk))
+            found = await pipe.execute()
+        skipped, (_cursor, sample), fields = found[0], found[1], found[2]
+        truncated, total_blocked, sink_message, sink_since = fields[:4]
+        rest = found[3:]
+        throttled = _throttled(rest.pop(0), time.time(), 10) if running else []
+        blocked_domains = rest.pop(0) if blocked else {}
+        return NotesRead(
+            skipped=int(skipped),
+            skipped_sample=_skipped_sample(sample, SKIP_SAMPLE),
+            throttled=throttled,
+            sink_trouble=_sink_trouble(sink_message, sink_since) if running else None,
+            truncated=int(truncated or 0),
+            blocked=_blocked_counts(total_blocked, blocked_domains, 10) if blocked and total_blocked else (0, []),
+            archive=_archive_counts(fields[4:]) if archive else None,
+        )
 
     async def forget(self, job_id: str) -> None:
         """Delete the note hashes (the job was cancelled; the sink fields go with the job hash)."""
         jk = str(self.job_key(job_id))
         await self.redis.delete(skipped_key(jk), throttled_key(jk), blocked_key(jk))
+
+
+@dataclass(frozen=True, slots=True)
+class NotesRead:
+    """The notes of one job as one pass reads them (JobNotes.read)."""
+
+    skipped: int
+    skipped_sample: list[Skipped]
+    throttled: list[Throttled]
+    sink_trouble: SinkTrouble | None
+    truncated: int
+    blocked: tuple[int, list[tuple[str, int]]]
+    archive: dict[str, int] | None
+
+
+ARCHIVE_NAMES = ("records", "truncated", "dropped", "lost", "read", "skipped")
+ARCHIVE_FIELDS = [f"archive_{n}" for n in ARCHIVE_NAMES]
+
+
+def _archive_counts(raw: list[Any]) -> dict[str, int]:
+    # The capture counts always; a re-extraction's (read, skipped) only when the job had one.
+    return {n: int(v or 0) for n, v in zip(ARCHIVE_NAMES, raw, strict=True) if v is not None or n in ARCHIVE_NAMES[:4]}
+
+
+def _blocked_counts(total: Any, raw: dict[Any, Any], limit: int) -> tuple[int, list[tuple[str, int]]]:
+    domains = sorted(((_text(d), int(n)) for d, n in raw.items()), key=lambda dn: (-dn[1], dn[0]))
+    return int(total), domains[:limit]
+
+
+def _throttled(raw: dict[Any, Any], now: float, limit: int) -> list[Throttled]:
+    out = []
+    for domain, value in raw.items():
+        doc = json.loads(value)
+        if float(doc["until"]) > now:
+            out.append(Throttled(_text(domain), str(doc["reason"]), float(doc["until"])))
+    out.sort(key=lambda t: -t.until)
+    return out[:limit]
+
+
+def _skipped_sample(found: dict[Any, Any], sample: int) -> list[Skipped]:
+    out: list[Skipped] = []
+    for raw in list(found.values())[:sample]:
+        doc = json.loads(raw)
+        out.append(Skipped(str(doc["url"]), str(doc["reason"]), float(doc["time"])))
+    out.sort(key=lambda s: s.time)
+    return out
+
+
+def _sink_trouble(msg: Any, since: Any) -> SinkTrouble | None:
+    if msg is None:
+        return None
+    return SinkTrouble(_text(msg), float(since) if since is not None else time.time())
 
 
 def _text(value: Any) -> str:

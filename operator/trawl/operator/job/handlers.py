@@ -1,7 +1,8 @@
 # kopf types handlers as Protocols listing every keyword it may pass; handlers that name only
 # what they use are correct at runtime (kopf passes **kwargs) but not those Protocols.
 # mypy: disable-error-code="arg-type"
-"""ScrapeJob's kopf registrations: create, update and resume, two timers (live and finished jobs), delete.
+"""ScrapeJob's kopf registrations: create, update and resume, a watch handler feeding the periodic passes' loop
+(trawl.operator.job.sweep: one loop, not a kopf timer per job), delete.
 
 Jobs are the many, fast-changing objects: their status is applied directly (kube.apply_status), not
 through kopf's patch, and derived from what this process last wrote. The function names are kopf's
@@ -23,7 +24,6 @@ from trawl.operator import clock, kube, metrics, sharding
 from trawl.operator.events import AGGREGATED, post_aggregated
 from trawl.operator.handlers import (
     JOBS,
-    TIMER_BACKOFF_SECONDS,
     connections,
     forget_object,
     object_lock,
@@ -35,8 +35,10 @@ from trawl.redisconn.settings import RedisConfigError, RedisUnreachable
 from .oncomplete import settled as oncomplete_settled
 from .reconcile import cancel_job, delete_job_object, failed_job, reconcile_job
 from .status import TERMINAL, status_changed
+from .sweep import Intervals, JobSweep, tick_seconds
 
 JOB_SYNC_SECONDS = float(os.environ.get("TRAWL_JOB_SYNC_SECONDS", "1"))
+FINISHED_SYNC_SECONDS = 5.0
 
 _written: dict[str, dict[str, Any]] = {}  # ScrapeJob uid -> the status this process last applied
 # ScrapeJob uids cancelled by this process: no pass may touch Redis again. Bounded: only a pass
@@ -56,7 +58,6 @@ def _remember_deleted(uid: str) -> None:
 
 async def _job(
     body: kopf.Body,
-    patch: kopf.Patch,
     pool_index: kopf.Index[Any, Any],
     secret_index: kopf.Index[Any, Any],
     namespace_labels: kopf.Index[Any, Any],
@@ -146,65 +147,68 @@ def _job_active(status: Mapping[str, Any], spec: Mapping[str, Any], **_: Any) ->
     return manifest_pending or not oncomplete_settled(status.get("onComplete"), spec)
 
 
-def _job_finished(status: Mapping[str, Any], **_: Any) -> bool:
-    return status.get("phase") in TERMINAL
-
-
 @kopf.on.create(GROUP, VERSION, JOBS, labels=SHARD, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
 @kopf.on.update(GROUP, VERSION, JOBS, labels=SHARD, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
 @kopf.on.resume(GROUP, VERSION, JOBS, labels=SHARD, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
 async def job_changed(
     body: kopf.Body,
-    patch: kopf.Patch,
     pool_index: kopf.Index[Any, Any],
     secret_index: kopf.Index[Any, Any],
     namespace_labels: kopf.Index[Any, Any],
     **_: Any,
 ) -> None:
-    await _job(body, patch, pool_index, secret_index, namespace_labels)
+    SWEEP.passed(body.metadata.uid)
+    await _job(body, pool_index, secret_index, namespace_labels)
 
 
-@kopf.timer(
-    GROUP,
-    VERSION,
-    JOBS,
-    labels=SHARD,
-    interval=JOB_SYNC_SECONDS,
-    when=_job_active,
-    errors=kopf.ErrorsMode.TEMPORARY,
-    backoff=TIMER_BACKOFF_SECONDS,
-)
-async def job_sync(
+def _pass_kind(body: kopf.Body) -> str | None:
+    """Which interval a job's periodic pass follows (trawl.operator.job.sweep): by the status this process
+    last applied, kopf's copy lagging under load; none once its deletion began."""
+    meta = body.metadata
+    if meta.uid in _deleted or meta.get("deletionTimestamp"):
+        return None
+    status = _written.get(meta.uid) or body.status
+    return "active" if _job_active(status, body.spec) else "finished"
+
+
+# Indexes reach handlers only as keyword arguments: the watch handler keeps them for the loop's passes
+# (kopf hands every handler the same live objects).
+_indexes: dict[str, kopf.Index[Any, Any]] = {}
+
+
+async def _periodic_pass(body: kopf.Body) -> None:
+    await _job(body, _indexes["pool_index"], _indexes["secret_index"], _indexes["namespace_labels"])
+
+
+# Live jobs every JOB_SYNC_SECONDS; finished ones every 5 s: ttlSecondsAfterFinished, and a Redis that lost
+# their data told within seconds (DataLost).
+SWEEP = JobSweep(_periodic_pass, _pass_kind, Intervals(active=JOB_SYNC_SECONDS, finished=FINISHED_SYNC_SECONDS))
+
+
+# Not filtered by kopf's labels=: a job relabelled to another shard must leave this shard's loop, and kopf
+# would not call a filtered handler for the event that relabels it.
+@kopf.on.event(GROUP, VERSION, JOBS)
+async def job_seen(
+    type: str | None,
     body: kopf.Body,
-    patch: kopf.Patch,
     pool_index: kopf.Index[Any, Any],
     secret_index: kopf.Index[Any, Any],
     namespace_labels: kopf.Index[Any, Any],
     **_: Any,
 ) -> None:
-    await _job(body, patch, pool_index, secret_index, namespace_labels)
+    _indexes.update(pool_index=pool_index, secret_index=secret_index, namespace_labels=namespace_labels)
+    # Started from a resource handler, not at startup: kopf.event() needs the posting context kopf sets for
+    # its resource tasks only, and the loop's passes inherit this one.
+    SWEEP.start(tick_seconds(SWEEP.intervals))
+    if type == "DELETED" or not sharding.current().owns(body.metadata.labels):
+        SWEEP.forget(body.metadata.uid)
+    else:
+        SWEEP.seen(body.metadata.uid, body)
 
 
-# Finished jobs: ttlSecondsAfterFinished, and a Redis that lost their data told within seconds (DataLost).
-@kopf.timer(
-    GROUP,
-    VERSION,
-    JOBS,
-    labels=SHARD,
-    interval=5,
-    when=_job_finished,
-    errors=kopf.ErrorsMode.TEMPORARY,
-    backoff=TIMER_BACKOFF_SECONDS,
-)
-async def job_finished_sync(
-    body: kopf.Body,
-    patch: kopf.Patch,
-    pool_index: kopf.Index[Any, Any],
-    secret_index: kopf.Index[Any, Any],
-    namespace_labels: kopf.Index[Any, Any],
-    **_: Any,
-) -> None:
-    await _job(body, patch, pool_index, secret_index, namespace_labels)
+@kopf.on.cleanup()
+async def stop_job_sweep(**_: Any) -> None:
+    await SWEEP.stop()
 
 
 @kopf.on.delete(GROUP, VERSION, JOBS, labels=SHARD, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)

@@ -496,22 +496,16 @@ async def _read_notes(job: _Pass, stats: JobStats) -> _Notes:
     """Skipped URLs, open circuit breakers and a failing sink (the last two only while the job runs), and
     where its results are with their count."""
     queue, uid = job.queue, job.uid
-    notes = JobNotes(queue.redis, queue.keys.job)
-    skipped, skipped_sample = await notes.skipped(uid)
-    problem = None
-    throttled: list[Throttled] = []
-    if not stats.finished:
-        throttled = await notes.throttled_domains(uid)
-        trouble = await notes.sink_trouble(uid)
-        if trouble is not None:
-            problem = Problem("SinkFailing", f"the job's sink is failing: {trouble.message}")
+    archived = job.spec.archive is not None or job.spec.archive_source is not None
+    read = await JobNotes(queue.redis, queue.keys.job).read(
+        uid, running=not stats.finished, blocked=job.spec.session is not None, archive=archived
+    )
+    skipped, skipped_sample, throttled = read.skipped, read.skipped_sample, read.throttled
+    trouble, truncated, blocked, archive = read.sink_trouble, read.truncated, read.blocked, read.archive
+    problem = Problem("SinkFailing", f"the job's sink is failing: {trouble.message}") if trouble is not None else None
     written, retained = await results_written(queue, job.spec, uid, job.prev)
     count = written if written is not None else stats.succeeded - min(skipped, stats.succeeded)
     results = results_location(queue, job.spec, uid, job.name, count, retained)
-    truncated = await notes.truncated_count(uid)
-    blocked = await notes.blocked_counts(uid) if job.spec.session is not None else (0, [])
-    archived = job.spec.archive is not None or job.spec.archive_source is not None
-    archive = await notes.archive_counts(uid) if archived else None
     return _Notes(skipped, skipped_sample, throttled, problem, results, truncated, blocked, archive)
 
 
