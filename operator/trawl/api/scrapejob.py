@@ -36,6 +36,10 @@ from .tabular import DIRECTORY_PATTERN, FileFormat, FilesSink
 MAX_INLINE_URLS = 5000
 MAX_URL_LENGTH = 2048  # every URL a job lists or a range makes (HttpURL's bound)
 MAX_GENERATED_URLS = 1_000_000
+# A crawl's task cap (crawl.maxPages). Its cost is Redis memory per task and per seen URL, bounded by the
+# cap and measured (bench/frontier.py); no process keeps anything per page of a job. At this cap a Bloom
+# filter at the lowest rate is 24 MB, far within a Redis string's 512 MB.
+MAX_CRAWL_PAGES = 10_000_000
 MAX_DEAD_LETTERS_ON_STATUS = 20
 MAX_SKIPPED_ON_STATUS = 10
 ROBOTS_PATH = "/robots.txt"
@@ -78,8 +82,9 @@ class CrawlSpec(TrawlModel):
     max_pages: int = Field(
         default=100,
         ge=1,
-        le=MAX_GENERATED_URLS,
-        description="Most pages fetched by the whole job, seeds included.",
+        le=MAX_CRAWL_PAGES,
+        description="Most pages fetched by the whole job, seeds included (at most 10,000,000; the pool's "
+        "jobLimits.maxUrlsPerJob bounds it too).",
     )
     scope: CrawlScope = Field(
         default=CrawlScope.SAME_HOST,
