@@ -239,27 +239,37 @@ async def run_trawl(
     *,
     cold: bool = False,
     pythonpath: str | None = None,
+    crawl: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``mode``: trawl (as shipped: small pages inline, big ones in a parser process), trawl-inline (no
     parser processes), trawl-child (every page through a parser process: the cost of full isolation).
     ``sink``: where the worker writes (stream, jsonl, postgres, s3), each against a real server.
     ``cold``: the clock (and CPU) starts before the worker process is started, not once it polls.
-    ``pythonpath``: the worker runs the code found there (another commit's ``operator/``)."""
+    ``pythonpath``: the worker runs the code found there (another commit's ``operator/``).
+    ``crawl``: fields set on the job's spec.crawl (bench/frontier.py: a Bloom filter)."""
     if pythonpath:
         secrets = {"PYTHONPATH": pythonpath}
         with sink_server(sink, tmp) as (server, output, more):
-            return await _run_trawl(base, tmp, mode, sink, server, output, secrets | more, cold)
+            return await _run_trawl(base, tmp, mode, sink, server, output, secrets | more, cold, crawl)
     with sink_server(sink, tmp) as (server, output, secrets):
         if sink == "postgres":  # what the operator does when it accepts the job: create the table
             from trawl.api.scrapejob import PostgresSink
             from trawl.sinks.postgres import ensure_table, target_from_spec
 
             await ensure_table(target_from_spec(PostgresSink.model_validate(output["postgres"]), server.password))
-        return await _run_trawl(base, tmp, mode, sink, server, output, secrets, cold)
+        return await _run_trawl(base, tmp, mode, sink, server, output, secrets, cold, crawl)
 
 
 async def _run_trawl(
-    base: str, tmp: Path, mode: str, sink: str, server: Any, output: Any, secrets: dict[str, str], cold: bool
+    base: str,
+    tmp: Path,
+    mode: str,
+    sink: str,
+    server: Any,
+    output: Any,
+    secrets: dict[str, str],
+    cold: bool,
+    crawl: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     import redis.asyncio as aioredis
 
@@ -279,7 +289,7 @@ async def _run_trawl(
             {
                 "pool": "crawl",
                 "urls": [base + "/"],
-                "crawl": {"maxDepth": 100, "maxPages": 1_000_000},
+                "crawl": {"maxDepth": 100, "maxPages": 1_000_000, **(crawl or {})},
                 "extract": {
                     "fields": [{"name": n, "selector": s} for n, s in FIELDS.items()],
                     "onlyMatching": PRODUCT_RE,

@@ -155,7 +155,7 @@ crawl = obj(
     {},
     {
         "maxDepth": ints(0, 100),
-        "maxPages": ints(1, 1_000_000),
+        "maxPages": ints(1, 10_000_000),
         "scope": enum(scrapejob.CrawlScope),
         "include": st.lists(regex, max_size=3),
         "exclude": st.lists(regex, max_size=3),
@@ -687,7 +687,7 @@ job_limits = obj(
         "maxResponseBytes": ints(1, 1 << 30),
         "requestsPerSecond": floats(0, 10000, exclude_min=True),
         "maxConcurrencyPerDomain": ints(1, 1000),
-        "maxUrlsPerJob": ints(1, 1_000_000),
+        "maxUrlsPerJob": ints(1, 10_000_000),
         "maxResultsRetained": ints(1, 10_000_000),
         "maxDeadLettersRetained": ints(0, 1_000_000),
         "maxPriority": ints(0, 9),

@@ -36,6 +36,10 @@ from .tabular import DIRECTORY_PATTERN, FileFormat, FilesSink
 MAX_INLINE_URLS = 5000
 MAX_URL_LENGTH = 2048  # every URL a job lists or a range makes (HttpURL's bound)
 MAX_GENERATED_URLS = 1_000_000
+# A crawl's task cap (crawl.maxPages). Its cost is Redis memory per task and per seen URL, bounded by the
+# cap and measured (bench/frontier.py); no process keeps anything per page of a job. At this cap a Bloom
+# filter at the lowest rate is 24 MB, far within a Redis string's 512 MB.
+MAX_CRAWL_PAGES = 10_000_000
 MAX_DEAD_LETTERS_ON_STATUS = 20
 MAX_SKIPPED_ON_STATUS = 10
 ROBOTS_PATH = "/robots.txt"
@@ -57,8 +61,8 @@ Pattern = Annotated[str, Field(min_length=1, max_length=512)]
 
 
 class BloomFilterSpec(TrawlModel):
-    """Deduplicate a large crawl's URLs in a Bloom filter instead of an exact set: about 1.8 bytes of Redis per
-    URL at the default rate, instead of about 65 — at the price that a new URL may, at that rate, be taken
+    """Deduplicate a large crawl's URLs in a Bloom filter instead of an exact set: about 2 bytes of Redis per
+    URL at the default rate, instead of 50-60 — at the price that a new URL may, at that rate, be taken
     for one already seen and skipped. status.dedupe shows how many pages were possibly skipped."""
 
     false_positive_rate: float = Field(
@@ -66,7 +70,7 @@ class BloomFilterSpec(TrawlModel):
         ge=0.0001,  # written without an exponent: a YAML 1.1 reader takes 1e-09 for a string
         le=0.1,
         description="The most a new URL may be taken for a seen one (and skipped); the filter is sized for the "
-        "crawl's maxPages, so the rate holds up to it. Smaller costs more bits: 14.4 per URL at 0.001, 19.2 "
+        "crawl's maxPages, so the rate holds up to it. Smaller costs more bits: 15.8 per URL at 0.001, 24.7 "
         "at 0.0001.",
     )
 
@@ -78,8 +82,9 @@ class CrawlSpec(TrawlModel):
     max_pages: int = Field(
         default=100,
         ge=1,
-        le=MAX_GENERATED_URLS,
-        description="Most pages fetched by the whole job, seeds included.",
+        le=MAX_CRAWL_PAGES,
+        description="Most pages fetched by the whole job, seeds included (at most 10,000,000; the pool's "
+        "jobLimits.maxUrlsPerJob bounds it too).",
     )
     scope: CrawlScope = Field(
         default=CrawlScope.SAME_HOST,

@@ -75,7 +75,8 @@ class RedisSpec(TrawlModel):
         ge=1,
         le=16,
         description="Hash tags the pool's tasks are spread over (by URL), so that this many Redis Cluster "
-        "masters share one pool. Jobs with crawl.maxPages stay on one shard each (the cap is exact). "
+        "masters share one pool. A job's tasks and dedupe are spread over them by URL (a crawl's maxPages split "
+        "into exact per-shard quotas). "
         "Results, politeness state and the data epoch stay on the first. Changing it applies to jobs "
         "created afterwards.",
     )
@@ -640,7 +641,7 @@ class JobLimits(TrawlModel):
     max_urls_per_job: int | None = Field(
         default=None,
         ge=1,
-        le=1_000_000,
+        le=10_000_000,  # a crawl's maxPages may go this far (a job's seeds stop at 1,000,000)
         description="Most URLs one job may hold: its seeds (urls plus urlRanges) or, when it crawls, "
         "crawl.maxPages. Each is a task in the pool's Redis (the URL, up to 2048 characters, and a few bytes). "
         f"Default: {DEFAULT_URLS_PER_JOB}.",

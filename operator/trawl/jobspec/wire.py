@@ -204,7 +204,7 @@ def rule_routes(rules: DomainRules | None, pool_spec: ScrapePoolSpec | None) -> 
 
 
 def _bloom(job_spec: ScrapeJobSpec) -> BloomSize | None:
-    """A crawl's Bloom filter, sized for its maxPages (at most MAX_GENERATED_URLS: always within a Redis string)."""
+    """A crawl's Bloom filter, sized for its maxPages (at most MAX_CRAWL_PAGES: 30 MB, within a Redis string)."""
     from trawl.queue.bloom import size_for
 
     crawl = job_spec.crawl

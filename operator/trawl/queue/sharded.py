@@ -40,6 +40,7 @@ from redis.crc import key_slot
 
 from trawl.redisconn.scripts import read_script
 
+from .bloom import BloomSize
 from .client import Queue
 from .errors import WorkerCordoned
 from .keys import hash_tag
@@ -526,8 +527,16 @@ def _merge_stats(all_parts: Sequence[JobStats]) -> JobStats:
         from_sitemaps=sum(p.from_sitemaps for p in parts),
         not_revisited=sum(p.not_revisited for p in parts),
         possibly_skipped=sum(p.possibly_skipped for p in parts),
-        bloom=next((p.bloom for p in parts if p.bloom is not None), None),
+        bloom=_filters(parts),
     )
+
+
+def _filters(parts: Sequence[JobStats]) -> BloomSize | None:
+    """A crawl's Bloom filters as its status counts them: every shard holds one sized for the whole maxPages
+    (a shard may borrow all of the job's quota, and the rate must hold there too), so the bits are the sum
+    of theirs -- what the pool's Redis holds -- and the bits set per URL are one filter's."""
+    sizes = [p.bloom for p in parts if p.bloom is not None]
+    return BloomSize(sum(s.bits for s in sizes), sizes[0].hashes) if sizes else None
 
 
 def make_queue(redis: aioredis.Redis, prefix: str, shards: int = 1, **kwargs: Any) -> Queue:

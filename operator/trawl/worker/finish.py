@@ -47,7 +47,7 @@ from .refresh import PageWrite
 
 log = logging.getLogger("trawl.worker.finish")
 
-SUBMITTED_CAP = 500_000  # links remembered per job before the memory is reset
+SUBMITTED_CAP = 500_000  # links remembered in all (every job's) before the memory is reset
 RELEASE_DELAY = 5.0
 SINK_RETRY_SECONDS = 300.0  # a sink outage shorter than this costs no refetch and loses no record
 SINK_BACKOFF_FIRST = 1.0
@@ -123,6 +123,14 @@ class Finisher:
     def submitted(self, job_id: str) -> set[str]:
         """Canonical URLs this worker already enqueued for the job (the queue said added or duplicate)."""
         return self._submitted.setdefault(job_id, set())
+
+    def _remember(self, job_id: str, urls: list[str]) -> None:
+        """Links the queue took for the job, not sent again. Bounded across jobs, not per job: a worker serves
+        many jobs in its life and a finished job's links stayed behind. Past the bound every memory is
+        dropped at once (the queue dedupes anyway: forgetting costs only links sent again)."""
+        if sum(map(len, self._submitted.values())) > SUBMITTED_CAP:
+            self._submitted.clear()
+        self._submitted.setdefault(job_id, set()).update(urls)
 
     def start(self) -> None:
         if self._loop_task is None:
@@ -225,10 +233,7 @@ class Finisher:
                     failed[i] = f"enqueue of discovered links failed: {res!r}"
                 continue
             self.metrics.discovered.inc(int(res))
-            submitted = self._submitted[job_id]
-            if len(submitted) > SUBMITTED_CAP:
-                submitted.clear()
-            submitted.update(urls)
+            self._remember(job_id, urls)
 
         # 2. records, one write per (sink, job)
         writes: dict[tuple[int, str], tuple[Sink, list[int]]] = {}

@@ -372,16 +372,22 @@ end
 
 -- A crawl's Bloom filter (spec.crawl.bloomFilter, trawl.queue.bloom): set the item's bits (k by double
 -- hashing of its SHA-1) in the string key bk of the given size; true when one was clear (the item is new).
+-- One BITFIELD of k SET u1 operations, not k SETBITs: a redis.call costs more than the bits it sets
+-- (bench/frontier.py measured 2.4x the exact set's Redis CPU per URL with SETBITs).
 local function bloom_add(bk, item, bits, k)
   local h = redis.sha1hex(item)
   local h1 = tonumber(string.sub(h, 1, 8), 16)
   local h2 = tonumber(string.sub(h, 9, 16), 16)
   h2 = h2 + 1 - h2 % 2 -- odd: the k positions differ
-  local new = false
+  local ops = {}
   for i = 0, k - 1 do
-    if redis.call('SETBIT', bk, (h1 + i * h2) % bits, 1) == 0 then new = true end
+    local at = 4 * i
+    ops[at + 1], ops[at + 2], ops[at + 3], ops[at + 4] = 'SET', 'u1', (h1 + i * h2) % bits, 1
   end
-  return new
+  for _, old in ipairs(redis.call('BITFIELD', bk, unpack(ops))) do
+    if old == 0 then return true end
+  end
+  return false
 end
 
 -- Add URLs ARGV[first..last] to a job at the given depth, honouring the job's max_pages cap, its
@@ -417,7 +423,8 @@ local function add_urls(jk, job_id, rk, uk, xk, st, m, prio, now, depth, first, 
       fp = fp + (1 - math.exp(-nh * (seq + #items) / bits)) ^ nh
       ok = bloom_add(uk .. ':bf', member, bits, nh)
     end
-    if dg and (crawl or xd) then member = url_digest(member) end
+    -- the digest only where it is kept: the exact set, the cross-job window (a filter hashes the URL itself)
+    if dg and ((crawl and not bits) or xd) then member = url_digest(member) end
     if crawl and not bits then ok = redis.call('SADD', uk, member) == 1 end
     if ok and xd and not ns then
       local sc = redis.call('ZSCORE', xk, member)

@@ -1,0 +1,340 @@
+#!/usr/bin/env python3
+"""A crawl's frontier in Redis: bytes per seen URL, false positives and throughput, exact vs Bloom dedupe.
+
+For each size N (100 k, 1 M, 10 M URLs) and each dedupe tier -- exact (the job's set of 12-byte digests),
+Bloom at 0.001 (spec.crawl.bloomFilter's default) and at 0.0001 (its lowest rate) -- a fresh
+``redis-server`` (started here, stopped afterwards) gets one crawl job registered as the operator
+registers it (``build_job_config`` of a ScrapeJob with ``crawl.maxPages`` N; the Bloom filter sized for
+N), and N distinct URLs of 60-100 characters are offered through the queue client's
+``enqueue_discovered`` -- the call a worker makes for the links it found -- in batches of ``--batch``
+links (a few pages' worth), ``--clients`` calls at a time. Measured:
+
+* bytes per seen URL: ``MEMORY USAGE`` of the job's dedupe key (the set, or the filter string) / N --
+  what stays until retention -- and the whole frontier (``used_memory`` after minus before, every URL
+  still pending in the ready list) / N;
+* pages skipped while filling: N minus the URLs added (0 for the exact tier), beside the job's
+  ``possiblySkipped`` (the scripts' expected count, status.dedupe);
+* false-positive rate at the filter's full load: the filter is read back and ``--probes`` never-seen URLs
+  are tested against it with the script's own bit positions (trawl.queue.bloom.contains; checked first on
+  inserted URLs, which must all hit) -- against the configured rate and the rate the sizing predicts;
+* throughput: URLs offered per second (wall, loaded machine) and Redis CPU microseconds per URL.
+
+Then (unless ``--no-crawl``) a real crawl: bench/crawl_throughput.py's static bookstore behind nginx
+and one ``trawl worker`` process, the same job with exact dedupe and with a Bloom filter at 0.0001 for
+``maxPages`` 1,000,000 (the filter a million-page crawl gets), interleaved ``--repeat`` times: pages/s.
+
+The exact tier at 10 M needs ~2.5 GB of Redis with every URL pending; a size whose estimate does not fit in
+half the free memory (``free``) is skipped with the reason, and the exact tier's cost extrapolated.
+
+    .venv/bin/python bench/frontier.py              # 100 k, 1 M and 10 M; the crawl comparison
+    .venv/bin/python bench/frontier.py --quick      # 100 k only, a short crawl
+    .venv/bin/python bench/frontier.py --sizes 1000000 --no-crawl
+    .venv/bin/python bench/frontier.py --crawl-only --repeat 5
+
+The last line: ``bloom_bytes_per_url_1e-4=... exact_bytes_per_url=... fp_measured=... fp_configured=...
+throughput_ratio_1M=... redis_cpu_ratio_1M=... crawl_pages_ratio=...`` (Bloom at 0.0001 at the largest size
+run; the ratios are Bloom 0.0001 over exact at 1 M, or at the largest size below it: URLs/s, and Redis CPU
+per URL, which a loaded machine disturbs less).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from trawl.api.scrapejob import ScrapeJobSpec
+from trawl.dev.redis_server import RedisServer
+from trawl.jobspec.wire import build_job_config
+from trawl.queue import Queue
+from trawl.queue.bloom import BloomSize, contains, false_positive_rate
+from trawl.queue.model import Task
+
+PREFIX = "trawl:{bench/frontier}"
+JOB = "crawl"
+TIERS: tuple[float | None, ...] = (None, 0.001, 0.0001)
+SECTIONS = ("catalogue", "products/category", "blog/2025/archive", "help/articles", "news/world", "shop")
+WORDS = ("garden", "kitchen-and-dining", "outdoor-furniture", "electronics", "travel-guides", "books", "toys")
+# Redis bytes per URL of the exact tier with every URL pending (measured: ~150 ready list + ~65 set),
+# with room for the allocator's peaks: what a size must fit in before it is run.
+EXACT_ESTIMATE_BYTES = 260
+
+
+def url_of(i: int, tag: str) -> str:
+    """The i-th distinct URL of a family ``tag``: 60-100 characters, several hosts and path shapes."""
+    query = f"?page={i % 13}&sort=price" if i % 3 == 0 else ""
+    return (
+        f"https://shop{i % 7}.{tag}.example.com/{SECTIONS[i % 6]}/{WORDS[(i // 6) % 7]}/"
+        f"{WORDS[(i // 42) % 7]}-item-{i}.html{query}"
+    )
+
+
+def batches(n: int, size: int, tag: str) -> Iterator[list[str]]:
+    for start in range(0, n, size):
+        yield [url_of(i, tag) for i in range(start, min(n, start + size))]
+
+
+def tier_name(rate: float | None) -> str:
+    return "exact" if rate is None else f"bloom {rate:g}"
+
+
+@dataclass
+class Result:
+    size: int
+    tier: str
+    dedupe_bytes: int
+    frontier_bytes: int
+    added: int
+    expected_skips: float
+    seconds: float
+    redis_cpu: float
+    fp_measured: float | None = None
+    fp_configured: float | None = None
+    fp_predicted: float | None = None
+    filter_hashes: int = 0
+
+    @property
+    def per_url(self) -> float:
+        return self.dedupe_bytes / self.size
+
+    @property
+    def urls_per_s(self) -> float:
+        return self.size / self.seconds
+
+
+async def redis_cpu(r: aioredis.Redis) -> float:
+    info = await r.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+async def used_memory(r: aioredis.Redis) -> int:
+    return int((await r.info("memory"))["used_memory"])
+
+
+async def register(q: Queue, n: int, rate: float | None) -> BloomSize | None:
+    """The job as the operator registers a crawl of maxPages n (the Bloom filter sized for n)."""
+    crawl: dict[str, Any] = {"maxPages": n, "maxDepth": 100}
+    if rate is not None:
+        crawl["bloomFilter"] = {"falsePositiveRate": rate}
+    spec = ScrapeJobSpec.model_validate({"pool": "p", "urls": ["https://shop0.seed.example.com/"], "crawl": crawl})
+    config = build_job_config(JOB, spec, None)
+    await q.register_job(config)
+    bloom: BloomSize | None = config.bloom
+    return bloom
+
+
+async def offer(q: Queue, n: int, batch: int, clients: int, tag: str) -> int:
+    """Offer n distinct URLs as workers' discovered links, ``clients`` calls at a time; returns those added."""
+    parent = Task(JOB, "t0", "https://shop0.seed.example.com/", 0, 1, 0.0)
+    added = 0
+    pending: set[asyncio.Task[int]] = set()
+    for urls in batches(n, batch, tag):
+        pending.add(asyncio.ensure_future(q.enqueue_discovered(parent, urls)))
+        if len(pending) >= clients:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            added += sum(t.result() for t in done)
+    if pending:
+        added += sum(await asyncio.gather(*pending))
+    return added
+
+
+def probe(filter_bytes: bytes, size: BloomSize, n: int, probes: int) -> float:
+    """The filter's false-positive rate on ``probes`` never-seen URLs; inserted URLs must all hit first."""
+    step = max(1, n // 10_000)
+    missed = [i for i in range(0, n, step) if not contains(filter_bytes, url_of(i, "seen"), size)]
+    if missed:
+        raise SystemExit(f"the filter misses inserted URLs (e.g. {url_of(missed[0], 'seen')}): positions differ")
+    hits = sum(contains(filter_bytes, url_of(i, "fresh"), size) for i in range(probes))
+    return hits / probes
+
+
+async def measure(n: int, rate: float | None, args: argparse.Namespace) -> Result:
+    with RedisServer() as server:
+        r = aioredis.Redis.from_url(server.url)
+        q = Queue(r, PREFIX)
+        await warm_up(q)
+        before = await used_memory(r)
+        size = await register(q, n, rate)
+        cpu0, t0 = await redis_cpu(r), time.perf_counter()
+        added = await offer(q, n, args.batch, args.clients, "seen")
+        seconds, cpu = time.perf_counter() - t0, await redis_cpu(r) - cpu0
+        frontier = await used_memory(r) - before
+        key = q.keys.seen(JOB) if size is None else q.keys.bloom(JOB)
+        stats = await q.job_stats(JOB)
+        result = Result(
+            n, tier_name(rate), int(await r.memory_usage(key, samples=0) or 0), frontier, added,
+            stats.possibly_skipped, seconds, cpu,
+        )  # fmt: skip
+        if size is not None and rate is not None:
+            filter_bytes = await r.get(key) or b""
+            result.fp_measured = probe(filter_bytes, size, n, args.probes)
+            result.fp_configured, result.fp_predicted = rate, false_positive_rate(size, added)
+            result.filter_hashes = size.hashes
+        await r.aclose()
+    return result
+
+
+async def warm_up(q: Queue) -> None:
+    """Scripts loaded and the server's buffers grown at these batch sizes, then gone: a clean baseline."""
+    await q.register_job(build_job_config("warm", warm_spec(), None))
+    await q.enqueue_discovered(
+        Task("warm", "t0", "https://w.example.com/", 0, 1, 0.0), [url_of(i, "w") for i in range(5000)]
+    )
+    await q.cancel("warm")
+
+
+def warm_spec() -> ScrapeJobSpec:
+    crawl = {"maxPages": 10_000, "maxDepth": 3, "bloomFilter": {"falsePositiveRate": 0.001}}
+    return ScrapeJobSpec.model_validate({"pool": "p", "urls": ["https://w.example.com/"], "crawl": crawl})
+
+
+def free_mb() -> int:
+    with open("/proc/meminfo") as meminfo:
+        for line in meminfo:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) // 1024
+    return 0
+
+
+def fits(n: int) -> str | None:
+    """None when the exact tier at n fits in half the available memory, else why it is skipped."""
+    need, avail = n * EXACT_ESTIMATE_BYTES // 2**20, free_mb()
+    return None if need * 2 <= avail else f"needs ~{need} MB of Redis, {avail} MB available (half is the bound)"
+
+
+def print_row(res: Result) -> None:
+    fp = ""
+    if res.fp_measured is not None:
+        fp = f" fp {res.fp_measured:.2e} (configured {res.fp_configured:g}, predicted {res.fp_predicted:.2e}"
+        fp += f", k={res.filter_hashes})"
+    print(
+        f"  {res.size:>10,} {res.tier:12} dedupe {res.per_url:6.2f} B/URL ({res.dedupe_bytes / 2**20:7.1f} MB),"
+        f" frontier {res.frontier_bytes / res.size:6.1f} B/URL; skipped {res.size - res.added} (expected"
+        f" {res.expected_skips:.1f}); {res.urls_per_s:,.0f} URLs/s, {res.redis_cpu / res.size * 1e6:.2f} µs Redis"
+        f" CPU/URL{fp}",
+        flush=True,
+    )
+
+
+def run_sizes(args: argparse.Namespace) -> list[Result]:
+    results = []
+    for n in args.sizes:
+        for rate in TIERS:
+            reason = fits(n) if rate is None else None
+            if reason:
+                print(f"  {n:>10,} exact        skipped: {reason}", flush=True)
+                continue
+            res = asyncio.run(measure(n, rate, args))
+            print_row(res)
+            results.append(res)
+    return results
+
+
+def crawl_ratio(args: argparse.Namespace) -> float:
+    """A real crawl (one worker, nginx, the bookstore), exact vs Bloom 0.0001 for maxPages 1 M, interleaved:
+    the median pages/s, Bloom over exact, and beside it CPU per page (worker and Redis; Redis alone), which
+    a loaded machine disturbs less than the wall clock."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from crawl_throughput import Nginx, build_site, run_trawl
+
+    tmp = Path(tempfile.mkdtemp(prefix="trawl-frontier-"))
+    runs: dict[str, list[tuple[float, float, float]]] = {"exact": [], "bloom": []}
+    try:
+        pages = build_site(tmp / "site", args.products)
+        nginx = Nginx(tmp / "site", tmp).start()
+        try:
+            base = f"http://127.0.0.1:{nginx.port}"
+            for _ in range(args.repeat):
+                for name, crawl in (("exact", None), ("bloom", {"bloomFilter": {"falsePositiveRate": 0.0001}})):
+                    r = asyncio.run(run_trawl(base, tmp, pages, "trawl", crawl=crawl))
+                    n = r["pages"]
+                    runs[name].append(
+                        (n / r["seconds"], (r["cpu"] + r["redis_cpu"]) / n * 1e3, r["redis_cpu"] / n * 1e3)
+                    )
+                    pps, cpu, rcpu = runs[name][-1]
+                    load = os.getloadavg()[0]
+                    print(
+                        f"  crawl {name}: {n} pages, {pps:.1f} pages/s, {cpu:.2f} ms CPU/page ({rcpu:.3f} Redis)"
+                        f" (load {load:.1f})",
+                        flush=True,
+                    )
+        finally:
+            nginx.stop()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    med = {name: [statistics.median(x[i] for x in rs) for i in range(3)] for name, rs in runs.items()}
+    (e_pps, e_cpu, e_rcpu), (b_pps, b_cpu, b_rcpu) = med["exact"], med["bloom"]
+    print(
+        f"crawl of {pages} pages, median of {args.repeat}: exact {e_pps:.1f} pages/s {e_cpu:.2f} ms CPU/page"
+        f" ({e_rcpu:.3f} Redis), bloom 0.0001 {b_pps:.1f} pages/s {b_cpu:.2f} ms ({b_rcpu:.3f} Redis);"
+        f" crawl_cpu_ratio={b_cpu / e_cpu:.2f} crawl_redis_cpu_ratio={b_rcpu / e_rcpu:.2f}"
+    )
+    return b_pps / e_pps
+
+
+def summary(results: list[Result], crawl: float | None) -> str:
+    bloom4 = [r for r in results if r.tier == "bloom 0.0001"]
+    exact = [r for r in results if r.tier == "exact"]
+    top = max(bloom4, key=lambda r: r.size)
+    at = max((r.size for r in exact if r.size <= 1_000_000), default=None)
+    label = "1M" if at == 1_000_000 else str(at)
+    ratios = "throughput_ratio_1M=n/a"
+    if at is not None:  # Bloom 0.0001 over exact: URLs/s (wall, loaded), and Redis CPU per URL
+        e = next(r for r in exact if r.size == at)
+        b = next(r for r in bloom4 if r.size == at)
+        cpu = (b.redis_cpu / b.size) / (e.redis_cpu / e.size)
+        ratios = f"throughput_ratio_{label}={b.urls_per_s / e.urls_per_s:.2f} redis_cpu_ratio_{label}={cpu:.2f}"
+    parts = [
+        f"bloom_bytes_per_url_1e-4={top.per_url:.2f}",
+        f"exact_bytes_per_url={statistics.mean(r.per_url for r in exact):.1f}" if exact else "exact_bytes_per_url=n/a",
+        f"fp_measured={top.fp_measured:.2e}",
+        f"fp_configured={top.fp_configured:g}",
+        ratios,
+        f"crawl_pages_ratio={crawl:.2f}" if crawl else "crawl_pages_ratio=n/a",
+    ]
+    return " ".join(parts)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="100 k URLs only, 100 k probes, a 400-product crawl.")
+    ap.add_argument("--sizes", type=int, nargs="+", default=None, help="URL counts (default 100k 1M 10M).")
+    ap.add_argument("--batch", type=int, default=200, help="Links per enqueue_discovered call (default 200).")
+    ap.add_argument("--clients", type=int, default=4, help="Calls in flight at once (default 4).")
+    ap.add_argument("--probes", type=int, default=None, help="Fresh URLs tested per filter (default 1,000,000).")
+    ap.add_argument("--no-crawl", action="store_true", help="Skip the real crawl comparison.")
+    ap.add_argument("--crawl-only", action="store_true", help="Only the real crawl comparison.")
+    ap.add_argument("--products", type=int, default=None, help="Products of the crawled site (default 2000).")
+    ap.add_argument("--repeat", type=int, default=3, help="Interleaved crawl runs per tier (default 3).")
+    args = ap.parse_args()
+    args.sizes = args.sizes or ([100_000] if args.quick else [100_000, 1_000_000, 10_000_000])
+    args.probes = args.probes or (100_000 if args.quick else 1_000_000)
+    args.products = args.products or (400 if args.quick else 2000)
+    load = os.getloadavg()
+    print(
+        f"frontier: {args.batch} links per call, {args.clients} in flight; load {load[0]:.1f} on {os.cpu_count()} CPUs"
+    )
+    print(f"mean URL length {statistics.mean(len(url_of(i, 'seen')) for i in range(100_000)):.1f} characters")
+    results = [] if args.crawl_only else run_sizes(args)
+    crawl = None if args.no_crawl else crawl_ratio(args)
+    print(f"load average (1 min) at the start {load[0]:.1f}, at the end {os.getloadavg()[0]:.1f}")
+    if results:
+        print(summary(results, crawl))
+    elif crawl is not None:
+        print(f"crawl_pages_ratio={crawl:.2f}")
+
+
+if __name__ == "__main__":
+    main()
