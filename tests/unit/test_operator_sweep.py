@@ -18,29 +18,20 @@ def test_due_follows_each_jobs_interval_and_skips_running_and_deleting_jobs() ->
     tracked = {
         "live": Tracked(body=None, last_pass=9.0),
         "live-recent": Tracked(body=None, last_pass=9.5),
-        "done": Tracked(body=None, last_pass=6.0),
-        "done-old": Tracked(body=None, last_pass=4.0),
+        "done": Tracked(body=None, last_pass=6.0, kind="finished"),
+        "done-old": Tracked(body=None, last_pass=4.0, kind="finished"),
         "running": Tracked(body=None, last_pass=0.0, running=True),
-        "deleting": Tracked(body=None, last_pass=0.0),
+        "deleting": Tracked(body=None, last_pass=0.0, kind=None),
     }
-    kinds = {
-        "live": "active",
-        "live-recent": "active",
-        "done": "finished",
-        "done-old": "finished",
-        "running": "active",
-        "deleting": None,
-    }
-    assert due_passes(tracked, kinds, 10.0, EVERY, room=10) == ["done-old", "live"]
+    assert due_passes(tracked, 10.0, EVERY, room=10) == ["done-old", "live"]
 
 
 def test_under_overload_the_longest_waiting_go_first_and_room_bounds_them() -> None:
     tracked = {f"j{i}": Tracked(body=None, last_pass=float(i)) for i in range(10)}
-    kinds = dict.fromkeys(tracked, "active")
-    assert due_passes(tracked, kinds, 100.0, EVERY, room=3) == ["j0", "j1", "j2"]
-    assert due_passes(tracked, kinds, 100.0, EVERY, room=0) == []
+    assert due_passes(tracked, 100.0, EVERY, room=3) == ["j0", "j1", "j2"]
+    assert due_passes(tracked, 100.0, EVERY, room=0) == []
     never = {"new": Tracked(body=None), **tracked}  # never passed: first of all
-    assert due_passes(never, {**kinds, "new": "active"}, 100.0, EVERY, room=1) == ["new"]
+    assert due_passes(never, 100.0, EVERY, room=1) == ["new"]
 
 
 def test_the_loop_looks_often_enough_for_its_interval() -> None:
@@ -92,6 +83,27 @@ async def test_a_pass_that_raises_is_logged_and_the_job_passes_again(caplog: pyt
     assert sweep.tick() == ["x"]
     await asyncio.gather(*sweep.in_flight)
     assert calls == ["x", "x"] and "ScrapeJob pass x failed" in caplog.text
+
+
+async def test_the_interval_follows_the_job_as_the_watch_and_its_passes_leave_it() -> None:
+    clock = [0.0]
+    phase = {"u": "Running"}
+
+    async def run_pass(body: str) -> None:
+        phase[body] = "Succeeded"  # this pass finishes the job
+
+    sweep = JobSweep(
+        run_pass, lambda b: "finished" if phase[b] == "Succeeded" else "active", EVERY, clock=lambda: clock[0]
+    )
+    sweep.seen("u", "u")
+    assert sweep.tick() == ["u"]
+    await asyncio.gather(*sweep.in_flight)
+    assert sweep.jobs["u"].kind == "finished"
+    clock[0] = 1.0
+    assert sweep.tick() == []  # finished: every 5 s now
+    clock[0] = 5.0
+    assert sweep.tick() == ["u"]
+    await asyncio.gather(*sweep.in_flight)
 
 
 async def test_seen_keeps_the_newest_body_passed_delays_and_forget_drops() -> None:

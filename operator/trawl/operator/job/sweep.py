@@ -16,6 +16,7 @@ the object, which lags under load: a job that just finished moves to the slower 
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -36,6 +37,7 @@ class Tracked:
     body: Any
     last_pass: float = float("-inf")
     running: bool = False
+    kind: str | None = "active"  # which interval applies: kept, not asked every tick (it changes with a pass)
 
 
 @dataclass(frozen=True)
@@ -47,32 +49,25 @@ class Intervals:
     finished: float
 
 
-def due_passes(
-    tracked: Mapping[str, Tracked],
-    kinds: Mapping[str, str | None],
-    now: float,
-    intervals: Intervals,
-    room: int,
-) -> list[str]:
-    """The uids whose pass is due at ``now``, longest-waiting first, at most ``room``. ``kinds``: per uid
+def due_passes(tracked: Mapping[str, Tracked], now: float, intervals: Intervals, room: int) -> list[str]:
+    """The uids whose pass is due at ``now``, longest-waiting first, at most ``room``. A job's ``kind``:
     "active", "finished" or None (no periodic pass: e.g. a job being deleted)."""
     if room <= 0:
         return []
     waiting: list[tuple[float, str]] = []
     for uid, job in tracked.items():
-        kind = kinds.get(uid)
-        if job.running or kind is None:
+        if job.running or job.kind is None:
             continue
-        every = intervals.active if kind == "active" else intervals.finished
+        every = intervals.active if job.kind == "active" else intervals.finished
         if now - job.last_pass >= every:
             waiting.append((job.last_pass, uid))
-    waiting.sort()
-    return [uid for _, uid in waiting[:room]]
+    return [uid for _, uid in heapq.nsmallest(room, waiting)]
 
 
 class JobSweep:
     """The loop. ``run_pass(body)`` is one pass over a job (its errors are its own: a pass that raises is
-    logged and the job's next pass comes at its interval); ``kind_of(body)`` says which interval applies."""
+    logged and the job's next pass comes at its interval); ``kind_of(body)`` says which interval applies,
+    asked when the watch delivers the job and after each of its passes (what can change it)."""
 
     def __init__(
         self,
@@ -96,9 +91,10 @@ class JobSweep:
         """The watch delivered the job (any event but its deletion): keep its newest body."""
         job = self.jobs.get(uid)
         if job is None:
-            self.jobs[uid] = Tracked(body)
+            self.jobs[uid] = Tracked(body, kind=self.kind_of(body))
         else:
             job.body = body
+            job.kind = self.kind_of(body)
 
     def passed(self, uid: str) -> None:
         """A pass began outside the loop (a create or update handler): the next periodic one waits its interval."""
@@ -111,9 +107,8 @@ class JobSweep:
 
     def tick(self) -> list[str]:
         """Start the passes that are due and have room; returns their uids."""
-        kinds = {uid: self.kind_of(job.body) for uid, job in self.jobs.items() if not job.running}
         room = self.concurrency - len(self.in_flight)
-        started = due_passes(self.jobs, kinds, self.clock(), self.intervals, room)
+        started = due_passes(self.jobs, self.clock(), self.intervals, room)
         for uid in started:
             self._start(uid)
         return started
@@ -133,6 +128,7 @@ class JobSweep:
             log.exception("ScrapeJob pass %s failed", uid)
         finally:
             job.running = False
+            job.kind = self.kind_of(job.body)  # the pass may have finished the job, or its hooks
 
     def start(self, every: float) -> None:
         """Run the loop (once: later calls do nothing), ticking every ``every`` seconds until ``stop``."""
