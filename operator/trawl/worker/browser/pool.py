@@ -27,7 +27,7 @@ from ..cookies import SessionJar
 from ..fetch import FetchError, FetchLimits
 from ..proxies import ProxyEndpoint
 from . import procmem
-from .contexts import ContextPool, context_key
+from .contexts import ContextKey, ContextPool, SharedContext, context_key
 from .crash import BrowserCrashed
 from .metrics import BrowserMetrics
 from .page import CLOSE_TIMEOUT, HeadersFor, HopHook, PageRenderer, RenderResult
@@ -266,6 +266,23 @@ class BrowserPool:
                     self.metrics.renders.labels(outcome).inc()
                     self.metrics.render_seconds.observe(time.monotonic() - started)
 
+    async def _context(
+        self,
+        b: _Browser,
+        url: str,
+        key: ContextKey | None,
+        limits: FetchLimits,
+        user_agent: str | None,
+        upstream: ProxyEndpoint | None,
+    ) -> SharedContext:
+        """The context of ``key`` in ``b`` for one more page; a browser gone meanwhile is a crash."""
+        try:
+            return await b.contexts.acquire(key, limits, user_agent, upstream)
+        except Exception as exc:
+            if b.lost():
+                raise BrowserCrashed(url, str(exc).split("\n", 1)[0]) from exc
+            raise
+
     async def _render(
         self,
         url: str,
@@ -295,14 +312,8 @@ class BrowserPool:
         # limit) held no page.
         held_from = time.monotonic()
         try:
-            try:
-                ctx = await b.contexts.acquire(
-                    context_key(job_id, cookies, user_agent, upstream), limits, user_agent, upstream
-                )
-            except Exception as exc:
-                if b.lost():
-                    raise BrowserCrashed(url, str(exc).split("\n", 1)[0]) from exc
-                raise
+            key = context_key(job_id, cookies, user_agent, upstream)
+            ctx = await self._context(b, url, key, limits, user_agent, upstream)
             try:
                 return await self._pages.render(
                     ctx, b.lost, url, spec, limits, headers_for, before_navigation, started, cookies
