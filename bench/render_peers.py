@@ -11,9 +11,10 @@ on the same URL list as Trawl's browser path, with what Trawl's browser mode use
 - ``pages`` pages at once.
 
 What differs is stated in docs/benchmarks.md: each peer renders its pages as its docs recommend, in
-one shared browser context (Trawl: a context per page), with no address policy proxy (Trawl: every
-connection through it). The first ``2 * pages`` renders are the warm-up; the clock, CPU (this process
-and its descendants: Playwright's driver, Chromium) and the browser's peak PSS cover the rest.
+one shared browser context (Trawl: one per job and identity, here one for the bench's job), with no
+address policy proxy (Trawl: every connection through its context's). The first ``2 * pages`` renders
+are the warm-up; the clock, CPU (this process and its descendants: Playwright's driver, Chromium) and
+the browser's peak PSS cover the rest.
 """
 
 from __future__ import annotations

@@ -8,9 +8,11 @@ same extraction rules (``LISTING_FIELDS``) and the same checks that every page y
 
 (a) fetch:  ``Fetcher`` (the SSRF-safe aiohttp client) + ``Extractor`` on the static listings,
             ``--concurrency`` pages at once;
-(b) render: ``BrowserPool`` (Debian's Chromium via Playwright, a context per page, every connection
-            through the policy proxy) + the same ``Extractor``, ``--pages`` pages at once, on the
-            script-built listings (waitFor Load) and on the XHR-fed ones (waitFor Selector).
+(b) render: ``BrowserPool`` (Debian's Chromium via Playwright, the pages of one job sharing a context,
+            every connection through its policy proxy) + the same ``Extractor``, ``--pages`` pages at
+            once, on the script-built listings (waitFor Load) and on the XHR-fed ones (waitFor Selector);
+            ``--context-per-page`` renders each page in a context of its own (as before issue 38).
+            The extraction's own cost per rendered page is printed (``extract_ms/page``).
 
 CPU: seconds of user + system time per page, of this process and its descendants (Playwright's
 driver, every Chromium process; reaped renderers count through their parent), the site excluded. On
@@ -81,14 +83,24 @@ async def run_all(urls: list[str], concurrency: int, one: Any) -> float:
 
 
 async def bench(
-    base: str, renderer: Renderer, concurrency: int, pages: int, site_pid: int, results: list[dict[str, Any]]
+    base: str,
+    renderer: Renderer,
+    concurrency: int,
+    pages: int,
+    site_pid: int,
+    results: list[dict[str, Any]],
+    job_id: str = "bench",
 ) -> list[str]:
     allowed = parse_networks([f"{HOST}/32"])
     extractor = Extractor(ExtractOptions.from_dict({"fields": LISTING_FIELDS}))
     lines: list[str] = []
+    extracting = [0.0, 0]  # CPU seconds in the extractor, pages
 
     def check(body: bytes, url: str) -> None:
+        t0 = time.process_time()
         data = extractor.extract(body, url).data
+        extracting[0] += time.process_time() - t0
+        extracting[1] += 1
         assert len(data["names"]) == 10 and len(data["prices"]) == 10, (url, data)
 
     # (a) the static fetch path
@@ -131,11 +143,12 @@ async def bench(
             urls = [base + p for p in listing_paths(renderer, flavour)]
 
             async def render_one(u: str, spec: RenderSpec = spec) -> None:
-                result = await pool.render(u, spec)
+                result = await pool.render(u, spec, job_id=job_id)  # one job: its pages share a context
                 check(result.fetch.body, u)
 
             await run_all(urls[: 2 * pages], pages, render_one)  # warm-up: browser started, caches warm
             idle = await pool.memory_bytes()
+            extracting[:] = [0.0, 0]
             peak = idle
             sampler = asyncio.create_task(sample())
             cpu0 = cpu(site_pid)
@@ -148,7 +161,8 @@ async def bench(
                 f"render  {flavour:<6}  pages={len(urls)} contexts={pages} seconds={secs:.2f} pages/s={rate:.1f} "
                 f"ratio_vs_fetch={rate / fetch_rate:.3f} cpu_ms/page={render_cpu * 1000:.0f} "
                 f"cpu_ratio={render_cpu / max(fetch_cpu, 1e-6):.0f}x browser_idle_MiB={idle / 2**20:.0f} "
-                f"browser_peak_MiB={peak / 2**20:.0f} per_context_MiB={per_context / 2**20:.1f}"
+                f"browser_peak_MiB={peak / 2**20:.0f} per_context_MiB={per_context / 2**20:.1f} "
+                f"extract_ms/page={extracting[0] / max(1, extracting[1]) * 1000:.1f}"
             )
             results.append(
                 {"name": "trawl", "flavour": flavour, "pages": len(urls), "seconds": secs,
@@ -208,6 +222,9 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=8, help="fetches in flight (static path)")
     parser.add_argument("--pages", type=int, default=8, help="pages rendered at once (browser contexts)")
     parser.add_argument("--no-peers", action="store_true", help="Trawl only (no Crawlee, no scrapy-playwright)")
+    parser.add_argument(
+        "--context-per-page", action="store_true", help="Trawl renders each page in a context of its own (no job)"
+    )
     args = parser.parse_args()
     if find_chromium() is None:
         print("no Chromium: apt-get install chromium", file=sys.stderr)
@@ -225,7 +242,8 @@ def main() -> int:
         procs.wait_for_port(HOST, port, 20, site)
         base = f"http://{HOST}:{port}"
         results: list[dict[str, Any]] = []
-        lines = asyncio.run(bench(base, renderer, args.concurrency, args.pages, site.pid, results))
+        job_id = "" if args.context_per_page else "bench"
+        lines = asyncio.run(bench(base, renderer, args.concurrency, args.pages, site.pid, results, job_id))
         for line in lines:
             print(line, flush=True)
         lines = [peer_line(r) for r in results]

@@ -51,6 +51,7 @@ class SessionJar:
         self._jar = http.cookiejar.CookieJar(_policy())
         self.changed = False
         self.dropped = 0  # cookies not kept: over a bound
+        self.owner = ""  # the session's id: browser pages of one session share a context (browser.contexts)
         for doc in stored:
             cookie = _from_doc(doc)
             if cookie is not None:

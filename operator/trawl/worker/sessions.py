@@ -53,6 +53,10 @@ class Session:
     jar: SessionJar = field(default_factory=SessionJar)
     new: bool = False
 
+    def __post_init__(self) -> None:
+        # browser pages share a context only within one session (trawl.worker.browser.contexts)
+        self.jar.owner = f"{self.key}/{self.id}"
+
     def meta_json(self) -> str:
         return json.dumps({"ua": self.user_agent, "proxy": self.proxy, "created": self.created}, separators=(",", ":"))
 

@@ -84,6 +84,7 @@ class Renderer:
             on_held=held,
             upstream=proxy,
             cookies=cookies,
+            job_id=job_id,  # the job's pages share a context per identity (browser.contexts)
         )
         return rendered.fetch, rendered.info.record_fields()
 

@@ -38,7 +38,17 @@ class BrowserMetrics:
             registry=r,
         )
         self.browsers = Gauge("trawl_worker_browsers", "Browser processes running.", registry=r)
-        self.pages = Gauge("trawl_worker_browser_pages", "Pages (browser contexts) open now.", registry=r)
+        self.pages = Gauge("trawl_worker_browser_pages", "Pages being rendered now.", registry=r)
+        self.contexts = Gauge(
+            "trawl_worker_browser_contexts",
+            "Browser contexts open now (one per job and identity rendering).",
+            registry=r,
+        )
+        self.contexts_opened = Counter(
+            "trawl_worker_browser_contexts_opened_total",
+            "Browser contexts opened (each shared by the pages of one job as one identity, up to a bound).",
+            registry=r,
+        )
         self.memory = Gauge(
             "trawl_worker_browser_memory_bytes",
             "Memory (PSS) of the current browser's processes, measured after renders.",

@@ -1,15 +1,17 @@
-"""Rendering one page in a running Chromium: its context, its proxy, the hop hook, navigation, waits, snapshot.
+"""Rendering one page in a running Chromium: its page in a shared context, the hop hook, navigation, waits, snapshot.
 
-Each page is rendered in its own browser context (no cookies, storage or cache shared between pages)
-whose only way out is its own :class:`PolicyProxy` on loopback: the address policy is checked on every
-connection the page makes, the page's traffic is capped, and closing the proxy at the time cap cuts
-whatever the page still has open. Service workers, downloads and popups are off; navigations of the
-page's main frame to anything but http(s) are refused, and every main-frame navigation passes robots.txt
-and the domain's rate limit like a fetch hop. The job's headers are added request by request, to the
-requests whose origin is one of the job's own (``headers_for``), never to the whole context: a page's
-third-party subresources (an analytics script, a CDN, a site of the author's choosing) get none of them,
-nor a redirect away from the origin. Which browser a page runs in, and its replacement after a crash, is
-the pool's business (:mod:`.pool`).
+Each page opens in the browser context its job shares as one identity (:mod:`.contexts`: never another
+job's, nor another session's) whose only way out is the context's :class:`PolicyProxy` on loopback: the
+address policy is checked on every connection the page makes, the context's traffic is capped, and
+closing the proxy with the context cuts whatever is still open. The page reads the proxy's counters as a
+window (its start to its end) and counts as its own only the refusals of destinations it asked for.
+Service workers, downloads and popups are off; navigations of the page's main frame to anything but
+http(s) are refused, and every main-frame navigation passes robots.txt and the domain's rate limit like
+a fetch hop. The job's headers are added request by request, to the requests whose origin is one of the
+job's own (``headers_for``), never to the whole context: a page's third-party subresources (an
+analytics script, a CDN, a site of the author's choosing) get none of them, nor a redirect away from the
+origin. Which browser a page runs in, and its replacement after a crash, is the pool's business
+(:mod:`.pool`).
 """
 
 from __future__ import annotations
@@ -19,24 +21,24 @@ import base64
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
-from trawl.api.policies import DEFAULT_USER_AGENT, FailureClass
+from trawl.api.policies import FailureClass
 from trawl.api.render import RenderSpec, RenderWait
-from trawl.egress.addresses import IPNetwork
 
 from ..cookies import SessionJar
 from ..fetch import FetchError, FetchLimits, FetchResult, classify_status, parse_retry_after
-from ..proxies import ProxyEndpoint
+from .contexts import SharedContext
 from .crash import BrowserCrashed
 from .metrics import BrowserMetrics
-from .proxy import PolicyProxy
+from .proxy import MAX_BLOCKED_KEPT, PolicyProxy
 from .settings import BrowserSettings
 
 if TYPE_CHECKING:
-    from playwright.async_api import Browser, Page, Request, Response, Route
+    from playwright.async_api import Page, Request, Response, Route
 
 log = logging.getLogger("trawl.worker.browser")
 
@@ -44,6 +46,7 @@ HopHook = Callable[[str], Awaitable[None]]
 HeadersFor = Callable[[str], dict[str, str] | None]  # the headers a request to a URL carries (None: none)
 CLOSE_TIMEOUT = 10.0  # closing a context, a browser or Playwright takes at most this long
 SNAPSHOT_GRACE = 5.0  # the snapshot (HTML, screenshot) of a page at its time cap gets this much longer
+MAX_AUTHORITIES = 1024  # destinations remembered per page, to tell its refusals from its siblings'
 
 
 @dataclass
@@ -88,54 +91,34 @@ def _remaining_ms(deadline: float) -> float:
 
 
 class PageRenderer:
-    """Renders pages in the browser it is given, each behind its own policy proxy."""
+    """Renders pages in the shared context it is given, behind that context's policy proxy."""
 
-    def __init__(self, allowed: Sequence[IPNetwork], settings: BrowserSettings, metrics: BrowserMetrics | None) -> None:
-        self.allowed = tuple(allowed)
+    def __init__(self, settings: BrowserSettings, metrics: BrowserMetrics | None) -> None:
         self.settings = settings
         self.metrics = metrics
 
     async def render(
         self,
-        browser: Browser,
+        ctx: SharedContext,
         lost: Callable[[], bool],
         url: str,
         spec: RenderSpec,
         limits: FetchLimits,
         headers_for: HeadersFor | None,
-        user_agent: str | None,
         before_navigation: HopHook | None,
         started: float,
-        upstream: ProxyEndpoint | None = None,
         cookies: SessionJar | None = None,
     ) -> RenderResult:
-        """Render ``url`` in ``browser`` (through ``upstream``, the job's proxy, if any; with ``cookies``, a
-        session's jar: its cookies put in the context first, the context's taken back at the end);
-        ``lost`` says whether the browser itself is gone (crashed or
-        disconnected), which makes any error of the page a :class:`BrowserCrashed`."""
-        proxy = PolicyProxy(
-            self.allowed,
-            connect_timeout=limits.connect_timeout,
-            max_bytes=limits.max_bytes * self.settings.traffic_factor,
-            upstream=upstream,
-        )
-        page_state = _PageState()
+        """Render ``url`` in a new page of ``ctx`` (with ``cookies``, a session's jar: its cookies put in the
+        context first, the context's taken back at the end); ``lost`` says whether the browser itself is
+        gone (crashed or disconnected), which makes any error of the page a :class:`BrowserCrashed`. A page
+        that cannot be closed cleanly retires its context."""
+        state = _PageState(ctx.proxy)
         try:
-            await proxy.start()
             try:
                 async with asyncio.timeout(spec.timeout_seconds + SNAPSHOT_GRACE + CLOSE_TIMEOUT):
-                    return await self._in_context(
-                        browser,
-                        proxy,
-                        page_state,
-                        url,
-                        spec,
-                        limits,
-                        headers_for,
-                        user_agent,
-                        before_navigation,
-                        started,
-                        cookies,
+                    return await self._in_page(
+                        ctx, state, url, spec, limits, headers_for, before_navigation, started, cookies
                     )
             except TimeoutError as exc:
                 raise FetchError(
@@ -144,57 +127,57 @@ class PageRenderer:
             except FetchError:
                 raise
             except Exception as exc:
-                if lost() or page_state.crashed or is_closed_error(exc):
+                if lost() or state.crashed or is_closed_error(exc):
                     raise BrowserCrashed(url, str(exc).split("\n", 1)[0]) from exc
                 raise
         finally:
-            await proxy.close()
+            if state.page_left_open:
+                ctx.retired = True  # a page that would not close: its context goes, and every connection with it
             if self.metrics is not None:
-                self.metrics.blocked.inc(proxy.stats.blocked_count)
+                self.metrics.blocked.inc(len(state.refused()))
 
-    async def _in_context(
+    async def _in_page(
         self,
-        browser: Browser,
-        proxy: PolicyProxy,
+        ctx: SharedContext,
         state: _PageState,
         url: str,
         spec: RenderSpec,
         limits: FetchLimits,
         headers_for: HeadersFor | None,
-        user_agent: str | None,
         before_navigation: HopHook | None,
         started: float,
         cookies: SessionJar | None = None,
     ) -> RenderResult:
-        context = await browser.new_context(
-            proxy={"server": proxy.url, "bypass": "<-loopback>"},
-            service_workers="block",
-            accept_downloads=False,
-            user_agent=user_agent or DEFAULT_USER_AGENT,
-            viewport={"width": 1280, "height": 800},
-        )
-        try:
-            if cookies is not None and (jar := cookies.for_browser()):
+        context = ctx.context
+        if cookies is not None:
+            if ctx.active == 1:  # alone in its context: exactly the session's jar, nothing older
+                await context.clear_cookies()
+            if jar := cookies.for_browser():
                 await context.add_cookies(jar)  # type: ignore[arg-type]
-            page = await context.new_page()
+        page = await context.new_page()
+        state.page_left_open = True
+        try:
             page.on("crash", lambda _p: state.mark_crashed())
             page.on("popup", lambda p: state.spawn(p.close()))
+            # a redirect's next request is not routed: a failed one still names the destination it was for
+            page.on("requestfailed", lambda r: state.asked(r.url))
             blocked_types = {str(r.value) for r in spec.block_resources or ()}
-            await context.route(
+            await page.route(
                 "**/*", lambda route: self._on_route(route, page, state, blocked_types, before_navigation, headers_for)
             )
             deadline = state.deadline = started + spec.timeout_seconds
-            response, timed_out = await self._navigate(page, proxy, state, url, spec, deadline)
+            response, timed_out = await self._navigate(page, state, url, spec, deadline)
             if not timed_out:
                 timed_out = await self._wait(page, url, spec, deadline)
-            return await self._snapshot(page, proxy, state, url, spec, limits, response, timed_out, started)
+            return await self._snapshot(page, state, url, spec, limits, response, timed_out, started)
         finally:
             state.cancel_all()
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(CLOSE_TIMEOUT):
                     if cookies is not None:  # what the page's responses and scripts set, back to the session
                         cookies.take_browser(await context.cookies())  # type: ignore[arg-type]
-                    await context.close()
+                    await page.close()
+                    state.page_left_open = False
 
     async def _on_route(
         self,
@@ -206,6 +189,7 @@ class PageRenderer:
         headers_for: HeadersFor | None,
     ) -> None:
         request: Request = route.request
+        state.asked(request.url)
         try:
             if request.resource_type in blocked_types:
                 self._aborted("resource_type")
@@ -258,7 +242,7 @@ class PageRenderer:
             self.metrics.aborted.labels(reason).inc()
 
     async def _navigate(
-        self, page: Page, proxy: PolicyProxy, state: _PageState, url: str, spec: RenderSpec, deadline: float
+        self, page: Page, state: _PageState, url: str, spec: RenderSpec, deadline: float
     ) -> tuple[Response | None, bool]:
         """Load ``url``: its main response (None when the page took the time cap to load, which a network-idle
         or delay wait accepts), and whether it timed out."""
@@ -275,7 +259,7 @@ class PageRenderer:
                 ) from exc
             response, timed_out = None, True  # the document is there; its subresources are not all done
         except PlaywrightError as exc:
-            raise self._navigation_failure(url, proxy, state, exc) from exc
+            raise self._navigation_failure(url, state, exc) from exc
         if response is not None:
             retry_after = parse_retry_after(await _header(response, "retry-after"))
             failure = classify_status(response.status, retry_after)
@@ -311,7 +295,6 @@ class PageRenderer:
     async def _snapshot(
         self,
         page: Page,
-        proxy: PolicyProxy,
         state: _PageState,
         url: str,
         spec: RenderSpec,
@@ -325,8 +308,11 @@ class PageRenderer:
 
         if state.crashed:
             raise BrowserCrashed(url, "the page's renderer process crashed")
+        proxy = state.proxy
         if proxy.stats.over_budget:
-            raise FetchError(FailureClass.TOO_LARGE, f"page traffic exceeded {proxy.max_bytes} bytes on {url}", url=url)
+            raise FetchError(
+                FailureClass.TOO_LARGE, f"traffic of {url} and its context exceeded {proxy.max_bytes} bytes", url=url
+            )
         final_url = page.url
         if not final_url.startswith(("http://", "https://")):
             raise FetchError(FailureClass.BAD_CONTENT, f"page {url} ended on {final_url[:100]!r}", url=url)
@@ -351,25 +337,27 @@ class PageRenderer:
             content_type="text/html",
             charset="utf-8",
             elapsed=elapsed,
-            wire_bytes=proxy.stats.bytes_down,
+            wire_bytes=proxy.stats.bytes_down - state.bytes0,
         )
+        refused = state.refused()
         info = RenderInfo(
             timed_out=timed_out,
-            blocked=list(proxy.stats.blocked),
-            blocked_count=proxy.stats.blocked_count,
-            requests=proxy.stats.connections,
+            blocked=refused[:MAX_BLOCKED_KEPT],
+            blocked_count=len(refused),
+            requests=proxy.stats.connections - state.connections0,
             seconds=elapsed,
             screenshot=shot,
         )
         return RenderResult(fetch, info)
 
-    def _navigation_failure(self, url: str, proxy: PolicyProxy, state: _PageState, exc: Exception) -> FetchError:
+    def _navigation_failure(self, url: str, state: _PageState, exc: Exception) -> FetchError:
+        proxy = state.proxy
         if state.navigation_error is not None:
             return state.navigation_error
         if state.crashed or is_closed_error(exc):
             return BrowserCrashed(url, str(exc).split("\n", 1)[0])
-        if proxy.stats.blocked:
-            return FetchError(FailureClass.BLOCKED_ADDRESS, f"refused {url}: {proxy.stats.blocked[0]}", url=url)
+        if refused := state.refused():
+            return FetchError(FailureClass.BLOCKED_ADDRESS, f"refused {url}: {refused[0]}", url=url)
         if proxy.stats.over_budget:
             return FetchError(FailureClass.TOO_LARGE, f"page traffic exceeded {proxy.max_bytes} bytes", url=url)
         text = str(exc).split("\n", 1)[0]
@@ -384,10 +372,30 @@ async def _header(response: Any, name: str) -> str | None:
     return str(value) if value is not None else None
 
 
-class _PageState:
-    """Mutable facts about one page, set from Playwright's event callbacks."""
+def authority_of(url: str) -> str | None:
+    """``host:port`` of ``url`` as the policy proxy names a destination (lower case, default ports filled)."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port or {"http": 80, "ws": 80, "https": 443, "wss": 443}.get(parts.scheme)
+    except ValueError:
+        return None
+    host = parts.hostname
+    if not host or port is None:
+        return None
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
-    def __init__(self) -> None:
+
+class _PageState:
+    """Mutable facts about one page, set from Playwright's event callbacks, and its window on the
+    context's proxy: the counters as they were when the page started and the destinations it asked for."""
+
+    def __init__(self, proxy: PolicyProxy) -> None:
+        self.proxy = proxy
+        self.seq0 = proxy.stats.blocked_count
+        self.bytes0 = proxy.stats.bytes_down
+        self.connections0 = proxy.stats.connections
+        self.authorities: set[str] = set()
+        self.page_left_open = False
         self.crashed = False
         self.first_navigation_seen = False
         self.navigation_error: FetchError | None = None
@@ -396,6 +404,15 @@ class _PageState:
 
     def mark_crashed(self) -> None:
         self.crashed = True
+
+    def asked(self, url: str) -> None:
+        """The page asked for ``url`` (routed, or a redirect's request that failed)."""
+        if len(self.authorities) < MAX_AUTHORITIES and (authority := authority_of(url)) is not None:
+            self.authorities.add(authority)
+
+    def refused(self) -> list[str]:
+        """The proxy's refusals since the page started, of destinations this page asked for."""
+        return self.proxy.stats.refused_since(self.seq0, self.authorities)
 
     def spawn(self, coro: Awaitable[Any]) -> None:
         async def run() -> None:

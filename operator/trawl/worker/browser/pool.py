@@ -1,7 +1,8 @@
 """Headless Chromium for one worker (Debian's package, driven by Playwright; never a downloaded browser).
 
 One :class:`BrowserPool` per worker process starts Chromium on the first Browser task and renders each
-page in it (:mod:`.page`), at most ``pages_per_browser`` at a time. A browser that crashes (or whose
+page in it (:mod:`.page`), at most ``pages_per_browser`` at a time, in the context its job shares as one
+identity (:mod:`.contexts`). A browser that crashes (or whose
 processes grow past the memory ceiling) is replaced, and the next page starts a new one: pages being
 rendered in a crashed browser fail as :class:`~.crash.BrowserCrashed` (class Connection), and the worker
 gives their tasks back without spending an attempt.
@@ -26,6 +27,8 @@ from ..cookies import SessionJar
 from ..fetch import FetchError, FetchLimits
 from ..proxies import ProxyEndpoint
 from . import procmem
+from .contexts import ContextKey, ContextPool, SharedContext, context_key
+from .crash import BrowserCrashed
 from .metrics import BrowserMetrics
 from .page import CLOSE_TIMEOUT, HeadersFor, HopHook, PageRenderer, RenderResult
 from .proxy import PolicyProxy
@@ -47,6 +50,7 @@ class BrowserUnavailable(Exception):
 class _Browser:
     browser: Browser
     marker: str
+    contexts: ContextPool
     pid: int | None = None
     active: int = 0
     crashed: bool = False
@@ -70,7 +74,7 @@ class BrowserPool:
         self.allowed = tuple(allowed)
         self.settings = settings or BrowserSettings()
         self.metrics = metrics
-        self._pages = PageRenderer(self.allowed, self.settings, metrics)
+        self._pages = PageRenderer(self.settings, metrics)
         self._slots = asyncio.Semaphore(self.settings.pages_per_browser)
         self._lock = asyncio.Lock()
         self._pw: Playwright | None = None
@@ -129,7 +133,9 @@ class BrowserPool:
                 raise BrowserUnavailable(f"cannot start Chromium ({executable}): {exc2}") from exc2
         if self._no_sandbox is None:
             self._no_sandbox = self.settings.args(marker, no_sandbox=None).count("--no-sandbox") > 0
-        b = _Browser(browser, marker, pid=procmem.find_pid(marker))
+        b = _Browser(
+            browser, marker, ContextPool(browser, self.allowed, self.settings, self.metrics), procmem.find_pid(marker)
+        )
         browser.on("disconnected", lambda _b: self._on_disconnected(b))
         self._browsers.add(b)
         self.launches += 1
@@ -174,6 +180,7 @@ class BrowserPool:
 
     async def _close_browser(self, b: _Browser) -> None:
         b.retired = True
+        await b.contexts.close_all()  # their proxies too
         with contextlib.suppress(Exception):
             async with asyncio.timeout(CLOSE_TIMEOUT):
                 await b.browser.close()
@@ -234,17 +241,20 @@ class BrowserPool:
         on_held: Callable[[float], None] | None = None,
         upstream: ProxyEndpoint | None = None,
         cookies: SessionJar | None = None,
+        job_id: str = "",
     ) -> RenderResult:
         """Render ``url`` and return its HTML (through ``upstream``, the job's proxy, if any);
         raises :class:`FetchError` like a fetch would. ``on_held`` is
-        told the seconds the page held the browser (its context open), whatever the outcome."""
+        told the seconds the page held the browser (its page open), whatever the outcome. Pages of one
+        ``job_id`` as one identity share a context; without a job a page has a context of its own."""
         async with self._slots:
             started = time.monotonic()
             outcome = "ok"
             try:
                 result = await self._render(
-                    url, spec, limits, headers_for, user_agent, before_navigation, started, on_held, upstream, cookies
-                )
+                    url, spec, limits, headers_for, user_agent, before_navigation, started, on_held, upstream, cookies,
+                    job_id,
+                )  # fmt: skip
                 if result.info.timed_out:
                     outcome = "timed_out"
                 return result
@@ -255,6 +265,23 @@ class BrowserPool:
                 if self.metrics is not None:
                     self.metrics.renders.labels(outcome).inc()
                     self.metrics.render_seconds.observe(time.monotonic() - started)
+
+    async def _context(
+        self,
+        b: _Browser,
+        url: str,
+        key: ContextKey | None,
+        limits: FetchLimits,
+        user_agent: str | None,
+        upstream: ProxyEndpoint | None,
+    ) -> SharedContext:
+        """The context of ``key`` in ``b`` for one more page; a browser gone meanwhile is a crash."""
+        try:
+            return await b.contexts.acquire(key, limits, user_agent, upstream)
+        except Exception as exc:
+            if b.lost():
+                raise BrowserCrashed(url, str(exc).split("\n", 1)[0]) from exc
+            raise
 
     async def _render(
         self,
@@ -268,6 +295,7 @@ class BrowserPool:
         on_held: Callable[[float], None] | None = None,
         upstream: ProxyEndpoint | None = None,
         cookies: SessionJar | None = None,
+        job_id: str = "",
     ) -> RenderResult:
         # robots.txt and the rate limit for the page URL, before the browser does anything
         if before_navigation is not None:
@@ -280,23 +308,18 @@ class BrowserPool:
         if self.metrics is not None:
             self.metrics.pages.inc()
         # The page's time in the browser (its tenant's browserSecondsPerDay): from here, where it has a
-        # browser, until its context is closed; the waits before it (a page slot, robots.txt, the rate
+        # browser, until its page is closed; the waits before it (a page slot, robots.txt, the rate
         # limit) held no page.
         held_from = time.monotonic()
         try:
-            return await self._pages.render(
-                b.browser,
-                b.lost,
-                url,
-                spec,
-                limits,
-                headers_for,
-                user_agent,
-                before_navigation,
-                started,
-                upstream,
-                cookies,
-            )
+            key = context_key(job_id, cookies, user_agent, upstream)
+            ctx = await self._context(b, url, key, limits, user_agent, upstream)
+            try:
+                return await self._pages.render(
+                    ctx, b.lost, url, spec, limits, headers_for, before_navigation, started, cookies
+                )
+            finally:
+                await b.contexts.release(ctx)
         finally:
             if on_held is not None:
                 on_held(time.monotonic() - held_from)

@@ -11,8 +11,11 @@ browser behind a proxy never resolves names itself.
 With an ``upstream`` (the job's proxy group, trawl.worker.proxies) the connection to the checked address
 goes through that proxy, as a CONNECT (HTTP proxy) or SOCKS5 connect to the address, never to the name.
 
-One proxy serves one page render: its byte budget, blocked-request log and lifetime are the page's,
-and closing it cuts every connection the page still holds.
+One proxy serves one browser context (trawl.worker.browser.contexts): the pages one job renders as one
+identity, possibly several at once. Its byte budget grows by each page's share as the page starts
+(:meth:`PolicyProxy.grant`), its counters are read by each page as a window (from its start to its end),
+its refusals name the ``host:port`` refused so that a page counts only those of the destinations it asked
+for, and closing it (the context's end) cuts every connection still open.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -38,6 +42,7 @@ MAX_HEAD_BYTES = 64 * 1024
 HEAD_TIMEOUT = 10.0
 CHUNK = 64 * 1024
 MAX_BLOCKED_KEPT = 50
+MAX_REFUSALS_KEPT = 256  # the latest refusals (host:port, reason), for the pages of a shared context
 # Request headers meant for the proxy or for this one hop; the upstream connection is always closed
 # after one response so that one client connection never carries requests to two checked hosts.
 _HOP_HEADERS = frozenset({b"proxy-connection", b"proxy-authorization", b"connection", b"keep-alive"})
@@ -59,6 +64,12 @@ class ProxyStats:
     blocked_count: int = 0
     bytes_down: int = 0  # bytes received from upstream servers
     over_budget: bool = False
+    # (sequence number, "host:port", reason) of the latest refusals; the sequence number is blocked_count
+    refusals: deque[tuple[int, str, str]] = field(default_factory=lambda: deque(maxlen=MAX_REFUSALS_KEPT))
+
+    def refused_since(self, seq: int, authorities: set[str]) -> list[str]:
+        """Refusals after the ``seq``-th of destinations in ``authorities``, as "host:port: reason"."""
+        return [f"{a}: {r}" for n, a, r in self.refusals if n > seq and a in authorities]
 
 
 def split_host_port(authority: str, default_port: int) -> tuple[str, int]:
@@ -102,6 +113,10 @@ class PolicyProxy:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    def grant(self, nbytes: int) -> None:
+        """One more page's share of traffic: the context's budget is the sum over the pages it served."""
+        self.max_bytes = (self.max_bytes or 0) + nbytes
 
     async def start(self) -> PolicyProxy:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, limit=MAX_HEAD_BYTES)
@@ -232,6 +247,8 @@ class PolicyProxy:
             return reader, writer
         if refused and last is None:
             self.stats.blocked_count += 1
+            authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            self.stats.refusals.append((self.stats.blocked_count, authority.lower(), "; ".join(refused)))
             if len(self.stats.blocked) < MAX_BLOCKED_KEPT:
                 self.stats.blocked.append(f"{host}:{port}: {'; '.join(refused)}")
             raise ProxyRefused(403, f"refused {host}:{port}: {'; '.join(refused)}")

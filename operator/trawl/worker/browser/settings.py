@@ -66,7 +66,8 @@ def needs_no_sandbox() -> bool:
 @dataclass(frozen=True)
 class BrowserSettings:
     executable: str | None = None  # None: found at start (find_chromium)
-    pages_per_browser: int = 8  # pages rendered at once, each in its own browser context
+    pages_per_browser: int = 8  # pages rendered at once
+    pages_per_context: int = 50  # pages one shared context serves before it is replaced (trawl.worker.browser.contexts)
     memory_limit_bytes: int = 1024 * 1024 * 1024  # the browser is replaced once its processes use more (PSS)
     no_sandbox: bool | None = None  # None: only as root
     traffic_factor: int = 8  # a page's total traffic may be this many times the job's maxResponseBytes
@@ -79,6 +80,7 @@ class BrowserSettings:
         return cls(
             executable=env.get("TRAWL_CHROMIUM") or None,
             pages_per_browser=max(1, int(env.get("TRAWL_BROWSER_PAGES", "8"))),
+            pages_per_context=max(1, int(env.get("TRAWL_BROWSER_PAGES_PER_CONTEXT", "50"))),
             memory_limit_bytes=max(64, int(env.get("TRAWL_BROWSER_MEMORY_MIB", "1024"))) * 1024 * 1024,
             no_sandbox=None if no_sandbox is None else no_sandbox.lower() == "true",
             extra_args=tuple(a for a in env.get("TRAWL_BROWSER_ARGS", "").split() if a),
