@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from trawl.operator.job.sweep import Intervals, JobSweep, Tracked, due_passes, tick_seconds
+from trawl.operator.job.sweep import Intervals, JobSweep, Tracked, due_passes, pass_body, tick_seconds
 
 pytestmark = pytest.mark.unit
 
@@ -141,3 +141,41 @@ async def test_the_loop_runs_until_stopped_and_stops_its_passes() -> None:
     await asyncio.wait_for(started.wait(), timeout=30)
     await sweep.stop()
     assert sweep.loop is None and not sweep.in_flight
+
+
+def test_a_kept_body_holds_what_a_pass_reads_and_not_kopfs_bookkeeping() -> None:
+    body = {
+        "apiVersion": "trawl.dev/v1alpha1",
+        "kind": "ScrapeJob",
+        "metadata": {
+            "name": "j",
+            "namespace": "n",
+            "uid": "u1",
+            "generation": 3,
+            "labels": {"team": "a"},
+            "annotations": {"kopf.trawl.dev/last-handled-configuration": "{...}", "trawl.dev/retry": "now"},
+            "managedFields": [{"manager": "kubectl"}],
+            "resourceVersion": "42",
+            "finalizers": ["trawl.dev/finalizer"],
+        },
+        "spec": {"pool": "p", "urls": ["https://example.test/"]},
+        "status": {"phase": "Running"},
+    }
+    slim = pass_body(body, keep_status=True)
+    assert slim == {
+        "apiVersion": "trawl.dev/v1alpha1",
+        "kind": "ScrapeJob",
+        "metadata": {
+            "name": "j",
+            "namespace": "n",
+            "uid": "u1",
+            "generation": 3,
+            "labels": {"team": "a"},
+            "annotations": {"trawl.dev/retry": "now"},
+        },
+        "spec": {"pool": "p", "urls": ["https://example.test/"]},
+        "status": {"phase": "Running"},
+    }
+    deleting = {**body, "metadata": {**body["metadata"], "deletionTimestamp": "2026-11-28T00:00:00Z"}}
+    assert pass_body(deleting, keep_status=False)["metadata"]["deletionTimestamp"] == "2026-11-28T00:00:00Z"
+    assert pass_body(body, keep_status=False)["status"] == {}

@@ -155,3 +155,25 @@ def tick_seconds(intervals: Intervals) -> float:
     """How often the loop looks: a quarter of the active interval, at most 0.25 s, so a pass is at most that
     late; the look itself is a walk over the jobs in memory (about a millisecond per 10,000)."""
     return min(0.25, intervals.active / 4)
+
+
+# kopf's own annotations (its last-handled configuration is a copy of the spec) are not a pass's input.
+KOPF_ANNOTATIONS = "kopf.trawl.dev/"
+PASS_METADATA = ("name", "namespace", "uid", "generation", "labels", "deletionTimestamp")
+
+
+def pass_body(body: Mapping[str, Any], *, keep_status: bool) -> dict[str, Any]:
+    """The part of a ScrapeJob a periodic pass reads (and an Event names): identity, labels, its own
+    annotations, spec, and the stored status when asked (the pass derives from what it last wrote)."""
+    meta = body.get("metadata") or {}
+    slim: dict[str, Any] = {k: meta[k] for k in PASS_METADATA if k in meta}
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if not k.startswith(KOPF_ANNOTATIONS)}
+    if annotations:
+        slim["annotations"] = annotations
+    return {
+        "apiVersion": body.get("apiVersion"),
+        "kind": body.get("kind"),
+        "metadata": slim,
+        "spec": body.get("spec") or {},
+        "status": (body.get("status") or {}) if keep_status else {},
+    }
