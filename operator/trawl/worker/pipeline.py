@@ -235,6 +235,11 @@ class TaskPipeline:
             finally:
                 waited += time.monotonic() - t0
 
+        defer = self.limiter.deferral(domain, *spec.host(domain))  # before any round trip: see politeness.backlog
+        if defer is not None:
+            self.metrics.deferrals.labels("rate_limit").inc()
+            await self.queue.release(task, self.worker_id, delay=defer)
+            return "released"
         verdict = await self.breaker.check(domain)
         if verdict.state == "open":
             return await self._circuit_open(task, domain, verdict)
@@ -247,8 +252,11 @@ class TaskPipeline:
         fetch_started = time.monotonic()
         render_info: dict[str, Any] = {}
         try:
-            _rate, concurrency = spec.host(domain)  # the host's domain rule, else the job's politeness
-            async with self.slots.slot(domain, concurrency, deadline=time.monotonic() + self.max_rate_wait):
+            rate, concurrency = spec.host(domain)  # the host's domain rule, else the job's politeness
+            async with (
+                self.limiter.hold(domain, rate, concurrency),  # or given back: no head-of-line blocking
+                self.slots.slot(domain, concurrency, deadline=time.monotonic() + self.max_rate_wait),
+            ):
                 waited = time.monotonic() - fetch_started
                 scope = spec.headers  # the job's headers go to its own origins only (trawl.jobspec.headerscope)
                 rendered = not sitemap and spec.renders(task.url, domain)

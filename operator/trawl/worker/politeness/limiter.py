@@ -14,8 +14,9 @@ from collections.abc import Callable
 from redis.asyncio import Redis
 
 from .adaptive import AdaptiveDelay
-from .domain import DomainState
-from .rate import RateLimit
+from .backlog import keeps, start_wait
+from .domain import DomainState, RateWaitTooLong
+from .rate import RateLimit, interval_us
 from .slots import ConcurrencySlots, Slot
 
 
@@ -42,6 +43,17 @@ class DomainLimiter:
     def adaptive(self, domain: str) -> AdaptiveDelay:
         return self._domains[domain].adaptive
 
+    def hold(self, domain: str, rate: float, concurrency: int) -> Held:
+        """Count a task of the domain as held by this worker for the duration of the block (its slot, token
+        and fetch inside); raises :class:`RateWaitTooLong` (the delay to give it back for) instead when the
+        tasks of the domain already held here keep it busy long enough (:mod:`.backlog`)."""
+        return Held(self._domains[domain], rate, concurrency)
+
+    def deferral(self, domain: str, rate: float, concurrency: int) -> float | None:
+        """The delay to give a task of the domain back for, when it should not wait here (:mod:`.backlog`);
+        None when it should."""
+        return deferral(self._domains[domain], rate, concurrency, time.monotonic())
+
     def slot(self, domain: str, limit: int, *, deadline: float | None = None) -> Slot:
         """Hold one of the domain's pool-wide concurrency slots for the duration of the block (see
         :meth:`ConcurrencySlots.slot`)."""
@@ -57,3 +69,33 @@ class DomainLimiter:
 
     async def release_all(self) -> None:
         await self.slots.release_all()
+
+
+def deferral(state: DomainState, rate: float, concurrency: int, now: float) -> float | None:
+    """The delay to give a new task of the domain back for, or None when it should wait here (it should
+    start within PARK_SECONDS: :mod:`.backlog`)."""
+    interval = interval_us(rate) / 1e6 if 0 < rate < float("inf") else 0.0
+    since = now - state.tokens_at if state.tokens_rate > 0 and now - state.tokens_at < interval else None
+    wait = start_wait(state.backlog.held, state.token_waiters, concurrency, interval, since)
+    return None if keeps(wait) else state.backlog.defer(wait, interval, now)
+
+
+class Held:
+    """The context manager of :meth:`DomainLimiter.hold` (a plain class: entered once per request; async, to
+    sit in one ``async with`` beside the slot)."""
+
+    __slots__ = ("concurrency", "rate", "state")
+
+    def __init__(self, state: DomainState, rate: float, concurrency: int) -> None:
+        self.state = state
+        self.rate = rate
+        self.concurrency = concurrency
+
+    async def __aenter__(self) -> None:
+        delay = deferral(self.state, self.rate, self.concurrency, time.monotonic())
+        if delay is not None:
+            raise RateWaitTooLong(delay)
+        self.state.backlog.held += 1
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.state.backlog.held -= 1
