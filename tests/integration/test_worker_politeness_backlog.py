@@ -43,12 +43,18 @@ async def test_a_task_due_after_the_next_token_is_given_back_until_then(redis_cl
     async with limiter.hold("hard", rate, 1):
         await limiter.rate.take_token("hard", rate, adaptive=False)
     taken = time.monotonic()
-    assert limiter.deferral("hard", rate, 1) is not None  # its token is ~2 s away: not worth a place here
+    first = limiter.deferral("hard", rate, 1)  # its token is ~2 s away: not worth a place here
     delay = limiter.deferral("hard", rate, 1)
-    assert delay is not None
+    assert first is not None and delay is not None
     interval = interval_us(rate) / 1e6
     assert delay == pytest.approx(2 * interval - (time.monotonic() - taken), abs=0.2)  # behind the first one
     assert limiter.deferral("other", rate, 1) is None
+
+
+async def test_a_domain_at_its_rate_keeps_one_task_on_deck(redis_client: aioredis.Redis) -> None:
+    limiter = DomainLimiter(redis_client, _key, "w1")
+    await limiter.rate.take_token("fast", 2.0, adaptive=False)
+    assert limiter.deferral("fast", 2.0, 2) is None  # its next token within a second: it waits here
 
 
 async def test_a_high_rate_domain_keeps_its_tasks(redis_client: aioredis.Redis) -> None:

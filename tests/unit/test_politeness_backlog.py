@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from trawl.worker.politeness.backlog import MIN_DEFER, PARK_SECONDS, Backlog, keeps, start_wait
+from trawl.worker.politeness.backlog import MIN_DEFER, ON_DECK_SECONDS, PARK_SECONDS, Backlog, keeps, start_wait
 
 
 def test_a_task_of_a_domain_with_a_free_slot_and_no_recent_token_starts_at_once() -> None:
@@ -21,8 +21,14 @@ def test_every_slot_held_here_means_no_estimate_and_the_task_goes_back() -> None
 def test_the_wait_counts_the_next_token_and_the_tasks_already_waiting_for_one() -> None:
     # 2 s between tokens, the last one 0.5 s ago, one task already waiting: 1.5 + 2 s.
     assert start_wait(0, 1, 4, 2.0, 0.5) == pytest.approx(3.5)
-    assert not keeps(3.5)
-    assert keeps(PARK_SECONDS)
+    assert not keeps(3.5, 1)
+    assert keeps(PARK_SECONDS, 3)
+
+
+def test_one_task_per_domain_waits_on_deck_for_its_next_token() -> None:
+    assert keeps(ON_DECK_SECONDS, 0)  # none other waits: this one keeps the host at its rate
+    assert not keeps(ON_DECK_SECONDS, 1)  # another is on deck already
+    assert not keeps(ON_DECK_SECONDS + 0.5, 0)  # a slow rate: given back until its turn
 
 
 def test_no_rate_to_wait_for_keeps_every_task_with_a_slot() -> None:

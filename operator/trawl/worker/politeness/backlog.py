@@ -6,7 +6,9 @@ rate-limited hosts with many tasks among a claim would hold most of those places
 other hosts could have used them: measured by ``bench/many_hosts.py``, a pool of 1,000 hosts (a tenth slow,
 a tenth at 0.5 requests/s) ran at 8-13 % of what its worker did with no limit, its CPU idle. So a task is
 kept only when it should start within ``PARK_SECONDS``: one of the domain's slots is free here and its next
-rate token is due soon (from when this worker last got one, and how many of its tasks wait for one). The
+rate token is due soon (from when this worker last got one, and how many of its tasks wait for one); one
+task per domain may wait up to ``ON_DECK_SECONDS`` for the next token, so a host kept at its rate does not
+idle between its requests. The
 others go back to the queue, due when their turn should come: each deferred task of a domain one request
 interval after the one deferred before it, so they come back spread over the domain's rate rather than all
 at once.
@@ -20,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 PARK_SECONDS = 0.25  # a task expected to start within this waits here; later ones are given back
+ON_DECK_SECONDS = 1.0  # ... and the domain's one task waiting for its next token, within this
 MIN_DEFER = 0.5  # the shortest delay a deferred task is given back with (a release and a claim cost more)
 
 
@@ -37,8 +40,13 @@ def start_wait(
     return first + token_waiters * interval
 
 
-def keeps(wait: float | None) -> bool:
-    return wait is not None and wait <= PARK_SECONDS
+def keeps(wait: float | None, token_waiters: int = 0) -> bool:
+    """Whether a task expected to start in ``wait`` seconds waits here: within PARK_SECONDS, or, as the
+    domain's one task on deck (none other waits for its token), within ON_DECK_SECONDS: without one, a host
+    at its rate would idle for the give-back and the claim that brings the next task back."""
+    if wait is None:
+        return False
+    return wait <= PARK_SECONDS or (token_waiters == 0 and wait <= ON_DECK_SECONDS)
 
 
 @dataclass

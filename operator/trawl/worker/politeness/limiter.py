@@ -77,7 +77,7 @@ def deferral(state: DomainState, rate: float, concurrency: int, now: float) -> f
     interval = interval_us(rate) / 1e6 if 0 < rate < float("inf") else 0.0
     since = now - state.tokens_at if state.tokens_rate > 0 and now - state.tokens_at < interval else None
     wait = start_wait(state.backlog.held, state.token_waiters, concurrency, interval, since)
-    return None if keeps(wait) else state.backlog.defer(wait, interval, now)
+    return None if keeps(wait, state.token_waiters) else state.backlog.defer(wait, interval, now)
 
 
 class Held:
