@@ -4,6 +4,7 @@ another domain is not held back."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -22,19 +23,30 @@ async def test_a_busy_domains_next_task_is_given_back_and_another_domain_goes_on
     redis_client: aioredis.Redis,
 ) -> None:
     limiter = DomainLimiter(redis_client, _key, "w1")
-    async with limiter.hold("slow", 2.0, 1), limiter.slot("slow", 1):  # its one slot, held by a long fetch
-        with pytest.raises(RateWaitTooLong) as first:
-            async with limiter.hold("slow", 2.0, 1):
-                pass
-        with pytest.raises(RateWaitTooLong) as second:
-            async with limiter.hold("slow", 2.0, 1):
-                pass
-        assert first.value.wait >= 0.5
+    async with limiter.hold_slot("slow", 2.0, 1):  # its one slot, held by a long fetch
+        async with limiter.hold("slow", 2.0, 1):  # one task waits on deck (how long a fetch takes: not known)
+            with pytest.raises(RateWaitTooLong) as first:
+                async with limiter.hold("slow", 2.0, 1):
+                    pass
+            with pytest.raises(RateWaitTooLong) as second:
+                async with limiter.hold("slow", 2.0, 1):
+                    pass
+        assert first.value.wait >= 0.25
         assert second.value.wait > first.value.wait  # spread: not all back at once
-        async with limiter.hold("fast", 2.0, 1), limiter.slot("fast", 1):  # no head-of-line blocking
+        async with limiter.hold_slot("fast", 2.0, 1):  # no head-of-line blocking
             await limiter.rate.take_token("fast", 2.0, adaptive=False)
     async with limiter.hold("slow", 2.0, 1):  # the slot is free again: kept
         pass
+
+
+async def test_a_slow_sites_next_task_is_given_back_once_its_fetch_time_is_known(
+    redis_client: aioredis.Redis,
+) -> None:
+    limiter = DomainLimiter(redis_client, _key, "w1")
+    async with limiter.hold_slot("slow", 2.0, 1):
+        await asyncio.sleep(1.2)  # a slow request: its slot held 1.2 s
+    async with limiter.hold_slot("slow", 2.0, 1):
+        assert limiter.deferral("slow", 2.0, 1) is not None  # ~1.2 s away: given back, even on deck
 
 
 async def test_a_task_due_after_the_next_token_is_given_back_until_then(redis_client: aioredis.Redis) -> None:
@@ -63,3 +75,12 @@ async def test_a_high_rate_domain_keeps_its_tasks(redis_client: aioredis.Redis) 
         await limiter.rate.take_token("big", 1000.0, adaptive=False)
     assert limiter.deferral("big", 1000.0, 100) is None
     assert PARK_SECONDS < 1.0
+
+
+async def test_a_worker_with_free_places_keeps_its_tasks_waiting(redis_client: aioredis.Redis) -> None:
+    limiter = DomainLimiter(redis_client, _key, "w1")
+    limiter.crowded = lambda: False  # no task waits for one of its places: waiting holds none others want
+    async with limiter.hold_slot("slow", 2.0, 1):
+        assert limiter.deferral("slow", 2.0, 1) is None
+        async with limiter.hold("slow", 2.0, 1):  # kept: it will wait for the slot, as before issue 37
+            pass

@@ -5,10 +5,11 @@ A task waiting for a domain's slot or rate token holds one of the worker's ``con
 rate-limited hosts with many tasks among a claim would hold most of those places, waiting, while the pool's
 other hosts could have used them: measured by ``bench/many_hosts.py``, a pool of 1,000 hosts (a tenth slow,
 a tenth at 0.5 requests/s) ran at 8-13 % of what its worker did with no limit, its CPU idle. So a task is
-kept only when it should start within ``PARK_SECONDS``: one of the domain's slots is free here and its next
-rate token is due soon (from when this worker last got one, and how many of its tasks wait for one); one
-task per domain may wait up to ``ON_DECK_SECONDS`` for the next token, so a host kept at its rate does not
-idle between its requests. The
+kept only when it should start within ``PARK_SECONDS``: its next rate token is due soon (from when this
+worker last got one, and how many of its tasks wait for one) and a slot is free here, or soon (from how long
+the domain's requests hold one); one task per domain may wait up to ``ON_DECK_SECONDS``, so a host kept at
+its limit does not idle between its requests. All of this only while the worker is crowded (a claimed task
+waits for one of its places): else waiting holds a place no other task wants. The
 others go back to the queue, due when their turn should come: each deferred task of a domain one request
 interval after the one deferred before it, so they come back spread over the domain's rate rather than all
 at once.
@@ -22,31 +23,35 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 PARK_SECONDS = 0.25  # a task expected to start within this waits here; later ones are given back
-ON_DECK_SECONDS = 1.0  # ... and the domain's one task waiting for its next token, within this
-MIN_DEFER = 0.5  # the shortest delay a deferred task is given back with (a release and a claim cost more)
+ON_DECK_SECONDS = 1.0  # ... and the domain's one task waiting for its next token or slot, within this
+HOLD_WEIGHT = 0.2  # weight of one request in the running mean of how long a slot is held
+MIN_DEFER = 0.25  # the shortest delay a deferred task is given back with (a release and a claim cost more)
 
 
 def start_wait(
-    held: int, token_waiters: int, concurrency: int, interval: float, since_grant: float | None
+    held: int, token_waiters: int, concurrency: int, interval: float, since_grant: float | None, hold: float = 0.0
 ) -> float | None:
-    """Seconds before a new task of the domain would start here, or None when all of the domain's slots are
-    held by this worker's tasks (how long they take is the site's). ``held``: the domain's tasks held here;
-    ``token_waiters``: those waiting for a rate token; ``interval``: seconds between the domain's tokens (0:
-    no rate to wait for); ``since_grant``: seconds since this worker last got one of them (None: never, or
-    longer ago than an interval)."""
+    """Seconds before a new task of the domain would start here, or None when unknown. ``held``: the domain's
+    tasks held here; ``token_waiters``: those waiting for a rate token; ``interval``: seconds between the
+    domain's tokens (0: no rate to wait for); ``since_grant``: seconds since this worker last got one of them
+    (None: never, or longer ago than an interval); ``hold``: how long a request holds one of the domain's
+    slots here, on average (0: not known yet). With all the domain's slots held by this worker's tasks the
+    wait is the slots': the tasks before this one, ``concurrency`` at a time, ``hold`` each."""
     if held >= concurrency:
-        return None
+        return (held - concurrency + 1) * hold / concurrency if hold > 0 else None
+    # (unknown: the domain's first requests here are still out; decided by keeps' on-deck rule below)
     first = 0.0 if since_grant is None else max(0.0, interval - since_grant)
     return first + token_waiters * interval
 
 
-def keeps(wait: float | None, token_waiters: int = 0) -> bool:
+def keeps(wait: float | None, first_in_line: bool = False) -> bool:
     """Whether a task expected to start in ``wait`` seconds waits here: within PARK_SECONDS, or, as the
-    domain's one task on deck (none other waits for its token), within ON_DECK_SECONDS: without one, a host
-    at its rate would idle for the give-back and the claim that brings the next task back."""
-    if wait is None:
-        return False
-    return wait <= PARK_SECONDS or (token_waiters == 0 and wait <= ON_DECK_SECONDS)
+    domain's one task on deck (``first_in_line``: no other of its tasks waits here), within ON_DECK_SECONDS:
+    without one, a host at its limit would idle for the give-back and the claim that brings the next task
+    back."""
+    if wait is None:  # how long the domain's slots are held is not known yet: one task waits on deck
+        return first_in_line
+    return wait <= PARK_SECONDS or (first_in_line and wait <= ON_DECK_SECONDS)
 
 
 @dataclass

@@ -22,6 +22,7 @@ class DomainState:
     tokens_rate: float = 0.0  # the rate the held tokens were granted at
     token_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     token_waiters: int = 0  # tasks waiting here for one of the domain's tokens (.backlog's estimate)
+    hold: float = 0.0  # running mean of the seconds a request holds one of the domain's slots here (.backlog)
     # The concurrency slots (.slots).
     slots: list[str] = field(default_factory=list)  # leased members not in use
     slots_all: dict[str, float] = field(default_factory=dict)  # member -> monotonic time leased
