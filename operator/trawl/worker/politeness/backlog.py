@@ -4,7 +4,7 @@ given back (issue 37: no head-of-line blocking).
 A task waiting for a domain's slot or rate token holds one of the worker's ``concurrency`` places. Slow or
 rate-limited hosts with many tasks among a claim would hold most of those places, waiting, while the pool's
 other hosts could have used them: measured by ``bench/many_hosts.py``, a pool of 1,000 hosts (a tenth slow,
-a tenth at 0.5 requests/s) ran at 8-13 % of what its worker did with no limit, its CPU idle. So a task is
+a tenth at 0.5 requests/s) ran at 8-23 % of what its worker did with no limit, its CPU idle. So a task is
 kept only when it should start within ``PARK_SECONDS``: its next rate token is due soon (from when this
 worker last got one, and how many of its tasks wait for one) and a slot is free here, or soon (from how long
 the domain's requests hold one); one task per domain may wait up to ``ON_DECK_SECONDS``, so a host kept at
