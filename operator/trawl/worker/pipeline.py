@@ -212,6 +212,16 @@ class TaskPipeline:
             self.task_time.observe(elapsed)
             self.metrics.task_seconds.observe(elapsed)
 
+    async def _give_back_if_busy(self, task: Task, domain: str, spec: WorkerJobSpec) -> bool:
+        """Give the task back when its domain's tasks already held here keep the domain busy (a
+        ``rate_limit`` deferral; :mod:`trawl.worker.politeness.backlog`)."""
+        delay = self.limiter.deferral(domain, *spec.host(domain))
+        if delay is None:
+            return False
+        self.metrics.deferrals.labels("rate_limit").inc()
+        await self.queue.release(task, self.worker_id, delay=delay)
+        return True
+
     async def _handle(self, task: Task) -> str:
         job = await self.jobs.get(task.job_id)
         if job is None:
@@ -235,6 +245,8 @@ class TaskPipeline:
             finally:
                 waited += time.monotonic() - t0
 
+        if await self._give_back_if_busy(task, domain, spec):  # before any round trip: politeness.backlog
+            return "released"
         verdict = await self.breaker.check(domain)
         if verdict.state == "open":
             return await self._circuit_open(task, domain, verdict)
@@ -247,8 +259,9 @@ class TaskPipeline:
         fetch_started = time.monotonic()
         render_info: dict[str, Any] = {}
         try:
-            _rate, concurrency = spec.host(domain)  # the host's domain rule, else the job's politeness
-            async with self.slots.slot(domain, concurrency, deadline=time.monotonic() + self.max_rate_wait):
+            rate, concurrency = spec.host(domain)  # the host's domain rule, else the job's politeness
+            deadline = time.monotonic() + self.max_rate_wait
+            async with self.limiter.hold_slot(domain, rate, concurrency, deadline=deadline):  # or RateWaitTooLong
                 waited = time.monotonic() - fetch_started
                 scope = spec.headers  # the job's headers go to its own origins only (trawl.jobspec.headerscope)
                 rendered = not sitemap and spec.renders(task.url, domain)

@@ -82,6 +82,7 @@ class Worker:
         self.limiter = DomainLimiter(
             redis, keys.rate_limit, self.worker_id, max_wait=config.max_rate_wait, on_wait=self.metrics.rate_waited
         )
+        self.limiter.crowded = self._crowded  # no head-of-line blocking when places are wanted (politeness.backlog)
         self.robots = RobotsCache(
             redis,
             lambda origin: keys.rate_limit(origin, "robots"),
@@ -433,6 +434,11 @@ class Worker:
             self.metrics.claim_calls.labels("tasks").inc()
             self.metrics.claims.inc(len(tasks))
             self.metrics.in_flight.set(self.in_flight)
+
+    def _crowded(self) -> bool:
+        """Whether every place is taken, or a claimed task waits for one: a task waiting for its domain then
+        holds a place another task could use."""
+        return bool(self._buffer) or len(self._inflight) >= self.config.concurrency
 
     def _start(self, task: Task) -> None:
         t = asyncio.create_task(self.pipeline.process(task))

@@ -11,6 +11,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from .adaptive import AdaptiveDelay
+from .backlog import Backlog
 
 
 @dataclass
@@ -20,6 +21,8 @@ class DomainState:
     tokens_at: float = 0.0
     tokens_rate: float = 0.0  # the rate the held tokens were granted at
     token_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    token_waiters: int = 0  # tasks waiting here for one of the domain's tokens (.backlog's estimate)
+    hold: float = 0.0  # running mean of the seconds a request holds one of the domain's slots here (.backlog)
     # The concurrency slots (.slots).
     slots: list[str] = field(default_factory=list)  # leased members not in use
     slots_all: dict[str, float] = field(default_factory=dict)  # member -> monotonic time leased
@@ -33,11 +36,13 @@ class DomainState:
     # This worker's adaptive delay (.adaptive), and when it lets the domain's next request start.
     adaptive: AdaptiveDelay = field(default_factory=AdaptiveDelay)
     next_start: float = 0.0
+    # The domain's tasks this worker holds, and when the next one given back is due (.backlog).
+    backlog: Backlog = field(default_factory=Backlog)
 
     def idle(self) -> bool:
         """Nothing here worth keeping once no slot is leased: no one waits for a slot, no tokens are left,
-        and the adaptive delay has faded to nothing."""
-        return self.waiters == 0 and self.tokens <= 0 and self.adaptive.delay == 0
+        no task of the domain is held here, and the adaptive delay has faded to nothing."""
+        return self.waiters == 0 and self.tokens <= 0 and self.backlog.held == 0 and self.adaptive.delay == 0
 
 
 class RateWaitTooLong(Exception):

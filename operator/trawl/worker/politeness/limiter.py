@@ -14,8 +14,9 @@ from collections.abc import Callable
 from redis.asyncio import Redis
 
 from .adaptive import AdaptiveDelay
-from .domain import DomainState
-from .rate import RateLimit
+from .backlog import HOLD_WEIGHT, keeps, start_wait
+from .domain import DomainState, RateWaitTooLong
+from .rate import RateLimit, interval_us
 from .slots import ConcurrencySlots, Slot
 
 
@@ -37,10 +38,29 @@ class DomainLimiter:
         self.max_wait = max_wait
         self._domains: defaultdict[str, DomainState] = defaultdict(DomainState)
         self.rate = RateLimit(redis, key, self._domains, on_wait)
+        self.crowded: Callable[[], bool] = lambda: True  # whether the worker's places are all wanted (runner)
         self.slots = ConcurrencySlots(redis, key, worker_id, self._domains)
 
     def adaptive(self, domain: str) -> AdaptiveDelay:
         return self._domains[domain].adaptive
+
+    def hold_slot(self, domain: str, rate: float, concurrency: int, *, deadline: float | None = None) -> HeldSlot:
+        """:meth:`hold` and then :meth:`slot`, for the duration of the block."""
+        return HeldSlot(self.hold(domain, rate, concurrency), self.slot(domain, concurrency, deadline=deadline))
+
+    def hold(self, domain: str, rate: float, concurrency: int) -> Held:
+        """Count a task of the domain as held by this worker for the duration of the block (its slot, token
+        and fetch inside); raises :class:`RateWaitTooLong` (the delay to give it back for) instead when the
+        tasks of the domain already held here keep it busy long enough (:mod:`.backlog`)."""
+        return Held(self, self._domains[domain], rate, concurrency)
+
+    def deferral(self, domain: str, rate: float, concurrency: int) -> float | None:
+        """The delay to give a task of the domain back for, when it should not wait here (:mod:`.backlog`);
+        None when it should: always while the worker is not crowded (``crowded``, set by its runner: no
+        task waits for one of its places), as waiting then holds no place another task could use."""
+        if not self.crowded():
+            return None
+        return deferral(self._domains[domain], rate, concurrency, time.monotonic())
 
     def slot(self, domain: str, limit: int, *, deadline: float | None = None) -> Slot:
         """Hold one of the domain's pool-wide concurrency slots for the duration of the block (see
@@ -57,3 +77,66 @@ class DomainLimiter:
 
     async def release_all(self) -> None:
         await self.slots.release_all()
+
+
+def deferral(state: DomainState, rate: float, concurrency: int, now: float) -> float | None:
+    """The delay to give a new task of the domain back for, or None when it should wait here (it should
+    start within PARK_SECONDS: :mod:`.backlog`)."""
+    interval = interval_us(rate) / 1e6 if 0 < rate < float("inf") else 0.0
+    since = now - state.tokens_at if state.tokens_rate > 0 and now - state.tokens_at < interval else None
+    held = state.backlog.held
+    wait = start_wait(held, state.token_waiters, concurrency, interval, since, state.hold)
+    first = held == concurrency if held >= concurrency else state.token_waiters == 0
+    return None if keeps(wait, first) else state.backlog.defer(wait, interval, now)
+
+
+class Held:
+    """The context manager of :meth:`DomainLimiter.hold` (a plain class: entered once per request; async, to
+    sit in one ``async with`` beside the slot)."""
+
+    __slots__ = ("concurrency", "limiter", "rate", "state")
+
+    def __init__(self, limiter: DomainLimiter, state: DomainState, rate: float, concurrency: int) -> None:
+        self.limiter = limiter
+        self.state = state
+        self.rate = rate
+        self.concurrency = concurrency
+
+    async def __aenter__(self) -> None:
+        if self.limiter.crowded():
+            delay = deferral(self.state, self.rate, self.concurrency, time.monotonic())
+            if delay is not None:
+                raise RateWaitTooLong(delay)
+        self.state.backlog.held += 1
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.state.backlog.held -= 1
+
+
+class HeldSlot:
+    """The context manager of :meth:`DomainLimiter.hold_slot`."""
+
+    __slots__ = ("held", "since", "slot")
+
+    def __init__(self, held: Held, slot: Slot) -> None:
+        self.held = held
+        self.slot = slot
+        self.since = 0.0
+
+    async def __aenter__(self) -> None:
+        await self.held.__aenter__()
+        try:
+            await self.slot.__aenter__()
+        except BaseException:
+            await self.held.__aexit__()
+            raise
+        self.since = time.monotonic()
+
+    async def __aexit__(self, *exc: object) -> None:
+        state = self.held.state
+        seconds = time.monotonic() - self.since  # the slot's hold: its token wait and the request
+        state.hold = seconds if state.hold == 0 else state.hold + HOLD_WEIGHT * (seconds - state.hold)
+        try:
+            await self.slot.__aexit__(*exc)
+        finally:
+            await self.held.__aexit__(*exc)

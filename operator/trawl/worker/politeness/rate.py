@@ -81,6 +81,15 @@ class RateLimit:
             return
         interval = interval_us(rate)
         burst = burst_for(rate)
+        state.token_waiters += 1
+        try:
+            await self._take_locked(domain, state, rate, interval, burst, deadline)
+        finally:
+            state.token_waiters -= 1
+
+    async def _take_locked(
+        self, domain: str, state: DomainState, rate: float, interval: int, burst: int, deadline: float | None
+    ) -> None:
         async with state.token_lock:
             if state.tokens > 0 and time.monotonic() - state.tokens_at > TOKEN_MAX_AGE:
                 state.tokens = 0  # tokens of a batch left unused: do not spend them later as a burst

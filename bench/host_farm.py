@@ -1,0 +1,165 @@
+"""The pure parts of ``bench/many_hosts.py``: the farm's hosts (address, latency, politeness limit), the
+theoretical maximum pages/s, and the check of a request log against the limits.
+
+Host ``i`` of a farm of ``n`` is the loopback address ``127.1.(i // 250).(1 + i % 250)`` (all of 127/8 is
+loopback on Linux; one listening socket on the any-address answers each of them). Its kind comes from its
+index, so every size has the same mix:
+
+* ``hard`` (i % 10 == 3): rate-limited hard, 0.5 requests/s, 1 at a time, 50 ms latency;
+* ``slow`` (i % 10 == 7): 2 requests/s, 2 at a time, 1.5 s latency (so at most 2 / 1.5 = 1.33 pages/s);
+* ``fast`` (the rest): 2 requests/s, 2 at a time, 20 ms latency.
+
+A host's *allowed rate* is min(rate, concurrency / latency): what a perfect crawler gets from it. The
+theoretical maximum of a farm is the sum of the allowed rates, capped by the machine (the bare loop's
+pages/s on the same farm with no limit and no latency, measured in the same run).
+
+A request log is checked per host against both limits:
+
+* rate: the arrivals must conform to GCRA(T = 1 / rate, tau = ``JITTER``) (ITU-T I.371's virtual
+  scheduling: an arrival earlier than its theoretical time minus tau is a violation), so arrivals that left a
+  crawler exactly spaced and were bunched by the machine's scheduling by less than tau pass, while any
+  sustained excess over the rate, however small, fails. The farm timestamps an arrival when its own event
+  loop reads it; it also records its loop's stalls (a 5 ms ticker that fired late), and an arrival recorded
+  during a stall is taken as having come as early as the stall's start when it sets the next one's
+  theoretical time (:func:`uncertainty`): a gap the farm's own lateness made shorter is not the crawler's;
+* concurrency: the requests the farm was serving for the host when one arrived (itself included) must never
+  exceed the host's concurrency.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+JITTER = 0.05  # seconds of arrival jitter the rate check tolerates (tau of the GCRA)
+HOSTS_PER_OCTET = 250
+STALL_TAIL = 0.02  # after a stall the loop works off what came in meanwhile: arrivals recorded then came earlier
+
+
+@dataclass(frozen=True)
+class HostLimit:
+    kind: str
+    rate: float  # requests per second
+    concurrency: int
+    latency: float  # seconds the farm waits before it answers
+
+    @property
+    def allowed(self) -> float:
+        """Pages/s a perfect crawler gets from the host: its rate, or fewer when its latency binds first."""
+        return min(self.rate, self.concurrency / self.latency)
+
+
+KINDS: Mapping[str, HostLimit] = {
+    "fast": HostLimit("fast", 2.0, 2, 0.02),
+    "slow": HostLimit("slow", 2.0, 2, 1.5),
+    "hard": HostLimit("hard", 0.5, 1, 0.05),
+}
+
+
+def kind_of(i: int) -> str:
+    return {3: "hard", 7: "slow"}.get(i % 10, "fast")
+
+
+def limit_of(i: int) -> HostLimit:
+    return KINDS[kind_of(i)]
+
+
+def address(i: int) -> str:
+    """The loopback address of host ``i`` (never a .0 or .255 octet)."""
+    if not 0 <= i < HOSTS_PER_OCTET * 256:
+        raise ValueError(f"host {i} out of range")
+    return f"127.1.{i // HOSTS_PER_OCTET}.{1 + i % HOSTS_PER_OCTET}"
+
+
+def index_of(addr: str) -> int | None:
+    """The host index of a farm address, None for any other address."""
+    parts = addr.split(".")
+    if len(parts) != 4 or parts[0] != "127" or parts[1] != "1":
+        return None
+    hi, lo = int(parts[2]), int(parts[3])
+    if not 1 <= lo <= HOSTS_PER_OCTET:
+        return None
+    return hi * HOSTS_PER_OCTET + lo - 1
+
+
+def limit_sum(hosts: int) -> float:
+    """The sum of the hosts' allowed rates (pages/s)."""
+    return sum(limit_of(i).allowed for i in range(hosts))
+
+
+def theoretical(hosts: int, machine_cap: float) -> float:
+    """The theoretical maximum pages/s: the sum of the allowed rates, capped by the machine."""
+    return min(limit_sum(hosts), machine_cap)
+
+
+def pages_per_host(hosts: int, seconds: float, machine_cap: float) -> list[int]:
+    """Pages to give each host so that none runs dry within ``seconds`` of a crawl at the theoretical maximum:
+    its allowed rate times the duration, scaled down where the machine caps the farm (a host cannot get more
+    than its share of the cap) but with 3x headroom over that share, and at least 3."""
+    scale = min(1.0, 3 * machine_cap / limit_sum(hosts)) if hosts else 1.0
+    return [max(3, math.ceil(limit_of(i).allowed * seconds * scale) + 2) for i in range(hosts)]
+
+
+@dataclass(frozen=True)
+class Violation:
+    host: int
+    what: str  # "rate" or "concurrency"
+    at: float  # arrival time (farm's monotonic clock)
+    detail: str
+
+
+def uncertainty(t: float, stalls: Sequence[tuple[float, float]]) -> float:
+    """How much earlier than its recorded time ``t`` a request may have arrived: the farm records an arrival
+    when its loop reads it, so one recorded during a stall of that loop (start, end) may have come in as
+    early as the stall's start (also one recorded within STALL_TAIL after it: the loop works off its backlog
+    after the ticker). ``stalls`` sorted by start."""
+    u = 0.0
+    for start, end in stalls:
+        if start > t:
+            break
+        if t <= end + STALL_TAIL:
+            u = max(u, t - start)
+    return u
+
+
+def rate_violations(
+    host: int, arrivals: Sequence[float], rate: float, tau: float = JITTER, stalls: Sequence[tuple[float, float]] = ()
+) -> list[Violation]:
+    """Arrivals (sorted) that do not conform to GCRA(1 / rate, tau): the virtual scheduling algorithm, each
+    earlier arrival taken at the earliest time it may have come (its recorded time less the farm's stall it
+    was recorded in, if any), so only what the farm's own scheduling cannot explain counts."""
+    period = 1.0 / rate
+    out: list[Violation] = []
+    tat: float | None = None  # theoretical arrival time of the next conforming request
+    for t in arrivals:
+        if tat is None or t >= tat - tau:
+            earliest = t - uncertainty(t, stalls)
+            tat = max(earliest, tat if tat is not None else earliest) + period
+        else:  # non-conforming: counted, and (as in the GCRA) it does not move the schedule
+            out.append(Violation(host, "rate", t, f"{tat - t:.3f}s early at {rate:g}/s"))
+    return out
+
+
+def concurrency_violations(host: int, in_flight: Iterable[tuple[float, int]], limit: int) -> list[Violation]:
+    """Arrivals that found the host already serving ``limit`` requests (``in_flight`` counts the arrival)."""
+    return [Violation(host, "concurrency", t, f"{n} in flight > {limit}") for t, n in in_flight if n > limit]
+
+
+def violations(
+    log: Mapping[int, Sequence[tuple[float, int]]], stalls: Sequence[tuple[float, float]] = ()
+) -> list[Violation]:
+    """Every violation in a farm's request log: host -> [(arrival, in flight at arrival), ...], given the
+    stalls of the farm's loop (see :func:`rate_violations`)."""
+    out: list[Violation] = []
+    for host, entries in log.items():
+        lim = limit_of(host)
+        out += rate_violations(host, sorted(t for t, _ in entries), lim.rate, stalls=stalls)
+        out += concurrency_violations(host, entries, lim.concurrency)
+    return out
+
+
+def window_rate(log: Mapping[int, Sequence[tuple[float, int]]], start: float, end: float) -> float:
+    """Requests per second that arrived in [start, end)."""
+    n = sum(1 for entries in log.values() for t, _ in entries if start <= t < end)
+    return n / (end - start)

@@ -1,0 +1,543 @@
+#!/usr/bin/env python3
+"""Politeness at many hosts (issue 37): does every host stay busy up to its own limit, with no host above it
+and no slow or rate-limited host holding the others back? Trawl vs Scrapy on one farm of loopback hosts.
+
+The farm (this script's ``--role farm``, an aiohttp server in its own process) listens on one port of the
+any-address and answers every host ``127.1.x.y`` of ``bench/host_farm.py`` (only loopback peers are served):
+each host's latency by its kind (fast, slow, rate-limited hard: see host_farm), a small page with an ``<h1>``,
+and a log of every request: (host, arrival time, requests of that host in flight at arrival).
+
+Per size (``--hosts``, default 10, 100, 1,000, 10,000) and crawler:
+
+1. *its cap*: the crawler fetches the farm's pages with no latency and no per-host limit for
+   ``--cap-seconds`` (Trawl: politeness 10,000 requests/s and 1,000 at a time; Scrapy: no delay, per-domain
+   concurrency = ``--concurrency``), before and again after its polite run; the larger of the two
+   pages/s (the machine is shared: the less disturbed run) is what this crawler can do on this machine.
+   The bare loop (asyncio + aiohttp + selectolax, ``--concurrency`` at once) is measured the same way, for
+   reference: it extracts nothing and keeps no queue;
+2. *its polite run*: the same URL list for every crawler, shuffled (seeded): every host enough pages for
+   ``--seconds`` at its allowed rate (scaled down where the cap binds, 3x headroom:
+   host_farm.pages_per_host); the crawler is stopped ``--seconds`` after the farm saw its first request;
+3. the farm's log of the polite run gives the *achieved* pages/s (requests that arrived in the last 80 % of
+   the window: the first 20 % is start-up) and the *violations* (host_farm.violations).
+
+Efficiency = achieved / theoretical, theoretical = min(sum over hosts of min(rate, concurrency / latency),
+the crawler's cap): what a perfect scheduler with this crawler's per-page cost would get. Where the sum of
+the limits binds, efficiency measures politeness alone (every host kept at its limit, none held back by
+another); where the cap binds, it also measures what politeness costs per page.
+
+* Trawl: one real redis-server and one ``trawl worker`` process (``--concurrency``), two ScrapeJobs in one
+  pool: the fast and slow hosts' pages (``requestsPerSecond 2``, ``maxConcurrencyPerDomain 2``) and the hard
+  hosts' pages (0.5 and 1); robots.txt and the adaptive delay off, the farm's range allowed
+  (``--allowed-cidrs 127.1.0.0/16``).
+* Scrapy: one spider with the same URLs, ``SCHEDULER_PRIORITY_QUEUE =
+  'scrapy.pqueues.DownloaderAwarePriorityQueue'`` (the setting Scrapy's docs give for crawling many domains
+  in parallel), ``CONCURRENT_REQUESTS`` = ``--concurrency``, ``CONCURRENT_REQUESTS_PER_DOMAIN 2``,
+  ``DOWNLOAD_DELAY 0.5`` with ``DOWNLOAD_DELAY_JITTER 0`` (its default draws delays down to half the
+  setting: above the limit), the hard hosts in ``DOWNLOAD_SLOTS`` (concurrency 1, delay 2 s), AutoThrottle, robots.txt,
+  cookies and retries off; in a child process.
+
+Last line: ``hosts=… efficiency=… scrapy_efficiency=… violations=…`` (the largest size run; violations:
+Trawl's, over every size). Exit status 1 when Trawl had a violation.
+
+    .venv/bin/python bench/many_hosts.py                  # 10, 100, 1,000, 10,000 hosts (~9 min)
+    .venv/bin/python bench/many_hosts.py --hosts 1000     # one size
+    .venv/bin/python bench/many_hosts.py --quick          # 10 and 1,000 hosts, 20 s windows
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "operator"))
+sys.path.insert(0, str(REPO / "bench"))
+
+from host_farm import (  # noqa: E402
+    KINDS,
+    address,
+    index_of,
+    kind_of,
+    limit_of,
+    limit_sum,
+    pages_per_host,
+    theoretical,
+    violations,
+    window_rate,
+)
+
+PREFIX = "trawl:{bench/hosts}"
+WARMUP = 0.2  # share of the window left out of the achieved rate (start-up)
+BODY = "<html><head><title>p</title></head><body><h1>page {n} of host {h}</h1><p>{pad}</p></body></html>"
+PAD = "lorem ipsum " * 60
+TICK = 0.005  # the farm's stall ticker
+
+
+# --- the farm -------------------------------------------------------------------------------------------
+
+
+def farm_main(port_file: Path) -> None:
+    from aiohttp import web
+
+    log: dict[int, list[tuple[float, int]]] = {}
+    in_flight: Counter[int] = Counter()
+    bare: list[float] = []
+    stalls: list[tuple[float, float]] = []
+
+    async def page(request: web.Request) -> web.Response:
+        sock = request.transport.get_extra_info("sockname") if request.transport else None
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        host = index_of(sock[0]) if sock else None
+        if host is None or not peer or not peer[0].startswith("127."):
+            raise web.HTTPNotFound()
+        n = request.match_info["n"]
+        if request.match_info["kind"] == "bare":  # a cap's run: no latency, no limit, arrivals only
+            bare.append(time.monotonic())
+            return web.Response(text=BODY.format(n=n, h=host, pad=PAD), content_type="text/html")
+        in_flight[host] += 1
+        log.setdefault(host, []).append((time.monotonic(), in_flight[host]))
+        try:
+            await asyncio.sleep(limit_of(host).latency)
+        finally:
+            in_flight[host] -= 1  # before the answer is written: a client's next request comes after it
+        return web.Response(text=BODY.format(n=n, h=host, pad=PAD), content_type="text/html")
+
+    async def control(request: web.Request) -> web.Response:
+        if request.match_info["action"] == "first":
+            firsts = [e[0][0] for e in log.values() if e] + bare[:1]
+            return web.json_response({"first": min(firsts, default=None)})
+        out = {"hosts": {str(h): e for h, e in log.items()}, "bare": list(bare), "stalls": list(stalls)}
+        log.clear()
+        bare.clear()
+        stalls.clear()
+        return web.json_response(out)
+
+    async def ticker() -> None:
+        """The farm loop's stalls (start, end): a 5 ms tick that fired more than 5 ms late."""
+        while True:
+            before = time.monotonic()
+            await asyncio.sleep(TICK)
+            now = time.monotonic()
+            if now - before > 2 * TICK:
+                stalls.append((before + TICK, now))
+
+    async def start() -> None:
+        app = web.Application()
+        app.router.add_get("/{kind:p|bare}/{n}", page)
+        app.router.add_get("/__/{action}", control)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        # The any-address: one socket answers every 127.1.x.y (loopback on Linux); other peers get a 404.
+        site = web.TCPSite(runner, "0.0.0.0", 0, backlog=4096)
+        await site.start()
+        port_file.with_suffix(".tmp").write_text(str(runner.addresses[0][1]))
+        port_file.with_suffix(".tmp").rename(port_file)
+        await ticker()  # for as long as the farm runs
+
+    asyncio.run(start())
+
+
+async def farm_call(port: int, action: str) -> Any:
+    import aiohttp
+
+    timeout = aiohttp.ClientTimeout(total=120)
+    async with aiohttp.ClientSession(timeout=timeout) as http, http.get(f"http://127.0.0.1:{port}/__/{action}") as r:
+        return await r.json()
+
+
+async def farm_log(port: int) -> tuple[dict[int, list[tuple[float, int]]], list[float], list[tuple[float, float]]]:
+    """The farm's log since the last call: per host [(arrival, in flight)], the cap runs' arrivals, and the
+    farm loop's stalls."""
+    raw = await farm_call(port, "log")
+    hosts = {int(h): [(float(t), int(n)) for t, n in e] for h, e in raw["hosts"].items()}
+    return hosts, raw["bare"], [(float(a), float(b)) for a, b in raw["stalls"]]
+
+
+async def first_request(port: int, within: float = 120.0) -> float:
+    """The farm's monotonic time of the run's first request (waits for it)."""
+    end = time.monotonic() + within
+    while time.monotonic() < end:
+        first = (await farm_call(port, "first"))["first"]
+        if first is not None:
+            return float(first)
+        await asyncio.sleep(0.1)
+    raise SystemExit("no request reached the farm")
+
+
+# --- the URLs -------------------------------------------------------------------------------------------
+
+
+def url_list(port: int, hosts: int, seconds: float, cap: float, seed: int = 37) -> list[str]:
+    """The polite run's URLs: every host's pages (host_farm.pages_per_host), shuffled."""
+    per_host = pages_per_host(hosts, seconds, cap)
+    urls = [f"http://{address(i)}:{port}/p/{k}" for i in range(hosts) for k in range(per_host[i])]
+    random.Random(seed).shuffle(urls)
+    return urls
+
+
+def cap_urls(port: int, hosts: int, count: int) -> list[str]:
+    """A cap run's URLs: no latency, no limit, round-robin over the same hosts."""
+    return [f"http://{address(n % hosts)}:{port}/bare/{n}" for n in range(count)]
+
+
+def proc_cpu(pid: int) -> float:
+    """CPU seconds of a process so far (user + system)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def is_hard(url: str) -> bool:
+    host = index_of(url.split("/")[2].rsplit(":", 1)[0])
+    return host is not None and kind_of(host) == "hard"
+
+
+# --- the bare loop --------------------------------------------------------------------------------------
+
+
+def bare_main(urls_file: Path, concurrency: int) -> None:
+    import aiohttp
+    from selectolax.lexbor import LexborHTMLParser
+
+    urls = iter(urls_file.read_text().split())
+
+    async def run() -> None:
+        conn = aiohttp.TCPConnector(limit=concurrency, limit_per_host=0)
+        async with aiohttp.ClientSession(connector=conn) as http:
+
+            async def one() -> None:
+                for url in urls:  # one iterator: each URL once
+                    async with http.get(url) as resp:
+                        body = await resp.read()
+                    LexborHTMLParser(body).css_first("h1")
+
+            await asyncio.gather(*(one() for _ in range(concurrency)))
+
+    with contextlib.suppress(KeyboardInterrupt):  # how the controller stops it
+        asyncio.run(run())
+
+
+# --- Scrapy ---------------------------------------------------------------------------------------------
+
+
+def scrapy_main(urls_file: Path, concurrency: int, polite: bool) -> None:
+    import scrapy
+    from scrapy.crawler import CrawlerProcess
+
+    urls = urls_file.read_text().split()
+    hard, fast = KINDS["hard"], KINDS["fast"]
+    slots = {u.split("/")[2].rsplit(":", 1)[0] for u in urls if is_hard(u)}
+
+    class Farm(scrapy.Spider):
+        name = "farm"
+
+        async def start(self) -> Any:
+            for u in urls:
+                yield scrapy.Request(u, callback=self.parse, dont_filter=True)
+
+        def parse(self, response: Any) -> Any:
+            yield {"h1": response.css("h1::text").get()}
+
+    politeness: dict[str, Any] = {
+        "CONCURRENT_REQUESTS_PER_DOMAIN": fast.concurrency,
+        "DOWNLOAD_DELAY": 1 / fast.rate,
+        "DOWNLOAD_DELAY_JITTER": 0,  # its default draws delays down to half the setting: above the limit
+        "DOWNLOAD_SLOTS": {h: {"concurrency": hard.concurrency, "delay": 1 / hard.rate} for h in slots},
+    }
+    process = CrawlerProcess(
+        settings={
+            "SCHEDULER_PRIORITY_QUEUE": "scrapy.pqueues.DownloaderAwarePriorityQueue",
+            "CONCURRENT_REQUESTS": concurrency,
+            **(politeness if polite else {"CONCURRENT_REQUESTS_PER_DOMAIN": concurrency, "DOWNLOAD_DELAY": 0}),
+            "AUTOTHROTTLE_ENABLED": False,
+            "ROBOTSTXT_OBEY": False,
+            "COOKIES_ENABLED": False,
+            "RETRY_ENABLED": False,
+            "TELNETCONSOLE_ENABLED": False,
+            "LOG_LEVEL": "ERROR",
+        }
+    )
+    process.crawl(Farm)
+    process.start()
+
+
+def run_child(role: str, urls: list[str], args: argparse.Namespace, port: int, tmp: Path, polite: bool) -> float:
+    """Run the bare loop or Scrapy over ``urls`` for ``--seconds`` (polite) or ``--cap-seconds`` after the
+    farm's first request, then stop it; the first request's time."""
+    urls_file = tmp / "urls.txt"
+    urls_file.write_text("\n".join(urls))
+    seconds = args.seconds if polite else args.cap_seconds
+    argv = [sys.executable, __file__, "--role", role, "--urls", str(urls_file), "--concurrency", str(args.concurrency)]
+    proc = subprocess.Popen([*argv, *([] if polite else ["--cap"])])
+    try:
+        first = asyncio.run(first_request(port))
+        time.sleep(max(0.0, first + seconds + 0.5 - time.monotonic()))
+    finally:
+        proc.send_signal(signal.SIGINT)  # twice: Scrapy's second SIGINT stops without draining
+        time.sleep(1.0)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return first
+
+
+# --- Trawl ----------------------------------------------------------------------------------------------
+
+
+def job_spec(rate: float, concurrency: int) -> Any:
+    from trawl.api.scrapejob import ScrapeJobSpec
+
+    return ScrapeJobSpec.model_validate(
+        {
+            "pool": "bench",
+            "urls": ["http://127.1.0.1/"],  # replaced by the bench's own enqueue
+            "extract": {"fields": [{"name": "h1", "selector": "h1"}], "title": False},
+            "politeness": {
+                "respectRobotsTxt": False,
+                "requestsPerSecond": rate,
+                "maxConcurrencyPerDomain": concurrency,
+                "adaptiveDelay": False,
+            },
+        }
+    )
+
+
+def trawl_jobs(urls: list[str], polite: bool) -> list[tuple[Any, list[str]]]:
+    """Polite: the fast and slow hosts' job (their limit) and the hard hosts' job (theirs); a cap run: one job
+    with no limit that binds."""
+    if not polite:
+        return [(job_spec(10_000, 1000), urls)]
+    fast, hard = KINDS["fast"], KINDS["hard"]
+    return [
+        (job_spec(fast.rate, fast.concurrency), [u for u in urls if not is_hard(u)]),
+        (job_spec(hard.rate, hard.concurrency), [u for u in urls if is_hard(u)]),
+    ]
+
+
+async def run_trawl(urls: list[str], args: argparse.Namespace, port: int, tmp: Path, polite: bool) -> dict[str, Any]:
+    """One redis-server and one ``trawl worker``; stopped ``--seconds`` (``--cap-seconds``) after the farm's
+    first request."""
+    import redis.asyncio as aioredis
+
+    from trawl.dev import procs
+    from trawl.dev.redis_server import RedisServer
+    from trawl.jobspec.wire import build_job_config
+    from trawl.queue import Queue
+
+    seconds = args.seconds if polite else args.cap_seconds
+    with RedisServer() as server:
+        redis = aioredis.Redis.from_url(server.url)
+        queue = Queue(redis, PREFIX)
+        ids = []
+        for spec, job_urls in trawl_jobs(urls, polite):
+            ids.append(job_id := uuid.uuid4().hex[:12])
+            await queue.register_job(build_job_config(job_id, spec, None))
+            for i in range(0, len(job_urls), 5000):
+                await queue.enqueue(job_id, job_urls[i : i + 5000])
+            await queue.mark_enqueue_done(job_id)
+        argv = [
+            sys.executable, "-m", "trawl.cli", "worker", "--redis-url", server.url, "--prefix", PREFIX,
+            "--concurrency", str(args.concurrency), "--allowed-cidrs", "127.1.0.0/16", "--worker-id", "bench",
+            "--log-level", "WARNING",
+        ]  # fmt: skip
+        log_path = tmp / "trawl-worker.log"
+        # This tree's code, not the one the venv has installed.
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "operator"), os.environ.get("PYTHONPATH", "")])}
+        worker = procs.start(argv, log_path=log_path, env=env)
+        try:
+            first = await first_request(port)
+            cpu0 = proc_cpu(worker.pid) + proc_cpu(server.proc.pid)  # type: ignore[union-attr]
+            while time.monotonic() < first + seconds + 0.5:
+                if worker.poll() is not None:
+                    raise SystemExit("trawl worker died:\n" + log_path.read_text()[-3000:])
+                await asyncio.sleep(0.2)
+            cpu = proc_cpu(worker.pid) + proc_cpu(server.proc.pid) - cpu0  # type: ignore[union-attr]
+            memory = int((await redis.info("memory"))["used_memory"])
+            for job_id in ids:
+                await queue.cancel(job_id)
+        finally:
+            procs.stop(worker, timeout=30)
+            await redis.aclose()
+    return {"first": first, "redis_memory": memory, "cpu_share": cpu / (time.monotonic() - first)}
+
+
+# --- main -----------------------------------------------------------------------------------------------
+
+
+def cap_rate(bare: list[float], first: float, seconds: float) -> float:
+    """A cap run's pages/s: arrivals in its window after the start-up share."""
+    start, end = first + WARMUP * seconds, first + seconds
+    return sum(1 for t in bare if start <= t < end) / (end - start)
+
+
+def summary(
+    log: dict[int, list[tuple[float, int]]],
+    stalls: list[tuple[float, float]],
+    first: float,
+    seconds: float,
+    theory: float,
+) -> dict[str, Any]:
+    start, end = first + WARMUP * seconds, first + seconds
+    achieved = window_rate(log, start, end)
+    bad = violations(log, stalls)
+    by_kind: Counter[str] = Counter()
+    for h, entries in log.items():
+        by_kind[kind_of(h)] += sum(1 for t, _ in entries if start <= t < end)
+    return {
+        "achieved": achieved,
+        "efficiency": achieved / theory,
+        "violations": len(bad),
+        "violation_examples": [{**v.__dict__, "at": round(v.at - first, 3)} for v in bad[:5]],
+        "violations_without_stalls": len(violations(log)),  # were the farm's stalls not taken into account
+        "farm_stall_max": round(max((b - a for a, b in stalls), default=0.0), 3),
+        "hosts_served": sum(1 for e in log.values() if e),
+        "by_kind": {k: round(by_kind[k] / (end - start), 1) for k in KINDS},
+    }
+
+
+async def peer_cap(peer: str, hosts: int, args: argparse.Namespace, port: int, tmp: Path) -> float:
+    """The peer's pages/s on this farm with no latency and no per-host limit."""
+    cap_list = cap_urls(port, hosts, int(args.cap_seconds * 3000))
+    await farm_log(port)  # cleared
+    if peer == "trawl":
+        first = (await run_trawl(cap_list, args, port, tmp, polite=False))["first"]
+    else:
+        first = await asyncio.to_thread(run_child, peer, cap_list, args, port, tmp, False)
+    return cap_rate((await farm_log(port))[1], first, args.cap_seconds)
+
+
+async def run_peer(peer: str, hosts: int, args: argparse.Namespace, port: int, tmp: Path) -> dict[str, Any]:
+    """The peer's own cap on this farm, its polite run, its cap again: efficiency against min(limits, the
+    larger cap) (the machine is shared: the larger of the two is the less disturbed)."""
+    cap = await peer_cap(peer, hosts, args, port, tmp)
+    out: dict[str, Any] = {"cap": cap, "load": os.getloadavg()[0]}
+    if peer == "bare":
+        out["theoretical"] = theoretical(hosts, cap)
+        return out
+    urls = url_list(port, hosts, args.seconds, cap)
+    if peer == "trawl":
+        run = await run_trawl(urls, args, port, tmp, polite=True)
+        first, out["redis_memory"], out["cpu_share"] = run["first"], run["redis_memory"], run["cpu_share"]
+    else:
+        first = await asyncio.to_thread(run_child, peer, urls, args, port, tmp, True)
+    polite_log, _, stalls = await farm_log(port)
+    out["caps"] = [cap, await peer_cap(peer, hosts, args, port, tmp)]
+    out["cap"] = cap = max(out["caps"])
+    out["theoretical"] = theoretical(hosts, cap)
+    if args.logs:  # the fixture's request log of the run, for a closer look
+        write_json(Path(args.logs) / f"{peer}-{hosts}.json", {"first": first, "log": polite_log, "stalls": stalls})
+    out.update(summary(polite_log, stalls, first, args.seconds, out["theoretical"]), urls=len(urls))
+    return out
+
+
+async def one_size(hosts: int, args: argparse.Namespace, port: int, tmp: Path) -> dict[str, Any]:
+    result: dict[str, Any] = {"hosts": hosts, "limit_sum": limit_sum(hosts)}
+    for peer in ("bare", "trawl", "scrapy"):
+        if peer not in args.skip:
+            result[peer] = await run_peer(peer, hosts, args, port, tmp)
+            log(f"hosts={hosts} {peer}: {json.dumps(result[peer])}")
+    return result
+
+
+def write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1))
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def table(results: list[dict[str, Any]]) -> None:
+    print("| hosts | limits sum | bare loop cap | Trawl cap | Trawl pages/s | Trawl eff. | Trawl viol. "
+          "| Scrapy cap | Scrapy pages/s | Scrapy eff. | Scrapy viol. |")  # fmt: skip
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in results:
+        cells = [f"{r['hosts']:,}", f"{r['limit_sum']:.0f}", f"{r['bare']['cap']:.0f}" if "bare" in r else "-"]
+        for peer in ("trawl", "scrapy"):
+            p = r.get(peer)
+            cells += (
+                [f"{p['cap']:.0f}", f"{p['achieved']:.1f}", f"{p['efficiency']:.2f}", str(p["violations"])]
+                if p
+                else ["-"] * 4
+            )
+        print("| " + " | ".join(cells) + " |")
+
+
+async def controller(args: argparse.Namespace) -> int:
+    from trawl.dev import procs
+
+    sizes = args.hosts or ([10, 1000] if args.quick else [10, 100, 1000, 10000])
+    with tempfile.TemporaryDirectory(prefix="trawl-hosts-") as tmp_s:
+        tmp = Path(tmp_s)
+        port_file = tmp / "farm.port"
+        farm = procs.start([sys.executable, __file__, "--role", "farm", "--out", str(port_file)],
+                           log_path=tmp / "farm.log")  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            while not port_file.exists():
+                if farm.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit("the farm did not start:\n" + (tmp / "farm.log").read_text()[-2000:])
+                await asyncio.sleep(0.05)
+            port = int(port_file.read_text())
+            results = [await one_size(h, args, port, tmp) for h in sizes]
+        finally:
+            procs.stop(farm, timeout=10)
+    if args.json:
+        write_json(Path(args.json), results)
+    table(results)
+    last = results[-1]
+    total = sum(r.get("trawl", {}).get("violations", 0) for r in results)
+    eff = {p: last.get(p, {}).get("efficiency", float("nan")) for p in ("trawl", "scrapy")}
+    print(f"hosts={last['hosts']} efficiency={eff['trawl']:.2f} scrapy_efficiency={eff['scrapy']:.2f} "
+          f"violations={total}")  # fmt: skip
+    return 0 if total == 0 else 1
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--role", choices=("controller", "farm", "bare", "scrapy"), default="controller")
+    p.add_argument("--hosts", type=int, action="append", help="a size (repeatable); default 10 100 1000 10000")
+    p.add_argument("--quick", action="store_true", help="10 and 1,000 hosts, 20 s windows, 8 s caps")
+    p.add_argument("--seconds", type=float, default=0.0, help="each polite run's window (default 30, --quick 20)")
+    p.add_argument("--cap-seconds", type=float, default=0.0, help="each cap run's window (default 10, --quick 8)")
+    p.add_argument("--concurrency", type=int, default=256, help="requests at once, every crawler")
+    p.add_argument("--skip", action="append", default=[], choices=("bare", "trawl", "scrapy"))
+    p.add_argument("--json", help="write every figure there")
+    p.add_argument("--logs", help="write each polite run's request log to this directory")
+    p.add_argument("--out", type=Path)
+    p.add_argument("--urls", type=Path)
+    p.add_argument("--cap", action="store_true", help="(child) the cap run: no per-host limit")
+    args = p.parse_args()
+    args.seconds = args.seconds or (20.0 if args.quick else 30.0)
+    args.cap_seconds = args.cap_seconds or (8.0 if args.quick else 10.0)
+    if args.role == "farm":
+        farm_main(args.out)
+    elif args.role == "bare":
+        bare_main(args.urls, args.concurrency)
+    elif args.role == "scrapy":
+        scrapy_main(args.urls, args.concurrency, polite=not args.cap)
+    else:
+        return asyncio.run(controller(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
