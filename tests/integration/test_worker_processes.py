@@ -78,8 +78,10 @@ async def test_two_workers_share_a_domain_rate_limit(
     assert worst <= 5, worst
     rate = (len(times) - 1) / (times[-1] - times[0])
     assert 4.0 <= rate <= 5.05, rate  # and the limit was used, not undershot
-    # both workers did part of the work
-    assert processed(tmp_path / "rate-a.log") > 0 and processed(tmp_path / "rate-b.log") > 0
+    # The two workers together handled every task. One may have taken all of them: a crowded worker hands
+    # back what its host's rate cannot start within 0.25 s (worker/politeness/backlog.py), and the worker
+    # with tasks in flight claims them again as they come due, before an idle one polls.
+    assert processed(tmp_path / "rate-a.log") + processed(tmp_path / "rate-b.log") >= 40
     assert len(await records(redis_client, job_id)) == 40
 
 
