@@ -30,6 +30,14 @@ half the free memory (``free``) is skipped with the reason, and the exact tier's
     .venv/bin/python bench/frontier.py --quick      # 100 k only, a short crawl
     .venv/bin/python bench/frontier.py --sizes 1000000 --no-crawl
     .venv/bin/python bench/frontier.py --crawl-only --repeat 5
+    .venv/bin/python bench/frontier.py --cluster 3 --no-crawl   # one crawl over a 3-master Redis Cluster
+
+With ``--cluster N`` the same sizes and tiers run on a real Redis Cluster of N masters (no replicas; started
+and stopped per measurement), the job on a pool of N shards (``spec.redis.shards``, the queue client the
+worker uses there): the URLs spread over the shards by URL, each shard keeps its own dedupe (an exact set of
+its share, or a filter sized for the whole ``maxPages``). Bytes are summed over the masters, beside the
+fullest shard's share; the false-positive rate is measured as the crawl sees it (a fresh URL tested only
+against its own shard's filter); Redis CPU is the masters' sum.
 
 The last line: ``bloom_bytes_per_url_1e-4=... exact_bytes_per_url=... fp_measured=... fp_configured=...
 throughput_ratio_1M=... redis_cpu_ratio_1M=... crawl_pages_ratio=...`` (Bloom at 0.0001 at the largest size
@@ -52,11 +60,13 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from trawl.api.scrapejob import ScrapeJobSpec
+from trawl.dev.redis_cluster import LocalRedisCluster
 from trawl.dev.redis_server import RedisServer
 from trawl.jobspec.wire import build_job_config
 from trawl.queue import Queue
 from trawl.queue.bloom import BloomSize, contains, false_positive_rate
 from trawl.queue.model import Task
+from trawl.queue.sharded import ShardedQueue, shard_of
 
 PREFIX = "trawl:{bench/frontier}"
 JOB = "crawl"
@@ -100,6 +110,8 @@ class Result:
     fp_configured: float | None = None
     fp_predicted: float | None = None
     filter_hashes: int = 0
+    shards: int = 1
+    fullest_share: float = 1.0  # the fullest shard's share of the dedupe bytes (1 on one server)
 
     @property
     def per_url(self) -> float:
@@ -182,6 +194,53 @@ async def measure(n: int, rate: float | None, args: argparse.Namespace) -> Resul
     return result
 
 
+async def measure_cluster(n: int, rate: float | None, args: argparse.Namespace) -> Result:
+    """:func:`measure` on a Redis Cluster of ``args.cluster`` masters, the job on as many shards."""
+    from redis.asyncio.cluster import RedisCluster
+
+    with LocalRedisCluster(masters=args.cluster, replicas_per_master=0) as cluster:
+        nodes = [cluster.client(port) for port in cluster.ports]
+        r = RedisCluster.from_url(cluster.url)
+        q = ShardedQueue(r, PREFIX, shards=args.cluster)
+        await warm_up(q)
+        before = sum(int(c.info("memory")["used_memory"]) for c in nodes)
+        size = await register(q, n, rate)
+        cpu0, t0 = sum_cpu(nodes), time.perf_counter()
+        added = await offer(q, n, args.batch, args.clients, "seen")
+        seconds, cpu = time.perf_counter() - t0, sum_cpu(nodes) - cpu0
+        frontier = sum(int(c.info("memory")["used_memory"]) for c in nodes) - before
+        keys = [s.keys.seen(JOB) if size is None else s.keys.bloom(JOB) for s in q.shards]
+        per_shard = [int(await r.memory_usage(key, samples=0) or 0) for key in keys]
+        stats = await q.job_stats(JOB)
+        result = Result(
+            n, tier_name(rate), sum(per_shard), frontier, added, stats.possibly_skipped, seconds, cpu,
+            shards=args.cluster, fullest_share=max(per_shard) / max(1, sum(per_shard)),
+        )  # fmt: skip
+        if size is not None and rate is not None:
+            filters = [await r.get(key) or b"" for key in keys]
+            result.fp_measured = probe_sharded(filters, size, n, args.probes)
+            result.fp_configured, result.fp_predicted = rate, false_positive_rate(size, added // args.cluster)
+            result.filter_hashes = size.hashes
+        await r.aclose()
+        for c in nodes:
+            c.close()
+    return result
+
+
+def sum_cpu(nodes: list[Any]) -> float:
+    return sum(float(i["used_cpu_user"]) + float(i["used_cpu_sys"]) for i in (c.info("cpu") for c in nodes))
+
+
+def probe_sharded(filters: list[bytes], size: BloomSize, n: int, probes: int) -> float:
+    """The crawl's false-positive rate over shards: each URL is only ever tested against its own shard's filter."""
+    step, shards = max(1, n // 10_000), len(filters)
+    for i in range(0, n, step):
+        if not contains(filters[shard_of(url_of(i, "seen"), shards)], url_of(i, "seen"), size):
+            raise SystemExit(f"a shard's filter misses an inserted URL ({url_of(i, 'seen')}): positions differ")
+    fresh = (url_of(i, "fresh") for i in range(probes))
+    return sum(contains(filters[shard_of(url, shards)], url, size) for url in fresh) / probes
+
+
 async def warm_up(q: Queue) -> None:
     """Scripts loaded and the server's buffers grown at these batch sizes, then gone: a clean baseline."""
     await q.register_job(build_job_config("warm", warm_spec(), None))
@@ -219,7 +278,7 @@ def print_row(res: Result) -> None:
         f"  {res.size:>10,} {res.tier:12} dedupe {res.per_url:6.2f} B/URL ({res.dedupe_bytes / 2**20:7.1f} MB),"
         f" frontier {res.frontier_bytes / res.size:6.1f} B/URL; skipped {res.size - res.added} (expected"
         f" {res.expected_skips:.1f}); {res.urls_per_s:,.0f} URLs/s, {res.redis_cpu / res.size * 1e6:.2f} µs Redis"
-        f" CPU/URL{fp}",
+        f" CPU/URL{fp}{'' if res.shards == 1 else f'; fullest shard {res.fullest_share:.0%} of the dedupe bytes'}",
         flush=True,
     )
 
@@ -232,7 +291,7 @@ def run_sizes(args: argparse.Namespace) -> list[Result]:
             if reason:
                 print(f"  {n:>10,} exact        skipped: {reason}", flush=True)
                 continue
-            res = asyncio.run(measure(n, rate, args))
+            res = asyncio.run(measure_cluster(n, rate, args) if args.cluster else measure(n, rate, args))
             print_row(res)
             results.append(res)
     return results
@@ -318,6 +377,7 @@ def main() -> None:
     ap.add_argument("--crawl-only", action="store_true", help="Only the real crawl comparison.")
     ap.add_argument("--products", type=int, default=None, help="Products of the crawled site (default 2000).")
     ap.add_argument("--repeat", type=int, default=3, help="Interleaved crawl runs per tier (default 3).")
+    ap.add_argument("--cluster", type=int, default=0, help="Run the sizes on a Redis Cluster of N masters, N shards.")
     args = ap.parse_args()
     args.sizes = args.sizes or ([100_000] if args.quick else [100_000, 1_000_000, 10_000_000])
     args.probes = args.probes or (100_000 if args.quick else 1_000_000)

@@ -3,7 +3,8 @@
 A kopf timer is a task per object, and each tick goes through kopf's handler machinery (kwargs, outcome,
 patch, log context) before our pass begins. At 10,000 jobs that was 10,000 tasks waking every second (the
 finished ones every 5 s), the operator saturated by ticks alone, and passes came minutes late for every
-job at once. This loop keeps, per job, the body the watch last delivered and when its last pass began;
+job at once. This loop keeps, per job, the part of the body the watch last delivered that a pass reads
+(:func:`pass_body`: not managedFields, not kopf's copy of the spec) and when its last pass began;
 ``due_passes`` (pure) picks the jobs whose interval has passed, the longest-waiting first; at most
 ``concurrency`` passes run at once, each a task of its own, so a pass that waits (Redis, the API server)
 holds back no other job, and under overload every job still gets its turn (round-robin by age) rather
@@ -32,7 +33,7 @@ DEFAULT_CONCURRENCY = 64
 
 @dataclass
 class Tracked:
-    """A job the loop knows: its body as the watch last delivered it, its last pass's start (monotonic)."""
+    """A job the loop knows: its slim body as the watch last delivered it, its last pass's start (monotonic)."""
 
     body: Any
     last_pass: float = float("-inf")
