@@ -364,7 +364,9 @@ def redis_cpu(r: redis.Redis) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
-def run_system(system: System, server: RedisServer, tasks: int, workers: int, timeout: float, log_dir: Path) -> Result:
+def run_system(
+    system: System, server: RedisServer, tasks: int, workers: int, timeout: float, log_dir: Path, enqueue_only: bool
+) -> Result:
     res = Result(system.name, tasks, semantics=system.semantics, concurrency=system.concurrency)
     r = redis.Redis.from_url(server.url)
     started: list[subprocess.Popen[bytes]] = []
@@ -387,6 +389,8 @@ def run_system(system: System, server: RedisServer, tasks: int, workers: int, ti
         res.enqueue_fixed_s = (first.wall_s - first.calls_s + second.wall_s - second.calls_s) / 2
         res.enqueue_redis_us = (cpu2 - cpu1) * 1e6 / (tasks - half)
         res.bytes_per_pending = (data_memory(r) - mem1) / (tasks - half)
+        if enqueue_only:
+            return res
         r.config_resetstat()
         for i in range(workers):
             for argv in system.workers(i):
@@ -526,6 +530,9 @@ def main() -> int:
         default=0,
         help="Trawl rows only: spread the tasks over N jobs of N tenants t0..t<N-1> (default 0: one job, no tenant)",
     )
+    ap.add_argument(
+        "--enqueue-only", action="store_true", help="only the enqueue (no workers): the enqueue table, every peer"
+    )
     ap.add_argument("--json", default="", help="also write the results to this JSON file")
     args = ap.parse_args()
     tasks = args.tasks or (3000 if args.quick else 20000)
@@ -551,7 +558,7 @@ def main() -> int:
             # each round starts one system later, so none always runs first (or right after the same one).
             shift = rnd % len(plan)
             for conc, system in plan[shift:] + plan[:shift]:
-                res = run_system(system, server, tasks, args.workers, timeout, log_dir)
+                res = run_system(system, server, tasks, args.workers, timeout, log_dir, args.enqueue_only)
                 res.concurrency = system.concurrency
                 runs.setdefault((conc, system.name), []).append(res)
                 print(
@@ -572,7 +579,7 @@ def main() -> int:
         + f"load average {load_before} before, {load_average()} after, {os.cpu_count()} CPUs"
     )
     status = 0
-    for conc in [*concs, 0]:
+    for conc in [] if args.enqueue_only else [*concs, 0]:
         rows = [(name, r) for (c, name), r in results.items() if c == conc]
         if not rows:
             continue
