@@ -20,8 +20,16 @@ Systems run in interleaved rounds (``--repeat``, 3 by default) and the medians a
 
 Per concurrency the last line is ``ratio_vs_best_peer_c<N>=<Trawl tasks/s / the fastest peer's>``.
 
+Enqueue: each run enqueues in two producer processes of half the tasks each (Trawl's as well), each with its
+system's call for many tasks. The enqueue table gives per system (medians over all its runs) the tasks/s
+inside the second producer's enqueue calls (per task), Redis CPU per task over that producer, the fixed cost
+of a producer process (its wall time outside the enqueue calls: start, imports, connection, registration)
+and the whole figure (all tasks / both producers' wall time); then ``enqueue_ratio_vs_best_peer`` and
+``enqueue_whole_ratio_vs_best_peer``. ``--enqueue-only`` skips the workers.
+
     .venv/bin/python bench/queue_throughput.py            # 20,000 tasks, concurrency 8 and 32, 3 rounds
     .venv/bin/python bench/queue_throughput.py --quick    # 3,000 tasks, concurrency 8, one round
+    .venv/bin/python bench/queue_throughput.py --tasks 20000 --enqueue-only --concurrency 8 --no-pipelined
     .venv/bin/python bench/queue_throughput.py --only trawl --tenants 100   # Trawl's tasks over 100 tenants' jobs
 
 BullMQ is installed with npm into ~/.cache/trawl/bench-node (outside the repository) on first use.
