@@ -20,8 +20,16 @@ Systems run in interleaved rounds (``--repeat``, 3 by default) and the medians a
 
 Per concurrency the last line is ``ratio_vs_best_peer_c<N>=<Trawl tasks/s / the fastest peer's>``.
 
+Enqueue: each run enqueues in two producer processes of half the tasks each (Trawl's as well), each with its
+system's call for many tasks. The enqueue table gives per system (medians over all its runs) the tasks/s
+inside the second producer's enqueue calls (per task), Redis CPU per task over that producer, the fixed cost
+of a producer process (its wall time outside the enqueue calls: start, imports, connection, registration)
+and the whole figure (all tasks / both producers' wall time); then ``enqueue_ratio_vs_best_peer`` and
+``enqueue_whole_ratio_vs_best_peer``. ``--enqueue-only`` skips the workers.
+
     .venv/bin/python bench/queue_throughput.py            # 20,000 tasks, concurrency 8 and 32, 3 rounds
     .venv/bin/python bench/queue_throughput.py --quick    # 3,000 tasks, concurrency 8, one round
+    .venv/bin/python bench/queue_throughput.py --tasks 20000 --enqueue-only --concurrency 8 --no-pipelined
     .venv/bin/python bench/queue_throughput.py --only trawl --tenants 100   # Trawl's tasks over 100 tenants' jobs
 
 BullMQ is installed with npm into ~/.cache/trawl/bench-node (outside the repository) on first use.
@@ -71,6 +79,10 @@ class Result:
     worker_us_per_task: float = 0.0
     bytes_per_pending: float = 0.0
     enqueue_s: float = 0.0
+    enqueue_per_s: float = 0.0
+    enqueue_whole_per_s: float = 0.0
+    enqueue_fixed_s: float = 0.0
+    enqueue_redis_us: float = 0.0
     semantics: str = ""
     concurrency: str = ""
     error: str = ""
@@ -83,16 +95,45 @@ class System:
     name: str
     semantics: str
     concurrency: str
-    enqueue: Callable[[int], None]
+    enqueue: Callable[[int], Enqueued]
     workers: Callable[[int], list[list[str]]]  # worker index -> argv list
     env: dict[str, str] = field(default_factory=dict)
     cwd: Path = PEERS_DIR
+    producer: str = ""  # how its producer enqueues many tasks (the bulk API its docs offer, or what stands in)
 
 
-def py_peer_enqueue(module: str, url: str) -> Callable[[int], None]:
-    def run(n: int) -> None:
-        code = f"import {module} as m; m.enqueue({n})"
-        subprocess.run([PY, "-c", code], cwd=PEERS_DIR, env=peer_env(url), check=True, timeout=600)
+@dataclass
+class Enqueued:
+    """One producer process's enqueue: its whole wall time (process start, imports, connection, script
+    load included) and the time spent inside the enqueue calls (what each further task costs)."""
+
+    wall_s: float
+    calls_s: float
+
+
+ENQUEUE_MARK = "BENCH_ENQUEUE_CALLS_S="
+
+
+def run_producer(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> Enqueued:
+    """Run one producer process; it prints ``BENCH_ENQUEUE_CALLS_S=<seconds inside its enqueue calls>``."""
+    t0 = time.perf_counter()
+    out = subprocess.run(argv, cwd=cwd, env=env, check=True, timeout=600, capture_output=True, text=True).stdout
+    wall = time.perf_counter() - t0
+    calls = [line for line in out.splitlines() if line.startswith(ENQUEUE_MARK)]
+    if not calls:
+        raise RuntimeError(f"producer {argv[:3]} printed no {ENQUEUE_MARK}")
+    return Enqueued(wall, float(calls[-1].removeprefix(ENQUEUE_MARK)))
+
+
+def py_peer_enqueue(module: str, url: str) -> Callable[[int], Enqueued]:
+    """A Python peer's producer: its module's ``enqueue(n)`` timed inside a fresh process (import excluded)."""
+
+    def run(n: int) -> Enqueued:
+        code = (
+            f"import time, {module} as m; t = time.perf_counter(); m.enqueue({n}); "
+            f"print('{ENQUEUE_MARK}%r' % (time.perf_counter() - t))"
+        )
+        return run_producer([PY, "-c", code], peer_env(url), PEERS_DIR)
 
     return run
 
@@ -120,11 +161,10 @@ def ensure_bullmq() -> None:
     )
 
 
-def bullmq_enqueue(url: str) -> Callable[[int], None]:
-    def run(n: int) -> None:
+def bullmq_enqueue(url: str) -> Callable[[int], Enqueued]:
+    def run(n: int) -> Enqueued:
         ensure_bullmq()
-        producer = ["node", str(PEERS_DIR / "bullmq_producer.cjs"), str(n)]
-        subprocess.run(producer, env=peer_env(url), check=True, timeout=600)
+        return run_producer(["node", str(PEERS_DIR / "bullmq_producer.cjs"), str(n)], peer_env(url))
 
     return run
 
@@ -135,44 +175,46 @@ def data_memory(r: redis.Redis) -> int:
     return int(info["used_memory"]) - int(info.get("used_memory_scripts", 0)) - int(info.get("mem_clients_normal", 0))
 
 
-def trawl_enqueue(url: str, tenants: int = 0) -> Callable[[int], None]:
-    """Trawl's enqueue: one job without a tenant, or (``tenants`` N > 0) the tasks spread evenly over N jobs
-    ``bench-job-<i>`` of tenants ``t<i>`` (issue 33: the claim shares among tenants; no tenant policy is set,
-    so each gets the default weight 1 and no quota)."""
+def trawl_enqueue(url: str, tenants: int = 0) -> Callable[[int], Enqueued]:
+    """Trawl's producer, a process like the peers' (:func:`tree_enqueue` on this tree)."""
+    return tree_enqueue(url, REPO, tenants)
 
-    def run(n: int) -> None:
-        import redis.asyncio as aioredis
 
-        from trawl.queue import JobConfig, Queue
+def trawl_enqueue_here(url: str, n: int, tenants: int = 0) -> float:
+    """Trawl's enqueue in this process: one job without a tenant, or (``tenants`` N > 0) the tasks spread
+    evenly over N jobs ``bench-job-<i>`` of tenants ``t<i>`` (issue 33: the claim shares among tenants; no
+    tenant policy is set, so each gets the default weight 1 and no quota). Returns the seconds spent inside
+    ``Queue.enqueue`` (a job's registration and the client's set-up are the fixed cost)."""
+    import redis.asyncio as aioredis
 
-        async def go() -> None:
-            r = aioredis.Redis.from_url(url)
-            try:
-                q = Queue(r, TRAWL_PREFIX, enqueue_batch=5000)
-                if not tenants:
-                    jobs = [("bench-job", JobConfig("bench-job"), n)]
-                else:
-                    jobs = [
-                        (
-                            f"bench-job-{i}",
-                            JobConfig(f"bench-job-{i}", tenant=f"t{i}"),
-                            n // tenants + (i < n % tenants),
-                        )
-                        for i in range(tenants)
-                    ]
-                for job, config, count in jobs:
-                    # Seed indexes continue after what the job holds (enqueue is idempotent per index); 0 after a flush.
-                    first = (await q.job_stats(job)).total
-                    await q.register_job(config)
-                    urls = [f"https://bench.example/{job}/item/{i}" for i in range(first, first + count)]
-                    if urls:
-                        await q.enqueue(job, urls, start_index=first)
-            finally:
-                await r.aclose()
+    from trawl.queue import JobConfig, Queue
 
-        asyncio.run(go())
+    async def go() -> float:
+        r = aioredis.Redis.from_url(url)
+        calls = 0.0
+        try:
+            q = Queue(r, TRAWL_PREFIX)
+            if not tenants:
+                jobs = [("bench-job", JobConfig("bench-job"), n)]
+            else:
+                jobs = [
+                    (f"bench-job-{i}", JobConfig(f"bench-job-{i}", tenant=f"t{i}"), n // tenants + (i < n % tenants))
+                    for i in range(tenants)
+                ]
+            for job, config, count in jobs:
+                # Seed indexes continue after what the job holds (enqueue is idempotent per index); 0 after a flush.
+                first = (await q.job_stats(job)).total
+                await q.register_job(config)
+                urls = [f"https://bench.example/{job}/item/{i}" for i in range(first, first + count)]
+                if urls:
+                    t0 = time.perf_counter()
+                    await q.enqueue(job, urls, start_index=first)
+                    calls += time.perf_counter() - t0
+        finally:
+            await r.aclose()
+        return calls
 
-    return run
+    return asyncio.run(go())
 
 
 def trawl_loadgen_argv(url: str, i: int, *extra: str) -> list[str]:
@@ -190,13 +232,14 @@ def celery_argv(i: int, conc: str) -> list[str]:
     ]  # fmt: skip
 
 
-def tree_enqueue(url: str, tree: Path, tenants: int) -> Callable[[int], None]:
-    """:func:`trawl_enqueue` run by another tree's queue code (its own Lua: where a job's tasks go may differ)."""
+def tree_enqueue(url: str, tree: Path, tenants: int) -> Callable[[int], Enqueued]:
+    """:func:`trawl_enqueue_here` in a producer process running ``tree``'s queue code (a baseline tree: its
+    own Lua, where a job's tasks go may differ)."""
 
-    def run(n: int) -> None:
+    def run(n: int) -> Enqueued:
         env = {**peer_env(url), "TRAWL_BENCH_OPERATOR": str(tree / "operator")}
         argv = [PY, str(Path(__file__).resolve()), "--trawl-enqueue", url, str(n), str(tenants)]
-        subprocess.run(argv, env=env, check=True, timeout=600)
+        return run_producer(argv, env)
 
     return run
 
@@ -214,6 +257,7 @@ def baseline_system(url: str, conc: int, tree: Path, claim_batch: str = "quarter
         tree_enqueue(url, tree, tenants),
         lambda i: [trawl_loadgen_argv(url, i, "--concurrency", str(conc), "--claim-batch", size)],
         env={"PYTHONPATH": os.pathsep.join([str(PEERS_DIR), str(tree / "operator")])},
+        producer=f"Queue.enqueue of {tree}",
     )
 
 
@@ -239,6 +283,7 @@ def systems(url: str, conc: int, only: set[str] | None, claim_batch: str = "auto
             f"{c} slots per process, claim size {claim_batch}",
             trawl_enqueue(url, tenants),
             lambda i: [trawl_loadgen_argv(url, i, "--concurrency", c, "--claim-batch", claim_batch)],
+            producer="Queue.enqueue: one script call per 2,000 URLs (enqueue_batch, the operator's)",
         ),
         System(
             "bullmq",
@@ -247,6 +292,7 @@ def systems(url: str, conc: int, only: set[str] | None, claim_batch: str = "auto
             bullmq_enqueue(url),
             lambda i: [["node", str(PEERS_DIR / "bullmq_worker.cjs")]],
             env={"BENCH_CONCURRENCY": c},
+            producer="Queue.addBulk of 1,000 jobs (one MULTI of its add script per job)",
         ),
         System(
             "dramatiq",
@@ -256,6 +302,7 @@ def systems(url: str, conc: int, only: set[str] | None, claim_batch: str = "auto
             lambda i: [
                 [str(BIN / "dramatiq"), "peer_dramatiq", "--processes", "1", "--threads", c, "--queues", "bench"]
             ],
+            producer="actor.send per message (no bulk API; group() sends one by one)",
         ),
         System(
             "celery",
@@ -263,6 +310,7 @@ def systems(url: str, conc: int, only: set[str] | None, claim_batch: str = "auto
             f"threads pool of {c} per process, prefetch multiplier 16",
             py_peer_enqueue("peer_celery", url),
             lambda i: [celery_argv(i, c)],
+            producer="apply_async per task on one producer (no bulk API; chunks() would merge tasks)",
         ),
         System(
             "rq",
@@ -270,6 +318,7 @@ def systems(url: str, conc: int, only: set[str] | None, claim_batch: str = "auto
             "1 job at a time per process (RQ has no in-process concurrency; SimpleWorker, no fork)",
             py_peer_enqueue("peer_rq", url),
             lambda i: [[str(BIN / "rq"), "worker", "-w", "rq.worker.SimpleWorker", "-u", url, "bench", "-q"]],
+            producer="Queue.enqueue_many of 1,000 in one pipeline",
         ),
         System(
             "arq",
@@ -278,6 +327,7 @@ def systems(url: str, conc: int, only: set[str] | None, claim_batch: str = "auto
             py_peer_enqueue("peer_arq", url),
             lambda i: [[PY, "-c", "import peer_arq; peer_arq.run_worker()"]],
             env={"BENCH_CONCURRENCY": c},
+            producer="enqueue_job per job, 500 at a time with asyncio.gather (no bulk API)",
         ),
         System(
             "huey",
@@ -285,6 +335,7 @@ def systems(url: str, conc: int, only: set[str] | None, claim_batch: str = "auto
             f"{c} worker threads per consumer process, blocking pop",
             py_peer_enqueue("peer_huey", url),
             lambda i: [[str(BIN / "huey_consumer"), "peer_huey.huey", "-k", "thread", "-w", c, "-q"]],
+            producer="task.map(range(n)) (its bulk call: one enqueue per task)",
         ),
     ]
     return [s for s in out if only is None or s.name in only]
@@ -321,7 +372,9 @@ def redis_cpu(r: redis.Redis) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
-def run_system(system: System, server: RedisServer, tasks: int, workers: int, timeout: float, log_dir: Path) -> Result:
+def run_system(
+    system: System, server: RedisServer, tasks: int, workers: int, timeout: float, log_dir: Path, enqueue_only: bool
+) -> Result:
     res = Result(system.name, tasks, semantics=system.semantics, concurrency=system.concurrency)
     r = redis.Redis.from_url(server.url)
     started: list[subprocess.Popen[bytes]] = []
@@ -330,13 +383,22 @@ def run_system(system: System, server: RedisServer, tasks: int, workers: int, ti
         time.sleep(0.2)
         # Two halves: the second half's growth is the cost per pending task, without the fixed cost of a
         # queue's first use (scripts, bookkeeping keys) that the first half pays.
+        # Each half is one producer process. The second half's time inside the enqueue calls is the
+        # per-task figure (the queue exists, the server has the scripts); what each process spends outside
+        # them (start, imports, connection, a job's registration) is the fixed cost.
         half = tasks // 2
-        t0 = time.perf_counter()
-        system.enqueue(half)
-        mem1 = data_memory(r)
-        system.enqueue(tasks - half)
-        res.enqueue_s = time.perf_counter() - t0
+        first = system.enqueue(half)
+        mem1, cpu1 = data_memory(r), redis_cpu(r)
+        second = system.enqueue(tasks - half)
+        cpu2 = redis_cpu(r)
+        res.enqueue_s = first.wall_s + second.wall_s
+        res.enqueue_whole_per_s = tasks / res.enqueue_s
+        res.enqueue_per_s = (tasks - half) / second.calls_s if second.calls_s > 0 else 0.0
+        res.enqueue_fixed_s = (first.wall_s - first.calls_s + second.wall_s - second.calls_s) / 2
+        res.enqueue_redis_us = (cpu2 - cpu1) * 1e6 / (tasks - half)
         res.bytes_per_pending = (data_memory(r) - mem1) / (tasks - half)
+        if enqueue_only:
+            return res
         r.config_resetstat()
         for i in range(workers):
             for argv in system.workers(i):
@@ -401,10 +463,49 @@ def median_result(runs: list[Result]) -> Result:
     mid.redis_us_per_task = statistics.median(r.redis_us_per_task for r in ok)
     mid.bytes_per_pending = statistics.median(r.bytes_per_pending for r in ok)
     mid.worker_us_per_task = statistics.median(r.worker_us_per_task for r in ok)
+    for name in ("enqueue_per_s", "enqueue_whole_per_s", "enqueue_fixed_s", "enqueue_redis_us"):
+        setattr(mid, name, statistics.median(getattr(r, name) for r in ok))
     mid.note = " ".join(
         x for x in (mid.note, f"median of {len(ok)}: " + "/".join(f"{r.tasks_per_s:.0f}" for r in ok)) if x
     )
     return mid
+
+
+def print_enqueue(runs: dict[tuple[int, str], list[Result]], producers: dict[str, str]) -> int:
+    """The enqueue table: every run of a system enqueues (two producer processes of half the tasks each),
+    so its figures are the medians over all its runs, whatever the concurrency."""
+    by_system: dict[str, list[Result]] = {}
+    for (_conc, name), rs in runs.items():
+        by_system.setdefault(name, []).extend(r for r in rs if r.enqueue_per_s > 0)
+    print("\n## enqueue (two producer processes of half the tasks each; medians over every run of the system)")
+    print(
+        f"{'system':16s} {'per_task/s':>11s} {'redis_us/task':>14s} {'fixed_s/proc':>13s} {'whole/s':>9s}"
+        "  producer (per_task: the second process's tasks / its time inside the enqueue calls)"
+    )
+    med: dict[str, dict[str, float]] = {}
+    for name, rs in by_system.items():
+        if not rs:
+            print(f"{name:16s} {'-':>11s} {'-':>14s} {'-':>13s} {'-':>9s}  no enqueue measured")
+            continue
+        fig = {k: statistics.median(getattr(r, k) for r in rs) for k in ENQUEUE_FIGURES}
+        med[name] = fig
+        print(
+            f"{name:16s} {fig['enqueue_per_s']:11.0f} {fig['enqueue_redis_us']:14.2f} {fig['enqueue_fixed_s']:13.3f}"
+            f" {fig['enqueue_whole_per_s']:9.0f}  {producers.get(name, '')} ({len(rs)} runs)"
+        )
+    peers = {n: f for n, f in med.items() if not n.startswith("trawl")}
+    if "trawl" not in med or not peers:
+        return 0 if "trawl" not in by_system else 1
+    for figure, label in (
+        ("enqueue_per_s", "enqueue_ratio_vs_best_peer"),
+        ("enqueue_whole_per_s", "enqueue_whole_ratio_vs_best_peer"),
+    ):
+        best = max(peers, key=lambda n: peers[n][figure])
+        print(f"{label}={med['trawl'][figure] / peers[best][figure]:.2f} (best peer: {best})")
+    return 0
+
+
+ENQUEUE_FIGURES = ("enqueue_per_s", "enqueue_redis_us", "enqueue_fixed_s", "enqueue_whole_per_s")
 
 
 def load_average() -> str:
@@ -414,7 +515,7 @@ def load_average() -> str:
 def main() -> int:
     if sys.argv[1:2] == ["--trawl-enqueue"]:  # a baseline tree's enqueue (see tree_enqueue)
         url, n, tenants = sys.argv[2:5]
-        trawl_enqueue(url, int(tenants))(int(n))
+        print(f"{ENQUEUE_MARK}{trawl_enqueue_here(url, int(n), int(tenants))!r}")
         return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="3,000 tasks, a 10 s run limit, concurrency 8, one round")
@@ -436,6 +537,9 @@ def main() -> int:
         type=int,
         default=0,
         help="Trawl rows only: spread the tasks over N jobs of N tenants t0..t<N-1> (default 0: one job, no tenant)",
+    )
+    ap.add_argument(
+        "--enqueue-only", action="store_true", help="only the enqueue (no workers): the enqueue table, every peer"
     )
     ap.add_argument("--json", default="", help="also write the results to this JSON file")
     args = ap.parse_args()
@@ -462,18 +566,20 @@ def main() -> int:
             # each round starts one system later, so none always runs first (or right after the same one).
             shift = rnd % len(plan)
             for conc, system in plan[shift:] + plan[:shift]:
-                res = run_system(system, server, tasks, args.workers, timeout, log_dir)
+                res = run_system(system, server, tasks, args.workers, timeout, log_dir, args.enqueue_only)
                 res.concurrency = system.concurrency
                 runs.setdefault((conc, system.name), []).append(res)
                 print(
                     f"# round {rnd + 1} c={conc or 'pipelined'} {res.system:15s} {res.tasks_per_s:9.0f} tasks/s "
                     f"{res.redis_us_per_task:7.1f} us/task (redis) {res.worker_us_per_task:7.1f} us/task (workers) "
-                    f"{res.bytes_per_pending:7.0f} B/pending "
+                    f"{res.bytes_per_pending:7.0f} B/pending enqueue {res.enqueue_per_s:8.0f}/s per task "
+                    f"{res.enqueue_fixed_s:5.2f}s fixed "
                     f"load {load_average()} {res.error or res.note}",
                     file=sys.stderr,
                     flush=True,
                 )
     results = {key: median_result(rs) for key, rs in runs.items()}
+    producers = {s.name: s.producer for _c, s in plan}
     print(
         f"queue throughput: {tasks} no-op tasks per system and run, {args.workers} worker processes each, one "
         f"redis-server, {repeat} interleaved round(s), medians ({time.perf_counter() - t0:.0f}s); "
@@ -481,7 +587,7 @@ def main() -> int:
         + f"load average {load_before} before, {load_average()} after, {os.cpu_count()} CPUs"
     )
     status = 0
-    for conc in [*concs, 0]:
+    for conc in [] if args.enqueue_only else [*concs, 0]:
         rows = [(name, r) for (c, name), r in results.items() if c == conc]
         if not rows:
             continue
@@ -519,6 +625,7 @@ def main() -> int:
         base = results.get((conc, "trawl-baseline"))
         if base is not None and base.tasks_per_s:
             print(f"baseline_ratio_vs_best_peer_c{conc}={base.tasks_per_s / best.tasks_per_s:.2f}")
+    status |= print_enqueue(runs, producers)
     if args.json:
         Path(args.json).write_text(json.dumps([{"conc": c, **asdict(r)} for (c, _n), r in results.items()], indent=2))
     failed = [r.system for rs in runs.values() for r in rs if r.error and not r.tasks_per_s]

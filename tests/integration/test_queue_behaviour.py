@@ -455,7 +455,7 @@ async def test_job_spec_roundtrip_and_unknown_job(q: Queue) -> None:
 async def test_claim_retried_after_lost_reply_replays_same_tasks(q: Queue, redis_client: aioredis.Redis) -> None:
     await q.register_job(JobConfig("n"))
     await q.enqueue("n", urls("n", 10))
-    script = q._scripts["claim"]
+    script = q._script("claim")
     calls = {"n": 0}
     real_call = script.__call__
 

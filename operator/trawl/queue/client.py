@@ -17,6 +17,7 @@ Usage::
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import random
@@ -90,6 +91,7 @@ _RETRYABLE_ERRORS: tuple[type[Exception], ...] = (*TRANSIENT_ERRORS, OSError)
 ALLOW_OOM_SCRIPTS = frozenset({"cancel", "expire_job"})
 
 
+@functools.cache
 def load_script_source(name: str) -> str:
     """The full source of a transition's script: the helpers of ``lib.lua`` it uses, then ``<name>.lua``.
 
@@ -171,7 +173,9 @@ class Queue:
         self.retry_base_delay = retry_base_delay
         self.clock = clock
         self.rand = rand
-        self._scripts = {name: redis.register_script(load_script_source(name)) for name in SCRIPT_NAMES}
+        # Registered at first use: a process that enqueues once (a producer, the CLI) builds only the
+        # scripts it runs, not the 22 a worker needs (~50 ms of start-up on a loaded machine).
+        self._scripts: dict[str, AsyncScript] = {}
         self._policies: dict[str, RetryPolicy] = {}
         self._rings = [self.keys.ring(p) for p in PRIORITIES]
 
@@ -195,8 +199,17 @@ class Queue:
                 delay = min(delay * 2, 2.0)
         raise AssertionError("unreachable")
 
+    def _script(self, name: str) -> AsyncScript:
+        """The transition ``name``'s script, registered on the client at its first use."""
+        script = self._scripts.get(name)
+        if script is None:
+            if name not in SCRIPT_NAMES:
+                raise KeyError(f"no queue script {name!r}")
+            script = self._scripts[name] = self.redis.register_script(load_script_source(name))
+        return script
+
     async def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        script = self._scripts[name]
+        script = self._scripts.get(name) or self._script(name)
 
         async def op() -> Any:
             return await script(keys=list(keys), args=list(args))
@@ -761,6 +774,7 @@ class Queue:
 
 
 if TYPE_CHECKING:
+    from redis.commands.core import AsyncScript
 
     def _implements_the_contract(q: Queue) -> QueueClient:
         return q  # mypy checks that Queue satisfies the QueueClient protocol

@@ -13,6 +13,7 @@ The library's shape this relies on (checked by the unit tests): comments, then t
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -31,13 +32,20 @@ class Helper:
 
 def split_library(lib: str) -> tuple[str, list[Helper]]:
     """The library's head (before its first helper's comment) and its helpers, losslessly."""
+    head, helpers = _split(lib)
+    return head, list(helpers)
+
+
+# A process shakes every script it registers against the same library: it is split once (~1 ms each time).
+@functools.lru_cache(maxsize=8)
+def _split(lib: str) -> tuple[str, tuple[Helper, ...]]:
     starts = [m.start() for m in _DEF.finditer(lib)]
     names = [m.group(1) for m in _DEF.finditer(lib)]
     # Each helper owns the comment lines just above its definition.
     cuts = [_comment_start(lib, s) for s in starts]
     head = lib[: cuts[0]] if cuts else lib
     bounds = [*cuts[1:], len(lib)]
-    return head, [Helper(n, lib[c:e]) for n, c, e in zip(names, cuts, bounds, strict=True)]
+    return head, tuple(Helper(n, lib[c:e]) for n, c, e in zip(names, cuts, bounds, strict=True))
 
 
 def _comment_start(lib: str, start: int) -> int:
@@ -57,7 +65,7 @@ def names_used(code: str) -> set[str]:
 
 def shake(lib: str, script: str) -> str:
     """The library cut to the helpers ``script`` needs (directly or through other helpers), then the script."""
-    head, helpers = split_library(lib)
+    head, helpers = _split(lib)
     by_name = {h.name: h for h in helpers}
     needed: set[str] = set()
     todo = [n for n in names_used(script) if n in by_name]

@@ -14,7 +14,7 @@ for i = 1, n do
   fields[i] = ARGV[3 + tonumber(ARGV[base + 2 * i - 1])] .. '|' .. ARGV[base + 2 * i]
 end
 local vals = redis.call('HMGET', wk, unpack(fields))
-local alive, hist, cnt, tenant = {}, {}, {}, {}
+local alive, cnt, tenant = {}, {}, {}
 local res, held = {}, {}
 local svc, done = 0, 0
 for i = 1, n do
@@ -26,7 +26,6 @@ for i = 1, n do
     if alive[ji] == nil then
       local m = redis.call('HMGET', KEYS[2 + 2 * ji], 'prio', 'tn')  -- the job exists: it has a priority
       alive[ji], tenant[ji] = m[1] ~= false, m[2] or ''
-      hist[ji] = alive[ji] and redis.call('EXISTS', KEYS[3 + 2 * ji]) == 1
       cnt[ji] = 0
     end
     if alive[ji] then
@@ -34,7 +33,9 @@ for i = 1, n do
       cnt[ji] = cnt[ji] + 1
       done = done + 1
       svc = svc + (nowf - tonumber(string.sub(v, 1, string.find(v, '|', 1, true) - 1)))
-      if hist[ji] then redis.call('HDEL', KEYS[3 + 2 * ji], ARGV[base + 2 * i]) end
+      -- Only fail.lua writes a task's history, as it retries the task with one more failed attempt: a task
+      -- on its first attempt ("<claimed_at>|<task>|0|...") has none, and its ack skips the HDEL.
+      if string.match(v, '^[^|]*|[^|]*|(%d+)|') ~= '0' then redis.call('HDEL', KEYS[3 + 2 * ji], ARGV[base + 2 * i]) end
     end
   end
 end
