@@ -13,6 +13,7 @@ The library's shape this relies on (checked by the unit tests): comments, then t
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -29,30 +30,43 @@ class Helper:
     text: str  # its leading comment and its definition, up to the next helper's comment
 
 
-def split_library(lib: str) -> tuple[str, list[Helper]]:
-    """The library's head (before its first helper's comment) and its helpers, losslessly."""
+@functools.lru_cache(maxsize=8)
+def split_library(lib: str) -> tuple[str, tuple[Helper, ...]]:
+    """The library's head (before its first helper's comment) and its helpers, losslessly.
+
+    Cached: every script of a queue is cut from the same library, and a worker builds its scripts before
+    its first claim."""
     starts = [m.start() for m in _DEF.finditer(lib)]
     names = [m.group(1) for m in _DEF.finditer(lib)]
     # Each helper owns the comment lines just above its definition.
     cuts = [_comment_start(lib, s) for s in starts]
     head = lib[: cuts[0]] if cuts else lib
     bounds = [*cuts[1:], len(lib)]
-    return head, [Helper(n, lib[c:e]) for n, c, e in zip(names, cuts, bounds, strict=True)]
+    return head, tuple(Helper(n, lib[c:e]) for n, c, e in zip(names, cuts, bounds, strict=True))
 
 
 def _comment_start(lib: str, start: int) -> int:
-    lines = lib[:start].split("\n")[:-1]  # the full lines before the definition's line
+    """Where the run of ``--`` lines just above the line at ``start`` begins (``start`` if there is none).
+
+    Walks back line by line from ``start`` (a line's start), never splitting the text before it."""
     pos = start
-    for line in reversed(lines):
-        if not line.startswith("--"):
+    while pos > 0:
+        line_start = lib.rfind("\n", 0, pos - 1) + 1  # the line ending at pos - 1 (its newline)
+        if not lib.startswith("--", line_start):
             break
-        pos -= len(line) + 1
+        pos = line_start
     return pos
 
 
 def names_used(code: str) -> set[str]:
     """Every identifier the code names outside comments and string literals."""
     return set(_NAME.findall(_NOISE.sub(" ", code)))
+
+
+@functools.lru_cache(maxsize=256)
+def _names_in_helper(text: str) -> frozenset[str]:
+    """:func:`names_used` of a library helper, computed once for all the scripts that use it."""
+    return frozenset(names_used(text))
 
 
 def shake(lib: str, script: str) -> str:
@@ -66,6 +80,6 @@ def shake(lib: str, script: str) -> str:
         if name in needed:
             continue
         needed.add(name)
-        todo.extend(n for n in names_used(by_name[name].text) if n in by_name and n not in needed)
+        todo.extend(n for n in _names_in_helper(by_name[name].text) if n in by_name and n not in needed)
     kept = "".join(h.text for h in helpers if h.name in needed)
     return head + kept + "\n" + script
