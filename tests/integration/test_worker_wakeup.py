@@ -66,6 +66,12 @@ async def test_an_idle_worker_claims_new_seeds_without_waiting_for_its_poll(
     site: Bookstore, redis_client: aioredis.Redis
 ) -> None:
     queue = Queue(redis_client, PREFIX, lease_seconds=10)
+    # Registered before the worker starts: after it, the only event is the seeds' ("enqueued").
+    job = ScrapeJobSpec.model_validate(
+        {"pool": "p", "urls": [site.product_url(1)], "politeness": {"requestsPerSecond": 1000}}
+    )
+    job_id = uuid.uuid4().hex[:12]
+    await queue.register_job(build_job_config(job_id, job, None))
     worker = Worker(
         WorkerConfig(
             prefix=PREFIX, worker_id="wake-" + uuid.uuid4().hex[:6], concurrency=2, allowed_cidrs=ALLOWED,
@@ -83,11 +89,6 @@ async def test_an_idle_worker_claims_new_seeds_without_waiting_for_its_poll(
             return value or 0.0
 
         await wait_for_async("ten empty claims", lambda: empty_claims() >= 10, 60, 0.02)
-        job = ScrapeJobSpec.model_validate(
-            {"pool": "p", "urls": [site.product_url(1)], "politeness": {"requestsPerSecond": 1000}}
-        )
-        job_id = uuid.uuid4().hex[:12]
-        await queue.register_job(build_job_config(job_id, job, None))
         await queue.enqueue(job_id, job.seed_urls())
         seeded = time.time()
         await queue.mark_enqueue_done(job_id)  # the queue's "enqueued" event: the idle worker wakes
@@ -107,3 +108,32 @@ async def test_an_idle_worker_claims_new_seeds_without_waiting_for_its_poll(
 
 async def _finished(queue: Queue, job_id: str) -> bool:
     return (await queue.job_stats(job_id)).finished
+
+
+async def test_an_event_without_work_ends_one_wait_and_the_back_off_goes_on(redis_client: aioredis.Redis) -> None:
+    queue = Queue(redis_client, PREFIX, lease_seconds=10)
+    worker = Worker(
+        WorkerConfig(
+            prefix=PREFIX, worker_id="wake-" + uuid.uuid4().hex[:6], concurrency=2, allowed_cidrs=ALLOWED,
+            idle_poll_max=120.0, drain_seconds=5,
+        ),
+        queue,
+        redis_client,
+        Keys(PREFIX),
+    )  # fmt: skip
+
+    def empty_claims() -> float:
+        return worker.metrics.registry.get_sample_value("trawl_worker_claim_calls_total", {"result": "empty"}) or 0.0
+
+    runner = asyncio.create_task(worker.run())
+    try:
+        await wait_for_async("eight empty claims", lambda: empty_claims() >= 8, 60, 0.02)
+        before = empty_claims()
+        await redis_client.xadd(Keys(PREFIX).events, {"type": "finished", "job": "another"})
+        await wait_for_async("the claim the event brought", lambda: empty_claims() == before + 1, 30, 0.02)
+        # Nothing to claim: the back-off did not restart at 0.01 s (it would make ~6 claims in half a second).
+        await asyncio.sleep(0.5)
+        assert empty_claims() == before + 1
+    finally:
+        worker.request_stop()
+        await asyncio.wait_for(runner, 30)

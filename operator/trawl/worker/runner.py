@@ -481,7 +481,8 @@ class Worker:
 
     async def _idle_wait(self, seconds: float) -> bool:
         """Sleep until the next poll, or until this worker enqueued new links or is stopping (True); a worker
-        with nothing in hand waits on the pool's event stream too (a job's seeds enqueued: True)."""
+        with nothing in hand also ends the wait on an entry of the pool's event stream (a job's seeds
+        enqueued), returning False: the claim comes at once, and its back-off goes on if it finds nothing."""
         self._wake.clear()
         if not self._inflight and not self._buffer and not self.finisher.count:
             return await self._event_or_wake(seconds)
@@ -493,14 +494,14 @@ class Worker:
         return True
 
     async def _event_or_wake(self, seconds: float) -> bool:
-        """Up to ``seconds``: True on an entry of the pool's event stream or on ``_wake``, else False."""
+        """Up to ``seconds``, or until an entry of the pool's event stream or ``_wake`` (True: ``_wake``)."""
         woken = asyncio.ensure_future(self._wake.wait())
         event = asyncio.ensure_future(self.pool_events.wait(seconds))
         done, pending = await asyncio.wait({woken, event}, timeout=seconds + 1.0, return_when=asyncio.FIRST_COMPLETED)
         for waiter in pending:
             waiter.cancel()  # a cancelled read drops its connection; the next wait opens another
         await asyncio.gather(*pending, return_exceptions=True)
-        return woken in done or (event in done and not event.cancelled() and event.result())
+        return woken in done
 
     async def _sleep_unless_stopping(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
