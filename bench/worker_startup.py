@@ -11,7 +11,9 @@ measures old and new code):
 - **first page**: the timestamp nginx logs (``$msec``) for the first request it received;
 
 both minus the wall-clock time just before ``Popen`` (one clock: everything runs on this machine). The
-worker is stopped once the job (a few pages) is finished. Printed: each run, then the median and the
+worker is stopped once the job (a few pages) is finished; its CPU time (with its children's) up to then,
+start-up and those few pages, is printed too: it moves less with the machine's load than wall times do.
+Both trees are byte-compiled first, as the image is (``compileall``). Printed: each run, then the median and the
 spread; ``--importtime`` adds the import profile of ``trawl.cli worker``'s modules (top entries).
 
     .venv/bin/python bench/worker_startup.py            # 7 runs
@@ -35,7 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from crawl_throughput import FIELDS, PRODUCT_RE, Nginx, build_site
+from crawl_throughput import FIELDS, PRODUCT_RE, Nginx, build_site, compile_bytecode, tree_cpu
 
 PREFIX = "trawl:{bench/startup}"
 
@@ -102,6 +104,7 @@ async def one_run(
             if worker.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit("worker failed:\n" + (tmp / "startup-worker.log").read_text()[-3000:])
             await asyncio.sleep(0.02)
+        cpu = tree_cpu(worker.pid)  # start-up and the job's few pages: the worker and its children
     finally:
         procs.stop(worker, timeout=20)
         monitor.cancel()
@@ -112,7 +115,7 @@ async def one_run(
         first_request = float(f.readline().split()[0])
     if not claim_at:
         raise SystemExit("MONITOR saw no claim")
-    return {"claim": claim_at[0] - t0, "page": first_request - t0}
+    return {"claim": claim_at[0] - t0, "page": first_request - t0, "cpu": cpu}
 
 
 def importtime(top: int) -> None:
@@ -147,16 +150,24 @@ def main() -> None:
     from trawl.queue.client import load_script_source
 
     def claim_sha(root: str | None) -> str:
-        """The SHA1 the worker under ``root`` (None: this tree) calls its claim script by."""
+        """The SHA1 the worker under ``root`` (None: this tree) calls its claim script by: that tree's own
+        ``load_script_source`` builds the script, as its worker does."""
         if root is None:
             return hashlib.sha1(load_script_source("claim").encode()).hexdigest()
-        lua = Path(root) / "trawl" / "queue" / "lua"
-        source = "#!lua\n" + (lua / "lib.lua").read_text() + "\n" + (lua / "claim.lua").read_text()
-        return hashlib.sha1(source.encode()).hexdigest()
+        code = "import hashlib; from trawl.queue.client import load_script_source as s; "
+        code += "print(hashlib.sha1(s('claim').encode()).hexdigest())"
+        env = dict(os.environ) | {"PYTHONPATH": root}
+        return subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        ).stdout.strip()
 
+    compile_bytecode()  # as the image does: a worker starts from __pycache__
+    if args.compare:
+        compile_bytecode(args.compare)
     tmp = Path(tempfile.mkdtemp(prefix="trawl-startup-"))
     variants = {"current": None} | ({"compare": args.compare} if args.compare else {})
     results: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
+    shas = {name: claim_sha(pythonpath) for name, pythonpath in variants.items()}
     try:
         build_site(tmp / "site", 40)
         nginx = Nginx(tmp / "site", tmp, access_log=True).start()
@@ -165,12 +176,13 @@ def main() -> None:
                 for i in range(args.runs):
                     for name, pythonpath in variants.items():
                         base = f"http://127.0.0.1:{nginx.port}"
-                        sha = claim_sha(pythonpath)
+                        sha = shas[name]
                         r = asyncio.run(one_run(redis_server.url, base, nginx.access_log, tmp, sha, pythonpath))
                         results[name].append(r)
                         claim_ms, page_ms = r["claim"] * 1000, r["page"] * 1000
                         print(
-                            f"  run {i + 1} {name}: first claim {claim_ms:.0f} ms, first page {page_ms:.0f} ms",
+                            f"  run {i + 1} {name}: first claim {claim_ms:.0f} ms, first page {page_ms:.0f} ms, "
+                            f"CPU {r['cpu'] * 1000:.0f} ms, load {os.getloadavg()[0]:.2f}",
                             flush=True,
                         )
         finally:
@@ -182,11 +194,13 @@ def main() -> None:
     for name, runs in results.items():
         claims = [r["claim"] * 1000 for r in runs]
         pages = [r["page"] * 1000 for r in runs]
+        cpus = [r["cpu"] * 1000 for r in runs]
         label = name if name == "current" else f"{name} ({args.compare})"
         print(
             f"{label}: exec -> first claim median {statistics.median(claims):.0f} ms (min {min(claims):.0f}, "
             f"max {max(claims):.0f}); exec -> first page median {statistics.median(pages):.0f} ms "
-            f"(min {min(pages):.0f}, max {max(pages):.0f})"
+            f"(min {min(pages):.0f}, max {max(pages):.0f}); worker CPU median {statistics.median(cpus):.0f} ms "
+            f"(min {min(cpus):.0f})"
         )
     if args.importtime:
         importtime(25)

@@ -2,35 +2,22 @@
 
 from __future__ import annotations
 
-import gc
 import os
 import sys
 from pathlib import Path
 
-
-def _worker_invocation(argv: list[str]) -> bool:
-    """Whether this process is ``trawl worker ...`` (the console script or ``python -m trawl.cli``).
-
-    Such a process dispatches to the worker command only, so it skips importing the other commands
-    (``trawl dev`` and the job tools pull rich, the local stack's process helpers, ...): every worker
-    start, from zero or by the autoscaler, pays for what the worker runs and nothing else.
-    """
-    return argv[1:2] == ["worker"] and Path(argv[0]).name in ("trawl", "cli.py")
-
+from trawl.boot.worker import is_worker_invocation as _worker_invocation
 
 if _worker_invocation(sys.argv):
-    # No cyclic garbage collection while the worker imports (it ran ~150 times for ~60k start-up objects,
-    # a tenth of the import time); trawl.worker.main turns it back on after freezing what start-up made.
-    gc.disable()
-    from trawl.boot.lazyimport import defer
+    from trawl.boot import worker as _boot
 
-    defer("jwt")  # imported by redis-py, used only with token credentials: ~60 ms of every worker start
+    _boot.prepare()
+    if __name__ == "__main__":  # `python -m trawl.cli worker ...` (a spawned parser child runs as __mp_main__)
+        from trawl.worker.cliargs import run_plain
 
-    from .boot import castore
+        run_plain(sys.argv)  # runs the worker and exits, unless typer must parse (--help, errors)
 
-    castore.import_aiohttp()  # its CA-store loads (~90 ms) run on a thread while the rest imports
-
-import typer  # noqa: E402
+import typer
 
 app = typer.Typer(
     name="trawl",

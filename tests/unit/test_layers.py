@@ -3,7 +3,8 @@
 - the layer contract in pyproject.toml (``[tool.importlinter]``): a package imports only the layers below
   it, and the packages of one layer not each other (the operator, the workers and the CLI share no code
   but the layers beneath them);
-- the package root holds only the console script and packages;
+- the package root holds only the console script (trawl.entry, which starts a plain `trawl worker` without
+  typer, then trawl.cli) and packages;
 - no module imports another package's private name;
 - every Lua script is a file that names its KEYS and ARGV;
 - no function needs scrolling: none in the package is over 120 lines.
@@ -39,7 +40,7 @@ def test_the_layer_contract_is_kept() -> None:
 
 def test_the_package_root_holds_only_the_console_script_and_packages() -> None:
     files = sorted(p.name for p in PACKAGE.iterdir() if p.is_file())
-    assert files == ["__init__.py", "cli.py", "py.typed"], files
+    assert files == ["__init__.py", "cli.py", "entry.py", "py.typed"], files
     packages = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists())
     contract = (ROOT / "pyproject.toml").read_text()
     for package in packages:  # every package has its place in the layer contract

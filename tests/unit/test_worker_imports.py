@@ -39,6 +39,8 @@ HEAVY = (
     "trawl.sinks.s3",
     "multiprocessing",  # the parser processes start on the first page too large to parse inline
     "re2",  # a job's include/exclude/onlyMatching patterns: compiled on the first job that has one
+    "aiohttp_socks",  # SOCKS5 proxies: loaded with the first SOCKS5 connector
+    "python_socks",
     "jwt.",  # PyJWT (redis-py's token credentials) is registered lazily: none of its submodules run
     "cryptography.x509",
     "cryptography.hazmat.primitives.asymmetric",

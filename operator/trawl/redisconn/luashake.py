@@ -30,15 +30,12 @@ class Helper:
     text: str  # its leading comment and its definition, up to the next helper's comment
 
 
-def split_library(lib: str) -> tuple[str, list[Helper]]:
-    """The library's head (before its first helper's comment) and its helpers, losslessly."""
-    head, helpers = _split(lib)
-    return head, list(helpers)
-
-
-# A process shakes every script it registers against the same library: it is split once (~1 ms each time).
 @functools.lru_cache(maxsize=8)
-def _split(lib: str) -> tuple[str, tuple[Helper, ...]]:
+def split_library(lib: str) -> tuple[str, tuple[Helper, ...]]:
+    """The library's head (before its first helper's comment) and its helpers, losslessly.
+
+    Cached: every script of a queue is cut from the same library, and a worker builds its scripts before
+    its first claim."""
     starts = [m.start() for m in _DEF.finditer(lib)]
     names = [m.group(1) for m in _DEF.finditer(lib)]
     # Each helper owns the comment lines just above its definition.
@@ -49,12 +46,15 @@ def _split(lib: str) -> tuple[str, tuple[Helper, ...]]:
 
 
 def _comment_start(lib: str, start: int) -> int:
-    lines = lib[:start].split("\n")[:-1]  # the full lines before the definition's line
+    """Where the run of ``--`` lines just above the line at ``start`` begins (``start`` if there is none).
+
+    Walks back line by line from ``start`` (a line's start), never splitting the text before it."""
     pos = start
-    for line in reversed(lines):
-        if not line.startswith("--"):
+    while pos > 0:
+        line_start = lib.rfind("\n", 0, pos - 1) + 1  # the line ending at pos - 1 (its newline)
+        if not lib.startswith("--", line_start):
             break
-        pos -= len(line) + 1
+        pos = line_start
     return pos
 
 
@@ -63,9 +63,15 @@ def names_used(code: str) -> set[str]:
     return set(_NAME.findall(_NOISE.sub(" ", code)))
 
 
+@functools.lru_cache(maxsize=256)
+def _names_in_helper(text: str) -> frozenset[str]:
+    """:func:`names_used` of a library helper, computed once for all the scripts that use it."""
+    return frozenset(names_used(text))
+
+
 def shake(lib: str, script: str) -> str:
     """The library cut to the helpers ``script`` needs (directly or through other helpers), then the script."""
-    head, helpers = _split(lib)
+    head, helpers = split_library(lib)
     by_name = {h.name: h for h in helpers}
     needed: set[str] = set()
     todo = [n for n in names_used(script) if n in by_name]
@@ -74,6 +80,6 @@ def shake(lib: str, script: str) -> str:
         if name in needed:
             continue
         needed.add(name)
-        todo.extend(n for n in names_used(by_name[name].text) if n in by_name and n not in needed)
+        todo.extend(n for n in _names_in_helper(by_name[name].text) if n in by_name and n not in needed)
     kept = "".join(h.text for h in helpers if h.name in needed)
     return head + kept + "\n" + script

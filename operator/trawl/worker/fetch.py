@@ -29,7 +29,7 @@ from trawl.egress.addresses import IPNetwork, address_block_reason
 from trawl.egress.resolver import SafeResolver, find_blocked
 
 from .cookies import SessionJar
-from .proxied import HOP_ERRORS, ProxySessions, proxy_failure, refused_credentials, through_proxy
+from .proxied import ProxySessions, hop_errors, proxy_failure, refused_credentials, through_proxy
 from .proxies import ProxyEndpoint
 
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
@@ -418,7 +418,7 @@ class Fetcher:
                 raise
             except (aiohttp.ServerTimeoutError, aiohttp.ConnectionTimeoutError, TimeoutError) as exc:
                 raise FetchError(FailureClass.TIMEOUT, f"{type(exc).__name__} fetching {current}", url=current) from exc
-            except HOP_ERRORS as exc:
+            except hop_errors() as exc:
                 failed = proxy_failure(exc, proxy)
                 if failed is not None:  # the proxy's fault: retried like a connection failure, counted apart
                     raise FetchError(

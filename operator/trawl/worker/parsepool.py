@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import pickle
 import signal
@@ -96,6 +97,9 @@ def _child_main(conn: Connection) -> None:
     """A parser process: one request at a time until the pipe closes (the worker ended or killed it)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker decides when its children end
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # A spawned child re-runs its parent's main module, and `trawl worker`'s start-up (trawl.boot.worker)
+    # turns the cyclic collector off while it imports: the child would otherwise never collect cycles.
+    gc.enable()
     forbid_network()
     extractors: dict[tuple[ExtractOptions, bool], Extractor] = {}
     conn.send_bytes(b"ready")  # imports done: from now on the time budget measures parsing only

@@ -14,22 +14,35 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
-from aiohttp_socks import ProxyConnectionError, ProxyConnector, ProxyError, ProxyTimeoutError
 
 from trawl.egress.resolver import SafeResolver
 
 from .proxies import ProxyEndpoint
 
-# What a hop may raise besides FetchError and timeouts: aiohttp's and the OS's errors, and aiohttp_socks'
-# (which derive from Exception only).
-HOP_ERRORS: tuple[type[Exception], ...] = (
-    aiohttp.ClientError,
-    OSError,
-    ProxyError,
-    ProxyConnectionError,
-    ProxyTimeoutError,
-)
+# What a hop may raise besides FetchError and timeouts: aiohttp's and the OS's errors, and, once a SOCKS5
+# connector exists, aiohttp_socks' (which derive from Exception only). aiohttp_socks (with python_socks) is
+# imported with the first SOCKS5 proxy, not at every worker start: nothing can raise its errors before.
+_HOP_ERRORS: tuple[type[Exception], ...] = (aiohttp.ClientError, OSError)
+# aiohttp_socks' errors, set with the first SOCKS5 connector: the proxy's refusal (ProxyError, with its
+# SOCKS error code), and the proxy unreachable (ProxyConnectionError, ProxyTimeoutError).
+_SOCKS_REFUSED: tuple[type[Exception], ...] = ()
+_SOCKS_UNREACHABLE: tuple[type[Exception], ...] = ()
 DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def hop_errors() -> tuple[type[Exception], ...]:
+    """The exceptions a hop may raise besides FetchError and timeouts (for ``except``)."""
+    return _HOP_ERRORS
+
+
+def _socks_connector(url: str) -> aiohttp.TCPConnector:
+    """A SOCKS5 connector for the proxy at ``url``; its errors join :func:`hop_errors` from now on."""
+    global _HOP_ERRORS, _SOCKS_REFUSED, _SOCKS_UNREACHABLE
+    from aiohttp_socks import ProxyConnectionError, ProxyConnector, ProxyError, ProxyTimeoutError
+
+    _SOCKS_REFUSED, _SOCKS_UNREACHABLE = (ProxyError,), (ProxyConnectionError, ProxyTimeoutError)
+    _HOP_ERRORS = (aiohttp.ClientError, OSError, *_SOCKS_REFUSED, *_SOCKS_UNREACHABLE)
+    return ProxyConnector.from_url(url, rdns=False, limit=0)
 
 
 async def through_proxy(
@@ -78,9 +91,9 @@ def proxy_failure(exc: BaseException, proxy: ProxyEndpoint | None) -> str | None
         return f"proxy {proxy.label} answered HTTP {exc.status}"
     if isinstance(exc, aiohttp.ClientProxyConnectionError):
         return f"cannot connect to proxy {proxy.label}"
-    if isinstance(exc, ProxyError):
-        return f"SOCKS proxy {proxy.label} failed (code {exc.error_code})"
-    if isinstance(exc, ProxyConnectionError | ProxyTimeoutError):  # their text holds host:port only
+    if isinstance(exc, _SOCKS_REFUSED):
+        return f"SOCKS proxy {proxy.label} failed (code {getattr(exc, 'error_code', None)})"
+    if isinstance(exc, _SOCKS_UNREACHABLE):  # their text holds host:port only
         return f"cannot connect to SOCKS proxy {proxy.label} ({type(exc).__name__})"
     cause = exc.__cause__ or exc.__context__
     return proxy_failure(cause, proxy) if cause is not None and cause is not exc else None
@@ -100,7 +113,7 @@ class ProxySessions:
             connector: aiohttp.TCPConnector = (
                 aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True)
                 if key == "http"
-                else ProxyConnector.from_url(proxy.url, rdns=False, limit=0)
+                else _socks_connector(proxy.url)
             )
             session = aiohttp.ClientSession(
                 connector=connector,

@@ -41,6 +41,7 @@ from .parsepool import ParseLimits, ParsePool
 from .pipeline import TaskPipeline
 from .politeness import DomainLimiter, RobotsCache
 from .politeness.robots import fetch_with
+from .wakeup import PoolEvents
 
 __all__ = ["Worker", "WorkerConfig", "default_worker_id"]
 
@@ -118,6 +119,7 @@ class Worker:
         self._lease_lock = asyncio.Lock()
         self._evicted = False
         self._wake = asyncio.Event()  # new local work (links enqueued) or stop: poll the queue now
+        self.pool_events = PoolEvents(redis, keys.events)  # a job's event: an idle worker polls now (wakeup)
         self.stopping = False
         self.cordoned = False  # the autoscaler wants this pod to empty: claim nothing new (claim or heartbeat)
         self.processed = 0
@@ -478,14 +480,28 @@ class Worker:
         self._slot_free.set()
 
     async def _idle_wait(self, seconds: float) -> bool:
-        """Sleep until the next poll, or until this worker enqueued new links or is stopping (True)."""
+        """Sleep until the next poll, or until this worker enqueued new links or is stopping (True); a worker
+        with nothing in hand also ends the wait on an entry of the pool's event stream (a job's seeds
+        enqueued), returning False: the claim comes at once, and its back-off goes on if it finds nothing."""
         self._wake.clear()
+        if not self._inflight and not self._buffer and not self.finisher.count:
+            return await self._event_or_wake(seconds)
         try:
             async with asyncio.timeout(seconds):
                 await self._wake.wait()
         except TimeoutError:
             return False
         return True
+
+    async def _event_or_wake(self, seconds: float) -> bool:
+        """Up to ``seconds``, or until an entry of the pool's event stream or ``_wake`` (True: ``_wake``)."""
+        woken = asyncio.ensure_future(self._wake.wait())
+        event = asyncio.ensure_future(self.pool_events.wait(seconds))
+        done, pending = await asyncio.wait({woken, event}, timeout=seconds + 1.0, return_when=asyncio.FIRST_COMPLETED)
+        for waiter in pending:
+            waiter.cancel()  # a cancelled read drops its connection; the next wait opens another
+        await asyncio.gather(*pending, return_exceptions=True)
+        return woken in done
 
     async def _sleep_unless_stopping(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
