@@ -807,12 +807,18 @@ def test_the_arrivals_answer_needs_more_than_the_rates_noise_to_grow_the_pool() 
 def test_retries_alone_do_not_grow_the_pool() -> None:
     """A pool at the edge of one worker seconds into an outage of slow failures: 15 retries due soon and
     3/s of failed attempts coming back are what tips the drain answer to two workers; without them one
-    does. It holds; the same backlog of new tasks grows it."""
+    does. It holds while attempts fail; the same backlog of new tasks grows it."""
     base = {"current_replicas": 1, "busy_workers": 1, "in_flight": 32, "ready": 21, "per_worker_throughput": 21.2}
-    failing = obs(**base, delayed_due_soon=15, arrival_rate=21.7, retry_rate=3.0, failure_rate=0.15)
+    failing = obs(
+        **base, delayed_due_soon=15, arrival_rate=21.7, retry_rate=3.0, failure_rate=0.15,
+        recent_attempts=100, recent_failed=15,
+    )  # fmt: skip
     d = decide(spec(target_drain_seconds=30), failing, OLD)
     assert (d.desired, d.action) == (1, Action.HOLD), d.reason
     assert "only retries" in d.reason
+    # The target recovered (nothing failed since the last poll): the retries left are work like any.
+    recovered = replace(failing, recent_failed=0)
+    assert decide(spec(target_drain_seconds=30), recovered, OLD).desired == 2
     fresh = obs(**(base | {"ready": 36}), arrival_rate=21.7)
     d = decide(spec(target_drain_seconds=30), fresh, OLD)
     assert (d.desired, d.action) == (2, Action.SCALE_UP), d.reason

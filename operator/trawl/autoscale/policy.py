@@ -418,10 +418,11 @@ def _retries_alone(spec: AutoscalingSpec, obs: Observation, idle_since: float | 
     """Rule 4's companion: **retries do not grow the pool.** A growth the work asks for only with the
     retries counted (those due soon, and the failed attempts' share of the arrival rate) is held: they
     are a failing target's, and slow failures show in the failure rate only after the pool has grown
-    into them (a pool at the edge of a worker, seconds into an outage of 1.5 s timeouts). Retries still
+    into them (a pool at the edge of a worker, seconds into an outage of 1.5 s timeouts). Only while
+    attempts fail (since the last poll): a recovered target's retries are work like any. Retries still
     count in the answers that hold the pool."""
-    if obs.delayed_due_soon <= 0 and obs.retry_rate <= 0:
-        return False
+    if not obs.recent_failed or (obs.delayed_due_soon <= 0 and obs.retry_rate <= 0):
+        return False  # no attempt failed since the last poll: the retries left are a recovered target's
     raw = obs.recent_arrival_rate
     fresh = replace(
         obs,
