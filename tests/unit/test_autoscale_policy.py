@@ -11,7 +11,13 @@ import pytest
 
 from trawl.api.scrapepool import AutoscalingSpec
 from trawl.autoscale import Action, Observation, ScalerState, decide
-from trawl.autoscale.policy import FOLLOW_UP_SECONDS, MIN_DOWN_SHARE, choose_cordoned, queue_wait_p95
+from trawl.autoscale.policy import (
+    FOLLOW_UP_SECONDS,
+    MIN_DOWN_SHARE,
+    MIN_DOWN_WORKERS,
+    choose_cordoned,
+    queue_wait_p95,
+)
 
 NOW = 10_000.0
 
@@ -420,8 +426,8 @@ def test_busy_workers_are_a_floor_outside_the_window() -> None:
     assert all(c >= max(1, b) for c, b in zip(counts, busy, strict=True)), counts  # never below busy
     steps = [(a, b) for a, b in itertools.pairwise(counts) if b != a]
     assert all(b < a for a, b in steps), counts
-    # Each step is worth its Event: a fifth of the pool at least, or down to the floor...
-    assert all(b == 1 or a - b >= math.ceil(MIN_DOWN_SHARE * a) for a, b in steps), counts
+    # Each step is worth its Event: idle workers go two at a time at least (rule 9), or down to the floor...
+    assert all(b == 1 or a - b >= MIN_DOWN_WORKERS for a, b in steps), counts
     # ...a quarter of the window (15 s, three polls) after the previous one...
     changes = [i for i, (a, b) in enumerate(itertools.pairwise(counts)) if b != a]
     assert all(j - i >= 3 for i, j in itertools.pairwise(changes)), counts
@@ -769,3 +775,60 @@ def test_the_drain_answer_rounds_down_within_a_tenth_of_a_worker() -> None:
     assert (d.desired, d.action) == (1, Action.HOLD), d.reason
     d = decide(spec(target_drain_seconds=30, poll_seconds=5), replace(edge, ready=130), OLD)
     assert (d.desired, d.action) == (2, Action.SCALE_UP), d.reason
+
+
+# Rule 1's arrivals answer at the edge of a worker: the rate's own noise grows nothing.
+def test_the_arrivals_answer_needs_more_than_the_rates_noise_to_grow_the_pool() -> None:
+    """One worker (32 slots, 20/s) and a 15 s average of Poisson arrivals (standard error sqrt(rate / 30)):
+    a rate at the edge where Erlang C asks for a second worker, but within a standard error of a rate one
+    worker keeps within the poll's wait, holds at one; a rate that clears the margin grows at once."""
+    mu = 20.0
+
+    def one_worker_waits(rate: float) -> float:
+        return queue_wait_p95(32, rate, mu / 32)
+
+    edge = next(r / 100 for r in range(1800, 2000) if one_worker_waits(r / 100) > 5.0)  # about 19.6/s
+    base = {"current_replicas": 1, "in_flight": 30, "busy_workers": 1, "per_worker_throughput": mu}
+    noisy = obs(**base, arrival_rate=edge + 0.2, arrival_rate_stderr=math.sqrt((edge + 0.2) / 30))
+    d = decide(spec(poll_seconds=5), noisy, OLD)
+    assert (d.desired, d.action) == (1, Action.HOLD), d.reason
+    # Without the noise (a measured rate known exactly) the same rate asks for two.
+    d = decide(spec(poll_seconds=5), replace(noisy, arrival_rate_stderr=0.0), OLD)
+    assert (d.desired, d.action) == (2, Action.SCALE_UP), d.reason
+    # A rise beyond the noise grows the pool.
+    risen = replace(noisy, arrival_rate=edge + 1.5, arrival_rate_stderr=math.sqrt((edge + 1.5) / 30))
+    assert decide(spec(poll_seconds=5), risen, OLD).desired == 2
+    # Two workers at the same edge rate keep their answer of two (the margin only guards growth).
+    two = replace(noisy, current_replicas=2, busy_workers=2)
+    assert decide(spec(poll_seconds=5), two, OLD).need == 2
+
+
+# Rule 4's companion: retries do not grow the pool.
+def test_retries_alone_do_not_grow_the_pool() -> None:
+    """A pool at the edge of one worker seconds into an outage of slow failures: 15 retries due soon and
+    3/s of failed attempts coming back are what tips the drain answer to two workers; without them one
+    does. It holds while attempts fail; the same backlog of new tasks grows it."""
+    base = {"current_replicas": 1, "busy_workers": 1, "in_flight": 32, "ready": 21, "per_worker_throughput": 21.2}
+    failing = obs(
+        **base, delayed_due_soon=15, arrival_rate=21.7, retry_rate=3.0, failure_rate=0.15,
+        recent_attempts=100, recent_failed=15,
+    )  # fmt: skip
+    d = decide(spec(target_drain_seconds=30), failing, OLD)
+    assert (d.desired, d.action) == (1, Action.HOLD), d.reason
+    assert "only retries" in d.reason
+    # The target recovered (nothing failed since the last poll): the retries left are work like any.
+    recovered = replace(failing, recent_failed=0)
+    assert decide(spec(target_drain_seconds=30), recovered, OLD).desired == 2
+    fresh = obs(**(base | {"ready": 36}), arrival_rate=21.7)
+    d = decide(spec(target_drain_seconds=30), fresh, OLD)
+    assert (d.desired, d.action) == (2, Action.SCALE_UP), d.reason
+
+
+def test_two_idle_packed_workers_go_whatever_their_share_of_the_pool() -> None:
+    """Twelve workers, two of them idle and kept empty by packing: they go at cost 0 in one step of two,
+    although two is less than a fifth of the pool (one idle worker of ten still stays: see above)."""
+    loads = (23, 23, 22, 22, 22, 22, 22, 22, 22, 22, 0, 0)
+    later = replace(FRESH, last_change_at=NOW - 20, answers=((NOW - 20, 12),), answers_since=NOW - 20)
+    big = obs(**(PACK | {"current_replicas": 12, "busy_workers": 10, "in_flight": 222, "worker_loads": loads}))
+    d = decide(spec(poll_seconds=5, max_replicas=20), big, later)
+    assert (d.desired, d.action) == (10, Action.SCALE_DOWN), d.reason

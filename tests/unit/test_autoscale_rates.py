@@ -260,3 +260,25 @@ def test_a_slow_backlog_after_a_fast_crawl_grows_the_pool_within_a_few_polls() -
         state = result.state
         desired.append(result.decision.desired)
     assert desired[-1] > 1, desired
+
+
+def test_a_throughput_follows_work_that_got_faster() -> None:
+    # After the fast crawl (20/s per worker at 1.5 s a page) the target starts failing in 0.15 s: few
+    # slots busy (never saturated), 100 attempts per 5 s. The per-worker throughput rises as the service
+    # time falls (the workers' slots turn over faster), not a minute later, and never above the slots'
+    # Little's-law bound of the current work.
+    base_done, base_service = 200 * 19, 1.5 * 200 * 19
+    tail = [
+        {
+            "t": 95.0 + 5.0 * k,
+            "in_flight": 2,
+            "per_worker_in_flight": 1,
+            "completed_total": base_done + 100 * k,
+            "service_seconds_total": base_service + 0.15 * 100 * k,
+        }
+        for k in range(1, 5)
+    ]
+    per_worker = _fast_crawl_then(tail)
+    assert all(v is not None for v in per_worker)
+    assert per_worker[-1] is not None and per_worker[-1] > 2.5 * 20
+    assert per_worker[-1] <= 32 / 0.15

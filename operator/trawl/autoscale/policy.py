@@ -11,10 +11,11 @@ Rules, in the order they apply (each is covered by tests/unit/test_autoscale_pol
 text is the docstring of the function named first):
 
 1. **Need**: :func:`_need` (its drain answer :func:`_drain_workers`, its arrivals answer
-   :func:`_arrival_workers`).
+   :func:`_steady_workers` with :func:`_arrival_workers`).
 2. **Useful parallelism**: :func:`_useful`; the rate-limit ceiling in :func:`_targets`.
 3. **In-flight is counted**: :func:`_busy_floor`.
-4. **Failure guard**: :func:`_up`; engaged and released by :func:`_failure_guard`.
+4. **Failure guard**: :func:`_up`; engaged and released by :func:`_failure_guard`; retries do not grow
+   the pool: :func:`_retries_alone`.
 5. **Up fast, down slow**: :func:`_down`; its window :func:`_window`, kept by :func:`_next_state`.
 6. **Bounds**: :func:`_bounds_and_zero`; applied to the targets by :func:`_bounded`.
 7. **Zero**: :func:`_bounds_and_zero`; the worker kept before zero by :func:`_floor`.
@@ -50,6 +51,9 @@ DOWN_SPACING_SHARE = 0.25
 DRAIN_TOLERANCE = 0.1
 # A scale-up while new tasks wait is looked at again this soon (rule 10): a burst still arriving.
 FOLLOW_UP_SECONDS = 1.0
+# The arrivals answer (rule 1) grows the pool only if the arrival rate less this many standard errors of
+# its moving average (Poisson noise) still asks for it: at the edge of a worker the noise alone must not.
+ARRIVAL_NOISE_SIGMAS = 1.0
 
 
 class Action(StrEnum):
@@ -87,6 +91,8 @@ class Observation:
     recent_attempts: int | None = None  # attempts finished since the previous poll (None: unknown)
     recent_failed: int | None = None  # of those, failed attempts
     recent_arrival_rate: float | None = None  # attempts/s that arrived since the previous poll (None: unknown)
+    retry_rate: float = 0.0  # failed attempts/s (smoothed): the share of arrival_rate that is retries
+    arrival_rate_stderr: float = 0.0  # standard error of arrival_rate (Poisson noise of its moving average)
     worker_loads: tuple[int, ...] = ()  # in-flight tasks of each serving worker (empty: none reported, none packed)
 
     @property
@@ -229,6 +235,22 @@ def _arrival_workers(obs: Observation, lam: float, mu: float, budget: float) -> 
     return n
 
 
+def _steady_workers(spec: AutoscalingSpec, obs: Observation, lam: float, mu: float) -> int:
+    """Rule 1's arrivals answer: :func:`_arrival_workers` within one ``pollSeconds``. Above the serving
+    workers only when the rate less :data:`ARRIVAL_NOISE_SIGMAS` standard errors of its moving average
+    asks for it too: at the edge of a worker (a pool at 94 % of one) the average wanders above the edge
+    and back on Poisson noise alone, and each excursion would hold a second worker for a whole window.
+    A real rise passes the margin within a poll or two, and a queue it builds is the drain answer's.
+    The last poll's rate (a burst, :func:`_arrival_rate`) is taken as it is."""
+    budget = float(spec.poll_seconds)
+    n = _arrival_workers(obs, lam, mu, budget)
+    serving = obs.current_replicas if obs.serving_workers is None else min(obs.serving_workers, obs.current_replicas)
+    margin = ARRIVAL_NOISE_SIGMAS * obs.arrival_rate_stderr
+    if n <= serving or margin <= 0 or lam != obs.arrival_rate:
+        return n
+    return max(serving, _arrival_workers(obs, max(0.0, lam - margin), mu, budget))
+
+
 def _drain_workers(spec: AutoscalingSpec, obs: Observation, mu: float, lam: float) -> int:
     """Rule 1's drain answer: workers that finish the outstanding work and ``targetDrainSeconds`` of
     arrivals within ``targetDrainSeconds``."""
@@ -296,7 +318,7 @@ def _need(spec: AutoscalingSpec, obs: Observation) -> tuple[int, str]:
         return need, f"{how}: bounded guess {need} for {work} tasks ({obs.concurrency} slots each)"
     # The arrivals alone: as many workers as keep their queueing wait within one poll at p95 (a longer
     # wait is a backlog at the next poll, which the drain sizing answers).
-    steady = _arrival_workers(obs, lam, mu, float(spec.poll_seconds))
+    steady = _steady_workers(spec, obs, lam, mu)
     need = min(useful, max(_drain_workers(spec, obs, mu, lam), steady))
     return need, (
         f"{work} tasks (ready {obs.ready}, due {obs.delayed_due_soon}, in flight {obs.in_flight}), "
@@ -390,6 +412,25 @@ def _targets(spec: AutoscalingSpec, obs: Observation, idle_since: float | None) 
         rate_limited=rate_limited,
         notes=tuple(notes),
     )
+
+
+def _retries_alone(spec: AutoscalingSpec, obs: Observation, idle_since: float | None) -> bool:
+    """Rule 4's companion: **retries do not grow the pool.** A growth the work asks for only with the
+    retries counted (those due soon, and the failed attempts' share of the arrival rate) is held: they
+    are a failing target's, and slow failures show in the failure rate only after the pool has grown
+    into them (a pool at the edge of a worker, seconds into an outage of 1.5 s timeouts). Only while
+    attempts fail (since the last poll): a recovered target's retries are work like any. Retries still
+    count in the answers that hold the pool."""
+    if not obs.recent_failed or (obs.delayed_due_soon <= 0 and obs.retry_rate <= 0):
+        return False  # no attempt failed since the last poll: the retries left are a recovered target's
+    raw = obs.recent_arrival_rate
+    fresh = replace(
+        obs,
+        delayed_due_soon=0,
+        arrival_rate=max(0.0, obs.arrival_rate - obs.retry_rate),
+        recent_arrival_rate=None if raw is None else max(0.0, raw - obs.retry_rate),
+    )
+    return _targets(spec, fresh, idle_since).target <= obs.current_replicas
 
 
 def _failure_guard(spec: AutoscalingSpec, failure_rate: float | None, active: bool) -> bool:
@@ -539,7 +580,8 @@ def _packing(spec: AutoscalingSpec, obs: Observation) -> tuple[int, int]:
     (``pollSeconds`` + start-up; at least one task), and the others are cordoned: idle ones stay empty
     instead of being pinned for minutes by the one task that happened to land on each, and the least
     busy empty sooner. The idle workers kept empty are not what the arrivals need, so they go at cost 0
-    without waiting for the window's answers to fall (in a step worth its Event, as in rule 5).
+    without waiting for the window's answers to fall (two at a time at least: no task is drained, so
+    the fifth of the pool rule 5 asks of a step does not apply).
 
     Returns the workers to cordon for packing, and how many of them are idle (:func:`_down` steps
     those down). Only workers that report their load can be cordoned, so without loads nothing is
@@ -636,7 +678,9 @@ def _down(spec: AutoscalingSpec, obs: Observation, st: ScalerState, targets: _Ta
     # Rule 9: idle workers the packing keeps empty are not what the arrivals need (the busy workers'
     # slots hold those), so they go without waiting for the window, in a step worth its Event.
     to = max(target, current - packed_idle)
-    if spaced and _worth_a_step(current, current - to):
+    # Idle workers go at cost 0 (no task is drained): MIN_DOWN_WORKERS of them are worth an Event,
+    # whatever their share of the pool.
+    if spaced and current - to >= MIN_DOWN_WORKERS:
         reason = f"scaling down {current}→{to}: {current - to} idle workers not needed; {why}"
         return _Move(to, Action.SCALE_DOWN, reason, cordon=packed - (current - to))
     return _Move(
@@ -742,7 +786,10 @@ def decide(spec: AutoscalingSpec, obs: Observation, state: ScalerState | None = 
     targets = _targets(spec, obs, idle_since)
     move = _bounds_and_zero(spec, obs, targets, idle_since)
     if move is None:
-        move = _up(spec, obs, st, targets, guard) if targets.target > current else _down(spec, obs, st, targets)
+        if targets.target > current and _retries_alone(spec, obs, idle_since):
+            move = _Move(current, Action.HOLD, f"holding at {current}: only retries ask for more; {targets.why}")
+        else:
+            move = _up(spec, obs, st, targets, guard) if targets.target > current else _down(spec, obs, st, targets)
     notes = (*move.notes, *targets.notes)
     extra = "; ".join(notes)
     reason = f"{move.reason}; {extra}" if extra else move.reason

@@ -43,6 +43,7 @@ class Rates:
     recent_attempts: int | None = None  # attempts finished since the previous snapshot (None: first snapshot)
     recent_failed: int | None = None  # of those, failed attempts
     recent_arrival_rate: float | None = None  # attempts/s that entered the queue since the previous snapshot
+    arrival_rate_stderr: float = 0.0  # standard error of arrival_rate: Poisson noise of a tau-second average
 
     @property
     def smoothed_failure_rate(self) -> float | None:
@@ -132,7 +133,16 @@ def track(
         mean_service = sample if mean_service is None else mean_service + w * (sample - mean_service)
 
     per_worker = _per_worker(
-        old.per_worker_throughput, prev, signals, finished, d_service, dt, alpha, concurrency, mean_service
+        old.per_worker_throughput,
+        prev,
+        signals,
+        finished,
+        d_service,
+        dt,
+        alpha,
+        concurrency,
+        mean_service,
+        old.mean_service_seconds,
     )
     recent = d_failed / finished if finished >= MIN_RECENT_ATTEMPTS else None
     rates = Rates(
@@ -140,6 +150,7 @@ def track(
         recent_failed=d_failed,
         recent_arrival_rate=arrivals,
         arrival_rate=arrival_rate,
+        arrival_rate_stderr=math.sqrt(arrival_rate / (2.0 * tau_seconds)),
         recent_failure_rate=recent,
         throughput=throughput,
         completed_rate=completed_rate,
@@ -162,6 +173,7 @@ def _per_worker(
     alpha: float,
     concurrency: int,
     mean_service: float | None,
+    old_service: float | None = None,
 ) -> float | None:
     """Attempts/s one worker finishes when it has enough work, for the work the pool has now.
 
@@ -195,6 +207,10 @@ def _per_worker(
         # Capacity is at least what the workers just did, saturated or not.
         per_worker = observed
     elif per_worker is not None and mean_service:
+        if old_service and mean_service < old_service:
+            # The work got faster (e.g. a target failing fast): a worker finishes as many more of it
+            # as its slots turn over faster; what it measured was its slots' efficiency, not the work's.
+            per_worker *= old_service / mean_service
         aging = 1.0 - math.exp(-dt / PER_WORKER_AGE_TAU_SECONDS)
         per_worker = _ewma(per_worker, concurrency / mean_service, aging)
     if per_worker is not None and mean_service:

@@ -83,6 +83,8 @@ def observation(
         recent_attempts=rates.recent_attempts,
         recent_failed=rates.recent_failed,
         recent_arrival_rate=rates.recent_arrival_rate,
+        arrival_rate_stderr=rates.arrival_rate_stderr,
+        retry_rate=rates.failed_rate,
         worker_loads=tuple(a.in_flight for a in signals.workers.values() if not a.draining),
     )
 
