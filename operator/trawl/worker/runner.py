@@ -40,6 +40,8 @@ from .metrics import WorkerMetrics
 from .parsepool import ParseLimits, ParsePool
 from .pipeline import TaskPipeline
 from .politeness import DomainLimiter, RobotsCache
+from .politeness.parking import MAX_PARKED_PER_PLACE
+from .politeness.rate import send_trace
 from .politeness.robots import fetch_with
 from .wakeup import PoolEvents
 
@@ -50,6 +52,7 @@ log = logging.getLogger("trawl.worker")
 # How often in-flight tasks are checked against cancelled (deleted) jobs.
 CANCEL_CHECK_SECONDS = 1.0
 BROWSER_TIME_FLUSH_SECONDS = FLUSH_SECONDS
+GAUGE_SECONDS = 0.05  # the in-flight gauge lags the tasks done by at most this
 
 
 def rss_mb() -> float | None:
@@ -79,11 +82,14 @@ class Worker:
         self.worker_id = config.worker_id
         self.metrics = metrics or WorkerMetrics()
         self.allowed: tuple[IPNetwork, ...] = parse_networks(config.allowed_cidrs)
-        self.fetcher = Fetcher(allowed=self.allowed, max_connections=max(64, config.concurrency * 2))
+        self.fetcher = Fetcher(
+            allowed=self.allowed, max_connections=max(64, config.concurrency * 2), trace_configs=[send_trace()]
+        )
         self.limiter = DomainLimiter(
             redis, keys.rate_limit, self.worker_id, max_wait=config.max_rate_wait, on_wait=self.metrics.rate_waited
         )
         self.limiter.crowded = self._crowded  # no head-of-line blocking when places are wanted (politeness.backlog)
+        self.limiter.parking.on_park = self._parked  # a task waiting for its domain gives its place (.parking)
         self.robots = RobotsCache(
             redis,
             lambda origin: keys.rate_limit(origin, "robots"),
@@ -113,6 +119,7 @@ class Worker:
         self._buffer: deque[Task] = deque()  # claimed, waiting for a slot (see trawl.queue.claimsize)
         self._task_time = TaskTimer()  # how long a task holds its slot, which sizes claims
         self._slot_free = asyncio.Event()
+        self._gauge_due = False  # the in-flight gauge is to be set (_gauge_in_flight)
         self._stop = asyncio.Event()
         # Held around a claim (until its tasks are registered here) and around a heartbeat, so the held
         # list a heartbeat sends never misses tasks of a claim whose reply is on its way.
@@ -390,7 +397,7 @@ class Worker:
             size = claim_size(
                 ClaimState(
                     self.config.concurrency,
-                    len(self._inflight),
+                    self._running(),
                     len(self._buffer),
                     self.config.lease_seconds,
                     self._task_time.mean,
@@ -416,7 +423,7 @@ class Worker:
                     self.metrics.claim_calls.labels("error").inc()
                     log.warning("claim failed", extra={"worker": self.worker_id, "error": repr(exc)})
                 for task in tasks or ():
-                    if len(self._inflight) < self.config.concurrency:
+                    if self._running() < self.config.concurrency:
                         self._start(task)
                     else:
                         self._buffer.append(task)  # starts as soon as a slot frees (see _done)
@@ -440,7 +447,21 @@ class Worker:
     def _crowded(self) -> bool:
         """Whether every place is taken, or a claimed task waits for one: a task waiting for its domain then
         holds a place another task could use."""
-        return bool(self._buffer) or len(self._inflight) >= self.config.concurrency
+        return (
+            bool(self._buffer)
+            or self._running() >= self.config.concurrency
+            or self.limiter.parking.count >= MAX_PARKED_PER_PLACE * self.config.concurrency
+        )
+
+    def _running(self) -> int:
+        """Tasks holding one of the worker's places: started, and not parked waiting for their domain."""
+        return len(self._inflight) - self.limiter.parking.count
+
+    def _parked(self) -> None:
+        """A task parked (politeness.parking): a claimed task takes its place."""
+        if self._buffer and not self.stopping and self._running() < self.config.concurrency:
+            self._start(self._buffer.popleft())
+        self._slot_free.set()
 
     def _start(self, task: Task) -> None:
         t = asyncio.create_task(self.pipeline.process(task))
@@ -467,17 +488,28 @@ class Worker:
         return len(self._buffer) + running + self.finisher.count
 
     def _finished(self, count: int) -> None:
-        self.metrics.in_flight.set(self.in_flight)
+        self._gauge_in_flight()
         self._slot_free.set()
         self._wake.set()
 
     def _done(self, t: asyncio.Task[None]) -> None:
         self._inflight.pop(t, None)
         self.processed += 1
-        if self._buffer and not self.stopping:
+        if self._buffer and not self.stopping and self._running() < self.config.concurrency:
             self._start(self._buffer.popleft())
-        self.metrics.in_flight.set(self.in_flight)  # the heartbeat's figure, not just the running slots
+        self._gauge_in_flight()  # the heartbeat's figure, not just the running slots
         self._slot_free.set()
+
+    def _gauge_in_flight(self) -> None:
+        """Set the in-flight gauge within GAUGE_SECONDS: counting is a pass over the running tasks (a
+        thousand and more with parked ones: issue 37), too much once per task done."""
+        if not self._gauge_due:
+            self._gauge_due = True
+            asyncio.get_running_loop().call_later(GAUGE_SECONDS, self._set_in_flight_gauge)
+
+    def _set_in_flight_gauge(self) -> None:
+        self._gauge_due = False
+        self.metrics.in_flight.set(self.in_flight)
 
     async def _idle_wait(self, seconds: float) -> bool:
         """Sleep until the next poll, or until this worker enqueued new links or is stopping (True); a worker
