@@ -13,7 +13,9 @@ import redis.asyncio as aioredis
 from aiohttp import web
 
 from trawl.worker.politeness import DomainLimiter
+from trawl.worker.politeness.parking import HOLD_PLACE
 from trawl.worker.politeness.rate import interval_us, send_trace
+from waits import wait_for_async
 
 
 def _key(domain: str, kind: str) -> str:
@@ -52,6 +54,44 @@ async def test_a_task_waiting_for_its_token_is_parked(redis_client: aioredis.Red
     assert limiter.parking.count == 1 and parks == [1]  # waits for its token, parked
     await asyncio.wait_for(second, 5)
     assert limiter.parking.count == 0
+
+
+async def test_a_task_whose_wait_ended_stays_parked_until_a_place_is_free(redis_client: aioredis.Redis) -> None:
+    limiter = DomainLimiter(redis_client, _key, "w1")
+    place = asyncio.Event()
+
+    async def place_free() -> None:  # the runner's: every place taken until the event
+        await place.wait()
+
+    limiter.parking.place = place_free
+    await limiter.rate.take_token("full", 2.0, adaptive=False)
+    second = asyncio.create_task(limiter.rate.take_token("full", 2.0, adaptive=False))
+    await wait_for_async("the token's wait to end", lambda: _true(limiter.parking.returning == 1), 10, 0.02)
+    assert limiter.parking.count == 1 and not second.done()  # holds no place until one is free: no request
+    place.set()
+    await asyncio.wait_for(second, 5)
+    assert (limiter.parking.count, limiter.parking.returning) == (0, 0)
+
+
+async def test_a_task_holding_a_session_keeps_its_place_while_it_waits(redis_client: aioredis.Redis) -> None:
+    limiter = DomainLimiter(redis_client, _key, "w1")
+    parks: list[int] = []
+    limiter.parking.on_park = lambda: parks.append(limiter.parking.count)
+    await limiter.rate.take_token("sticky", 2.0, adaptive=False)
+
+    async def as_session() -> None:
+        HOLD_PLACE.set(True)  # as the pipeline sets it around a session's request (this task's context only)
+        await limiter.rate.take_token("sticky", 2.0, adaptive=False)
+
+    second = asyncio.create_task(as_session())
+    await asyncio.sleep(0.1)
+    assert limiter.parking.count == 0 and not second.done()  # waiting, yet not parked
+    await asyncio.wait_for(second, 5)
+    assert parks == [] and limiter.parking.count == 0
+
+
+async def _true(value: bool) -> bool:
+    return value
 
 
 async def test_a_task_waiting_for_a_slot_is_parked(redis_client: aioredis.Redis) -> None:

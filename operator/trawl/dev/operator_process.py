@@ -93,7 +93,13 @@ class OperatorProcess:
     proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 60.0) -> OperatorProcess:
-        self.health_port, self.metrics_port = procs.free_ports(2)
+        # A port the caller picked for another listener (e.g. --api-port) was released before these are
+        # picked, so the system may hand it out again: never give the probes a port named in the arguments.
+        taken = {int(a) for a in self.extra_args if a.isdigit()}
+        while True:
+            self.health_port, self.metrics_port = procs.free_ports(2)
+            if not taken & {self.health_port, self.metrics_port}:
+                break
         scope = ["--all-namespaces"] if self.namespaces is None else [a for n in self.namespaces for a in ("-n", n)]
         argv = [
             sys.executable, "-m", "trawl.cli", "operator", *scope,

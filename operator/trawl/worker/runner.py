@@ -90,6 +90,7 @@ class Worker:
         )
         self.limiter.crowded = self._crowded  # no head-of-line blocking when places are wanted (politeness.backlog)
         self.limiter.parking.on_park = self._parked  # a task waiting for its domain gives its place (.parking)
+        self.limiter.parking.place = self._place_back  # and takes one back when its wait ends
         self.robots = RobotsCache(
             redis,
             lambda origin: keys.rate_limit(origin, "robots"),
@@ -119,6 +120,7 @@ class Worker:
         self._buffer: deque[Task] = deque()  # claimed, waiting for a slot (see trawl.queue.claimsize)
         self._task_time = TaskTimer()  # how long a task holds its slot, which sizes claims
         self._slot_free = asyncio.Event()
+        self._place_free = asyncio.Event()  # a place freed: parked tasks whose wait ended may take it
         self._gauge_due = False  # the in-flight gauge is to be set (_gauge_in_flight)
         self._stop = asyncio.Event()
         # Held around a claim (until its tasks are registered here) and around a heartbeat, so the held
@@ -423,7 +425,7 @@ class Worker:
                     self.metrics.claim_calls.labels("error").inc()
                     log.warning("claim failed", extra={"worker": self.worker_id, "error": repr(exc)})
                 for task in tasks or ():
-                    if self._running() < self.config.concurrency:
+                    if self._place_for_claimed():
                         self._start(task)
                     else:
                         self._buffer.append(task)  # starts as soon as a slot frees (see _done)
@@ -457,11 +459,24 @@ class Worker:
         """Tasks holding one of the worker's places: started, and not parked waiting for their domain."""
         return len(self._inflight) - self.limiter.parking.count
 
+    def _place_for_claimed(self) -> bool:
+        """Whether a claimed task may start now: a place is free and no parked task waits to take one back
+        (those go first: they hold tokens or slots of their domains)."""
+        return self._running() < self.config.concurrency and not self.limiter.parking.returning
+
     def _parked(self) -> None:
-        """A task parked (politeness.parking): a claimed task takes its place."""
-        if self._buffer and not self.stopping and self._running() < self.config.concurrency:
+        """A task parked (politeness.parking): a task whose wait ended, else a claimed task, takes its place."""
+        self._place_free.set()
+        if self._buffer and not self.stopping and self._place_for_claimed():
             self._start(self._buffer.popleft())
         self._slot_free.set()
+
+    async def _place_back(self) -> None:
+        """A parked task whose wait ended: return once it may hold a place again (it is still counted as
+        parked until then), so that ``concurrency`` bounds the requests in progress."""
+        while self._running() >= self.config.concurrency:
+            self._place_free.clear()
+            await self._place_free.wait()
 
     def _start(self, task: Task) -> None:
         t = asyncio.create_task(self.pipeline.process(task))
@@ -495,7 +510,8 @@ class Worker:
     def _done(self, t: asyncio.Task[None]) -> None:
         self._inflight.pop(t, None)
         self.processed += 1
-        if self._buffer and not self.stopping and self._running() < self.config.concurrency:
+        self._place_free.set()
+        if self._buffer and not self.stopping and self._place_for_claimed():
             self._start(self._buffer.popleft())
         self._gauge_in_flight()  # the heartbeat's figure, not just the running slots
         self._slot_free.set()

@@ -104,7 +104,7 @@ class RateLimit:
                     raise RateWaitTooLong(start - now)
                 state.next_start = start + delay
                 if start > now:
-                    with self.parking:
+                    async with self.parking:
                         await asyncio.sleep(start - now)
         if state.tokens > 0 and rate >= state.tokens_rate and time.monotonic() - state.tokens_at <= TOKEN_MAX_AGE:
             # A token granted by Redis is left, fresh and at this rate: take it without the lock (nothing
@@ -126,7 +126,7 @@ class RateLimit:
         moves that to when it actually leaves)."""
         gap = state.sent_at + interval - time.monotonic()
         if gap > 0:
-            with self.parking:
+            async with self.parking:
                 await asyncio.sleep(gap)
         state.sent_at = max(state.sent_at, time.monotonic())
         SENDING.set(state)
@@ -135,7 +135,7 @@ class RateLimit:
         self, domain: str, state: DomainState, rate: float, interval: int, burst: int, deadline: float | None
     ) -> None:
         if state.token_lock.locked():  # another task of the domain asks Redis or waits for the next token
-            with self.parking:
+            async with self.parking:
                 await state.token_lock.acquire()
         else:
             await state.token_lock.acquire()
@@ -165,6 +165,6 @@ class RateLimit:
                 raise RateWaitTooLong(wait)
             if self.on_wait is not None:
                 self.on_wait(domain, wait)
-            with self.parking:
+            async with self.parking:
                 await asyncio.sleep(wait)
         state.tokens -= 1

@@ -116,9 +116,10 @@ class ConcurrencySlots:
                 if deadline is not None and time.monotonic() + pause > deadline:
                     raise RateWaitTooLong(pause)
                 state.slot_event.clear()
-                with self.parking, contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(pause):
-                        await state.slot_event.wait()
+                async with self.parking:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(pause):
+                            await state.slot_event.wait()
                 pause = min(pause * 1.5, 0.2)
         finally:
             state.waiters -= 1
