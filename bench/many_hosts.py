@@ -355,7 +355,7 @@ async def run_trawl(urls: list[str], args: argparse.Namespace, port: int, tmp: P
         argv = [
             sys.executable, "-m", "trawl.cli", "worker", "--redis-url", server.url, "--prefix", PREFIX,
             "--concurrency", str(args.concurrency), "--allowed-cidrs", "127.1.0.0/16", "--worker-id", "bench",
-            "--log-level", "WARNING", "--metrics-port", str(metrics_port := free_port()),
+            "--log-level", "WARNING",
         ]  # fmt: skip
         log_path = tmp / "trawl-worker.log"
         # This tree's code, not the one the venv has installed.
@@ -369,47 +369,13 @@ async def run_trawl(urls: list[str], args: argparse.Namespace, port: int, tmp: P
                     raise SystemExit("trawl worker died:\n" + log_path.read_text()[-3000:])
                 await asyncio.sleep(0.2)
             cpu = proc_cpu(worker.pid) + proc_cpu(server.proc.pid) - cpu0  # type: ignore[union-attr]
-            metrics = await worker_metrics(metrics_port)
             memory = int((await redis.info("memory"))["used_memory"])
             for job_id in ids:
                 await queue.cancel(job_id)
         finally:
             procs.stop(worker, timeout=30)
             await redis.aclose()
-    return {"first": first, "redis_memory": memory, "cpu_share": cpu / (time.monotonic() - first), "metrics": metrics}
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-WORKER_METRICS = (
-    "trawl_worker_task_outcomes_total",
-    "trawl_worker_rate_limit_deferrals_total",
-    "trawl_worker_rate_limit_wait_seconds_total",
-    "trawl_worker_claim_calls_total",
-    "trawl_worker_claimed_tasks_total",
-    "trawl_worker_fetches_total",
-)
-
-
-async def worker_metrics(port: int) -> dict[str, float]:
-    """The worker's counters that say where its tasks went (outcomes, deferrals, claims), summed per label set."""
-    import aiohttp
-
-    out: dict[str, float] = {}
-    with contextlib.suppress(Exception):
-        async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/metrics") as r:
-            text = await r.text()
-        for line in text.splitlines():
-            if line.startswith(WORKER_METRICS) and not line.startswith("#"):
-                name, value = line.rsplit(" ", 1)
-                out[name.removeprefix("trawl_worker_")] = float(value)
-    return out
+    return {"first": first, "redis_memory": memory, "cpu_share": cpu / (time.monotonic() - first)}
 
 
 # --- main -----------------------------------------------------------------------------------------------
@@ -469,7 +435,6 @@ async def run_peer(peer: str, hosts: int, args: argparse.Namespace, port: int, t
     if peer == "trawl":
         run = await run_trawl(urls, args, port, tmp, polite=True)
         first, out["redis_memory"], out["cpu_share"] = run["first"], run["redis_memory"], run["cpu_share"]
-        out["worker_metrics"] = run["metrics"]
     else:
         first = await asyncio.to_thread(run_child, peer, urls, args, port, tmp, True)
     polite_log, _, stalls = await farm_log(port)

@@ -225,10 +225,8 @@ class Fetcher:
         allowed: Sequence[IPNetwork] = (),
         max_connections: int = 256,
         user_agent: str = DEFAULT_USER_AGENT,
-        trace_configs: Sequence[aiohttp.TraceConfig] = (),
     ) -> None:
         self.allowed = tuple(allowed)
-        self.trace_configs = list(trace_configs)  # e.g. politeness.rate's send time
         self.max_connections = max_connections
         self.user_agent = user_agent
         self._session: aiohttp.ClientSession | None = None
@@ -253,7 +251,6 @@ class Fetcher:
             trust_env=False,  # never route through an environment proxy: it would bypass the address checks
             cookie_jar=aiohttp.DummyCookieJar(),
             skip_auto_headers=("User-Agent",),
-            trace_configs=self.trace_configs or None,
         )
 
     async def close(self) -> None:

@@ -48,7 +48,6 @@ from .jobsettings import WorkerJobSpec
 from .metrics import WorkerMetrics
 from .parsepool import ParseLimit, ParsePool
 from .politeness import DomainLimiter, RateWaitTooLong, RobotsCache
-from .politeness.parking import HOLD_PLACE
 from .proxies import ProxyBusy, ProxyConfigError, ProxyDirectory
 from .reextract import reextract_task
 from .refresh import RefreshPage
@@ -357,22 +356,16 @@ class TaskPipeline:
         else through the proxy group of the domain (its rule's, else the job's), else directly."""
         route = spec.proxy_for(domain)
         if spec.session is not None:
-            # Its session's cookies are read for this request: its waits for the rate keep its place, or a
-            # task started there would take the session before this one's answer set them (.politeness.parking).
-            held = HOLD_PLACE.set(True)
-            try:
-                return await self.identities.run(
-                    call,
-                    _rendered_result if rendered else _fetched_result,
-                    job_id=task.job_id,
-                    domain=domain,
-                    spec=spec.session,
-                    user_agent=spec.request.user_agent or self.fetcher.user_agent,
-                    route=route,
-                    seed=spec.session_seed,
-                )
-            finally:
-                HOLD_PLACE.reset(held)
+            return await self.identities.run(
+                call,
+                _rendered_result if rendered else _fetched_result,
+                job_id=task.job_id,
+                domain=domain,
+                spec=spec.session,
+                user_agent=spec.request.user_agent or self.fetcher.user_agent,
+                route=route,
+                seed=spec.session_seed,
+            )
         return await (call() if route is None else self._proxied(call, route))
 
     async def _proxied(self, fetch: Callable[..., Awaitable[_T]], route: dict[str, Any]) -> _T:

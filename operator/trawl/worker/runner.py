@@ -40,8 +40,6 @@ from .metrics import WorkerMetrics
 from .parsepool import ParseLimits, ParsePool
 from .pipeline import TaskPipeline
 from .politeness import DomainLimiter, RobotsCache
-from .politeness.parking import MAX_PARKED_PER_PLACE
-from .politeness.rate import send_trace
 from .politeness.robots import fetch_with
 from .wakeup import PoolEvents
 
@@ -52,7 +50,6 @@ log = logging.getLogger("trawl.worker")
 # How often in-flight tasks are checked against cancelled (deleted) jobs.
 CANCEL_CHECK_SECONDS = 1.0
 BROWSER_TIME_FLUSH_SECONDS = FLUSH_SECONDS
-GAUGE_SECONDS = 0.05  # the in-flight gauge lags the tasks done by at most this
 
 
 def rss_mb() -> float | None:
@@ -82,15 +79,11 @@ class Worker:
         self.worker_id = config.worker_id
         self.metrics = metrics or WorkerMetrics()
         self.allowed: tuple[IPNetwork, ...] = parse_networks(config.allowed_cidrs)
-        self.fetcher = Fetcher(
-            allowed=self.allowed, max_connections=max(64, config.concurrency * 2), trace_configs=[send_trace()]
-        )
+        self.fetcher = Fetcher(allowed=self.allowed, max_connections=max(64, config.concurrency * 2))
         self.limiter = DomainLimiter(
             redis, keys.rate_limit, self.worker_id, max_wait=config.max_rate_wait, on_wait=self.metrics.rate_waited
         )
         self.limiter.crowded = self._crowded  # no head-of-line blocking when places are wanted (politeness.backlog)
-        self.limiter.parking.on_park = self._parked  # a task waiting for its domain gives its place (.parking)
-        self.limiter.parking.place = self._place_back  # and takes one back when its wait ends
         self.robots = RobotsCache(
             redis,
             lambda origin: keys.rate_limit(origin, "robots"),
@@ -120,8 +113,6 @@ class Worker:
         self._buffer: deque[Task] = deque()  # claimed, waiting for a slot (see trawl.queue.claimsize)
         self._task_time = TaskTimer()  # how long a task holds its slot, which sizes claims
         self._slot_free = asyncio.Event()
-        self._place_free = asyncio.Event()  # a place freed: parked tasks whose wait ended may take it
-        self._gauge_due = False  # the in-flight gauge is to be set (_gauge_in_flight)
         self._stop = asyncio.Event()
         # Held around a claim (until its tasks are registered here) and around a heartbeat, so the held
         # list a heartbeat sends never misses tasks of a claim whose reply is on its way.
@@ -399,7 +390,7 @@ class Worker:
             size = claim_size(
                 ClaimState(
                     self.config.concurrency,
-                    self._running(),
+                    len(self._inflight),
                     len(self._buffer),
                     self.config.lease_seconds,
                     self._task_time.mean,
@@ -425,7 +416,7 @@ class Worker:
                     self.metrics.claim_calls.labels("error").inc()
                     log.warning("claim failed", extra={"worker": self.worker_id, "error": repr(exc)})
                 for task in tasks or ():
-                    if self._place_for_claimed():
+                    if len(self._inflight) < self.config.concurrency:
                         self._start(task)
                     else:
                         self._buffer.append(task)  # starts as soon as a slot frees (see _done)
@@ -449,34 +440,7 @@ class Worker:
     def _crowded(self) -> bool:
         """Whether every place is taken, or a claimed task waits for one: a task waiting for its domain then
         holds a place another task could use."""
-        return (
-            bool(self._buffer)
-            or self._running() >= self.config.concurrency
-            or self.limiter.parking.count >= MAX_PARKED_PER_PLACE * self.config.concurrency
-        )
-
-    def _running(self) -> int:
-        """Tasks holding one of the worker's places: started, and not parked waiting for their domain."""
-        return len(self._inflight) - self.limiter.parking.count
-
-    def _place_for_claimed(self) -> bool:
-        """Whether a claimed task may start now: a place is free and no parked task waits to take one back
-        (those go first: they hold tokens or slots of their domains)."""
-        return self._running() < self.config.concurrency and not self.limiter.parking.returning
-
-    def _parked(self) -> None:
-        """A task parked (politeness.parking): a task whose wait ended, else a claimed task, takes its place."""
-        self._place_free.set()
-        if self._buffer and not self.stopping and self._place_for_claimed():
-            self._start(self._buffer.popleft())
-        self._slot_free.set()
-
-    async def _place_back(self) -> None:
-        """A parked task whose wait ended: return once it may hold a place again (it is still counted as
-        parked until then), so that ``concurrency`` bounds the requests in progress."""
-        while self._running() >= self.config.concurrency:
-            self._place_free.clear()
-            await self._place_free.wait()
+        return bool(self._buffer) or len(self._inflight) >= self.config.concurrency
 
     def _start(self, task: Task) -> None:
         t = asyncio.create_task(self.pipeline.process(task))
@@ -503,29 +467,17 @@ class Worker:
         return len(self._buffer) + running + self.finisher.count
 
     def _finished(self, count: int) -> None:
-        self._gauge_in_flight()
+        self.metrics.in_flight.set(self.in_flight)
         self._slot_free.set()
         self._wake.set()
 
     def _done(self, t: asyncio.Task[None]) -> None:
         self._inflight.pop(t, None)
         self.processed += 1
-        self._place_free.set()
-        if self._buffer and not self.stopping and self._place_for_claimed():
+        if self._buffer and not self.stopping:
             self._start(self._buffer.popleft())
-        self._gauge_in_flight()  # the heartbeat's figure, not just the running slots
+        self.metrics.in_flight.set(self.in_flight)  # the heartbeat's figure, not just the running slots
         self._slot_free.set()
-
-    def _gauge_in_flight(self) -> None:
-        """Set the in-flight gauge within GAUGE_SECONDS: counting is a pass over the running tasks (a
-        thousand and more with parked ones: issue 37), too much once per task done."""
-        if not self._gauge_due:
-            self._gauge_due = True
-            asyncio.get_running_loop().call_later(GAUGE_SECONDS, self._set_in_flight_gauge)
-
-    def _set_in_flight_gauge(self) -> None:
-        self._gauge_due = False
-        self.metrics.in_flight.set(self.in_flight)
 
     async def _idle_wait(self, seconds: float) -> bool:
         """Sleep until the next poll, or until this worker enqueued new links or is stopping (True); a worker

@@ -14,10 +14,6 @@ others go back to the queue, due when their turn should come: each deferred task
 interval after the one deferred before it, so they come back spread over the domain's rate rather than all
 at once.
 
-Since the tasks that wait park (:mod:`.parking`: a waiting task holds no place), "crowded" means the places
-are busy with requests, or parked tasks are at their bound; the rule still keeps what would wait long from
-being leased here while another worker could start it.
-
 The estimate is local (another worker of the pool may take the domain's next token, or free a slot): a kept
 task that then waits longer is still bounded by the worker's ``max_rate_wait``, as before.
 """

@@ -36,8 +36,6 @@ class DomainState:
     # This worker's adaptive delay (.adaptive), and when it lets the domain's next request start.
     adaptive: AdaptiveDelay = field(default_factory=AdaptiveDelay)
     next_start: float = 0.0
-    # When the domain's last request left here (monotonic): the next is spaced from it (.rate).
-    sent_at: float = 0.0
     # The domain's tasks this worker holds, and when the next one given back is due (.backlog).
     backlog: Backlog = field(default_factory=Backlog)
 

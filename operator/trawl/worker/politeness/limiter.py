@@ -16,7 +16,6 @@ from redis.asyncio import Redis
 from .adaptive import AdaptiveDelay
 from .backlog import HOLD_WEIGHT, keeps, start_wait
 from .domain import DomainState, RateWaitTooLong
-from .parking import Parking
 from .rate import RateLimit, interval_us
 from .slots import ConcurrencySlots, Slot
 
@@ -38,12 +37,9 @@ class DomainLimiter:
         self.worker_id = worker_id
         self.max_wait = max_wait
         self._domains: defaultdict[str, DomainState] = defaultdict(DomainState)
-        # Tasks waiting for their domain here, which hold none of the worker's places (.parking; the runner
-        # sets ``parking.on_park``).
-        self.parking = Parking()
-        self.rate = RateLimit(redis, key, self._domains, on_wait, self.parking)
+        self.rate = RateLimit(redis, key, self._domains, on_wait)
         self.crowded: Callable[[], bool] = lambda: True  # whether the worker's places are all wanted (runner)
-        self.slots = ConcurrencySlots(redis, key, worker_id, self._domains, self.parking)
+        self.slots = ConcurrencySlots(redis, key, worker_id, self._domains)
 
     def adaptive(self, domain: str) -> AdaptiveDelay:
         return self._domains[domain].adaptive
@@ -60,11 +56,11 @@ class DomainLimiter:
 
     def deferral(self, domain: str, rate: float, concurrency: int) -> float | None:
         """The delay to give a task of the domain back for, when it should not wait here (:mod:`.backlog`);
-        None when it should: while the worker is not crowded (``crowded``, set by its runner: no task waits
-        for one of its places), whenever it should start within ``max_wait``, as waiting then holds no place
-        another task could use (and a longer wait would only end in a give-back)."""
-        patience = None if self.crowded() else self.max_wait
-        return deferral(self._domains[domain], rate, concurrency, time.monotonic(), patience)
+        None when it should: always while the worker is not crowded (``crowded``, set by its runner: no
+        task waits for one of its places), as waiting then holds no place another task could use."""
+        if not self.crowded():
+            return None
+        return deferral(self._domains[domain], rate, concurrency, time.monotonic())
 
     def slot(self, domain: str, limit: int, *, deadline: float | None = None) -> Slot:
         """Hold one of the domain's pool-wide concurrency slots for the duration of the block (see
@@ -83,23 +79,13 @@ class DomainLimiter:
         await self.slots.release_all()
 
 
-def deferral(
-    state: DomainState, rate: float, concurrency: int, now: float, patience: float | None = None
-) -> float | None:
+def deferral(state: DomainState, rate: float, concurrency: int, now: float) -> float | None:
     """The delay to give a new task of the domain back for, or None when it should wait here (it should
-    start within PARK_SECONDS: :mod:`.backlog`; within ``patience`` seconds when given: the worker is not
-    crowded)."""
+    start within PARK_SECONDS: :mod:`.backlog`)."""
     interval = interval_us(rate) / 1e6 if 0 < rate < float("inf") else 0.0
     since = now - state.tokens_at if state.tokens_rate > 0 and now - state.tokens_at < interval else None
     held = state.backlog.held
     wait = start_wait(held, state.token_waiters, concurrency, interval, since, state.hold)
-    if patience is not None:  # not crowded: wait unless it is known to be longer than the worker waits
-        # Each task held here takes a token before this one: at least ``held`` intervals (the slots'
-        # estimate alone, from how long a request holds one, misses the rate when the rate binds).
-        floor = held * interval
-        wait = floor if wait is None and floor > patience else wait
-        wait = max(wait, floor) if wait is not None else None
-        return None if wait is None or wait <= patience else state.backlog.defer(wait, interval, now)
     first = held == concurrency if held >= concurrency else state.token_waiters == 0
     return None if keeps(wait, first) else state.backlog.defer(wait, interval, now)
 
@@ -117,10 +103,10 @@ class Held:
         self.concurrency = concurrency
 
     async def __aenter__(self) -> None:
-        patience = None if self.limiter.crowded() else self.limiter.max_wait
-        delay = deferral(self.state, self.rate, self.concurrency, time.monotonic(), patience)
-        if delay is not None:
-            raise RateWaitTooLong(delay)
+        if self.limiter.crowded():
+            delay = deferral(self.state, self.rate, self.concurrency, time.monotonic())
+            if delay is not None:
+                raise RateWaitTooLong(delay)
         self.state.backlog.held += 1
 
     async def __aexit__(self, *exc: object) -> None:

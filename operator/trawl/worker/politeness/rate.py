@@ -4,12 +4,6 @@ A worker asks for up to ``n`` tokens at once (``n`` is 1 at low rates, so two wo
 interleave request by request; at high rates a batch of tokens saves round trips, bounded by the burst
 the rate allows anyway). This worker's adaptive delay (:mod:`.adaptive`) spaces the domain's requests
 further, before any token is taken.
-
-Redis grants a token on its clock, but the request leaves later (a new connection, a busy event loop), so two
-requests granted one interval apart could arrive closer than that. Where the GCRA spaces strictly (burst 1,
-under 40 requests/s) this worker also spaces a domain's requests from when the previous one actually left
-(:func:`send_trace`: aiohttp's trace of the request's headers sent; the hand-out of its token where there is
-no trace), one interval at least: a late send delays the next one rather than crowding it.
 """
 
 from __future__ import annotations
@@ -18,17 +12,12 @@ import asyncio
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from contextvars import ContextVar
-from types import SimpleNamespace
-from typing import Any
 
-import aiohttp
 from redis.asyncio import Redis
 
 from trawl.redisconn.scripts import read_script
 
 from .domain import DomainState, RateWaitTooLong
-from .parking import Parking
 
 MAX_TOKEN_BATCH = 64
 TOKEN_MAX_AGE = 0.25  # seconds a batch of rate tokens may be held before the rest is dropped
@@ -51,25 +40,6 @@ def interval_us(rate: float) -> int:
     return max(1, int(1_000_000 / (rate * RATE_SAFETY)))
 
 
-# The domain of the request the current task is about to send (set when its token is handed out, read by the
-# fetcher's trace when the request's headers are sent: the same asyncio task, so the same context).
-SENDING: ContextVar[DomainState | None] = ContextVar("trawl_politeness_sending", default=None)
-
-
-async def _headers_sent(session: aiohttp.ClientSession, ctx: SimpleNamespace, params: Any) -> None:
-    state = SENDING.get()
-    if state is not None:
-        state.sent_at = max(state.sent_at, time.monotonic())
-        SENDING.set(None)
-
-
-def send_trace() -> aiohttp.TraceConfig:
-    """The fetcher's trace that records when a request left, for the spacing of its domain's next one."""
-    trace = aiohttp.TraceConfig()
-    trace.on_request_headers_sent.append(_headers_sent)
-    return trace
-
-
 class RateLimit:
     """Tokens of each domain's pool-wide rate, taken one per request."""
 
@@ -79,11 +49,9 @@ class RateLimit:
         key: Callable[[str, str], str],
         domains: defaultdict[str, DomainState],
         on_wait: Callable[[str, float], None] | None = None,
-        parking: Parking | None = None,
     ) -> None:
         self.key = key  # (domain, kind) -> redis key
         self.on_wait = on_wait
-        self.parking = parking or Parking()  # a task waiting here gives its place to another (.parking)
         self._domains = domains  # added on first use; shared with the slots
         self._gcra = redis.register_script(read_script("trawl.worker", "rate_take"))
 
@@ -104,67 +72,42 @@ class RateLimit:
                     raise RateWaitTooLong(start - now)
                 state.next_start = start + delay
                 if start > now:
-                    async with self.parking:
-                        await asyncio.sleep(start - now)
+                    await asyncio.sleep(start - now)
         if state.tokens > 0 and rate >= state.tokens_rate and time.monotonic() - state.tokens_at <= TOKEN_MAX_AGE:
             # A token granted by Redis is left, fresh and at this rate: take it without the lock (nothing
             # is awaited between the check and the take). The pool-wide rate is what Redis granted; the
             # lock only serialises asking Redis for more, below.
             state.tokens -= 1
-        else:
-            state.token_waiters += 1
-            try:
-                await self._take_locked(domain, state, rate, interval_us(rate), burst_for(rate), deadline)
-            finally:
-                state.token_waiters -= 1
-        if burst_for(rate) == 1:
-            await self._spaced(state, interval_us(rate) / 1_000_000)
-
-    async def _spaced(self, state: DomainState, interval: float) -> None:
-        """Wait until one interval after the domain's previous request left here (a late send must not
-        crowd the next one: see the module), then count this one as leaving now (the fetcher's trace
-        moves that to when it actually leaves)."""
-        gap = state.sent_at + interval - time.monotonic()
-        if gap > 0:
-            async with self.parking:
-                await asyncio.sleep(gap)
-        state.sent_at = max(state.sent_at, time.monotonic())
-        SENDING.set(state)
+            return
+        interval = interval_us(rate)
+        burst = burst_for(rate)
+        state.token_waiters += 1
+        try:
+            await self._take_locked(domain, state, rate, interval, burst, deadline)
+        finally:
+            state.token_waiters -= 1
 
     async def _take_locked(
         self, domain: str, state: DomainState, rate: float, interval: int, burst: int, deadline: float | None
     ) -> None:
-        if state.token_lock.locked():  # another task of the domain asks Redis or waits for the next token
-            async with self.parking:
-                await state.token_lock.acquire()
-        else:
-            await state.token_lock.acquire()
-        try:
-            await self._take(domain, state, rate, interval, burst, deadline)
-        finally:
-            state.token_lock.release()
-
-    async def _take(
-        self, domain: str, state: DomainState, rate: float, interval: int, burst: int, deadline: float | None
-    ) -> None:
-        if state.tokens > 0 and time.monotonic() - state.tokens_at > TOKEN_MAX_AGE:
-            state.tokens = 0  # tokens of a batch left unused: do not spend them later as a burst
-        if state.tokens > 0 and rate < state.tokens_rate:
-            state.tokens = 0  # granted at a faster rate (e.g. before robots.txt's Crawl-delay was known)
-        while state.tokens <= 0:
-            want = token_batch(rate)
-            granted, wait_us = await self._gcra(keys=[self.key(domain, "rate")], args=[interval, burst, want])
-            granted = int(granted)
-            if granted > 0:
-                state.tokens += granted
-                state.tokens_at = time.monotonic()
-                state.tokens_rate = rate
-                break
-            wait = int(wait_us) / 1_000_000
-            if deadline is not None and time.monotonic() + wait > deadline:
-                raise RateWaitTooLong(wait)
-            if self.on_wait is not None:
-                self.on_wait(domain, wait)
-            async with self.parking:
+        async with state.token_lock:
+            if state.tokens > 0 and time.monotonic() - state.tokens_at > TOKEN_MAX_AGE:
+                state.tokens = 0  # tokens of a batch left unused: do not spend them later as a burst
+            if state.tokens > 0 and rate < state.tokens_rate:
+                state.tokens = 0  # granted at a faster rate (e.g. before robots.txt's Crawl-delay was known)
+            while state.tokens <= 0:
+                want = token_batch(rate)
+                granted, wait_us = await self._gcra(keys=[self.key(domain, "rate")], args=[interval, burst, want])
+                granted = int(granted)
+                if granted > 0:
+                    state.tokens += granted
+                    state.tokens_at = time.monotonic()
+                    state.tokens_rate = rate
+                    break
+                wait = int(wait_us) / 1_000_000
+                if deadline is not None and time.monotonic() + wait > deadline:
+                    raise RateWaitTooLong(wait)
+                if self.on_wait is not None:
+                    self.on_wait(domain, wait)
                 await asyncio.sleep(wait)
-        state.tokens -= 1
+            state.tokens -= 1

@@ -21,7 +21,6 @@ from redis.asyncio import Redis
 from trawl.redisconn.scripts import read_script
 
 from .domain import DomainState, RateWaitTooLong
-from .parking import Parking
 
 log = logging.getLogger("trawl.worker.politeness")
 
@@ -61,15 +60,9 @@ class ConcurrencySlots:
     """Leases of each domain's pool-wide concurrency slots, held one per request."""
 
     def __init__(
-        self,
-        redis: Redis,
-        key: Callable[[str, str], str],
-        worker_id: str,
-        domains: defaultdict[str, DomainState],
-        parking: Parking | None = None,
+        self, redis: Redis, key: Callable[[str, str], str], worker_id: str, domains: defaultdict[str, DomainState]
     ) -> None:
         self.redis = redis
-        self.parking = parking or Parking()  # a task waiting here gives its place to another (.parking)
         self.key = key  # (domain, kind) -> redis key
         self.worker_id = worker_id
         self._domains = domains  # added on first use; shared with the rate limit
@@ -116,10 +109,9 @@ class ConcurrencySlots:
                 if deadline is not None and time.monotonic() + pause > deadline:
                     raise RateWaitTooLong(pause)
                 state.slot_event.clear()
-                async with self.parking:
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(pause):
-                            await state.slot_event.wait()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(pause):
+                        await state.slot_event.wait()
                 pause = min(pause * 1.5, 0.2)
         finally:
             state.waiters -= 1
