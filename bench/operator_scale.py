@@ -17,7 +17,9 @@ then creates ``--jobs`` ScrapeJobs of ``--urls`` product pages each with the Pyt
                    against the status changes seen on the watch (each write that changed status is one
                    MODIFIED event whose status differs from the previous one), and compared with the
                    budget of the issue: 1 per second of the job's runtime (create to Complete) + 3;
-* rss_mb        -- the operator's peak resident set (VmHWM from /proc), plus its CPU seconds.
+* rss_mb        -- the operator's peak resident set (VmHWM from /proc), plus its CPU seconds;
+* end_lag       -- per job, from the queue's record of its end (the job hash's ``fin``, Redis's clock) to the
+                   watch seeing it Succeeded/Failed (this machine's clock, the same one): p50, p95, max.
 
 The last line is ``queued_s=… complete_s=… patches_per_job=… rss_mb=…`` (queued_s and complete_s from
 the last create). Everything started is stopped at the end (the dev classes clean up; their processes
@@ -76,6 +78,8 @@ class JobTrack:
     created: float | None = None  # monotonic, when the create call returned
     queued: float | None = None
     complete: float | None = None
+    complete_wall: float | None = None  # time.time() of the same instant: compared with Redis's "fin"
+    uid: str = ""
     phase: str | None = None
     writes: int = 0  # MODIFIED events (any write that changed the object)
     status_writes: int = 0  # MODIFIED events whose status differs from the previous one
@@ -162,8 +166,10 @@ class Observer:
             total = (status.get("counts") or {}).get("total")
             if track.queued is None and ((phase is not None and phase != "Pending") or total == track.urls):
                 track.queued = now
+            track.uid = meta.get("uid") or track.uid
             if track.complete is None and phase in TERMINAL:
                 track.complete = now
+                track.complete_wall = time.time()
                 track.succeeded = int((status.get("counts") or {}).get("succeeded", 0))
 
     def counts(self) -> tuple[int, int]:
@@ -471,6 +477,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             result["queue_lag_max_s"] = round(lags[-1], 2)
         result["complete_s"] = round(max(done_at) - t_last, 2) if all_done else None
         result["complete_from_first_s"] = round(max(done_at) - t_first, 2) if all_done else None
+        result.update(end_lags(redis_server.url, tracks))
         result["succeeded_jobs"] = sum(1 for t in tracks.values() if t.phase == "Succeeded")
         result["succeeded_urls"] = sum(t.succeeded for t in tracks.values())
         result["not_succeeded"] = {
@@ -525,6 +532,33 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                     thing.stop()
             except Exception as exc:  # keep stopping the rest
                 print(f"stopping {type(thing).__name__}: {exc}", file=sys.stderr)
+
+
+def end_lags(redis_url: str, tracks: dict[str, JobTrack]) -> dict[str, float]:
+    """From each job's end in the queue (its hash's ``fin``) to the watch seeing its status terminal."""
+    import redis
+
+    from trawl.api.naming import queue_prefix
+    from trawl.queue.keys import Keys
+
+    keys = Keys(queue_prefix(NAMESPACE, POOL))
+    done = [t for t in tracks.values() if t.complete_wall is not None and t.uid]
+    client = redis.Redis.from_url(redis_url)
+    try:
+        pipe = client.pipeline(transaction=False)
+        for t in done:
+            pipe.hget(keys.job(t.uid), "fin")
+        fins = pipe.execute()
+    finally:
+        client.close()
+    lags = sorted(t.complete_wall - float(fin) for t, fin in zip(done, fins, strict=True) if fin and t.complete_wall)
+    if not lags:
+        return {}
+    return {
+        "end_lag_p50_s": round(lags[len(lags) // 2], 3),
+        "end_lag_p95_s": round(lags[min(len(lags) - 1, int(len(lags) * 0.95))], 3),
+        "end_lag_max_s": round(lags[-1], 3),
+    }
 
 
 def main() -> None:

@@ -179,3 +179,38 @@ def test_a_kept_body_holds_what_a_pass_reads_and_not_kopfs_bookkeeping() -> None
     deleting = {**body, "metadata": {**body["metadata"], "deletionTimestamp": "2026-11-28T00:00:00Z"}}
     assert pass_body(deleting, keep_status=False)["metadata"]["deletionTimestamp"] == "2026-11-28T00:00:00Z"
     assert pass_body(body, keep_status=False)["status"] == {}
+
+
+async def test_a_nudge_starts_the_pass_at_once_or_right_after_the_running_one() -> None:
+    clock = [0.0]
+    release = asyncio.Event()
+    passes: list[str] = []
+
+    async def run_pass(body: str) -> None:
+        passes.append(body)
+        await release.wait()
+
+    sweep = JobSweep(run_pass, lambda body: "active", EVERY, clock=lambda: clock[0])
+    sweep.seen("a", "a")
+    sweep.seen("gone", "gone")
+    sweep.tick()  # both pass at 0.0; their next ones are due at 1.0
+    release.set()
+    await asyncio.gather(*sweep.in_flight)
+    release.clear()
+    clock[0] = 0.1
+    assert sweep.tick() == []
+    sweep.nudge("a")  # the queue says "a" finished: its pass starts now, not at 1.0
+    assert passes == ["a", "gone"] and len(sweep.in_flight) == 1
+    await asyncio.sleep(0)
+    assert passes == ["a", "gone", "a"]
+    sweep.nudge("a")  # again while that pass runs: it may have read the queue before the change
+    assert sweep.tick() == []
+    release.set()
+    await asyncio.gather(*sweep.in_flight)
+    assert sweep.tick() == ["a"]  # due as soon as the running pass ended, still at 0.1
+    await asyncio.gather(*sweep.in_flight)
+    sweep.nudge("unknown")  # a job of another shard, or deleted: nothing
+    sweep.forget("gone")
+    sweep.nudge("gone")
+    assert sweep.tick() == []
+    await sweep.stop()

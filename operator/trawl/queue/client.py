@@ -766,6 +766,10 @@ class Queue:
         leaves the burst to the next regular poll, which reports the failure."""
         return int(await self.redis.hget(self.keys.stats, "enq") or 0)  # type: ignore[misc]
 
+    def event_keys(self) -> list[str]:
+        """The event streams this queue's scripts write (:mod:`trawl.queue.events`): one per shard."""
+        return [self.keys.events]
+
     async def events(self, last_id: str = "0-0", count: int = 1000) -> list[tuple[str, dict[str, str]]]:
         """Events after ``last_id`` from the pool's bounded stream (registered, started, enqueued, finished,
         deadletter, requeued, suspended, resumed, cancelled, workerlost)."""

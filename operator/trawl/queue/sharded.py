@@ -442,6 +442,9 @@ class ShardedQueue(Queue):
             held=sum(p.held for p in parts),
         )
 
+    def event_keys(self) -> list[str]:
+        return [s.keys.events for s in self.shards]
+
     async def enqueued_total(self) -> int:
         return sum(await self._each(s.enqueued_total() for s in self.shards))
 

@@ -32,6 +32,7 @@ from trawl.operator.handlers import (
 )
 from trawl.redisconn.settings import RedisConfigError, RedisUnreachable
 
+from .endwatch import EndWatch
 from .oncomplete import settled as oncomplete_settled
 from .reconcile import cancel_job, delete_job_object, failed_job, reconcile_job
 from .status import TERMINAL, status_changed
@@ -116,6 +117,8 @@ async def _job(
         outcome.status,
         pool_namespace=pool_ns if isinstance(pool_ns, str) else None,
     )
+    if outcome.queue is not None and _job_active(outcome.status, spec):
+        ENDS.touch(outcome.queue)  # its end is read from the queue's event stream as it happens
     if any(e.reason == "RedisUnavailable" for e in outcome.events):
         metrics.REDIS_ERRORS.labels(kind="ScrapeJob").inc()
     metrics.RECONCILE_SECONDS.labels(kind="ScrapeJob").observe(time.monotonic() - started)
@@ -183,6 +186,8 @@ async def _periodic_pass(body: kopf.Body) -> None:
 # Live jobs every JOB_SYNC_SECONDS; finished ones every 5 s: ttlSecondsAfterFinished, and a Redis that lost
 # their data told within seconds (DataLost).
 SWEEP = JobSweep(_periodic_pass, _pass_kind, Intervals(active=JOB_SYNC_SECONDS, finished=FINISHED_SYNC_SECONDS))
+# A job's end, written by the queue, brings its pass at once (not at its interval).
+ENDS = EndWatch(SWEEP.nudge)
 
 
 # Not filtered by kopf's labels=: a job relabelled to another shard must leave this shard's loop, and kopf
@@ -211,6 +216,7 @@ async def job_seen(
 
 @kopf.on.cleanup()
 async def stop_job_sweep(**_: Any) -> None:
+    await ENDS.stop()
     await SWEEP.stop()
 
 

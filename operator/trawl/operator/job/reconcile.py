@@ -82,6 +82,7 @@ class JobOutcome:
     status: dict[str, Any]
     events: list[Transition] = field(default_factory=list)
     delete_object: bool = False
+    queue: Queue | None = None  # the pool's queue, when its Redis answered (trawl.operator.job.endwatch reads it)
 
 
 @dataclass(frozen=True)
@@ -313,7 +314,7 @@ async def reconcile_job(
         labels, throttled, queue_full, not_shared, browser_held,
     )  # fmt: skip
     try:
-        return await _reconcile_with_queue(job, config, annotations)
+        return replace(await _reconcile_with_queue(job, config, annotations), queue=queue)
     except NotAccepted as exc:
         return stalled(exc.problem)
     except OutOfMemoryError:  # Redis answers, but is full: every pass writes (the epoch), so each one says so

@@ -39,6 +39,7 @@ class Tracked:
     last_pass: float = float("-inf")
     running: bool = False
     kind: str | None = "active"  # which interval applies: kept, not asked every tick (it changes with a pass)
+    nudged: bool = False  # something happened during its running pass: the next one is due when it ends
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,19 @@ class JobSweep:
         if job is not None:
             job.last_pass = self.clock()
 
+    def nudge(self, uid: str) -> None:
+        """Something the job's pass reads changed (the queue says the job finished, trawl.operator.job.endwatch):
+        its pass is due now, not at its interval; one running now is followed by another as soon as it ends
+        (it may have read the queue before the change). A job this loop does not hold is left alone."""
+        job = self.jobs.get(uid)
+        if job is None or job.kind is None:
+            return
+        if job.running:
+            job.nudged = True
+            return
+        job.last_pass = float("-inf")
+        self.tick()
+
     def forget(self, uid: str) -> None:
         self.jobs.pop(uid, None)
 
@@ -130,6 +144,9 @@ class JobSweep:
         finally:
             job.running = False
             job.kind = self.kind_of(job.body)  # the pass may have finished the job, or its hooks
+            if job.nudged:
+                job.nudged = False
+                job.last_pass = float("-inf")
 
     def start(self, every: float) -> None:
         """Run the loop (once: later calls do nothing), ticking every ``every`` seconds until ``stop``."""
