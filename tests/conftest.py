@@ -63,6 +63,18 @@ async def redis_client(redis_server: RedisServer) -> AsyncIterator[aioredis.Redi
         await client.aclose()
 
 
+@pytest.fixture
+async def shared_redis(redis_server: RedisServer) -> AsyncIterator[aioredis.Redis]:
+    """A pooled asyncio client on a flushed database, as the operator and the CLI build theirs (a blocking
+    read takes a connection of its own)."""
+    client = aioredis.Redis.from_url(redis_server.url)
+    await client.flushall()
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
 @pytest.fixture(scope="module")
 def site_options() -> dict[str, Any]:
     """Arguments of Bookstore laid over those of the layer's bookstore fixture (sites.py); none here. A test

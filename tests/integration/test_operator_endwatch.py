@@ -6,29 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
 
 from trawl.api.scrapejob import ScrapeJobSpec
-from trawl.dev.redis_server import RedisServer
 from trawl.jobspec.wire import build_job_config
 from trawl.operator.job.endwatch import EndWatch
 from trawl.queue import Queue
 from trawl.queue.sharded import make_queue
 from waits import wait_for_async
-
-
-@pytest.fixture
-async def pooled(redis_server: RedisServer) -> AsyncIterator[aioredis.Redis]:
-    """A pooled client, as the operator's (trawl.operator.connections): a blocking read takes a connection."""
-    client = aioredis.Redis.from_url(redis_server.url)
-    await client.flushall()
-    try:
-        yield client
-    finally:
-        await client.aclose()
 
 
 async def _run_job(queue: Queue, urls: list[str]) -> str:
@@ -45,14 +32,14 @@ async def _run_job(queue: Queue, urls: list[str]) -> str:
 
 
 @pytest.mark.parametrize("shards", [1, 3])
-async def test_a_finished_job_is_reported_from_every_shard_stream(pooled: aioredis.Redis, shards: int) -> None:
+async def test_a_finished_job_is_reported_from_every_shard_stream(shared_redis: aioredis.Redis, shards: int) -> None:
     ended: list[str] = []
     watch = EndWatch(ended.append, block_seconds=0.5)
-    queue = make_queue(pooled, f"trawl:{{test/ends{shards}}}", shards)
+    queue = make_queue(shared_redis, f"trawl:{{test/ends{shards}}}", shards)
     try:
         watch.touch(queue)
         assert len(watch.readers) == shards  # one reader per stream the queue's scripts write
-        await wait_for_async("readers blocked", lambda: _blocked(pooled, shards), 30, 0.02)
+        await wait_for_async("readers blocked", lambda: _blocked(shared_redis, shards), 30, 0.02)
         urls = [f"http://127.0.0.1/{i}" for i in range(12)]  # spread over the shards
         job_id = await _run_job(queue, urls)
         await wait_for_async("the job's end read", lambda: _true(job_id in ended), 30, 0.02)
@@ -62,11 +49,11 @@ async def test_a_finished_job_is_reported_from_every_shard_stream(pooled: aiored
     assert watch.readers == {}
 
 
-async def test_an_end_just_before_the_reader_started_is_read(pooled: aioredis.Redis) -> None:
+async def test_an_end_just_before_the_reader_started_is_read(shared_redis: aioredis.Redis) -> None:
     """The pass that starts a reader saw the job unfinished; its end may come before the reader's first read."""
     ended: list[str] = []
     watch = EndWatch(ended.append, block_seconds=0.5)
-    queue = Queue(pooled, "trawl:{test/before}")
+    queue = Queue(shared_redis, "trawl:{test/before}")
     try:
         job_id = await _run_job(queue, ["http://127.0.0.1/a"])
         watch.touch(queue)
@@ -75,9 +62,9 @@ async def test_an_end_just_before_the_reader_started_is_read(pooled: aioredis.Re
         await watch.stop()
 
 
-async def test_a_reader_no_pass_touched_stops_and_a_new_touch_starts_another(pooled: aioredis.Redis) -> None:
+async def test_a_reader_no_pass_touched_stops_and_a_new_touch_starts_another(shared_redis: aioredis.Redis) -> None:
     watch = EndWatch(lambda uid: None, idle_seconds=0.3, block_seconds=0.1)
-    queue = Queue(pooled, "trawl:{test/idle}")
+    queue = Queue(shared_redis, "trawl:{test/idle}")
     try:
         watch.touch(queue)
         first = next(iter(watch.readers.values())).task
