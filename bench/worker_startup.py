@@ -13,8 +13,11 @@ measures old and new code):
 both minus the wall-clock time just before ``Popen`` (one clock: everything runs on this machine). The
 worker is stopped once the job (a few pages) is finished; its CPU time (with its children's) up to then,
 start-up and those few pages, is printed too: it moves less with the machine's load than wall times do.
-Both trees are byte-compiled first, as the image is (``compileall``). Printed: each run, then the median and the
-spread; ``--importtime`` adds the import profile of ``trawl.cli worker``'s modules (top entries).
+Both trees are byte-compiled first, as the image is (``compileall``). The worker is started as the image starts
+it: the ``trawl`` console script (``trawl.entry:main``, written here as pip writes it), so ``trawl worker``
+with plain options, which never imports typer nor ``trawl.cli`` (a tree without ``trawl/entry.py`` runs
+``python -m trawl.cli worker``, the same modules but runpy). Printed: each run, then the median and the
+spread; ``--importtime`` adds the import profile of that path (top entries, and self time by package).
 
     .venv/bin/python bench/worker_startup.py            # 7 runs
     .venv/bin/python bench/worker_startup.py --runs 15 --importtime
@@ -92,7 +95,7 @@ async def one_run(
     await ready.wait()
     log_size = access_log.stat().st_size if access_log.exists() else 0  # noqa: ASYNC240 (before the clock)
     argv = [
-        sys.executable, "-m", "trawl.cli", "worker", "--redis-url", redis_url, "--prefix", PREFIX,
+        *worker_command(tmp, pythonpath), "worker", "--redis-url", redis_url, "--prefix", PREFIX,
         "--allowed-cidrs", "127.0.0.1/32", "--worker-id", "startup", "--log-level", "WARNING",
     ]  # fmt: skip
     t0 = time.time()
@@ -118,20 +121,59 @@ async def one_run(
     return {"claim": claim_at[0] - t0, "page": first_request - t0, "cpu": cpu}
 
 
+CONSOLE_SCRIPT = """import re
+import sys
+from trawl.entry import main
+if __name__ == '__main__':
+    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])
+    sys.exit(main())
+"""
+
+
+def worker_command(tmp: Path, pythonpath: str | None) -> list[str]:
+    """How the image starts a worker: its ``trawl`` console script (``[project.scripts]``, as pip writes
+    it), run by this interpreter; ``python -m trawl.cli`` for a tree from before ``trawl.entry``."""
+    import trawl
+
+    root = Path(pythonpath) / "trawl" if pythonpath else Path(trawl.__file__).parent
+    if not (root / "entry.py").exists():
+        return [sys.executable, "-m", "trawl.cli"]
+    script = tmp / "bin" / "trawl"
+    if not script.exists():
+        script.parent.mkdir(exist_ok=True)
+        script.write_text(CONSOLE_SCRIPT)
+    return [sys.executable, str(script)]
+
+
+# What trawl.entry.main does for `trawl worker <plain options>` before it calls the worker's main().
+WORKER_IMPORTS = (
+    "import sys; sys.argv = ['trawl', 'worker']; import trawl.entry; from trawl.boot.worker import prepare; "
+    "prepare(); import trawl.worker.cliargs, trawl.worker.main; assert 'typer' not in sys.modules"
+)
+
+
 def importtime(top: int) -> None:
-    """The modules that cost most to import for ``trawl.cli worker`` (cumulative, microseconds)."""
-    code = "import sys; sys.argv = ['trawl', 'worker']; import trawl.cli; import trawl.worker.main"
+    """The modules that cost most to import on a worker's path to its first claim (one run, under
+    ``-X importtime``, which itself adds about a quarter): cumulative per module, then self time summed
+    by top-level package (``trawl.<subpackage>`` for this project)."""
     err = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True, check=True
+        [sys.executable, "-X", "importtime", "-c", WORKER_IMPORTS], capture_output=True, text=True, check=True
     ).stderr
     rows = []
+    by_package: dict[str, int] = {}
     for line in err.splitlines()[1:]:
-        _self, cumulative_us, module = line.removeprefix("import time:").split("|")
+        self_us, cumulative_us, module = line.removeprefix("import time:").split("|")
         rows.append((int(cumulative_us), module.rstrip()))
+        parts = module.strip().split(".")
+        package = ".".join(parts[:2]) if parts[0] == "trawl" else parts[0]
+        by_package[package] = by_package.get(package, 0) + int(self_us)
     total = sum(c for c, n in rows if not n.startswith(" " * 2))
-    print(f"imports of trawl worker: {total / 1000:.0f} ms (top-level modules, one run, cumulative)")
+    print(f"imports of trawl worker (trawl.entry's path): {total / 1000:.0f} ms (top-level modules, one run)")
     for cumulative, name in sorted(rows, reverse=True)[:top]:
         print(f"  {cumulative / 1000:7.1f} ms {name}")
+    print("self time by package:")
+    for package, self_us in sorted(by_package.items(), key=lambda kv: -kv[1])[:top]:
+        print(f"  {self_us / 1000:7.1f} ms {package}")
 
 
 def main() -> None:

@@ -131,3 +131,23 @@ def test_worker_collects_garbage_again_once_started() -> None:
         "print('ok')"
     )
     _prints_ok(code)
+
+
+def test_a_parser_process_imports_the_parsing_modules_only() -> None:
+    # A spawned parser process imports trawl.worker.parsepool to unpickle its target: the package must not
+    # pull the claim loop with it (aiohttp and its CA loads, redis-py, prometheus_client, the sinks), which
+    # each of a worker's parser processes paid again at its start (issue 38).
+    modules = _modules("import trawl.boot.worker, trawl.worker.parsepool, trawl.worker.extract")
+    assert "trawl.worker.extract" in modules and "selectolax" in modules  # the probe imported the parser
+    loop = ("aiohttp", "redis", "prometheus_client", "trawl.worker.runner", "trawl.worker.config", "trawl.sinks")
+    assert sorted(m for m in modules if m.split(".")[0] in loop or m.startswith(loop[3:])) == []
+
+
+def test_the_worker_package_still_names_its_classes() -> None:
+    _prints_ok(
+        "import trawl.worker as w\n"
+        "from trawl.worker.runner import Worker\n"
+        "from trawl.worker.config import WorkerConfig\n"
+        "assert w.Worker is Worker and w.WorkerConfig is WorkerConfig\n"
+        "print('ok')"
+    )
