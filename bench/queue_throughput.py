@@ -5,8 +5,10 @@ Every system runs on the same freshly started redis-server (flushed between syst
 machine, with the same number of worker processes (``--workers``, 2 by default) and, in the headline
 rows, the same concurrency per process (``--concurrency``, 8 and 32): no-op tasks whose body makes its
 own round trip (``INCR bench:done``, so the count is exact) and whose completion is its own round trip
-(Trawl: the worker's claim sizing, then one ack per task). A last, labelled row runs Trawl pipelined
-(a batch's INCRs in one pipeline, its acks in one call), which is not how the peers' task APIs work.
+(Trawl: the worker's claim sizing, then one ack per task, sent behind the task as the worker's finisher
+sends it: the slot is free once the task's work is done, ``loadgen --ack-behind``). A last, labelled row
+runs Trawl pipelined (a batch's INCRs in one pipeline, its acks in one call), which is not how the peers'
+task APIs work.
 Systems run in interleaved rounds (``--repeat``, 3 by default) and the medians are reported. Per system:
 
 * tasks/s      -- completions per second between 2% and 100% of the tasks (worker start-up excluded);
@@ -279,10 +281,10 @@ def systems(url: str, conc: int, only: set[str] | None, claim_batch: str = "auto
     out = [
         System(
             "trawl",
-            "at-least-once: leases + heartbeats; each task acked on its own",
-            f"{c} slots per process, claim size {claim_batch}",
+            "at-least-once: leases + heartbeats; each task acked on its own, its slot free before the ack's reply",
+            f"{c} slots per process, claim size {claim_batch}, at most {c} acks in flight",
             trawl_enqueue(url, tenants),
-            lambda i: [trawl_loadgen_argv(url, i, "--concurrency", c, "--claim-batch", claim_batch)],
+            lambda i: [trawl_loadgen_argv(url, i, "--concurrency", c, "--claim-batch", claim_batch, "--ack-behind")],
             producer="Queue.enqueue: one script call per 2,000 URLs (enqueue_batch, the operator's)",
         ),
         System(

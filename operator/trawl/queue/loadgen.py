@@ -2,7 +2,10 @@
 
 With ``--concurrency N`` it works like ``trawl worker``: N task slots, claims sized by
 :mod:`trawl.queue.claimsize` (``--claim-batch auto|N``), and each task on its own: its completion mark is
-its own round trip (``INCR``), then its ack is its own round trip. Without it (the batch mode below):
+its own round trip (``INCR``), then its ack is its own round trip. With ``--ack-behind`` a task's slot is
+free once its work is done, as the worker's is once it hands the task to its finisher: its ack (still its
+own call) goes out behind it, at most N acks in flight; without it the slot waits for the ack's reply.
+Without ``--concurrency`` (the batch mode below):
 ``python -m trawl.queue.loadgen --url redis://... --prefix 'trawl:{ns/pool}' --worker-id w1`` claims
 batches, runs a no-op task per task, writes the tasks' Redis side effects in one pipeline per batch (a
 result per task keyed by (job, task) plus a log entry, and/or a completion mark), then acks the batch
@@ -93,26 +96,43 @@ async def slots(q: Queue, redis: aioredis.Redis, args: argparse.Namespace) -> No
     setting = parse_setting(args.claim_batch)
     timer = TaskTimer()
     buffer: deque[Task] = deque()
-    running: set[asyncio.Task[None]] = set()
+    running: set[asyncio.Task[None]] = set()  # the tasks' coroutines, acks behind included
+    busy = 0  # slots taken: tasks started whose work (or, without --ack-behind, ack) is not done
+    ack_room = asyncio.Semaphore(conc)  # --ack-behind: acks in flight, bounded as the finisher's capacity is
     freed = asyncio.Event()
     wid = args.worker_id
 
     async def one(task: Task) -> None:
         t0 = time.perf_counter()
-        if args.mark_key:
-            await redis.incr(args.mark_key)
-        if args.task_seconds:
-            await asyncio.sleep(args.task_seconds)
-        await q.ack(task, wid)
-        timer.observe(time.perf_counter() - t0)
+        held = True
+        try:
+            if args.mark_key:
+                await redis.incr(args.mark_key)
+            if args.task_seconds:
+                await asyncio.sleep(args.task_seconds)
+            if args.ack_behind:
+                async with ack_room:
+                    timer.observe(time.perf_counter() - t0)  # the worker's task time also ends at the hand-off
+                    held = False
+                    free_slot()  # the next task starts while this one's ack is in flight, in this coroutine
+                    await q.ack(task, wid)
+            else:
+                await q.ack(task, wid)
+                timer.observe(time.perf_counter() - t0)
+        finally:
+            if held:
+                free_slot()
 
     def start(task: Task) -> None:
+        nonlocal busy
+        busy += 1
         t = asyncio.create_task(one(task))
         running.add(t)
-        t.add_done_callback(done)
+        t.add_done_callback(running.discard)
 
-    def done(t: asyncio.Task[None]) -> None:
-        running.discard(t)
+    def free_slot() -> None:
+        nonlocal busy
+        busy -= 1
         if buffer:
             start(buffer.popleft())
         freed.set()
@@ -120,7 +140,7 @@ async def slots(q: Queue, redis: aioredis.Redis, args: argparse.Namespace) -> No
     idle_since = time.monotonic()
     poll = args.poll
     while True:
-        n = claim_size(ClaimState(conc, len(running), len(buffer), args.lease, timer.mean), setting)
+        n = claim_size(ClaimState(conc, busy, len(buffer), args.lease, timer.mean), setting)
         if n == 0:
             freed.clear()
             await freed.wait()
@@ -137,13 +157,13 @@ async def slots(q: Queue, redis: aioredis.Redis, args: argparse.Namespace) -> No
         poll = args.poll
         idle_since = time.monotonic()
         for task in tasks:
-            if len(running) < conc:
+            if busy < conc:
                 start(task)
             else:
                 buffer.append(task)
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--url", required=True)
     p.add_argument("--prefix", required=True)
@@ -152,6 +172,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--loops", type=int, default=1, help="concurrent claim loops in the process")
     p.add_argument("--concurrency", type=int, default=0, help="task slots, each task acked on its own (0: batches)")
     p.add_argument("--claim-batch", default="auto", help="with --concurrency: claim size, 'auto' or a number")
+    p.add_argument(
+        "--ack-behind", action="store_true", help="with --concurrency: a slot is free before its ack's reply"
+    )
     p.add_argument("--lease", type=float, default=30.0)
     p.add_argument("--max-stalls", type=int, default=3)
     p.add_argument("--poll", type=float, default=0.002, help="first wait after an empty claim")
@@ -162,7 +185,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--results-key", default="")
     p.add_argument("--mark-key", default="")
     p.add_argument("--mark-roundtrip", action="store_true", help="one round trip per task's mark (no pipeline)")
-    eventloop.run(run(p.parse_args(argv)))  # the worker's loop, so the benchmark measures what runs
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    eventloop.run(run(parse_args(argv)))  # the worker's loop, so the benchmark measures what runs
 
 
 if __name__ == "__main__":
