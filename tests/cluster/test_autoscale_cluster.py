@@ -10,13 +10,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+import redis
 from metrics_page import Scrape
 from operator_fixtures import apply, condition, events_for, exists, get, job, pool
 
-from trawl.api.naming import pool_selector
+from trawl.api.naming import pool_selector, queue_prefix
 from trawl.dev.bookstore import Bookstore
 from trawl.dev.controlplane import ControlPlane
 from trawl.dev.redis_server import RedisServer
+from trawl.queue.keys import Keys
 from waits import wait_for
 
 # Politeness out of the way: these tests are about the autoscaler, not the rate limiter.
@@ -371,6 +373,10 @@ def test_a_burst_of_tasks_brings_the_pass_forward(
     created = time.monotonic()
     apply(control_plane, pool("burst", redis_server.url, autoscaling=autoscaling, worker=worker), namespace=namespace)
     wait_for("one worker serving", lambda: supervisor.live(namespace, "burst-workers") == 1, timeout=40)
+    # Its heartbeat in Redis too: until the pool's pass sees a worker report, the pod counts as starting and
+    # the policy does not grow a pool whose pods are starting (a loaded machine starts a worker in seconds).
+    heartbeats = Keys(queue_prefix(namespace, "burst")).worker_info
+    wait_for("the worker's heartbeat", lambda: _hlen(redis_server.url, heartbeats) >= 1, timeout=40)
     with ReplicaRecorder(control_plane, namespace, "burst-workers") as rec:
         ranges = [{"template": bookstore.url + "/product/1.html?copy={n}", "start": 1, "end": 2000}]
         applied = time.monotonic()
@@ -390,3 +396,11 @@ def test_a_burst_of_tasks_brings_the_pass_forward(
         )
     assert f"pool {namespace}/burst: a burst of new tasks" in operator.log_tail(400)
     control_plane.kubectl("delete", "scrapejob/burst", "-n", namespace, "--timeout=60s")
+
+
+def _hlen(url: str, key: str) -> int:
+    client = redis.Redis.from_url(url)
+    try:
+        return int(client.hlen(key))
+    finally:
+        client.close()

@@ -167,7 +167,8 @@ def test_cron_creates_jobs_honours_forbid_and_history(
         )
         assert jobs() == first
         assert any(e["reason"] == "ConcurrencyForbidden" for e in events_for(control_plane, namespace, "hourly"))
-        # Switch to Allow: the next hour starts a second job; history keeps one succeeded job at most.
+        # Switch to Allow: the run Forbid skipped (hour 2: lastScheduleTime stays at hour 1, as CronJob's) is
+        # still the most recent unmet time, so it starts now; the next hour starts a third job.
         control_plane.kubectl(
             "patch", "csj/hourly", "-n", namespace, "--type=merge", "-p", '{"spec":{"concurrencyPolicy":"Allow"}}'
         )
@@ -178,8 +179,12 @@ def test_cron_creates_jobs_honours_forbid_and_history(
 
         # Only then move the clock: a pass still holding the Forbid spec would skip the new hour.
         wait_for("Allow observed", allow_seen, timeout=90, diag=op.log_tail)
+        second = wait_for("the skipped run", lambda: jobs() if len(jobs()) == 2 else None, timeout=90, diag=op.log_tail)
+        assert set(first) < set(second)
         clock.write_text(str(3 * 3600 - now % 3600 + 5))
-        wait_for("second job", lambda: len(jobs()) == 2, timeout=90, diag=op.log_tail)
+        third = wait_for("next hour's run", lambda: jobs() if len(jobs()) == 3 else None, timeout=90, diag=op.log_tail)
+        assert set(second) < set(third)
+        assert len(jobs()) == 3  # one run per schedule time, none twice
     finally:
         op.stop()
 
