@@ -214,3 +214,24 @@ async def test_a_nudge_starts_the_pass_at_once_or_right_after_the_running_one() 
     sweep.nudge("gone")
     assert sweep.tick() == []
     await sweep.stop()
+
+
+async def test_a_nudge_without_room_makes_the_job_first_at_the_next_tick() -> None:
+    clock = [0.0]
+    release = asyncio.Event()
+
+    async def run_pass(body: str) -> None:
+        await release.wait()
+
+    sweep = JobSweep(run_pass, lambda body: "active", EVERY, concurrency=1, clock=lambda: clock[0])
+    for uid in ("busy", "old", "nudged"):
+        sweep.seen(uid, uid)
+    assert sweep.tick() == ["busy"]
+    sweep.jobs["old"].last_pass = -5.0  # waited longest of the others
+    sweep.jobs["nudged"].last_pass = 0.0
+    sweep.nudge("nudged")  # no room: nothing starts now
+    assert len(sweep.in_flight) == 1
+    release.set()
+    await asyncio.gather(*sweep.in_flight)
+    assert sweep.tick() == ["nudged"]  # ahead of the job that waited longest
+    await sweep.stop()

@@ -114,8 +114,9 @@ class JobSweep:
         if job.running:
             job.nudged = True
             return
-        job.last_pass = float("-inf")
-        self.tick()
+        job.last_pass = float("-inf")  # without room now, the loop's next tick starts it first of all
+        if len(self.in_flight) < self.concurrency:
+            self._start(uid)  # this job only: a tick walks every job, and ends come one by one
 
     def forget(self, uid: str) -> None:
         self.jobs.pop(uid, None)
