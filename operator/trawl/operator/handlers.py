@@ -15,9 +15,9 @@ kopf registers on import: trawl.operator.main imports this module and every kind
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import kopf
@@ -29,6 +29,7 @@ from .connections import RedisConnections
 from .events import Transition
 from .indexes import controller_uid, job_pool_key, pool_entry, pool_index_entry
 from .job.status import status_changed
+from .locks import ObjectLocks
 from .problems import Problem, classify_error
 from .secrets import secret_index_entry
 
@@ -41,14 +42,14 @@ JOBS, POOLS, CRONS = "scrapejobs", "scrapepools", "cronscrapejobs"
 TIMER_BACKOFF_SECONDS = 2.0
 
 connections = RedisConnections()
-_locks: dict[str, asyncio.Lock] = {}
+_locks = ObjectLocks()
 _last_status: dict[str, dict[str, Any]] = {}  # ScrapePool/CronScrapeJob uid -> the status last derived
 
 
-def object_lock(uid: str) -> asyncio.Lock:
+def object_lock(uid: str) -> AbstractAsyncContextManager[None]:
     """The object's lock: a timer and an event handler may run at once for one object; a reconcile must
     not interleave."""
-    return _locks.setdefault(uid, asyncio.Lock())
+    return _locks.hold(uid)
 
 
 def previous_status(uid: str, stored: Mapping[str, Any]) -> dict[str, Any]:
@@ -66,8 +67,7 @@ def derived_status(uid: str, status: dict[str, Any]) -> None:
 
 
 def forget_object(uid: str) -> None:
-    """A deleted object's lock and last derived status go."""
-    _locks.pop(uid, None)
+    """A deleted object's last derived status goes (its lock goes with its last holder)."""
     _last_status.pop(uid, None)
 
 
