@@ -113,6 +113,32 @@ async def test_a_max_pages_cap_is_exact_over_shards_and_quota_moves_where_the_li
     assert (await q.job_stats("c")).total == 50
 
 
+async def test_links_refused_by_a_shards_quota_go_in_after_another_calls_borrow_on_three_masters(
+    redis_cluster: LocalRedisCluster, cluster_client: aioredis.Redis
+) -> None:
+    """Issue 37 on three masters (tests/integration/test_queue_shard_cap.py has the cases): a call whose
+    links the shard's quota stopped, and another's borrow moves quota in before its check; all go in."""
+    q = ShardedQueue(cluster_client, pool_prefix("rcs", "race"), shards=3)
+    assert len(set(masters_of(redis_cluster, q))) == 3
+    await q.register_job(JobConfig("r", max_pages=9, max_depth=2))
+    on = [[u for u in (f"https://a.example/{k}/{i}" for i in range(300)) if shard_of(u, 3) == 1] for k in "ab"]
+    await q.enqueue("r", [u for u in (f"https://s.example/{i}" for i in range(30)) if shard_of(u, 3) == 0][:1])
+    (parent,) = await q.claim("w@1", 1)
+    a, b = on[0][:5], [*on[1][:3], on[0][0]]  # shard 1's quota is 3: a's last two are refused for it
+    check, other = q._cap, []
+
+    async def cap(shard: int, job_id: str) -> tuple[int | None, int]:
+        if not other:  # once, between a's add and its check: b borrows 4 and uses 3 (one is a's)
+            other.append(0)
+            other.append(await q.enqueue_discovered(parent, b))
+        return await check(shard, job_id)
+
+    q._cap = cap  # type: ignore[method-assign]
+    assert await q.enqueue_discovered(parent, a) == 5
+    assert other == [0, 3]
+    assert (await q.job_stats("r")).total == 9  # maxPages, none of a's links lost
+
+
 async def test_workers_crawl_a_site_over_three_shards_every_page_once(
     redis_cluster: LocalRedisCluster,
     cluster_client: aioredis.Redis,

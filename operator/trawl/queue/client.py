@@ -257,19 +257,33 @@ class Queue:
         enqueuer restarting from index 0 after a crash adds nothing twice, and the job's tenant's URLs-queued
         quota may stop it short (:meth:`seeds_enqueued` says where). Without it the URLs are appended after
         the seeds already there, so calling it once per URL adds each one."""
+        added, _, _ = await self._enqueue(job_id, urls, start_index, hold_at_cap=False)
+        return added
+
+    async def _enqueue(
+        self, job_id: str, urls: Sequence[str], start_index: int | None, *, hold_at_cap: bool
+    ) -> tuple[int, list[str], int]:
+        """:meth:`enqueue`, returning (seeds added, the seeds left for the job's task cap, the job's seed cursor
+        after the last batch sent). Seeds the cap refuses are skipped (the cursor passes them) unless
+        ``hold_at_cap``: then the cursor stops at the first of them and they are returned, the rest of
+        ``urls`` with them, to be offered again at that cursor once the cap has room (a sharded pool's shard,
+        whose cap is its part of the job's, trawl.queue.sharded)."""
         k = self.keys
         keys = [k.job(job_id), k.ready(job_id), k.seen(job_id), k.cross_dedupe, k.events, *self._rings, k.stats]
-        added = 0
+        hold = "1" if hold_at_cap else ""
+        added, cursor = 0, 0
         for off in range(0, len(urls), self.enqueue_batch):
             batch = urls[off : off + self.enqueue_batch]
             start = "" if start_index is None else start_index + off
-            res = await self._run("enqueue", keys, [self._now(), self.events_maxlen, job_id, start, *batch])
+            res = await self._run("enqueue", keys, [self._now(), self.events_maxlen, job_id, start, hold, *batch])
             if not isinstance(res, list):
                 raise UnknownJob(job_id)
-            added += int(res[0])
-            if start_index is not None and int(res[1]) < start_index + off + len(batch):
+            added, cursor, left = added + int(res[0]), int(res[1]), int(res[2])
+            if left:
+                return added, [*batch[len(batch) - left :], *urls[off + len(batch) :]], cursor
+            if start_index is not None and cursor < start_index + off + len(batch):
                 break  # the tenant's URLs-queued quota: the cursor says how far; the caller comes back later
-        return added
+        return added, [], cursor
 
     async def seeds_enqueued(self, job_id: str) -> int:
         """How far the job's seed stream is enqueued (its seed cursor; 0 for a job that is not there)."""
@@ -287,40 +301,37 @@ class Queue:
             raise UnknownJob(job_id)
 
     async def enqueue_discovered(self, parent: Task, urls: Sequence[str]) -> int:
-        if not urls:
-            return 0
-        k = self.keys
-        job_id = parent.job_id
-        keys = [k.job(job_id), k.ready(job_id), k.seen(job_id), k.cross_dedupe, k.events, *self._rings, k.stats]
-        added = 0
-        for off in range(0, len(urls), self.enqueue_batch):
-            batch = urls[off : off + self.enqueue_batch]
-            n = int(
-                await self._run(
-                    "enqueue_discovered", keys, [self._now(), self.events_maxlen, job_id, parent.depth + 1, *batch]
-                )
-            )
-            if n < 0:
-                return added  # the job was cancelled meanwhile: nothing to add to
-            added += n
+        added, _ = await self._add_links("enqueue_discovered", parent.job_id, parent.depth + 1, urls)
         return added
 
     async def enqueue_sitemap(self, job_id: str, depth: int, urls: Sequence[str]) -> int:
         """Add what a sitemap named: page URLs at ``depth`` 0 (counted as the job's URLs from sitemaps), or
         sitemaps at -1 (the job's own), -2 or -3 (named by an index one level up). Deduplicated within the
         job, never beyond its task cap. Returns how many were added (0 for a job that is gone)."""
+        added, _ = await self._add_links("enqueue_sitemap", job_id, depth, urls)
+        return added
+
+    async def _add_links(self, script: str, job_id: str, depth: int, urls: Sequence[str]) -> tuple[int, list[str]]:
+        """``urls`` through ``script`` (enqueue_discovered or enqueue_sitemap) at ``depth``, in batches: (the
+        number added, the URLs left for the job's task cap). Those left are the tail of ``urls`` from the
+        first one the cap stopped: never examined, so never marked seen, and offered again once the cap has
+        room they go in as if offered first (a sharded pool's shard borrows quota for them,
+        trawl.queue.sharded); a duplicate or a link beyond max depth is refused, never left. Nothing is left
+        for a job that is gone (cancelled meanwhile: nothing to add to)."""
         if not urls:
-            return 0
+            return 0, []
         k = self.keys
         keys = [k.job(job_id), k.ready(job_id), k.seen(job_id), k.cross_dedupe, k.events, *self._rings, k.stats]
         added = 0
         for off in range(0, len(urls), self.enqueue_batch):
             batch = urls[off : off + self.enqueue_batch]
-            n = int(await self._run("enqueue_sitemap", keys, [self._now(), self.events_maxlen, job_id, depth, *batch]))
-            if n < 0:
-                return added  # the job was cancelled meanwhile
-            added += n
-        return added
+            res = await self._run(script, keys, [self._now(), self.events_maxlen, job_id, depth, *batch])
+            if not isinstance(res, list):
+                return added, []  # the job was cancelled meanwhile
+            added, left = added + int(res[0]), int(res[1])
+            if left:  # the cap is reached: the later batches would be refused whole (a shard's cap may grow)
+                return added, [*batch[len(batch) - left :], *urls[off + len(batch) :]]
+        return added, []
 
     async def enqueue_sweep(self, job_id: str, cursor: str = "0", *, first: bool = True) -> int:
         """Add a refresh job's sweep task at the page state's scan ``cursor`` (enqueue_sweep.lua): the

@@ -16,7 +16,11 @@ page cap.
 A crawl's ``maxPages`` is split into per-shard quotas (each enforced exactly by its shard's script, so the
 sum never exceeds the cap). A shard whose quota is used up while links for it keep coming takes unused
 quota from the other shards (``take`` there, then ``give`` here: a crash in between loses that quota, so
-a crawl may end below its cap, never above it). Seeds get their quota before they are enqueued.
+a crawl may end below its cap, never above it). The shard's scripts say which links or seeds its quota
+refused -- the tail of each batch from the first one the cap stopped, never examined -- and only those are
+offered again, after quota moved (:meth:`ShardedQueue._add_on`): whatever other calls of the job did
+meanwhile, a link is lost only when no shard has quota left, when the crawl is at its cap. A seed refused
+for the quota holds its shard's seed cursor until quota moves there (or none is left anywhere).
 
 Claims go round-robin over the shards (each call starts one shard further; an empty shard passes to the
 next within the same call), so every master serves its share and the priorities and round-robin
@@ -60,6 +64,9 @@ from .model import (
 
 SLOTS = 16384
 MAX_SHARDS = 16
+# Rounds in a row that add nothing (each lost its room to another call of the job) before a shard's add gives
+# up its tail (ShardedQueue._add_on).
+_IDLE_ROUNDS = 32
 
 
 def shard_prefixes(prefix: str, shards: int) -> list[str]:
@@ -166,6 +173,19 @@ class ShardedQueue(Queue):
         raw = await self._retrying(lambda: self.redis.hmget(q.keys.job(job_id), ["maxp", "tot"]))  # type: ignore[arg-type,return-value]
         return (None if raw[0] is None else int(raw[0])), int(raw[1] or 0)
 
+    async def _room(self, shard: int, job_id: str, wanted: int) -> bool:
+        """Whether ``shard`` may take more of the job's tasks, for ``wanted`` of them refused by its quota:
+        room its quota has (another call's borrowing may have moved some in since), else quota borrowed
+        from the other shards. False when no shard has any left (the crawl is at its cap) or the job is
+        gone."""
+        cap, held = await self._cap(shard, job_id)
+        if cap is None:
+            return False
+        room = max(0, cap - held)
+        if room >= wanted:
+            return True
+        return await self._borrow(shard, job_id, wanted - room) > 0 or room > 0
+
     async def _borrow(self, shard: int, job_id: str, wanted: int) -> int:
         """Move up to ``wanted`` unused quota of the job from the other shards to ``shard``."""
         got = 0
@@ -211,15 +231,27 @@ class ShardedQueue(Queue):
         if start_index not in (None, 0):
             raise ValueError("a sharded queue enqueues the whole seed list at once (start_index 0) or appends")
         placed = await self._place(job_id, urls)
-        for i, part in placed.items():
-            cap, _ = await self._cap(i, job_id)
-            if cap is not None and start_index == 0 and cap < len(part):
-                # seeds are idempotent by index: a seed refused for want of quota is never offered again
-                await self._borrow(i, job_id, len(part) - cap)
-        added = await self._each(
-            self.shards[i].enqueue(job_id, part, start_index=start_index) for i, part in placed.items()
-        )
+        added = await self._each(self._seed_on(i, job_id, start_index, part) for i, part in placed.items())
         return sum(added)
+
+    async def _seed_on(self, shard: int, job_id: str, start: int | None, urls: list[str]) -> int:
+        """Seeds for ``shard`` from its seed index ``start`` (None: its cursor). Its cursor stops at a seed its
+        quota refuses (a seed is idempotent by index: one the cursor passed is never offered again), the
+        refused ones go in once quota moved here (:meth:`_add_on`), and the cursor passes those still
+        refused only when no shard has quota left, as one queue's does at the job's cap."""
+        q = self.shards[shard]
+        at = start
+
+        async def add(part: list[str]) -> tuple[int, list[str]]:
+            nonlocal at
+            n, left, cursor = await q._enqueue(job_id, part, at, hold_at_cap=True)
+            at = cursor if left else at
+            return n, left
+
+        added, left = await self._add_on(shard, job_id, urls, add)
+        if left:  # the crawl is at its cap: the shard's cursor passes them (and the seed mark says so)
+            added += await q.enqueue(job_id, left, start_index=at)
+        return added
 
     async def _seed_mark(self, job_id: str) -> tuple[int, list[int]]:
         """(position in the job's seed stream, each shard's seed cursor there), as recorded in Redis (read
@@ -244,14 +276,7 @@ class ShardedQueue(Queue):
         if position != at:
             raise ValueError(f"the job's seeds continue at position {at}, not {position}")
         parts, after = seed_parts(urls, await self._present(job_id), cursors)
-        for i in parts:
-            cap, _ = await self._cap(i, job_id)
-            if cap is not None and cap < after[i]:
-                # seeds are idempotent by index: a seed refused for want of quota is never offered again
-                await self._borrow(i, job_id, after[i] - cap)
-        added = await self._each(
-            self.shards[i].enqueue(job_id, part, start_index=start) for i, (start, part) in parts.items()
-        )
+        added = await self._each(self._seed_on(i, job_id, start, part) for i, (start, part) in parts.items())
         mark = ",".join(str(n) for n in (position + len(urls), *after))
         await self._retrying(lambda: self._mark(keys=[self.keys.job(job_id)], args=[mark]))  # type: ignore[arg-type,return-value]
         return sum(added)
@@ -260,44 +285,51 @@ class ShardedQueue(Queue):
         await self._each(s.mark_enqueue_done(job_id) for s in self.shards)
 
     async def enqueue_discovered(self, parent: Task, urls: Sequence[str]) -> int:
-        if not urls:
-            return 0
-        placed = await self._place(parent.job_id, urls)
-        added = await self._each(self._discover_on(i, parent, part) for i, part in placed.items())
-        return sum(added)
-
-    async def _discover_on(self, shard: int, parent: Task, urls: list[str]) -> int:
-        q = self.shards[shard]
-        return await self._add_on(shard, parent.job_id, urls, lambda: q.enqueue_discovered(parent, urls))
+        return await self._links("enqueue_discovered", parent.job_id, parent.depth + 1, urls)
 
     async def enqueue_sitemap(self, job_id: str, depth: int, urls: Sequence[str]) -> int:
+        return await self._links("enqueue_sitemap", job_id, depth, urls)
+
+    async def _links(self, script: str, job_id: str, depth: int, urls: Sequence[str]) -> int:
+        """Links or sitemap URLs (``script`` and ``depth`` as :meth:`Queue._add_links`), placed by URL."""
         if not urls:
             return 0
         placed = await self._place(job_id, urls)
 
-        def on(i: int, part: list[str]) -> Awaitable[int]:
-            return self._add_on(i, job_id, part, lambda: self.shards[i].enqueue_sitemap(job_id, depth, part))
+        def on(i: int, part: list[str]) -> Awaitable[tuple[int, list[str]]]:
+            q = self.shards[i]
+            return self._add_on(i, job_id, part, lambda rest: q._add_links(script, job_id, depth, rest))
 
-        return sum(await self._each(on(i, part) for i, part in placed.items()))
+        return sum(n for n, _ in await self._each(on(i, part) for i, part in placed.items()))
 
     async def enqueue_sweep(self, job_id: str, cursor: str = "0", *, first: bool = True) -> int:
         # On the home shard, with the page state it scans (trawl.queue.pagestate).
         return await self.shards[0].enqueue_sweep(job_id, cursor, first=first)
 
-    async def _add_on(self, shard: int, job_id: str, urls: list[str], add: Callable[[], Awaitable[int]]) -> int:
-        """``add`` (links or sitemap seeds for ``shard``), and once more after borrowing quota when the
-        shard's part of the job's cap refused some."""
-        added = await add()
-        if added == len(urls):
-            return added
-        cap, held = await self._cap(shard, job_id)
-        if cap is None or held < cap:
-            return added  # the rest were duplicates or beyond max depth, not over the quota
-        # The shard's quota is used up: links refused for it were not marked seen, so once quota moves
-        # here they can be offered again (duplicates among them are refused again, exactly).
-        if await self._borrow(shard, job_id, len(urls) - added):
-            added += await add()
-        return added
+    async def _add_on(
+        self,
+        shard: int,
+        job_id: str,
+        urls: list[str],
+        add: Callable[[list[str]], Awaitable[tuple[int, list[str]]]],
+    ) -> tuple[int, list[str]]:
+        """``add`` (links, sitemap URLs or seeds for ``shard``: (number added, those left for the shard's
+        quota)), then, while the quota leaves some, the ones left again once the shard has room (its own, or
+        borrowed): (number added, those still left when no shard has quota to give).
+
+        Only the left tail is offered again: the URLs before it were added or refused as duplicates (or
+        beyond max depth), those in it never examined. Another call of the job may take the room between
+        this call's check and its add (it used it, or it borrowed it for its own tail and uses it next): a
+        round that adds nothing is bounded by what that other call adds, so the loop ends with the cap. At
+        most ``_IDLE_ROUNDS`` such rounds in a row are spent; past them the tail is dropped as a crash
+        between a take and a give loses quota (below the cap, never above it)."""
+        added, left = await add(urls)
+        idle = 0
+        while left and idle < _IDLE_ROUNDS and await self._room(shard, job_id, len(left)):
+            n, rest = await add(left)
+            idle = idle + 1 if len(rest) == len(left) else 0
+            added, left = added + n, rest
+        return added, left
 
     # ------------------------------------------------------------------ workers
 

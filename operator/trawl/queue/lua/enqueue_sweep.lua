@@ -29,5 +29,5 @@ elseif redis.call('HGET', jk, 'sw') ~= '1' then
 end
 m[4] = false -- the sweep is not a page: never refused by the task cap
 m[5] = '0'
-return add_urls(jk, ARGV[3], KEYS[2], KEYS[3], KEYS[4], KEYS[16], m, m[9], ARGV[1], tonumber(ARGV[4]), 5, 5, true,
-  'sweep ')
+return (add_urls(jk, ARGV[3], KEYS[2], KEYS[3], KEYS[4], KEYS[16], m, m[9], ARGV[1], tonumber(ARGV[4]), 5, 5, true,
+  'sweep '))

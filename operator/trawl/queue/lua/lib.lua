@@ -398,7 +398,10 @@ end
 -- ':bf'), and adds each check's false-positive chance at the filter's fill to 'bfp' (pages possibly skipped).
 -- ns (optional) prefixes the within-job dedupe member: sitemap tasks have a namespace of their own, so a
 -- page that links the sitemap's URL never stops the sitemap being read (nor the other way round); they
--- skip the cross-job window, which is about pages. Returns the number added.
+-- skip the cross-job window, which is about pages. Returns the number added and the number left at the end
+-- of ARGV[first..last] because the cap was reached: those were not examined (not marked seen), so a sharded
+-- pool's shard that gets more quota may offer exactly them again (trawl.queue.sharded); every URL before them
+-- was added or refused as a duplicate.
 local function add_urls(jk, job_id, rk, uk, xk, st, m, prio, now, depth, first, last, force_dedupe, ns)
   local nowf = tonumber(now)
   local dg = m[10] == '1'
@@ -414,8 +417,12 @@ local function add_urls(jk, job_id, rk, uk, xk, st, m, prio, now, depth, first, 
     bits, nh = tonumber(string.sub(m[12], 1, sep - 1)), tonumber(string.sub(m[12], sep + 1))
   end
   local items = {}
+  local left = 0
   for i = first, last do
-    if maxp and tot + #items >= maxp then break end
+    if maxp and tot + #items >= maxp then
+      left = last - i + 1
+      break
+    end
     local url = ARGV[i]
     local member = (ns or '') .. url
     local ok = true
@@ -448,6 +455,6 @@ local function add_urls(jk, job_id, rk, uk, xk, st, m, prio, now, depth, first, 
     redis.call('HDEL', jk, 'fin')
     ring_join(jk, job_id, was, prio, m[7], m[11], now)
   end
-  return n
+  return n, left
 end
 
