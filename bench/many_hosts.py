@@ -19,7 +19,9 @@ Per size (``--hosts``, default 10, 100, 1,000, 10,000) and crawler:
    ``--seconds`` at its allowed rate (scaled down where the cap binds, 3x headroom:
    host_farm.pages_per_host); the crawler is stopped ``--seconds`` after the farm saw its first request;
 3. the farm's log of the polite run gives the *achieved* pages/s (requests that arrived in the last 80 % of
-   the window: the first 20 % is start-up) and the *violations* (host_farm.violations).
+   the window: the first 20 % is start-up), the *violations* (host_farm.violations) and the TCP connections
+   the requests came on (``pages_per_connection``: keep-alive at work); Trawl's worker + Redis CPU per page
+   is printed for the polite run and both cap runs (``cpu_ms_per_page``, ``cap_cpu_ms_per_page``).
 
 Efficiency = achieved / theoretical, theoretical = min(sum over hosts of min(rate, concurrency / latency),
 the crawler's cap): what a perfect scheduler with this crawler's per-page cost would get. Where the sum of
@@ -97,6 +99,9 @@ def farm_main(port_file: Path) -> None:
     in_flight: Counter[int] = Counter()
     bare: list[float] = []
     stalls: list[tuple[float, float]] = []
+    # The TCP connections each host's requests came on (the client's address and port): a crawler that
+    # keeps its connections alive opens about one per request a host has in flight at once, not one per page.
+    conns: dict[int, set[tuple[str, int]]] = {}
 
     async def page(request: web.Request) -> web.Response:
         sock = request.transport.get_extra_info("sockname") if request.transport else None
@@ -110,6 +115,7 @@ def farm_main(port_file: Path) -> None:
             return web.Response(text=BODY.format(n=n, h=host, pad=PAD), content_type="text/html")
         in_flight[host] += 1
         log.setdefault(host, []).append((time.monotonic(), in_flight[host]))
+        conns.setdefault(host, set()).add((peer[0], peer[1]))
         try:
             await asyncio.sleep(limit_of(host).latency)
         finally:
@@ -120,10 +126,16 @@ def farm_main(port_file: Path) -> None:
         if request.match_info["action"] == "first":
             firsts = [e[0][0] for e in log.values() if e] + bare[:1]
             return web.json_response({"first": min(firsts, default=None)})
-        out = {"hosts": {str(h): e for h, e in log.items()}, "bare": list(bare), "stalls": list(stalls)}
+        out = {
+            "hosts": {str(h): e for h, e in log.items()},
+            "bare": list(bare),
+            "stalls": list(stalls),
+            "connections": sum(len(c) for c in conns.values()),
+        }
         log.clear()
         bare.clear()
         stalls.clear()
+        conns.clear()
         return web.json_response(out)
 
     async def ticker() -> None:
@@ -159,12 +171,14 @@ async def farm_call(port: int, action: str) -> Any:
         return await r.json()
 
 
-async def farm_log(port: int) -> tuple[dict[int, list[tuple[float, int]]], list[float], list[tuple[float, float]]]:
-    """The farm's log since the last call: per host [(arrival, in flight)], the cap runs' arrivals, and the
-    farm loop's stalls."""
+async def farm_log(
+    port: int,
+) -> tuple[dict[int, list[tuple[float, int]]], list[float], list[tuple[float, float]], int]:
+    """The farm's log since the last call: per host [(arrival, in flight)], the cap runs' arrivals, the farm
+    loop's stalls, and how many connections the polite requests came on."""
     raw = await farm_call(port, "log")
     hosts = {int(h): [(float(t), int(n)) for t, n in e] for h, e in raw["hosts"].items()}
-    return hosts, raw["bare"], [(float(a), float(b)) for a, b in raw["stalls"]]
+    return hosts, raw["bare"], [(float(a), float(b)) for a, b in raw["stalls"]], int(raw["connections"])
 
 
 async def first_request(port: int, within: float = 120.0) -> float:
@@ -412,21 +426,24 @@ def summary(
     }
 
 
-async def peer_cap(peer: str, hosts: int, args: argparse.Namespace, port: int, tmp: Path) -> float:
-    """The peer's pages/s on this farm with no latency and no per-host limit."""
+async def peer_cap(peer: str, hosts: int, args: argparse.Namespace, port: int, tmp: Path) -> tuple[float, float]:
+    """The peer's pages/s on this farm with no latency and no per-host limit, and (Trawl) the share of a core
+    its worker and Redis used meanwhile (NaN for the others)."""
     cap_list = cap_urls(port, hosts, int(args.cap_seconds * 3000))
     await farm_log(port)  # cleared
+    cpu = float("nan")
     if peer == "trawl":
-        first = (await run_trawl(cap_list, args, port, tmp, polite=False))["first"]
+        run = await run_trawl(cap_list, args, port, tmp, polite=False)
+        first, cpu = run["first"], run["cpu_share"]
     else:
         first = await asyncio.to_thread(run_child, peer, cap_list, args, port, tmp, False)
-    return cap_rate((await farm_log(port))[1], first, args.cap_seconds)
+    return cap_rate((await farm_log(port))[1], first, args.cap_seconds), cpu
 
 
 async def run_peer(peer: str, hosts: int, args: argparse.Namespace, port: int, tmp: Path) -> dict[str, Any]:
     """The peer's own cap on this farm, its polite run, its cap again: efficiency against min(limits, the
     larger cap) (the machine is shared: the larger of the two is the less disturbed)."""
-    cap = await peer_cap(peer, hosts, args, port, tmp)
+    cap, cap_cpu = await peer_cap(peer, hosts, args, port, tmp)
     out: dict[str, Any] = {"cap": cap, "load": os.getloadavg()[0]}
     if peer == "bare":
         out["theoretical"] = theoretical(hosts, cap)
@@ -437,13 +454,21 @@ async def run_peer(peer: str, hosts: int, args: argparse.Namespace, port: int, t
         first, out["redis_memory"], out["cpu_share"] = run["first"], run["redis_memory"], run["cpu_share"]
     else:
         first = await asyncio.to_thread(run_child, peer, urls, args, port, tmp, True)
-    polite_log, _, stalls = await farm_log(port)
-    out["caps"] = [cap, await peer_cap(peer, hosts, args, port, tmp)]
+    polite_log, _, stalls, connections = await farm_log(port)
+    cap2, cap2_cpu = await peer_cap(peer, hosts, args, port, tmp)
+    out["caps"], out["load_after"] = [cap, cap2], os.getloadavg()[0]
     out["cap"] = cap = max(out["caps"])
+    if peer == "trawl":  # CPU (worker + Redis) per page: the cap runs' against the polite run's
+        caps_ms = [1000 * c / r for c, r in ((cap_cpu, out["caps"][0]), (cap2_cpu, cap2)) if r > 0]
+        out["cap_cpu_ms_per_page"] = [round(x, 3) for x in caps_ms]
     out["theoretical"] = theoretical(hosts, cap)
     if args.logs:  # the fixture's request log of the run, for a closer look
         write_json(Path(args.logs) / f"{peer}-{hosts}.json", {"first": first, "log": polite_log, "stalls": stalls})
     out.update(summary(polite_log, stalls, first, args.seconds, out["theoretical"]), urls=len(urls))
+    pages = sum(len(e) for e in polite_log.values())
+    out.update(connections=connections, pages=pages, pages_per_connection=round(pages / max(connections, 1), 2))
+    if peer == "trawl" and out["achieved"] > 0:
+        out["cpu_ms_per_page"] = round(1000 * out["cpu_share"] / out["achieved"], 3)
     return out
 
 

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import gc
 import json
 import time
+from collections.abc import AsyncIterator
 
+import aiohttp
 import pytest
+from aiohttp import web
 
 from trawl.api.policies import FailureClass
 from trawl.dev.bookstore import Bookstore
@@ -127,3 +133,59 @@ async def test_credentials_never_reach_a_second_origin(site: Bookstore) -> None:
     assert {k: got_same.get(k) for k in secret} == secret  # the job's own origin gets its headers
     assert not set(secret) & set(got_cross)  # another origin gets none of them
     assert got_cross["User-Agent"] == got_same["User-Agent"]
+
+
+@contextlib.asynccontextmanager
+async def _peer_logging_site() -> AsyncIterator[tuple[str, list[tuple[str, int]]]]:
+    """A site on 127.0.0.2 that logs the client address and port of each request (one per connection):
+    ``/p/moved`` redirects to ``/p/0``, a request with ``If-None-Match: "v1"`` gets a 304."""
+    peers: list[tuple[str, int]] = []
+
+    async def page(request: web.Request) -> web.Response:
+        assert request.transport is not None
+        peers.append(request.transport.get_extra_info("peername")[:2])
+        if request.match_info["n"] == "moved":
+            raise web.HTTPFound("/p/0")
+        if request.headers.get("If-None-Match") == '"v1"':
+            return web.Response(status=304, headers={"ETag": '"v1"'})
+        await asyncio.sleep(0.01)
+        return web.Response(text="<html><h1>p</h1></html>", content_type="text/html", headers={"ETag": '"v1"'})
+
+    app = web.Application()
+    app.router.add_get("/p/{n}", page)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.2", 0).start()
+    try:
+        yield f"http://127.0.0.2:{runner.addresses[0][1]}", peers
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_hosts_pages_reuse_its_connections() -> None:
+    """Keep-alive survives the address checks: the checked connection goes back to the pool and the host's
+    next pages (and a redirect within it) come on it, one connection per request in flight at once (issue
+    37: a profile read coroutine resumptions as connections opened; bench/many_hosts.py counts them)."""
+    async with _peer_logging_site() as (url, peers), Fetcher(allowed=ALLOWED) as fetcher:
+        for n in range(20):
+            assert (await fetcher.fetch(f"{url}/p/{n}")).status == 200
+        moved = await fetcher.fetch(f"{url}/p/moved")
+        assert moved.redirects == [f"{url}/p/0"]
+        assert len(peers) == 22 and len(set(peers)) == 1, set(peers)
+
+        async def one_at_a_time(k: int) -> None:
+            for n in range(10):
+                await fetcher.fetch(f"{url}/p/{k}-{n}")
+
+        await asyncio.gather(one_at_a_time(1), one_at_a_time(2))
+        assert len(peers) == 42 and len(set(peers)) <= 2, set(peers)
+
+
+async def test_a_not_modified_answer_keeps_no_response_alive() -> None:
+    """A 304's result is built from its response and the response is let go (a cache on that function kept
+    the last 4,096 responses of a refresh crawl alive)."""
+    async with _peer_logging_site() as (url, _), Fetcher(allowed=ALLOWED) as fetcher:
+        result = await fetcher.fetch(f"{url}/p/1", conditional={"If-None-Match": '"v1"'})
+        assert result.status == 304 and result.headers.get("Etag") == '"v1"'
+    gc.collect()
+    assert not [o for o in gc.get_objects() if isinstance(o, aiohttp.ClientResponse)]

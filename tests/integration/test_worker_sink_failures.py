@@ -85,7 +85,7 @@ async def test_a_sink_outage_costs_no_refetch_and_loses_no_record(
         assert (stats.succeeded, stats.dead, stats.in_flight) == (0, 0, PAGES)  # held, not given back
         # The worker's gauge says the same as the queue (and its heartbeat): every lease it holds, not only
         # the tasks in its slots (none now: all were fetched and wait for the sink).
-        assert worker.metrics.in_flight._value.get() == worker.in_flight == PAGES
+        assert worker.metrics.registry.get_sample_value("trawl_worker_in_flight") == worker.in_flight == PAGES
 
         blocker.unlink()  # the sink recovers
         await wait_for_async("the job to finish", lambda: _finished(queue, job_id), 60, 0.05, runner=runner)

@@ -509,7 +509,6 @@ def with_cookies(headers: dict[str, str], cookie: str | None) -> dict[str, str]:
     return {**{k: v for k, v in headers.items() if k != own}, "Cookie": f"{headers[own]}; {cookie}"}
 
 
-@functools.lru_cache(maxsize=4096)  # a pure function of the host; a crawl asks it once per page
 def _not_modified(resp: aiohttp.ClientResponse, url: str, started: float) -> FetchResult:
     """A 304 to the validators sent: nothing to read (RFC 9110 15.4.5: a 304 has no content)."""
     return FetchResult(
@@ -525,6 +524,9 @@ def _not_modified(resp: aiohttp.ClientResponse, url: str, started: float) -> Fet
     )
 
 
+# A pure function of the host; a crawl asks it once per page. (It was cached until a function inserted
+# above it took the decorator: that one cached every 304's response, keeping up to 4,096 of them alive.)
+@functools.lru_cache(maxsize=4096)
 def _is_ip(host: str) -> bool:
     import ipaddress
 

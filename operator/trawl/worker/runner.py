@@ -78,6 +78,9 @@ class Worker:
         self.keys = keys
         self.worker_id = config.worker_id
         self.metrics = metrics or WorkerMetrics()
+        # Read when scraped: computing it is a pass over the running tasks, which every task's end paid for
+        # when the gauge was set there (1.2 s of a 31.6 s profile at 1,000 hosts, 256 places).
+        self.metrics.in_flight.set_function(lambda: self.in_flight)
         self.allowed: tuple[IPNetwork, ...] = parse_networks(config.allowed_cidrs)
         self.fetcher = Fetcher(allowed=self.allowed, max_connections=max(64, config.concurrency * 2))
         self.limiter = DomainLimiter(
@@ -435,7 +438,6 @@ class Worker:
             idle = 0.01
             self.metrics.claim_calls.labels("tasks").inc()
             self.metrics.claims.inc(len(tasks))
-            self.metrics.in_flight.set(self.in_flight)
 
     def _crowded(self) -> bool:
         """Whether every place is taken, or a claimed task waits for one: a task waiting for its domain then
@@ -467,7 +469,6 @@ class Worker:
         return len(self._buffer) + running + self.finisher.count
 
     def _finished(self, count: int) -> None:
-        self.metrics.in_flight.set(self.in_flight)
         self._slot_free.set()
         self._wake.set()
 
@@ -476,7 +477,6 @@ class Worker:
         self.processed += 1
         if self._buffer and not self.stopping:
             self._start(self._buffer.popleft())
-        self.metrics.in_flight.set(self.in_flight)  # the heartbeat's figure, not just the running slots
         self._slot_free.set()
 
     async def _idle_wait(self, seconds: float) -> bool:
