@@ -86,8 +86,8 @@ _pools: dict[tuple[str, str], _PoolSeen] = {}
 
 
 class _JobSeen(NamedTuple):
-    """What the job gauges read of a job, and no more: a copy of its whole status (conditions, results)
-    was ~4 KB per job, 40 MB of the operator's memory at 10,000 jobs, for six counts and a phase."""
+    """What the job gauges read of a job, and no more: a copy of its whole status (conditions, results) kept
+    ~4 KB per job alive (deep size, partly shared with the status last applied) for six counts and a phase."""
 
     namespace: str
     name: str
@@ -132,21 +132,8 @@ def record_job(
     phase = status.get("phase")
     record_job_phase(uid, phase)
     counts = status.get("counts") or {}
-    _jobs[uid] = _JobSeen(
-        namespace,
-        name,
-        pool,
-        pool_namespace or namespace,
-        phase if isinstance(phase, str) else None,
-        tuple(_number(counts.get(state)) for state in JOB_STATES),
-    )
-
-
-def _number(value: Any) -> float:
-    try:
-        return float(value or 0)
-    except (TypeError, ValueError):
-        return 0.0
+    tasks = tuple(float(counts.get(state) or 0) for state in JOB_STATES)
+    _jobs[uid] = _JobSeen(namespace, name, pool, pool_namespace or namespace, phase, tasks)
 
 
 def forget_job(uid: str) -> None:
