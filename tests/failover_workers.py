@@ -23,6 +23,14 @@ HOST = "127.0.0.2"  # the fixture site's address: the workers may fetch from it 
 # How these layers run `trawl worker` (worker_procs.start_worker's options): on the site's host only, leases
 # as short as submit's queue gives, no parser processes.
 WORKER_OPTIONS: dict[str, Any] = {"allowed": f"{HOST}/32", "lease": 6, "parse_processes": 0}
+WORKER_CONCURRENCY = 8  # start_worker's default: the most records one worker has in flight at the kill
+
+
+def reported_within(reported: int, duplicate_fetches: int, workers: int) -> bool:
+    """Whether the workers' duplicate count is explained by what the failover did. Each second fetch may be
+    reported; so may a record whose write reached the old master but whose reply was lost: the client
+    retries it on the promoted node, which has it already. That is at most what each worker had in flight."""
+    return 0 <= reported <= duplicate_fetches + workers * WORKER_CONCURRENCY
 
 
 async def submit(redis: aioredis.Redis, prefix: str, urls: list[str]) -> tuple[str, Queue]:

@@ -90,7 +90,8 @@ class WorkerMetrics:
         self.duplicates = Counter(
             "trawl_worker_duplicate_records_total",
             "Records not written because their (job, URL) was stored already: a redelivered task's second "
-            "fetch (after a lost ack, an expired lease, a Redis failover), or its job was cancelled meanwhile.",
+            "fetch (after a lost ack, an expired lease, a Redis failover), a write retried after its reply was "
+            "lost, or its job was cancelled meanwhile.",
             registry=r,
         )
         self.discovered = Counter("trawl_worker_links_enqueued_total", "Crawl links enqueued.", registry=r)
