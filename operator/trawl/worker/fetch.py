@@ -225,8 +225,10 @@ class Fetcher:
         allowed: Sequence[IPNetwork] = (),
         max_connections: int = 256,
         user_agent: str = DEFAULT_USER_AGENT,
+        on_request_sent: Callable[[], None] | None = None,
     ) -> None:
         self.allowed = tuple(allowed)
+        self.on_request_sent = on_request_sent  # when a request's headers left (politeness spaces from it)
         self.max_connections = max_connections
         self.user_agent = user_agent
         self._session: aiohttp.ClientSession | None = None
@@ -251,7 +253,17 @@ class Fetcher:
             trust_env=False,  # never route through an environment proxy: it would bypass the address checks
             cookie_jar=aiohttp.DummyCookieJar(),
             skip_auto_headers=("User-Agent",),
+            trace_configs=[self._sent_trace(self.on_request_sent)] if self.on_request_sent else None,
         )
+
+    @staticmethod
+    def _sent_trace(on_sent: Callable[[], None]) -> aiohttp.TraceConfig:
+        async def headers_sent(*_: object) -> None:
+            on_sent()
+
+        trace = aiohttp.TraceConfig()
+        trace.on_request_headers_sent.append(headers_sent)
+        return trace
 
     async def close(self) -> None:
         if self._session is not None:

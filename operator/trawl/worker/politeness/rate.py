@@ -4,6 +4,14 @@ A worker asks for up to ``n`` tokens at once (``n`` is 1 at low rates, so two wo
 interleave request by request; at high rates a batch of tokens saves round trips, bounded by the burst
 the rate allows anyway). This worker's adaptive delay (:mod:`.adaptive`) spaces the domain's requests
 further, before any token is taken.
+
+Redis grants a token on its clock, but the request leaves later (a new connection, a busy event loop), so
+two requests granted one interval apart could reach the site closer together than that. Where the GCRA
+spaces strictly (a burst of 1, under 40 requests/s) a worker also spaces a domain's requests from when the
+previous one actually left: the fetcher reports that (:func:`request_left`, from aiohttp's trace of the
+request's headers sent), and the hand-out of its token stands in where nothing reports it (a proxied or
+rendered request). A late send delays the domain's next request rather than crowding it. Within one worker:
+two workers sharing a domain are spaced by Redis's grants alone.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ import asyncio
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from contextvars import ContextVar
 
 from redis.asyncio import Redis
 
@@ -38,6 +47,19 @@ def interval_us(rate: float) -> int:
     """The GCRA's emission interval in microseconds: spaced a little wider than the limit, as sites count
     arrivals, and network jitter can bunch requests that left exactly 1/rate apart into one window."""
     return max(1, int(1_000_000 / (rate * RATE_SAFETY)))
+
+
+# The domain whose request the current task is about to send: set when its token is handed out, read when
+# the request's headers leave (the fetcher's trace runs in the same asyncio task, so in the same context).
+SENDING: ContextVar[DomainState | None] = ContextVar("trawl_politeness_sending", default=None)
+
+
+def request_left() -> None:
+    """The current task's request has left: its domain's next request is spaced from now (see the module)."""
+    state = SENDING.get()
+    if state is not None:
+        state.sent_at = max(state.sent_at, time.monotonic())
+        SENDING.set(None)
 
 
 class RateLimit:
@@ -73,19 +95,34 @@ class RateLimit:
                 state.next_start = start + delay
                 if start > now:
                     await asyncio.sleep(start - now)
+        interval = interval_us(rate)
+        burst = burst_for(rate)
         if state.tokens > 0 and rate >= state.tokens_rate and time.monotonic() - state.tokens_at <= TOKEN_MAX_AGE:
             # A token granted by Redis is left, fresh and at this rate: take it without the lock (nothing
             # is awaited between the check and the take). The pool-wide rate is what Redis granted; the
             # lock only serialises asking Redis for more, below.
             state.tokens -= 1
-            return
-        interval = interval_us(rate)
-        burst = burst_for(rate)
-        state.token_waiters += 1
-        try:
-            await self._take_locked(domain, state, rate, interval, burst, deadline)
-        finally:
-            state.token_waiters -= 1
+        else:
+            state.token_waiters += 1
+            try:
+                await self._take_locked(domain, state, rate, interval, burst, deadline)
+            finally:
+                state.token_waiters -= 1
+        if burst == 1:
+            await self._spaced(state, interval / 1_000_000, deadline)
+        else:
+            SENDING.set(None)  # batched tokens: Redis's spacing only
+
+    async def _spaced(self, state: DomainState, interval: float, deadline: float | None) -> None:
+        """Wait until one interval after the domain's previous request left here, then count this one as
+        leaving now (the fetcher moves that to when it does: :func:`request_left`)."""
+        gap = state.sent_at + interval - time.monotonic()
+        if gap > 0:
+            if deadline is not None and time.monotonic() + gap > deadline:
+                raise RateWaitTooLong(gap)
+            await asyncio.sleep(gap)
+        state.sent_at = max(state.sent_at, time.monotonic())
+        SENDING.set(state)
 
     async def _take_locked(
         self, domain: str, state: DomainState, rate: float, interval: int, burst: int, deadline: float | None
