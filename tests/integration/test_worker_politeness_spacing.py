@@ -15,7 +15,7 @@ from aiohttp import web
 from trawl.egress.addresses import parse_networks
 from trawl.worker.fetch import Fetcher
 from trawl.worker.politeness import DomainLimiter
-from trawl.worker.politeness.rate import burst_for, interval_us, request_left
+from trawl.worker.politeness.rate import SENDING, before_send, burst_for, interval_us
 
 HOST = "127.0.0.1"
 RATE = 2.0  # strict spacing: a burst of 1
@@ -45,9 +45,10 @@ async def site() -> AsyncIterator[tuple[str, list[float]]]:
         await runner.cleanup()
 
 
-async def _two_requests(redis: aioredis.Redis, url: str, *, traced: bool, late: float) -> tuple[DomainLimiter, float]:
-    """The domain's first request leaves ``late`` seconds after its token (a new connection, a busy loop),
-    the second as soon as its own token allows; each in a task of its own, as the worker's tasks run."""
+async def _two_requests(redis: aioredis.Redis, url: str, *, first_late: float, together: bool = False) -> None:
+    """Two requests of one domain, each in a task of its own as the worker's tasks run: the first leaves
+    ``first_late`` seconds after its token (a new connection, a busy loop). ``together``: the second starts
+    at once, so its token comes while the first has not left yet; else once the first is done."""
     limiter = DomainLimiter(redis, _key, "w1")
 
     def hop(delay: float) -> Callable[[str], Awaitable[None]]:
@@ -57,43 +58,45 @@ async def _two_requests(redis: aioredis.Redis, url: str, *, traced: bool, late: 
 
         return before_hop
 
-    async with Fetcher(allowed=parse_networks([f"{HOST}/32"]), on_request_sent=request_left if traced else None) as f:
-        await asyncio.create_task(f.fetch(url, before_hop=hop(late)))
-        started = time.monotonic()
-        await asyncio.create_task(f.fetch(url, before_hop=hop(0.0)))
-    return limiter, started
+    async with Fetcher(allowed=parse_networks([f"{HOST}/32"]), before_send=before_send) as f:
+        first = asyncio.create_task(f.fetch(url, before_hop=hop(first_late)))
+        if together:
+            await asyncio.sleep(0.05)  # the first has its token
+        else:
+            await first
+        await asyncio.gather(first, asyncio.create_task(f.fetch(url, before_hop=hop(0.0))))
 
 
 async def test_a_late_request_spaces_the_next_from_when_it_left(
     redis_client: aioredis.Redis, site: tuple[str, list[float]]
 ) -> None:
     url, arrivals = site
-    interval = interval_us(RATE) / 1e6
-    await _two_requests(redis_client, url, traced=True, late=0.3)
+    await _two_requests(redis_client, url, first_late=0.3)
     assert len(arrivals) == 2
     # Redis's second token was due 0.23 s after the first request left (0.53 - 0.3): the site must see them
     # one interval apart. JITTER covers the server's own lateness in recording an arrival on a loaded
     # machine and still tells the two apart (0.23 s without the spacing, 0.53 s with it).
-    assert arrivals[1] - arrivals[0] >= interval - JITTER, arrivals
+    assert arrivals[1] - arrivals[0] >= interval_us(RATE) / 1e6 - JITTER, arrivals
 
 
-async def test_without_a_report_of_the_send_the_token_hand_out_counts(
+async def test_a_request_still_connecting_does_not_leave_right_behind_the_next(
     redis_client: aioredis.Redis, site: tuple[str, list[float]]
 ) -> None:
-    """A proxied or rendered request reports nothing: the spacing falls back on when its token was handed
-    out, so the second request is still one interval after the first's token at least."""
+    """The first request is held up past the second's token (0.8 s, an interval is 0.53 s): the second
+    leaves first, and the first then waits one interval after it rather than following 0.27 s later."""
     url, arrivals = site
-    limiter, _ = await _two_requests(redis_client, url, traced=False, late=0.0)
-    state = limiter._domains[HOST]  # the record the spacing reads
-    assert state.sent_at > 0
-    assert len(arrivals) == 2 and arrivals[1] - arrivals[0] >= interval_us(RATE) / 1e6 - JITTER
+    await _two_requests(redis_client, url, first_late=0.8, together=True)
+    assert len(arrivals) == 2
+    assert arrivals[1] - arrivals[0] >= interval_us(RATE) / 1e6 - JITTER, arrivals
 
 
-async def test_high_rates_keep_redis_spacing_alone(redis_client: aioredis.Redis) -> None:
-    """A batch of tokens (a burst above 1) is not spaced request by request here: the burst the rate allows
-    is kept."""
-    assert burst_for(1000.0) > 1
+async def test_only_strict_spacing_is_spaced_as_it_leaves(redis_client: aioredis.Redis) -> None:
+    """A rate under 40/s hands its request to the fetcher's spacing; a faster one takes tokens in batches
+    (the burst its rate allows) and is spaced by Redis's grants alone."""
+    assert burst_for(2.0) == 1 and burst_for(1000.0) > 1
     limiter = DomainLimiter(redis_client, _key, "w1")
-    for _ in range(20):
-        await limiter.rate.take_token("big", 1000.0, adaptive=False)
-    assert limiter._domains["big"].sent_at == 0.0  # no local spacing recorded
+    await limiter.rate.take_token("slow", 2.0, adaptive=False)
+    pending = SENDING.get()
+    assert pending is not None and pending[1] == pytest.approx(interval_us(2.0) / 1e6)
+    await limiter.rate.take_token("big", 1000.0, adaptive=False)
+    assert SENDING.get() is None

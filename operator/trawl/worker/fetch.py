@@ -225,16 +225,18 @@ class Fetcher:
         allowed: Sequence[IPNetwork] = (),
         max_connections: int = 256,
         user_agent: str = DEFAULT_USER_AGENT,
-        on_request_sent: Callable[[], None] | None = None,
+        before_send: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
+        """``before_send``: awaited right before each request's headers are written, direct or proxied
+        (the worker's politeness spaces a domain's requests there: politeness.rate.before_send)."""
         self.allowed = tuple(allowed)
-        self.on_request_sent = on_request_sent  # when a request's headers left (politeness spaces from it)
         self.max_connections = max_connections
         self.user_agent = user_agent
         self._session: aiohttp.ClientSession | None = None
         self._ip_cache: dict[str, str | None] = {}
         self._resolver = SafeResolver(self.allowed)  # a proxied hop's target is resolved and checked here
-        self._proxies = ProxySessions()
+        self._traces = [self._send_trace(before_send)] if before_send else None
+        self._proxies = ProxySessions(self._traces)
 
     async def start(self) -> None:
         if self._session is not None:
@@ -253,13 +255,15 @@ class Fetcher:
             trust_env=False,  # never route through an environment proxy: it would bypass the address checks
             cookie_jar=aiohttp.DummyCookieJar(),
             skip_auto_headers=("User-Agent",),
-            trace_configs=[self._sent_trace(self.on_request_sent)] if self.on_request_sent else None,
+            trace_configs=self._traces,
         )
 
     @staticmethod
-    def _sent_trace(on_sent: Callable[[], None]) -> aiohttp.TraceConfig:
+    def _send_trace(before_send: Callable[[], Awaitable[None]]) -> aiohttp.TraceConfig:
+        # aiohttp awaits on_request_headers_sent right before it serialises and writes the headers, with
+        # nothing awaited after it: what waits here delays the request itself, not only its bookkeeping.
         async def headers_sent(*_: object) -> None:
-            on_sent()
+            await before_send()
 
         trace = aiohttp.TraceConfig()
         trace.on_request_headers_sent.append(headers_sent)

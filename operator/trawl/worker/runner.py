@@ -40,7 +40,7 @@ from .metrics import WorkerMetrics
 from .parsepool import ParseLimits, ParsePool
 from .pipeline import TaskPipeline
 from .politeness import DomainLimiter, RobotsCache
-from .politeness.rate import request_left
+from .politeness.rate import before_send
 from .politeness.robots import fetch_with
 from .wakeup import PoolEvents
 
@@ -84,7 +84,7 @@ class Worker:
         self.metrics.in_flight.set_function(lambda: self.in_flight)
         self.allowed: tuple[IPNetwork, ...] = parse_networks(config.allowed_cidrs)
         self.fetcher = Fetcher(
-            allowed=self.allowed, max_connections=max(64, config.concurrency * 2), on_request_sent=request_left
+            allowed=self.allowed, max_connections=max(64, config.concurrency * 2), before_send=before_send
         )
         self.limiter = DomainLimiter(
             redis, keys.rate_limit, self.worker_id, max_wait=config.max_rate_wait, on_wait=self.metrics.rate_waited

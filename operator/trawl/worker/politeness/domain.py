@@ -36,8 +36,8 @@ class DomainState:
     # This worker's adaptive delay (.adaptive), and when it lets the domain's next request start.
     adaptive: AdaptiveDelay = field(default_factory=AdaptiveDelay)
     next_start: float = 0.0
-    # When the domain's last request left this worker (monotonic): under strict spacing the next one waits
-    # one interval after it (.rate), however early Redis granted its token.
+    # When the domain's last request left this worker's fetcher (monotonic): under strict spacing the next
+    # one leaves one interval after it (.rate.before_send), however early Redis granted its token.
     sent_at: float = 0.0
     # The domain's tasks this worker holds, and when the next one given back is due (.backlog).
     backlog: Backlog = field(default_factory=Backlog)

@@ -6,12 +6,13 @@ the rate allows anyway). This worker's adaptive delay (:mod:`.adaptive`) spaces 
 further, before any token is taken.
 
 Redis grants a token on its clock, but the request leaves later (a new connection, a busy event loop), so
-two requests granted one interval apart could reach the site closer together than that. Where the GCRA
-spaces strictly (a burst of 1, under 40 requests/s) a worker also spaces a domain's requests from when the
-previous one actually left: the fetcher reports that (:func:`request_left`, from aiohttp's trace of the
-request's headers sent), and the hand-out of its token stands in where nothing reports it (a proxied or
-rendered request). A late send delays the domain's next request rather than crowding it. Within one worker:
-two workers sharing a domain are spaced by Redis's grants alone.
+two requests granted one interval apart could reach the site closer together than that, or even swap
+places (the first still connecting when the second leaves). Where the GCRA spaces strictly (a burst of 1,
+under 40 requests/s) a worker also spaces a domain's requests as they leave: the fetcher awaits
+:func:`before_send` from aiohttp's trace right before it writes a request's headers, which waits until one
+interval after the domain's previous request left. A late send delays the domain's next request rather than
+crowding it. Within one worker, for the fetcher's requests, direct or proxied (a browser's are spaced by
+Redis's grants alone, as two workers sharing a domain are).
 """
 
 from __future__ import annotations
@@ -49,17 +50,28 @@ def interval_us(rate: float) -> int:
     return max(1, int(1_000_000 / (rate * RATE_SAFETY)))
 
 
-# The domain whose request the current task is about to send: set when its token is handed out, read when
-# the request's headers leave (the fetcher's trace runs in the same asyncio task, so in the same context).
-SENDING: ContextVar[DomainState | None] = ContextVar("trawl_politeness_sending", default=None)
+# The domain whose request the current task is about to send, and its interval in seconds: set when its
+# token is handed out, read by :func:`before_send` (the fetcher's trace runs in the same asyncio task, so in
+# the same context).
+SENDING: ContextVar[tuple[DomainState, float] | None] = ContextVar("trawl_politeness_sending", default=None)
 
 
-def request_left() -> None:
-    """The current task's request has left: its domain's next request is spaced from now (see the module)."""
-    state = SENDING.get()
-    if state is not None:
-        state.sent_at = max(state.sent_at, time.monotonic())
-        SENDING.set(None)
+async def before_send() -> None:
+    """Called by the fetcher right before the current task's request headers are written: wait until one
+    interval after the domain's previous request left this worker, then count this one as leaving now.
+    Nothing is awaited between the last check and the write, so two requests of a domain leave in the
+    order they pass here, one interval apart, however late either was (see the module)."""
+    pending = SENDING.get()
+    if pending is None:
+        return
+    SENDING.set(None)
+    state, interval = pending
+    while True:  # at most one interval: sent_at is never ahead of the clock
+        gap = state.sent_at + interval - time.monotonic()
+        if gap <= 0:
+            break
+        await asyncio.sleep(gap)  # and check again: another request of the domain may have left meanwhile
+    state.sent_at = time.monotonic()
 
 
 class RateLimit:
@@ -108,21 +120,8 @@ class RateLimit:
                 await self._take_locked(domain, state, rate, interval, burst, deadline)
             finally:
                 state.token_waiters -= 1
-        if burst == 1:
-            await self._spaced(state, interval / 1_000_000, deadline)
-        else:
-            SENDING.set(None)  # batched tokens: Redis's spacing only
-
-    async def _spaced(self, state: DomainState, interval: float, deadline: float | None) -> None:
-        """Wait until one interval after the domain's previous request left here, then count this one as
-        leaving now (the fetcher moves that to when it does: :func:`request_left`)."""
-        gap = state.sent_at + interval - time.monotonic()
-        if gap > 0:
-            if deadline is not None and time.monotonic() + gap > deadline:
-                raise RateWaitTooLong(gap)
-            await asyncio.sleep(gap)
-        state.sent_at = max(state.sent_at, time.monotonic())
-        SENDING.set(state)
+        # strict spacing: the fetcher spaces the request from the domain's previous one as it leaves
+        SENDING.set((state, interval / 1_000_000) if burst == 1 else None)
 
     async def _take_locked(
         self, domain: str, state: DomainState, rate: float, interval: int, burst: int, deadline: float | None
