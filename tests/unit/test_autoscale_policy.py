@@ -657,14 +657,31 @@ PACK = {
 
 
 def test_idle_workers_stay_idle_while_busy_workers_have_slots_for_the_arrivals() -> None:
-    """Five workers, three hold 20 two-minute tasks each (12 free slots each), 0.1/s arriving: the window
-    still holds the pool; one busy worker's free slots hold the next task, so the other four (both idle
-    ones among them) are cordoned and the next task does not pin an idle one."""
-    d = decide(spec(poll_seconds=5), obs(**PACK), FRESH)
+    """Five workers, four hold 20 two-minute tasks each (12 free slots each), 0.1/s arriving: the window
+    still holds the pool (one idle worker is not worth a step); one busy worker's free slots hold the
+    next task, so the other four (the idle one among them) are cordoned and the next task does not pin
+    an idle one."""
+    one_idle = PACK | {"busy_workers": 4, "in_flight": 80, "worker_loads": (20, 20, 20, 20, 0)}
+    d = decide(spec(poll_seconds=5), obs(**one_idle), FRESH)
     assert (d.desired, d.action, d.cordon) == (5, Action.SCALE_DOWN_PENDING, 4), d.reason
     # Without the workers' loads nothing can be cordoned (the set names reporting workers).
-    d = decide(spec(poll_seconds=5), obs(**(PACK | {"worker_loads": ()})), FRESH)
+    d = decide(spec(poll_seconds=5), obs(**(one_idle | {"worker_loads": ()})), FRESH)
     assert d.cordon == 0, d.reason
+
+
+def test_idle_packed_workers_go_without_the_spacing_after_a_scale_up() -> None:
+    """Three busy workers and two idle ones 10 s after a scale-up (the pods a burst's last scale-up
+    brought up after the burst ended): the busy workers' slots hold the arrivals, so the two idle ones
+    go at this poll (cost 0, nothing drained), not after a quarter of the window; the two least busy
+    of the three left are cordoned."""
+    d = decide(spec(poll_seconds=5), obs(**PACK), FRESH)
+    assert (d.desired, d.action, d.cordon) == (3, Action.SCALE_DOWN, 2), d.reason
+    # A step down that drains busy workers still waits for the spacing: the same pool with the window's
+    # answers at 2 and no idle worker holds.
+    busy = PACK | {"busy_workers": 5, "in_flight": 100, "worker_loads": (20, 20, 20, 20, 20)}
+    low = replace(FRESH, answers=((NOW - 10, 2),), answers_since=NOW - 70)
+    d = decide(spec(poll_seconds=5), obs(**busy), low)
+    assert (d.desired, d.action) == (5, Action.SCALE_DOWN_PENDING), d.reason
 
 
 def test_idle_workers_kept_empty_go_without_waiting_for_the_window() -> None:
@@ -707,7 +724,8 @@ def test_no_packing(name: str, o: dict[str, Any]) -> None:
 def test_packing_with_unknown_task_length() -> None:
     """Nothing has finished yet (the first tasks of a job): the length is unknown, and may be long."""
     d = decide(spec(poll_seconds=5), obs(**(PACK | {"mean_service_seconds": None})), FRESH)
-    assert d.cordon == 4, d.reason
+    # Packed as if long: the two idle workers go, the two least busy of the three left are cordoned.
+    assert (d.desired, d.cordon) == (3, 2), d.reason
 
 
 # Rule 10: a burst's scale-up is looked at again after FOLLOW_UP_SECONDS.
@@ -735,16 +753,14 @@ def test_packing_keeps_only_the_busiest_workers_open() -> None:
     """With each worker's load known, new long tasks go to the busiest workers, as few as hold what may
     arrive; the rest are cordoned, idle ones and then the least busy (which then empty sooner)."""
     loads = {"worker_loads": (25, 20, 15, 0, 0)}
-    # 0.1/s for 10 s (poll + start-up) is one task: the busiest worker's 7 free slots hold it.
+    # 0.1/s for 10 s (poll + start-up) is one task: the busiest worker's 7 free slots hold it. The idle
+    # two go (cost 0); the two least busy stay cordoned.
     d = decide(spec(poll_seconds=5), obs(**(PACK | loads)), FRESH)
-    assert (d.desired, d.action, d.cordon) == (5, Action.SCALE_DOWN_PENDING, 4), d.reason
-    # 2/s is 20 tasks: the three busy workers' 7 + 12 + 17 free slots are needed; only the idle two wait.
-    d = decide(spec(poll_seconds=5), obs(**(PACK | loads | {"arrival_rate": 2.0})), FRESH)
-    assert d.cordon == 2, d.reason
-    # Once a quarter of the window has passed the idle two go (cost 0); the two least busy stay cordoned.
-    later = replace(FRESH, last_change_at=NOW - 20, answers=((NOW - 20, 5),), answers_since=NOW - 20)
-    d = decide(spec(poll_seconds=5), obs(**(PACK | loads)), later)
     assert (d.desired, d.action, d.cordon) == (3, Action.SCALE_DOWN, 2), d.reason
+    # 2/s is 20 tasks: the three busy workers' 7 + 12 + 17 free slots are needed; only the idle two are
+    # not, and they go.
+    d = decide(spec(poll_seconds=5), obs(**(PACK | loads | {"arrival_rate": 2.0})), FRESH)
+    assert (d.desired, d.cordon) == (3, 0), d.reason
 
 
 def test_a_step_down_removes_two_workers_or_reaches_the_floor() -> None:

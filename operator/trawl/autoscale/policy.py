@@ -580,8 +580,10 @@ def _packing(spec: AutoscalingSpec, obs: Observation) -> tuple[int, int]:
     (``pollSeconds`` + start-up; at least one task), and the others are cordoned: idle ones stay empty
     instead of being pinned for minutes by the one task that happened to land on each, and the least
     busy empty sooner. The idle workers kept empty are not what the arrivals need, so they go at cost 0
-    without waiting for the window's answers to fall (two at a time at least: no task is drained, so
-    the fifth of the pool rule 5 asks of a step does not apply).
+    without waiting for the window's answers to fall, nor for rule 5's spacing after the previous
+    change (two at a time at least: no task is drained, so the fifth of the pool rule 5 asks of a step
+    does not apply, and the pods a burst's last scale-up brought up after the burst ended go as soon
+    as they are seen idle).
 
     Returns the workers to cordon for packing, and how many of them are idle (:func:`_down` steps
     those down). Only workers that report their load can be cordoned, so without loads nothing is
@@ -642,7 +644,8 @@ def _down(spec: AutoscalingSpec, obs: Observation, st: ScalerState, targets: _Ta
     its Event (and its pod churn): it removes at least two workers (``MIN_DOWN_WORKERS``) and a fifth
     of the pool (``MIN_DOWN_SHARE``), or takes it to its floor (minReplicas, or the one worker kept
     before zero), and comes at least a quarter of the window (``DOWN_SPACING_SHARE``) after the
-    previous change; until then the steps add up into one. **A drained backlog releases the pool**:
+    previous change; until then the steps add up into one (idle workers packing keeps empty, rule 9,
+    go two at a time and unspaced). **A drained backlog releases the pool**:
     answers given while a backlog waited were sized to drain it; at the second poll in a row without
     one, only the answers given without a backlog (what the arrivals ask for) hold the pool, with no
     full window owed. If the pool has to grow again within a window of such a release, the bursts
@@ -679,8 +682,10 @@ def _down(spec: AutoscalingSpec, obs: Observation, st: ScalerState, targets: _Ta
     # slots hold those), so they go without waiting for the window, in a step worth its Event.
     to = max(target, current - packed_idle)
     # Idle workers go at cost 0 (no task is drained): MIN_DOWN_WORKERS of them are worth an Event,
-    # whatever their share of the pool.
-    if spaced and current - to >= MIN_DOWN_WORKERS:
+    # whatever their share of the pool, and without the spacing after the previous change: the pods a
+    # burst's last scale-up started after the burst ended come up idle, and each poll they wait for the
+    # spacing is a pod-poll paid for nothing (the spacing groups steps that drain busy workers).
+    if current - to >= MIN_DOWN_WORKERS:
         reason = f"scaling down {current}→{to}: {current - to} idle workers not needed; {why}"
         return _Move(to, Action.SCALE_DOWN, reason, cordon=packed - (current - to))
     return _Move(
