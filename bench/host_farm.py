@@ -159,6 +159,17 @@ def violations(
     return out
 
 
+def send_violations(sends: Iterable[tuple[float, str]]) -> list[Violation]:
+    """Rate violations in a crawler's own log of when each request left it (time, host address): the same
+    GCRA check on the sender's clock, no farm in between (see bench/sendlog)."""
+    by_host: dict[int, list[float]] = {}
+    for t, addr in sends:
+        i = index_of(addr)
+        if i is not None:
+            by_host.setdefault(i, []).append(t)
+    return [v for i, ts in by_host.items() for v in rate_violations(i, sorted(ts), limit_of(i).rate)]
+
+
 def window_rate(log: Mapping[int, Sequence[tuple[float, int]]], start: float, end: float) -> float:
     """Requests per second that arrived in [start, end)."""
     n = sum(1 for entries in log.values() for t, _ in entries if start <= t < end)

@@ -40,7 +40,9 @@ another); where the cap binds, it also measures what politeness costs per page.
   cookies and retries off; in a child process.
 
 Last line: ``hosts=… efficiency=… scrapy_efficiency=… violations=…`` (the largest size run; violations:
-Trawl's, over every size). Exit status 1 when Trawl had a violation.
+Trawl's, over every size), with ``send_violations=…`` under ``--send-log``: the same check on Trawl's own
+send times (bench/sendlog), which tells a request the worker sent too close from one the farm recorded
+late. Exit status 1 when Trawl had a violation in the farm's log.
 
     .venv/bin/python bench/many_hosts.py                  # 10, 100, 1,000, 10,000 hosts (~9 min)
     .venv/bin/python bench/many_hosts.py --hosts 1000     # one size
@@ -77,6 +79,7 @@ from host_farm import (  # noqa: E402
     limit_of,
     limit_sum,
     pages_per_host,
+    send_violations,
     theoretical,
     violations,
     window_rate,
@@ -373,7 +376,15 @@ async def run_trawl(urls: list[str], args: argparse.Namespace, port: int, tmp: P
         ]  # fmt: skip
         log_path = tmp / "trawl-worker.log"
         # This tree's code, not the one the venv has installed.
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "operator"), os.environ.get("PYTHONPATH", "")])}
+        paths = [str(REPO / "operator"), os.environ.get("PYTHONPATH", "")]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+        sends_path = tmp / "sends.json"
+        if polite and args.send_log:  # the worker's own send times (bench/sendlog)
+            sends_path.unlink(missing_ok=True)
+            env.update(
+                PYTHONPATH=os.pathsep.join([str(REPO / "bench" / "sendlog"), *paths]),
+                TRAWL_BENCH_SEND_LOG=str(sends_path),
+            )
         worker = procs.start(argv, log_path=log_path, env=env)
         try:
             first = await first_request(port)
@@ -389,7 +400,8 @@ async def run_trawl(urls: list[str], args: argparse.Namespace, port: int, tmp: P
         finally:
             procs.stop(worker, timeout=30)
             await redis.aclose()
-    return {"first": first, "redis_memory": memory, "cpu_share": cpu / (time.monotonic() - first)}
+    sends = json.loads(sends_path.read_text()) if polite and args.send_log and sends_path.exists() else None
+    return {"first": first, "redis_memory": memory, "cpu_share": cpu / (time.monotonic() - first), "sends": sends}
 
 
 # --- main -----------------------------------------------------------------------------------------------
@@ -452,6 +464,10 @@ async def run_peer(peer: str, hosts: int, args: argparse.Namespace, port: int, t
     if peer == "trawl":
         run = await run_trawl(urls, args, port, tmp, polite=True)
         first, out["redis_memory"], out["cpu_share"] = run["first"], run["redis_memory"], run["cpu_share"]
+        if run["sends"] is not None:  # the same check on the worker's own clock: what left it too close
+            bad_sends = send_violations(run["sends"])
+            out["send_violations"] = len(bad_sends)
+            out["send_violation_examples"] = [{**v.__dict__, "at": round(v.at - first, 3)} for v in bad_sends[:5]]
     else:
         first = await asyncio.to_thread(run_child, peer, urls, args, port, tmp, True)
     polite_log, _, stalls, connections = await farm_log(port)
@@ -531,8 +547,9 @@ async def controller(args: argparse.Namespace) -> int:
     last = results[-1]
     total = sum(r.get("trawl", {}).get("violations", 0) for r in results)
     eff = {p: last.get(p, {}).get("efficiency", float("nan")) for p in ("trawl", "scrapy")}
+    at_send = [r["trawl"]["send_violations"] for r in results if "send_violations" in r.get("trawl", {})]
     print(f"hosts={last['hosts']} efficiency={eff['trawl']:.2f} scrapy_efficiency={eff['scrapy']:.2f} "
-          f"violations={total}")  # fmt: skip
+          f"violations={total}" + (f" send_violations={sum(at_send)}" if at_send else ""))  # fmt: skip
     return 0 if total == 0 else 1
 
 
@@ -547,6 +564,8 @@ def main() -> int:
     p.add_argument("--skip", action="append", default=[], choices=("bare", "trawl", "scrapy"))
     p.add_argument("--json", help="write every figure there")
     p.add_argument("--logs", help="write each polite run's request log to this directory")
+    p.add_argument("--send-log", action="store_true",
+                   help="also check Trawl's own send times (bench/sendlog): send_violations in the JSON")  # fmt: skip
     p.add_argument("--out", type=Path)
     p.add_argument("--urls", type=Path)
     p.add_argument("--cap", action="store_true", help="(child) the cap run: no per-host limit")

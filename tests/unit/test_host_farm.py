@@ -13,6 +13,7 @@ from host_farm import (
     limit_sum,
     pages_per_host,
     rate_violations,
+    send_violations,
     theoretical,
     uncertainty,
     violations,
@@ -77,3 +78,13 @@ def test_violations_reads_each_hosts_limit() -> None:
     log = {3: [(0.0, 1), (1.0, 1)], 0: [(0.0, 1), (0.5, 2)]}  # hard host 3 at 1/s (limit 0.5/s)
     bad = violations(log)
     assert [(v.host, v.what) for v in bad] == [(3, "rate")]
+
+
+def test_send_violations_check_the_senders_own_clock_per_host() -> None:
+    fast, hard = 0, 3  # host indices of each kind (kind_of)
+    spaced = [(i * 0.53, address(fast)) for i in range(5)] + [(i * 2.1, address(hard)) for i in range(3)]
+    assert send_violations(spaced) == []
+    crowded = [*spaced, (4.2 + 1.0, address(hard))]  # 1.0 s after the hard host's last: above its 0.5/s
+    bad = send_violations(crowded)
+    assert [(v.host, v.what) for v in bad] == [(hard, "rate")]
+    assert send_violations([(0.0, "127.0.0.1"), (0.01, "127.0.0.1")]) == []  # not a farm host: not checked

@@ -1,0 +1,46 @@
+"""A diagnostic of ``bench/many_hosts.py`` (``--send-log``): the time each request of a ``trawl worker`` left
+it, written as JSON ``[[monotonic seconds, host], ...]`` to ``$TRAWL_BENCH_SEND_LOG`` when the worker exits.
+
+The farm's request log stamps an arrival when its own loop reads it, which under load is up to ~0.4 s after
+the request left (a stall its 5 ms ticker does not always see), so a gap the farm recorded short may be the
+farm's lateness on the earlier request. The worker's send times, on the same monotonic clock, tell the two
+apart. Loaded only into the benchmark's worker process (``PYTHONPATH``), never into Trawl itself; it wraps
+the fetcher's send trace, appending a handler that runs after the politeness spacing's wait, right before
+aiohttp writes the headers.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import sys
+import time
+from typing import Any
+
+_PATH = os.environ.get("TRAWL_BENCH_SEND_LOG")
+
+if _PATH and "worker" in sys.argv:
+    import trawl.worker.fetch as _fetch
+
+    _OUT: str = _PATH
+
+    _SENDS: list[tuple[float, str]] = []
+    _build = _fetch.Fetcher._send_trace
+
+    def _with_log(before_send: Any) -> Any:
+        trace = _build(before_send)
+
+        async def logged(_session: Any, _ctx: Any, params: Any) -> None:
+            _SENDS.append((time.monotonic(), params.url.host))
+
+        trace.on_request_headers_sent.append(logged)
+        return trace
+
+    _fetch.Fetcher._send_trace = staticmethod(_with_log)  # type: ignore[method-assign]
+
+    def _dump() -> None:
+        with open(_OUT, "w") as out:
+            json.dump(_SENDS, out)
+
+    atexit.register(_dump)
