@@ -44,6 +44,12 @@ HEAVY = (
     "jwt.",  # PyJWT (redis-py's token credentials) is registered lazily: none of its submodules run
     "cryptography.x509",
     "cryptography.hazmat.primitives.asymmetric",
+    # The API's models: a worker reads its jobs' specs as plain data (trawl.worker.jobsettings; issue 38)
+    "pydantic",
+    "pydantic_core",
+    "trawl.api.common",
+    "trawl.api.policies",
+    "trawl.api.scrapejob",
 )
 
 
@@ -151,3 +157,32 @@ def test_the_worker_package_still_names_its_classes() -> None:
         "assert w.Worker is Worker and w.WorkerConfig is WorkerConfig\n"
         "print('ok')"
     )
+
+
+def test_a_plain_job_is_read_without_pydantic() -> None:
+    # A worker's first claim reads the job's spec (trawl.worker.jobsettings): for a job of the common kinds
+    # (a crawl, fields, pool defaults, a webhook) that imports no pydantic; a job that renders, keeps
+    # sessions, has domain rules or writes to PostgreSQL or S3 loads the model of that section.
+    spec = {
+        "version": 1,
+        "request": {"headers": {"X-A": "1"}, "user_agent": "ua", "timeout_seconds": 5.0},
+        "politeness": {"requests_per_second": 3.0, "max_concurrency_per_domain": 2},
+        "retry": {"max_attempts": 5, "retry_on": ["Timeout", "HTTP5xx"]},
+        "extract": {"fields": [{"name": "t", "selector": "h1", "kind": "CSS"}], "only_matching": "/p/"},
+        "crawl": {"max_depth": 2, "max_pages": 10, "scope": "SameHost", "include": None, "exclude": None},
+        "output": {"sink": "Webhook", "webhook": {"url": "https://hook.test/x", "batch_size": 5}},
+        "render": None,
+        "domains": None,
+    }
+    code = (
+        "import sys; sys.argv = ['trawl', 'worker']; import trawl.entry; from trawl.boot.worker import prepare\n"
+        "prepare(); import trawl.worker.main\n"
+        "from trawl.worker.jobcache import build_job\n"
+        "job = build_job(SPEC, lambda spec: None)\n"
+        "assert job.spec.output.webhook is not None and job.spec.crawl is not None\n"
+        "assert 'pydantic' not in sys.modules, 'the plain job imported pydantic'\n"
+        "render = dict(SPEC, render={'mode': 'Browser'})\n"
+        "assert build_job(render, lambda spec: None).spec.render is not None and 'pydantic' in sys.modules\n"
+        "print('ok')"
+    ).replace("SPEC", repr(spec))
+    _prints_ok(code)

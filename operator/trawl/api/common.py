@@ -6,20 +6,20 @@ descriptions are user documentation: they appear in ``kubectl explain``.
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any
-from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
+# Plain Python, read by the workers without pydantic (trawl.api.plain); exported here as before.
+from .plain import HTTP_URL_PATTERN as HTTP_URL_PATTERN
+from .plain import check_http_url as check_http_url
+from .plain import check_url_parses as check_url_parses
+
 # Kubernetes object names that end up in labels and Redis keys: DNS-1123 labels.
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-# RE2 and Rust regex both accept this; kept simple so the API server and pydantic agree.
-HTTP_URL_PATTERN = r"^https?://[^\s/?#]+([/?#][^\s]*)?$"
-_HTTP_URL_RE = re.compile(HTTP_URL_PATTERN, re.IGNORECASE)
 CAMEL_REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
 
 
@@ -40,25 +40,6 @@ class TrawlModel(BaseModel):
     def to_wire(self) -> dict[str, Any]:
         """The object as the API server stores it: camelCase, only fields that were set or differ."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
-
-
-def check_http_url(value: str) -> str:
-    """The value if it is an http(s) URL whose host and port parse, else ValueError saying why."""
-    if not _HTTP_URL_RE.match(value):
-        raise ValueError(f"{value!r} is not an http(s) URL: only http:// and https:// URLs can be scraped")
-    check_url_parses(value)
-    return value
-
-
-def check_url_parses(value: str) -> None:
-    """Raise ValueError unless the URL's host and port parse (what every consumer of it will do).
-
-    The pattern above cannot see an unclosed IPv6 bracket (``http://[::1/x``) or a port that is not a
-    number; accepting those would only move the error into every component that reads the URL."""
-    parts = urlsplit(value)  # ValueError on an unbalanced IPv6 bracket
-    if not parts.hostname:
-        raise ValueError(f"{value!r} has no host")
-    _ = parts.port  # ValueError when the port is not a number in 0..65535
 
 
 HttpURL = Annotated[

@@ -8,35 +8,19 @@ The job author chooses formats; the pool's operator chooses how large each may b
 
 from __future__ import annotations
 
-from enum import StrEnum
-
 from pydantic import Field, field_validator
 
 from .common import TrawlModel
 
-DEFAULT_FORMAT_BYTES = 1 << 20  # 1 MiB of each format per record, unless the pool says otherwise
-MAX_FORMAT_BYTES = 64 << 20  # the most a pool may allow (a record is held in memory and in Redis)
-MAX_FORMAT_ENTRIES = 1_000  # items per structured-data syntax, entries of any one JSON array or object
-MAX_FORMAT_LINKS = 10_000  # links of one page
-MAX_FORMAT_DEPTH = 32  # nesting of structured data kept (deeper values become null)
-FORMAT_SECONDS = 3.0  # one format on one page, in a parser process; over it the format is left out
-
-
-class OutputFormat(StrEnum):
-    """A format of the page's content, written as the record field of the same name."""
-
-    MARKDOWN = "markdown"
-    TEXT = "text"
-    STRUCTURED = "structured"
-    LINKS = "links"
-    SCREENSHOT = "screenshot"  # browser mode only (admission): a PNG of the viewport, base64
-
-
-class StructuredSyntax(StrEnum):
-    JSON_LD = "json-ld"
-    MICRODATA = "microdata"
-    OPENGRAPH = "opengraph"
-    RDFA = "rdfa"
+# Plain Python, read by the workers without pydantic (trawl.api.plain); exported here as before.
+from .plain import DEFAULT_FORMAT_BYTES as DEFAULT_FORMAT_BYTES
+from .plain import FORMAT_SECONDS as FORMAT_SECONDS
+from .plain import MAX_FORMAT_BYTES as MAX_FORMAT_BYTES
+from .plain import MAX_FORMAT_DEPTH as MAX_FORMAT_DEPTH
+from .plain import MAX_FORMAT_ENTRIES as MAX_FORMAT_ENTRIES
+from .plain import MAX_FORMAT_LINKS as MAX_FORMAT_LINKS
+from .plain import OutputFormat as OutputFormat
+from .plain import StructuredSyntax as StructuredSyntax
 
 
 class MainContentOptions(TrawlModel):

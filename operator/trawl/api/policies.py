@@ -8,7 +8,6 @@ queue and the workers use.
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Any, Self
 
 from pydantic import Field, field_validator, model_validator
@@ -16,77 +15,13 @@ from pydantic import Field, field_validator, model_validator
 from .common import TrawlModel
 from .domainrules import MAX_DOMAIN_RULES, DomainRule, unique_hosts
 
-DEFAULT_USER_AGENT = "trawl/0.1 (+https://trawl.dev/bot)"
-
-# Request headers that carry no secret (content negotiation): a pool's defaults may send them to every
-# origin a job names. Any other default header of a pool goes only where defaults.request.headerOrigins
-# says (trawl.jobspec.headerscope).
-HARMLESS_HEADERS = frozenset(
-    {
-        "accept",
-        "accept-charset",
-        "accept-language",
-        "cache-control",
-        "dnt",
-        "pragma",
-        "save-data",
-        "sec-gpc",
-        "upgrade-insecure-requests",
-    }
-)
-
-
-class BackoffKind(StrEnum):
-    FIXED = "Fixed"
-    EXPONENTIAL = "Exponential"
-
-
-class FailureClass(StrEnum):
-    """Classes of fetch failure. The first five are retryable by default; the rest are permanent."""
-
-    TIMEOUT = "Timeout"
-    CONNECTION = "Connection"
-    HTTP_429 = "HTTP429"
-    HTTP_5XX = "HTTP5xx"
-    STALLED = "Stalled"
-    HTTP_4XX = "HTTP4xx"
-    ROBOTS_DISALLOWED = "RobotsDisallowed"
-    BLOCKED_ADDRESS = "BlockedAddress"
-    BAD_CONTENT = "BadContent"
-    TOO_LARGE = "TooLarge"
-    INVALID_URL = "InvalidURL"
-    INTERNAL = "Internal"
-    SINK_FAILED = "SinkFailed"
-    PARSE_LIMIT = "ParseLimit"
-    BAD_SITEMAP = "BadSitemap"  # a sitemap refused: not one, too large, too many entries, nested too deep
-    BLOCKED = "Blocked"  # the site refused the identity (a job's session.block rules): tried on another one
-
-
-RETRYABLE_BY_DEFAULT: tuple[FailureClass, ...] = (
-    FailureClass.TIMEOUT,
-    FailureClass.CONNECTION,
-    FailureClass.HTTP_429,
-    FailureClass.HTTP_5XX,
-    FailureClass.STALLED,
-    FailureClass.BLOCKED,  # another identity may get through (after session.maxBlockedRetries free tries)
-)
-
-# Failures that another attempt of the same request cannot fix: `trawl dlq retry` leaves their dead
-# letters alone unless asked for all of them (SinkFailed and Internal are fixed outside the page, so they
-# are worth a retry once the sink or the worker is repaired).
-PERMANENT_CLASSES: frozenset[str] = frozenset(
-    c.value
-    for c in (
-        FailureClass.HTTP_4XX,
-        FailureClass.ROBOTS_DISALLOWED,
-        FailureClass.BLOCKED_ADDRESS,
-        FailureClass.BAD_CONTENT,
-        FailureClass.TOO_LARGE,
-        FailureClass.INVALID_URL,
-        FailureClass.PARSE_LIMIT,
-        FailureClass.BAD_SITEMAP,
-    )
-)
+# Plain Python, read by the workers without pydantic (trawl.api.plain); exported here as before.
+from .plain import DEFAULT_USER_AGENT as DEFAULT_USER_AGENT
+from .plain import HARMLESS_HEADERS as HARMLESS_HEADERS
+from .plain import PERMANENT_CLASSES as PERMANENT_CLASSES
+from .plain import RETRYABLE_BY_DEFAULT as RETRYABLE_BY_DEFAULT
+from .plain import BackoffKind as BackoffKind
+from .plain import FailureClass as FailureClass
 
 
 class RequestSpec(TrawlModel):

@@ -11,11 +11,7 @@ from .common import TrawlModel
 from .patterns import SYNTAX as PATTERN_SYNTAX
 from .patterns import check as check_pattern
 from .patterns import compiled as compiled_pattern
-
-
-class RenderMode(StrEnum):
-    FETCH = "Fetch"
-    BROWSER = "Browser"
+from .plain import RenderMode as RenderMode  # plain Python: read by the workers without pydantic
 
 
 class RenderWait(StrEnum):

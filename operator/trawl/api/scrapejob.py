@@ -26,6 +26,8 @@ from .formats import (
 )
 from .patterns import SYNTAX as PATTERN_SYNTAX
 from .patterns import check as check_pattern
+from .plain import CrawlScope as CrawlScope  # plain Python: read by the workers without pydantic
+from .plain import SinkKind as SinkKind
 from .policies import FailureClass, PolitenessSpec, RequestSpec, RetrySpec
 from .proxies import JobProxy
 from .refresh import RefreshSpec
@@ -43,11 +45,6 @@ MAX_CRAWL_PAGES = 10_000_000
 MAX_DEAD_LETTERS_ON_STATUS = 20
 MAX_SKIPPED_ON_STATUS = 10
 ROBOTS_PATH = "/robots.txt"
-
-
-class CrawlScope(StrEnum):
-    SAME_HOST = "SameHost"
-    SAME_DOMAIN = "SameDomain"
 
 
 def _check_regexes(patterns: list[str] | None) -> list[str] | None:
@@ -331,15 +328,6 @@ class UrlRange(TrawlModel):
     def urls(self, skip: int = 0) -> Iterator[str]:
         """The range's URLs in order, after the first ``skip``: one at a time, never the whole list."""
         return (self.url(n) for n in range(self.start + skip * self.step, self.end + 1, self.step))
-
-
-class SinkKind(StrEnum):
-    REDIS_STREAM = "RedisStream"
-    JSON_LINES = "JsonLines"
-    WEBHOOK = "Webhook"
-    POSTGRESQL = "PostgreSQL"
-    S3 = "S3"
-    FILES = "Files"
 
 
 class JsonLinesSink(TrawlModel):

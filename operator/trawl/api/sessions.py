@@ -6,23 +6,18 @@ again, trawl.worker.sessions), and nothing here names an address, a Secret or co
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Annotated
 
 from pydantic import Field, StringConstraints
 
 from .common import DNSLabel, SecretKeyRef, TrawlModel
+from .plain import SessionScope as SessionScope  # plain Python: read by the workers without pydantic
 
 MAX_MARKERS = 16
 Marker = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 ChallengePath = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"^/")]
 # A header value: printable ASCII only, so no CR/LF can start another header (or request) after it.
 UserAgent = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"^[\x20-\x7e]+$")]
-
-
-class SessionScope(StrEnum):
-    JOB = "Job"  # one rotation of sessions for all the job's domains (the jar keeps cookies per domain)
-    DOMAIN = "Domain"  # a rotation per domain: an identity never crosses to another site
 
 
 class BlockRules(TrawlModel):

@@ -8,29 +8,17 @@ the rows; :mod:`trawl.sinks.tabularfiles` writes them to a volume, :mod:`trawl.s
 
 from __future__ import annotations
 
-from enum import StrEnum
-
 from pydantic import Field
 
 from .common import TrawlModel
 
-MAX_FILE_ROWS = 10_000  # rows of one file (one Parquet row group): a larger batch is split into files
-MAX_FILE_BYTES = 64 << 20  # about this many bytes of cells in one file: a batch over it is split
-MAX_CELL_BYTES = 1 << 20  # one cell (a field's value, a format); longer values are cut and named in truncated
-MAX_EXTRA_BYTES = 1 << 20  # the extra column (JSON of the record's undeclared fields); over it: null
-
-
-# Absolute, every part a plain name not starting with '.': no '..' can climb out of the mount the admission
-# check found the directory on, and no hidden folder is written. RE2 (the API server's regexps): no lookahead.
-DIRECTORY_PATTERN = r"^(/[A-Za-z0-9_-][A-Za-z0-9._-]{0,254})+/?$"
-
-
-class FileFormat(StrEnum):
-    """How records are written: one JSON object per line, or a table (one column per field)."""
-
-    JSON_LINES = "JSONLines"
-    CSV = "CSV"
-    PARQUET = "Parquet"
+# Plain Python, read by the workers without pydantic (trawl.api.plain); exported here as before.
+from .plain import DIRECTORY_PATTERN as DIRECTORY_PATTERN
+from .plain import MAX_CELL_BYTES as MAX_CELL_BYTES
+from .plain import MAX_EXTRA_BYTES as MAX_EXTRA_BYTES
+from .plain import MAX_FILE_BYTES as MAX_FILE_BYTES
+from .plain import MAX_FILE_ROWS as MAX_FILE_ROWS
+from .plain import FileFormat as FileFormat
 
 
 class FilesSink(TrawlModel):

@@ -26,12 +26,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from trawl.api.common import format_number
-from trawl.api.domainrules import DomainRule, host_of_authority, most_specific
-from trawl.api.policies import HARMLESS_HEADERS, PolitenessSpec
-from trawl.api.render import RenderMode
+from trawl.api.plain import HARMLESS_HEADERS, RenderMode
 
+# The rule models are pydantic's: a worker imports them (and pydantic) only for a job that has rules, in the
+# functions below; a job without rules, the common case, never does (a worker's start-up, issue 38).
 if TYPE_CHECKING:
+    from trawl.api.domainrules import DomainRule
+    from trawl.api.policies import PolitenessSpec
     from trawl.api.scrapejob import ScrapeJobSpec
     from trawl.api.scrapepool import Ceilings, ScrapePoolSpec
 
@@ -99,6 +100,8 @@ class DomainRules:
     def from_wire(cls, raw: Mapping[str, Any] | None) -> DomainRules | None:
         if not raw:
             return None
+        from trawl.api.domainrules import DomainRule  # pydantic: only for a job with rules
+
         return cls(
             tuple(DomainRule.model_validate(r) for r in raw.get("pool") or ()),
             tuple(DomainRule.model_validate(r) for r in raw.get("job") or ()),
@@ -117,6 +120,8 @@ def _stricter(promised: float | None, asked: float | None, base: float) -> float
 def resolve_host(host: str, base_rate: float, base_concurrency: int, rules: DomainRules) -> HostPoliteness:
     """The politeness of requests to ``host`` (lower-case, no port) for a job whose base politeness is
     ``base_rate`` / ``base_concurrency`` (see the module's doc for the layers)."""
+    from trawl.api.domainrules import most_specific  # loaded with the rules (DomainRules.from_wire)
+
     pool = most_specific(rules.pool, host)
     job = most_specific(rules.job, host)
     job_rate = job.rate() if job is not None and job.rate() is not None else None
@@ -169,6 +174,8 @@ class HostCache:
         """The politeness for a URL's ``host[:port]``."""
         if self.rules is None:
             return self.base
+        from trawl.api.domainrules import host_of_authority  # loaded with the rules (DomainRules.from_wire)
+
         host = host_of_authority(authority)
         found = self._hosts.get(host)
         if found is not None:
@@ -199,6 +206,8 @@ def rule_problem(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> str | No
     """What in the job's domain rules asks for more than its pool allows, or None: a rule above the pool's
     jobLimits, or looser than the pool rule covering its whole pattern. (Where a more specific pool rule
     covers some of a job rule's hosts, the stricter holds there: :func:`resolve_host`.)"""
+    from trawl.api.domainrules import most_specific
+
     rules = job_spec.politeness.domains if job_spec.politeness else None
     if not rules:
         return None
@@ -218,6 +227,8 @@ def rule_problem(job_spec: ScrapeJobSpec, pool_spec: ScrapePoolSpec) -> str | No
 
 
 def _above_limits(rule: DomainRule, ceilings: Ceilings, pool: str) -> str | None:
+    from trawl.api.common import format_number
+
     rate, conc = rule.rate(), rule.max_concurrency_per_domain
     if rate is not None and rate > ceilings.requests_per_second:
         ceiling, limit = format_number(ceilings.requests_per_second), "requestsPerSecond"

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from trawl.api.policies import HARMLESS_HEADERS as HARMLESS
+from trawl.api.plain import HARMLESS_HEADERS as HARMLESS
 
 from .domains import HostCache, rule_headers
 

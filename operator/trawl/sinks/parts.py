@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from redis.asyncio import Redis
 
-from trawl.api.tabular import FileFormat
+from trawl.api.plain import FileFormat
 from trawl.queue.keys import pending_key
 from trawl.redisconn.client import atomic_pipeline
 

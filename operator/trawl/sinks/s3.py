@@ -40,8 +40,8 @@ from minio import Minio
 from minio.error import InvalidResponseError, MinioException, S3Error, ServerError
 from redis.asyncio import Redis
 
+from trawl.api.plain import FileFormat
 from trawl.api.scrapejob import S3Sink as S3Spec
-from trawl.api.tabular import FileFormat
 from trawl.egress.addresses import IPNetwork
 from trawl.egress.resolver import find_blocked
 from trawl.egress.sinkaddr import checked_pool_manager

@@ -23,12 +23,14 @@ import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from trawl.api.scrapejob import ExtractSpec
-from trawl.api.tabular import MAX_CELL_BYTES, MAX_EXTRA_BYTES, MAX_FILE_BYTES, MAX_FILE_ROWS, FileFormat
+from trawl.api.plain import MAX_CELL_BYTES, MAX_EXTRA_BYTES, MAX_FILE_BYTES, MAX_FILE_ROWS, FileFormat
 
 from .base import Record, dumps
+
+if TYPE_CHECKING:  # pydantic: the operator's side (schema_of_spec); a worker reads plain data
+    from trawl.api.scrapejob import ExtractSpec
 
 
 class Kind(StrEnum):
@@ -92,7 +94,10 @@ def schema_for(fields: Iterable[tuple[str, bool]], optional: Iterable[str]) -> t
 
 def schema_of_spec(extract: ExtractSpec | None, *, screenshot: bool = False) -> tuple[Column, ...]:
     """:func:`schema_for` of a ScrapeJob's ``extract`` (and ``render.screenshot``)."""
-    extract = extract or ExtractSpec()
+    if extract is None:
+        from trawl.api.scrapejob import ExtractSpec  # the operator's side: a worker never imports pydantic for it
+
+        extract = ExtractSpec()
     formats = {f.value for f in extract.formats or ()}
     optional = formats | {n for n, on in (("text", extract.text), ("links", extract.links)) if on}
     optional |= {"images"} if extract.images else set()

@@ -28,7 +28,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from trawl.api.tabular import FileFormat
+from trawl.api.plain import FileFormat
 
 from .base import Record, SinkError
 from .parts import PartWriter, encoder

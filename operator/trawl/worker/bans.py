@@ -7,12 +7,14 @@ size. The verdict is a short reason (for logs, the breaker and the status), neve
 
 from __future__ import annotations
 
-import statistics
 from collections import OrderedDict, deque
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from trawl.api.sessions import BlockRules
+if TYPE_CHECKING:  # a pydantic model: only jobs with spec.session build one (jobsettings)
+    from trawl.api.sessions import BlockRules
+
 
 MARKER_WINDOW = 64 * 1024  # the bytes of a body searched for markers
 SIZE_SAMPLES = 20  # body sizes remembered per domain
@@ -53,6 +55,8 @@ def collapsed(size: int, typical: Sequence[int], fraction: float) -> str | None:
     """A body of ``size`` bytes far below the domain's median of ``typical`` (``fraction`` 0: never)."""
     if fraction <= 0 or len(typical) < MIN_SAMPLES:
         return None
+    import statistics  # only jobs with sessions get here; it imports fractions and decimal: 2 ms of every start
+
     median = statistics.median(typical)
     if median > 0 and size < fraction * median:
         return f"body collapsed to {size} bytes (typical {int(median)})"

@@ -23,7 +23,7 @@ from urllib.parse import urljoin, urlsplit
 import aiohttp
 import brotli
 
-from trawl.api.policies import DEFAULT_USER_AGENT, FailureClass
+from trawl.api.plain import DEFAULT_USER_AGENT, FailureClass
 from trawl.boot import castore
 from trawl.egress.addresses import IPNetwork, address_block_reason
 from trawl.egress.resolver import SafeResolver, find_blocked

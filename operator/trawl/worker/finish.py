@@ -36,7 +36,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from trawl.api.policies import FailureClass
+from trawl.api.plain import FailureClass
 from trawl.queue.model import QueueClient, Task
 from trawl.queue.notes import JobNotes
 from trawl.queue.pagestate import PageStates

@@ -24,7 +24,7 @@ from typing import Any
 
 from selectolax.lexbor import LexborHTMLParser
 
-from trawl.api.formats import (
+from trawl.api.plain import (
     DEFAULT_FORMAT_BYTES,
     FORMAT_SECONDS,
     MAX_FORMAT_DEPTH,

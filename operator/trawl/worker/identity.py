@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from trawl.api.policies import FailureClass
-from trawl.api.sessions import SessionSpec
+from trawl.api.plain import FailureClass
 from trawl.jobspec.podfiles import MissingSecret
 from trawl.queue.proxyusage import ProxyUsage
 
@@ -20,6 +19,9 @@ from .fetch import FetchError, FetchResult
 from .proxies import ProxyBusy, ProxyConfigError, ProxyDirectory, ProxyGroup
 from .seeds import SeedDirectory
 from .sessions import Session, SessionStore
+
+if TYPE_CHECKING:  # a pydantic model: only jobs with spec.session build one (jobsettings)
+    from trawl.api.sessions import SessionSpec
 
 log = logging.getLogger("trawl.worker.identity")
 _T = TypeVar("_T")

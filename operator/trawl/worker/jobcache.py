@@ -2,7 +2,8 @@
 
 A :class:`Job` is what every task of the job needs besides its URL: the parsed spec, the extractor, the
 sink, the fetch limits and headers. The last ``MAX_JOBS`` jobs used are kept; a job whose spec is not
-registered yet is asked for again by its next task, and a cancelled job is forgotten.
+registered yet is asked for again by its next task, and a cancelled job is forgotten. A spec that does not
+read (not JSON, or :class:`~.specread.BadSpec` from its parse) raises BadSpec: the task is dead-lettered.
 """
 
 from __future__ import annotations
@@ -12,13 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from trawl.api.policies import ResolvedRequest
 from trawl.queue.model import QueueClient
 from trawl.sinks.base import Sink
 
 from .extract import Extractor
 from .fetch import FetchLimits
-from .jobsettings import WorkerJobSpec, parse_worker_spec
+from .jobsettings import RequestSettings, WorkerJobSpec, parse_worker_spec
+from .specread import BadSpec
 
 MAX_JOBS = 256
 
@@ -31,7 +32,7 @@ class Job:
     limits: FetchLimits
 
 
-def fetch_limits(request: ResolvedRequest) -> FetchLimits:
+def fetch_limits(request: RequestSettings) -> FetchLimits:
     """A job's request settings as the fetcher's limits (the read and total timeouts are the job's timeout)."""
     return FetchLimits(
         max_bytes=request.max_response_bytes,
@@ -59,7 +60,10 @@ class JobCache:
         if job_id in self._jobs:
             self._jobs.move_to_end(job_id)
             return self._jobs[job_id]
-        raw = await self.queue.job_spec(job_id)
+        try:
+            raw = await self.queue.job_spec(job_id)
+        except ValueError as exc:  # stored, but not JSON: damaged, no use asking again
+            raise BadSpec(f"spec: not JSON ({exc})"[:512]) from exc
         job = build_job(raw, self.sink_for) if raw is not None else None
         if job is not None:  # a missing spec is not cached: it may be registered a moment later
             self._jobs[job_id] = job

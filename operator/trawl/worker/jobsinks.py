@@ -15,8 +15,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from trawl.api.scrapejob import SinkKind
-from trawl.api.tabular import FileFormat
+from trawl.api.plain import FileFormat, SinkKind
 from trawl.egress.addresses import IPNetwork
 from trawl.jobspec.podfiles import local_path, read_secret
 from trawl.sinks.base import Sink
@@ -79,9 +78,9 @@ class JobSinks:
                     allowed=self.allowed,
                 )
         elif out.sink == SinkKind.POSTGRESQL and out.postgres is not None:
-            ref = out.postgres.password_secret_ref
+            pg_ref = out.postgres.password_secret_ref
             # As for the webhook: a missing password fails the task before it is fetched (Internal).
-            password = read_secret(ref.name, ref.key).decode() if ref is not None else None
+            password = read_secret(pg_ref.name, pg_ref.key).decode() if pg_ref is not None else None
             from trawl.sinks.postgres import PostgresSink, target_from_spec  # psycopg: only for workers that use it
 
             target = target_from_spec(

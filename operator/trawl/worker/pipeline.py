@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from redis.exceptions import OutOfMemoryError
 
-from trawl.api.policies import FailureClass
+from trawl.api.plain import FailureClass
 from trawl.jobspec.podfiles import MissingSecret
 from trawl.queue.claimsize import TaskTimer
 from trawl.queue.errors import QueueUnavailable
@@ -44,7 +44,7 @@ from .finish import Finish, Finisher
 from .formats import bound_screenshot
 from .identity import Identities
 from .jobcache import Job, JobCache
-from .jobsettings import WorkerJobSpec
+from .jobsettings import BadSpec, WorkerJobSpec
 from .metrics import WorkerMetrics
 from .parsepool import ParseLimit, ParsePool
 from .politeness import DomainLimiter, RateWaitTooLong, RobotsCache
@@ -222,12 +222,27 @@ class TaskPipeline:
         await self.queue.release(task, self.worker_id, delay=delay)
         return True
 
-    async def _handle(self, task: Task) -> str:
-        job = await self.jobs.get(task.job_id)
+    async def _job(self, task: Task) -> Job | str:
+        """The task's job, else the task's outcome: given back while the job has no spec yet, failed when its
+        spec does not read (written by an operator this worker cannot follow, or damaged: no use retrying)."""
+        try:
+            job = await self.jobs.get(task.job_id)
+        except BadSpec as exc:
+            log.warning("unreadable job spec", extra={"job": task.job_id, "url": task.url, "error": str(exc)})
+            failed = await self.queue.fail(
+                task, self.worker_id, FailureClass.INTERNAL.value, f"unreadable job spec: {exc}"[:1024]
+            )
+            return "dead" if failed.dead_lettered else "failed"
         if job is None:
             log.warning("no spec for job; giving the task back", extra={"job": task.job_id, "url": task.url})
             await self.queue.release(task, self.worker_id, delay=2.0)
             return "released"
+        return job
+
+    async def _handle(self, task: Task) -> str:
+        job = await self._job(task)
+        if isinstance(job, str):
+            return job
         spec = job.spec
         if sweep_cursor(task) is not None:  # only the operator and a sweep make these (enqueue_sweep.lua)
             return await self._sweep(task, job)

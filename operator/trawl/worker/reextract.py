@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from trawl.api.policies import FailureClass
+from trawl.api.plain import FailureClass
 from trawl.queue.model import Task
 from trawl.sinks.base import Record, SinkError, record_key
 

@@ -24,13 +24,16 @@ import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.asyncio import Redis
 
-from trawl.api.sessions import SessionScope, SessionSpec
+from trawl.api.plain import SessionScope
 
 from .cookies import SessionJar
+
+if TYPE_CHECKING:  # a pydantic model: only jobs with spec.session build one (jobsettings)
+    from trawl.api.sessions import SessionSpec
 
 log = logging.getLogger("trawl.worker.sessions")
 

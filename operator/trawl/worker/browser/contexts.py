@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from trawl.api.policies import DEFAULT_USER_AGENT
+from trawl.api.plain import DEFAULT_USER_AGENT
 from trawl.egress.addresses import IPNetwork
 
 from ..cookies import SessionJar

@@ -3,7 +3,7 @@ renders does not import the browser pool to catch them."""
 
 from __future__ import annotations
 
-from trawl.api.policies import FailureClass
+from trawl.api.plain import FailureClass
 
 from ..fetch import FetchError
 

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 
-from trawl.api.render import RenderSpec
 from trawl.egress.addresses import IPNetwork
 
 from ..cookies import SessionJar
@@ -22,6 +21,9 @@ from .crash import BrowserCrashed
 from .metrics import BrowserMetrics
 from .settings import BrowserSettings
 from .usage import BrowserTime
+
+if TYPE_CHECKING:  # a pydantic model: only jobs that render build one (jobsettings)
+    from trawl.api.render import RenderSpec
 
 if TYPE_CHECKING:
     from .page import HeadersFor, HopHook

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from trawl.api.policies import FailureClass
+from trawl.api.plain import FailureClass
 from trawl.api.render import RenderSpec, RenderWait
 
 from ..cookies import SessionJar

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from trawl.api.policies import FailureClass
+from trawl.api.plain import FailureClass
 from trawl.api.render import RenderSpec
 from trawl.egress.addresses import IPNetwork
 

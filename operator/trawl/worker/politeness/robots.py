@@ -15,7 +15,7 @@ from typing import Any
 from protego import Protego
 from redis.asyncio import Redis
 
-from trawl.api.policies import FailureClass
+from trawl.api.plain import FailureClass
 
 from ..fetch import Fetcher, FetchError, FetchLimits
 
