@@ -48,6 +48,7 @@ from .jobsettings import BadSpec, WorkerJobSpec
 from .metrics import WorkerMetrics
 from .parsepool import ParseLimit, ParsePool
 from .politeness import DomainLimiter, RateWaitTooLong, RobotsCache
+from .politeness.parking import HOLD_PLACE
 from .proxies import ProxyBusy, ProxyConfigError, ProxyDirectory
 from .reextract import reextract_task
 from .refresh import RefreshPage
@@ -370,18 +371,26 @@ class TaskPipeline:
         """``call`` (a fetch or a render) as one of the job's sessions (spec.session: trawl.worker.identity),
         else through the proxy group of the domain (its rule's, else the job's), else directly."""
         route = spec.proxy_for(domain)
-        if spec.session is not None:
-            return await self.identities.run(
-                call,
-                _rendered_result if rendered else _fetched_result,
-                job_id=task.job_id,
-                domain=domain,
-                spec=spec.session,
-                user_agent=spec.request.user_agent or self.fetcher.user_agent,
-                route=route,
-                seed=spec.session_seed,
-            )
-        return await (call() if route is None else self._proxied(call, route))
+        if spec.session is None and route is None and not rendered:
+            return await call()  # its waits for the domain park it (politeness.parking)
+        # A session's cookies, a proxy, a browser page: held for this request, so its waits for the domain
+        # keep its place (politeness.parking).
+        held = HOLD_PLACE.set(True)
+        try:
+            if spec.session is not None:
+                return await self.identities.run(
+                    call,
+                    _rendered_result if rendered else _fetched_result,
+                    job_id=task.job_id,
+                    domain=domain,
+                    spec=spec.session,
+                    user_agent=spec.request.user_agent or self.fetcher.user_agent,
+                    route=route,
+                    seed=spec.session_seed,
+                )
+            return await (call() if route is None else self._proxied(call, route))
+        finally:
+            HOLD_PLACE.reset(held)
 
     async def _proxied(self, fetch: Callable[..., Awaitable[_T]], route: dict[str, Any]) -> _T:
         """``fetch`` (a fetch or a render) through the least busy proxy of the job's group
@@ -439,7 +448,11 @@ class TaskPipeline:
 
         async def robots_hop(hop_url: str) -> None:
             hop_host = host_of(hop_url)
-            await self.rate.take_token(hop_host, spec.host(hop_host)[0], adaptive=pol.adaptive_delay)
+            held = HOLD_PLACE.set(True)  # the origin's other tasks wait for this in their places (.parking)
+            try:
+                await self.rate.take_token(hop_host, spec.host(hop_host)[0], adaptive=pol.adaptive_delay)
+            finally:
+                HOLD_PLACE.reset(held)
 
         return robots_hop
 

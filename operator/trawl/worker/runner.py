@@ -40,6 +40,7 @@ from .metrics import WorkerMetrics
 from .parsepool import ParseLimits, ParsePool
 from .pipeline import TaskPipeline
 from .politeness import DomainLimiter, RobotsCache
+from .politeness.parking import MAX_PARKED_PER_PLACE, lease_room
 from .politeness.rate import before_send
 from .politeness.robots import fetch_with
 from .wakeup import PoolEvents
@@ -90,6 +91,8 @@ class Worker:
             redis, keys.rate_limit, self.worker_id, max_wait=config.max_rate_wait, on_wait=self.metrics.rate_waited
         )
         self.limiter.crowded = self._crowded  # no head-of-line blocking when places are wanted (politeness.backlog)
+        self.limiter.parking.on_park = self._parked  # a task waiting for its domain gives its place (.parking)
+        self.limiter.parking.place = self._place_back  # and takes one back when its wait ends
         self.robots = RobotsCache(
             redis,
             lambda origin: keys.rate_limit(origin, "robots"),
@@ -119,6 +122,7 @@ class Worker:
         self._buffer: deque[Task] = deque()  # claimed, waiting for a slot (see trawl.queue.claimsize)
         self._task_time = TaskTimer()  # how long a task holds its slot, which sizes claims
         self._slot_free = asyncio.Event()
+        self._place_free = asyncio.Event()  # a place freed: parked tasks whose wait ended may take it
         self._stop = asyncio.Event()
         # Held around a claim (until its tasks are registered here) and around a heartbeat, so the held
         # list a heartbeat sends never misses tasks of a claim whose reply is on its way.
@@ -396,13 +400,15 @@ class Worker:
             size = claim_size(
                 ClaimState(
                     self.config.concurrency,
-                    len(self._inflight),
+                    self._running(),
                     len(self._buffer),
                     self.config.lease_seconds,
                     self._task_time.mean,
                 ),
                 self.config.claim_batch,
             )
+            # Parked tasks free places, not leases: every lease held here counts (politeness.parking).
+            size = min(size, lease_room(self.config.concurrency, self.finish_capacity, self._leased()))
             if size <= 0 or self.cordoned or self.finisher.count >= self.finish_capacity:
                 self._slot_free.clear()
                 with contextlib.suppress(TimeoutError):
@@ -422,7 +428,7 @@ class Worker:
                     self.metrics.claim_calls.labels("error").inc()
                     log.warning("claim failed", extra={"worker": self.worker_id, "error": repr(exc)})
                 for task in tasks or ():
-                    if len(self._inflight) < self.config.concurrency:
+                    if self._place_for_claimed():
                         self._start(task)
                     else:
                         self._buffer.append(task)  # starts as soon as a slot frees (see _done)
@@ -444,8 +450,47 @@ class Worker:
 
     def _crowded(self) -> bool:
         """Whether every place is taken, or a claimed task waits for one: a task waiting for its domain then
-        holds a place another task could use."""
-        return bool(self._buffer) or len(self._inflight) >= self.config.concurrency
+        holds a place another task could use; or parked tasks are at their bound."""
+        return (
+            bool(self._buffer)
+            or self._running() >= self.config.concurrency
+            or self.limiter.parking.count >= MAX_PARKED_PER_PLACE * self.config.concurrency
+        )
+
+    def _running(self) -> int:
+        """Tasks holding one of the worker's places: started, and not parked waiting for their domain."""
+        return len(self._inflight) - self.limiter.parking.count
+
+    def _leased(self) -> int:
+        """Every lease held here (claimed, running, parked, finishing), counted without a pass over the tasks
+        (a started task that returned may be counted by the finisher too: an over-count, on the safe side)."""
+        return len(self._buffer) + len(self._inflight) + self.finisher.count
+
+    def _place_for_claimed(self) -> bool:
+        """Whether a claimed task may start now: a place is free and no parked task waits to take one back
+        (those go first: they hold their domain's token or slot)."""
+        return self._running() < self.config.concurrency and not self.limiter.parking.returning
+
+    def _parked(self) -> None:
+        """A task parked (politeness.parking): a task whose wait ended, else a claimed task, takes its place."""
+        self._place_free.set()
+        self._fill()
+        self._slot_free.set()
+
+    def _fill(self) -> None:
+        """Start claimed tasks in the free places that no parked task waits for."""
+        while self._buffer and not self.stopping and self._place_for_claimed():
+            self._start(self._buffer.popleft())
+
+    async def _place_back(self) -> None:
+        """A parked task whose wait ended: return once it may hold a place again (it is counted as parked
+        until then), so that ``concurrency`` bounds the requests in progress."""
+        while self._running() >= self.config.concurrency:
+            self._place_free.clear()
+            await self._place_free.wait()
+        # Once it is counted as running (right after this returns), places left over go to claimed tasks,
+        # which waited while it was returning.
+        asyncio.get_running_loop().call_soon(self._fill)
 
     def _start(self, task: Task) -> None:
         t = asyncio.create_task(self.pipeline.process(task))
@@ -478,8 +523,8 @@ class Worker:
     def _done(self, t: asyncio.Task[None]) -> None:
         self._inflight.pop(t, None)
         self.processed += 1
-        if self._buffer and not self.stopping:
-            self._start(self._buffer.popleft())
+        self._place_free.set()
+        self._fill()
         self._slot_free.set()
 
     async def _idle_wait(self, seconds: float) -> bool:

@@ -5,6 +5,7 @@
 - :mod:`.slots`: the per-domain concurrency shared by the pool's workers (leased slots);
 - :mod:`.adaptive`: this worker's extra per-domain delay, from the site's latency and errors;
 - :mod:`.backlog`: which of a domain's tasks this worker keeps waiting, and when the others are given back;
+- :mod:`.parking`: a task waiting for its domain holds none of the worker's places (still one of its leases);
 - :mod:`.domain`: the record of one domain these share, and the wait they refuse (:class:`RateWaitTooLong`);
 - :mod:`.limiter`: :class:`DomainLimiter`, the rate, the slots and the adaptive delay over those records.
 

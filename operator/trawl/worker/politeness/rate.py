@@ -28,6 +28,7 @@ from redis.asyncio import Redis
 from trawl.redisconn.scripts import read_script
 
 from .domain import DomainState, RateWaitTooLong
+from .parking import Parking, Stay
 
 MAX_TOKEN_BATCH = 64
 TOKEN_MAX_AGE = 0.25  # seconds a batch of rate tokens may be held before the rest is dropped
@@ -83,9 +84,11 @@ class RateLimit:
         key: Callable[[str, str], str],
         domains: defaultdict[str, DomainState],
         on_wait: Callable[[str, float], None] | None = None,
+        parking: Parking | None = None,
     ) -> None:
         self.key = key  # (domain, kind) -> redis key
         self.on_wait = on_wait
+        self.parking = parking or Parking()  # a task waiting here gives its place to another (.parking)
         self._domains = domains  # added on first use; shared with the slots
         self._gcra = redis.register_script(read_script("trawl.worker", "rate_take"))
 
@@ -94,9 +97,31 @@ class RateLimit:
     ) -> None:
         """Wait for one request's worth of the domain's pool-wide rate (and this worker's adaptive delay).
 
-        Raises :class:`RateWaitTooLong` instead of waiting past ``deadline`` (monotonic seconds).
+        Raises :class:`RateWaitTooLong` instead of waiting past ``deadline`` (monotonic seconds). The task is
+        parked while it waits, and back in a place when this returns (:mod:`.parking`).
         """
         state = self._domains[domain]
+        interval = interval_us(rate)
+        stay = self.parking.stay()
+        try:
+            await self._take_token(state, domain, rate, interval, adaptive, deadline, stay)
+            # Back in a place before the request: its spacing (before_send) is measured as it leaves, and
+            # that sleep keeps the place (it holds a connection, which a parked task must not).
+            await stay.back()
+        except BaseException:
+            stay.drop()
+            raise
+
+    async def _take_token(
+        self,
+        state: DomainState,
+        domain: str,
+        rate: float,
+        interval: int,
+        adaptive: bool,
+        deadline: float | None,
+        stay: Stay,
+    ) -> None:
         if adaptive:
             delay = state.adaptive.delay
             if delay > 0:
@@ -106,8 +131,8 @@ class RateLimit:
                     raise RateWaitTooLong(start - now)
                 state.next_start = start + delay
                 if start > now:
+                    stay.park()
                     await asyncio.sleep(start - now)
-        interval = interval_us(rate)
         burst = burst_for(rate)
         if state.tokens > 0 and rate >= state.tokens_rate and time.monotonic() - state.tokens_at <= TOKEN_MAX_AGE:
             # A token granted by Redis is left, fresh and at this rate: take it without the lock (nothing
@@ -117,15 +142,24 @@ class RateLimit:
         else:
             state.token_waiters += 1
             try:
-                await self._take_locked(domain, state, rate, interval, burst, deadline)
+                await self._take_locked(domain, state, rate, interval, burst, deadline, stay)
             finally:
                 state.token_waiters -= 1
         # strict spacing: the fetcher spaces the request from the domain's previous one as it leaves
         SENDING.set((state, interval / 1_000_000) if burst == 1 else None)
 
     async def _take_locked(
-        self, domain: str, state: DomainState, rate: float, interval: int, burst: int, deadline: float | None
+        self,
+        domain: str,
+        state: DomainState,
+        rate: float,
+        interval: int,
+        burst: int,
+        deadline: float | None,
+        stay: Stay,
     ) -> None:
+        if state.token_lock.locked():  # another task of the domain asks Redis or waits for the next token
+            stay.park()
         async with state.token_lock:
             if state.tokens > 0 and time.monotonic() - state.tokens_at > TOKEN_MAX_AGE:
                 state.tokens = 0  # tokens of a batch left unused: do not spend them later as a burst
@@ -145,5 +179,6 @@ class RateLimit:
                     raise RateWaitTooLong(wait)
                 if self.on_wait is not None:
                     self.on_wait(domain, wait)
+                stay.park()  # back in a place after the lock is released: no task waits for it in a place
                 await asyncio.sleep(wait)
             state.tokens -= 1

@@ -21,6 +21,7 @@ from redis.asyncio import Redis
 from trawl.redisconn.scripts import read_script
 
 from .domain import DomainState, RateWaitTooLong
+from .parking import Parking, Stay
 
 log = logging.getLogger("trawl.worker.politeness")
 
@@ -60,9 +61,15 @@ class ConcurrencySlots:
     """Leases of each domain's pool-wide concurrency slots, held one per request."""
 
     def __init__(
-        self, redis: Redis, key: Callable[[str, str], str], worker_id: str, domains: defaultdict[str, DomainState]
+        self,
+        redis: Redis,
+        key: Callable[[str, str], str],
+        worker_id: str,
+        domains: defaultdict[str, DomainState],
+        parking: Parking | None = None,
     ) -> None:
         self.redis = redis
+        self.parking = parking or Parking()  # a task waiting here gives its place to another (.parking)
         self.key = key  # (domain, kind) -> redis key
         self.worker_id = worker_id
         self._domains = domains  # added on first use; shared with the rate limit
@@ -76,6 +83,21 @@ class ConcurrencySlots:
         return Slot(self, domain, limit, deadline)
 
     async def _take(self, domain: str, limit: int, deadline: float | None) -> str:
+        """A slot's member; the task is parked while it waits for one, and back in a place on return."""
+        stay = self.parking.stay()
+        try:
+            member = await self._wait_take(domain, limit, deadline, stay)
+        except BaseException:
+            stay.drop()
+            raise
+        try:
+            await stay.back()
+        except BaseException:
+            await self._give(domain, member)
+            raise
+        return member
+
+    async def _wait_take(self, domain: str, limit: int, deadline: float | None, stay: Stay) -> str:
         state = self._domains[domain]
         state.limit = limit
         state.waiters += 1
@@ -109,6 +131,7 @@ class ConcurrencySlots:
                 if deadline is not None and time.monotonic() + pause > deadline:
                     raise RateWaitTooLong(pause)
                 state.slot_event.clear()
+                stay.park()
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(pause):
                         await state.slot_event.wait()
