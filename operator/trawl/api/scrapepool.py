@@ -355,7 +355,13 @@ class WorkerSpec(TrawlModel):
     image_pull_policy: str | None = Field(
         default=None, pattern=r"^(Always|IfNotPresent|Never)$", description="Always, IfNotPresent or Never."
     )
-    concurrency: int = Field(default=32, ge=1, le=2048, description="Tasks in flight per worker pod.")
+    concurrency: int = Field(
+        default=32,
+        ge=1,
+        le=2048,
+        description="Requests in progress per worker pod. A task waiting for its host's politeness token or "
+        "slot parks and lets a claimed task start in its place.",
+    )
     claim_batch: int | Literal["auto"] = Field(
         default="auto",
         description="Tasks a worker asks for in one claim: auto (sized from its free slots and observed task "
