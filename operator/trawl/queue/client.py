@@ -30,6 +30,7 @@ import redis.asyncio as aioredis
 
 from trawl.redisconn.client import TRANSIENT_ERRORS
 from trawl.redisconn.luashake import shake
+from trawl.redisconn.replies import text
 from trawl.redisconn.scripts import read_script
 
 from . import backoff
@@ -102,10 +103,6 @@ def load_script_source(name: str) -> str:
     return shebang + "\n" + shake(read_script("trawl.queue", "lib"), read_script("trawl.queue", name))
 
 
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _check_id(kind: str, value: str) -> str:
     if not value or any(c in _FORBIDDEN_ID_CHARS for c in value):
         raise ValueError(f"invalid {kind} {value!r}: must be non-empty without '|', '{{' or '}}'")
@@ -125,10 +122,10 @@ def policy_to_json(policy: RetryPolicy) -> str:
     return json.dumps(data, separators=(",", ":"))
 
 
-def policy_from_json(text: str | bytes | None) -> RetryPolicy:
-    if not text:
+def policy_from_json(raw: str | bytes | None) -> RetryPolicy:
+    if not raw:
         return RetryPolicy()
-    data = json.loads(text)
+    data = json.loads(raw)
     data["retry_on"] = tuple(data.get("retry_on", ()))
     return RetryPolicy(**data)
 
@@ -376,8 +373,8 @@ class Queue:
         out = await self._run("claim", keys, args)
         if int(out[1]):
             raise WorkerCordoned(f"the autoscaler cordoned the pod of worker {worker_id}")
-        deadline = float(_s(out[0]))
-        return [_parse_task(_s(out[i]), _s(out[i + 1]), deadline) for i in range(2, len(out), 2)]
+        deadline = float(text(out[0]))
+        return [_parse_task(text(out[i]), text(out[i + 1]), deadline) for i in range(2, len(out), 2)]
 
     async def heartbeat(
         self,
@@ -429,7 +426,7 @@ class Queue:
 
     async def tenant_usage(self) -> list[TenantUsage]:
         k = self.keys
-        names = sorted(_s(n) for n in await self._retrying(lambda: self.redis.smembers(k.tenants)))  # type: ignore[arg-type,return-value]
+        names = sorted(text(n) for n in await self._retrying(lambda: self.redis.smembers(k.tenants)))  # type: ignore[arg-type,return-value]
 
         async def read() -> tuple[list[Any], Any]:
             async with self.redis.pipeline(transaction=False) as pipe:
@@ -440,10 +437,10 @@ class Queue:
                 return out[:-1], out[-1]
 
         rows, raw_table = await self._retrying(read)
-        table = {_s(a): _s(b) for a, b in raw_table.items()}
+        table = {text(a): text(b) for a, b in raw_table.items()}
         today = int(float(self.clock()) // 86400)
         return [
-            tenant_usage_of(name, {_s(a): _s(b) for a, b in row.items()}, table, today)
+            tenant_usage_of(name, {text(a): text(b) for a, b in row.items()}, table, today)
             for name, row in zip(names, rows, strict=True)
         ]
 
@@ -484,7 +481,7 @@ class Queue:
                 return await pipe.execute()
 
         res = await self._retrying(op)
-        return _s(res[1])
+        return text(res[1])
 
     async def evict_previous(self, pod: str, worker_id: str) -> tuple[int, int]:
         """At a worker's start: drop every earlier incarnation of ``pod`` (see :func:`incarnation_id`) and
@@ -626,7 +623,7 @@ class Queue:
         raw = await self._retrying(lambda: self.redis.hmget(self.keys.job(job_id), fields))  # type: ignore[arg-type,return-value]
         if raw[0] is None:
             return JobStats(0, 0, 0, 0, 0, 0, False, False, None, exists=False)
-        v = [None if x is None else _s(x) for x in raw]
+        v = [None if x is None else text(x) for x in raw]
         return JobStats(
             total=int(v[0] or 0),
             pending=int(v[1] or 0),
@@ -672,7 +669,7 @@ class Queue:
             hist = rec.get("h") or []
             records.append(
                 DeadLetterRecord(
-                    task_id=_s(tid),
+                    task_id=text(tid),
                     url=rec["u"],
                     attempts=int(rec["a"]),
                     error_class=rec["e"],
@@ -739,10 +736,10 @@ class Queue:
             [self.prefix, repr(now), repr(due_soon_seconds)],
         )
         ready, delayed, soon, in_flight = (int(x) for x in res[:4])
-        info_flat = [_s(x) for x in res[4]]
-        stats_flat = [_s(x) for x in res[5]]
+        info_flat = [text(x) for x in res[4]]
+        stats_flat = [text(x) for x in res[5]]
         stats = dict(zip(stats_flat[::2], stats_flat[1::2], strict=True))
-        leases_flat = [_s(x) for x in res[8]] if len(res) > 8 else []
+        leases_flat = [text(x) for x in res[8]] if len(res) > 8 else []
         leases = {w: int(n) for w, n in zip(leases_flat[::2], leases_flat[1::2], strict=True)}
         workers: dict[str, WorkerActivity] = {}
         for wid, value in zip(info_flat[::2], info_flat[1::2], strict=True):
@@ -785,7 +782,7 @@ class Queue:
         """Events after ``last_id`` from the pool's bounded stream (registered, started, enqueued, finished,
         deadletter, requeued, suspended, resumed, cancelled, workerlost)."""
         raw = await self._retrying(lambda: self.redis.xrange(self.keys.events, min=f"({last_id}", count=count))  # type: ignore[arg-type,return-value]
-        return [(_s(eid), {_s(a): _s(b) for a, b in fields.items()}) for eid, fields in raw]
+        return [(text(eid), {text(a): text(b) for a, b in fields.items()}) for eid, fields in raw]
 
 
 if TYPE_CHECKING:

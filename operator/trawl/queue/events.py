@@ -17,13 +17,11 @@ import asyncio
 import time
 from typing import Any
 
+from trawl.redisconn.replies import text
+
 # The stream's entries since the last one seen; "$": only those written after the first read started.
 _FROM_NOW = "$"
 COUNT = 100  # entries per read: a reader behind by more reads again at once
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class PoolEvents:
@@ -52,8 +50,8 @@ class PoolEvents:
         _key, entries = reply[0]  # RESP2: [[key, [(id, fields), ...]]]
         if not entries:
             return []
-        self.last = _text(entries[-1][0])
-        return [{_text(k): _text(v) for k, v in fields.items()} for _id, fields in entries]
+        self.last = text(entries[-1][0])
+        return [{text(k): text(v) for k, v in fields.items()} for _id, fields in entries]
 
     async def wait(self, seconds: float) -> bool:
         """True when an entry newer than the last one seen arrives within ``seconds`` (at once if one arrived

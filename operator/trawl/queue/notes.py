@@ -33,6 +33,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from trawl.redisconn.replies import text
 from trawl.redisconn.scripts import read_script
 
 from .keys import blocked_key, skipped_key, throttled_key
@@ -205,7 +206,7 @@ def _archive_counts(raw: list[Any]) -> dict[str, int]:
 
 
 def _blocked_counts(total: Any, raw: dict[Any, Any], limit: int) -> tuple[int, list[tuple[str, int]]]:
-    domains = sorted(((_text(d), int(n)) for d, n in raw.items()), key=lambda dn: (-dn[1], dn[0]))
+    domains = sorted(((text(d), int(n)) for d, n in raw.items()), key=lambda dn: (-dn[1], dn[0]))
     return int(total), domains[:limit]
 
 
@@ -214,7 +215,7 @@ def _throttled(raw: dict[Any, Any], now: float, limit: int) -> list[Throttled]:
     for domain, value in raw.items():
         doc = json.loads(value)
         if float(doc["until"]) > now:
-            out.append(Throttled(_text(domain), str(doc["reason"]), float(doc["until"])))
+            out.append(Throttled(text(domain), str(doc["reason"]), float(doc["until"])))
     out.sort(key=lambda t: -t.until)
     return out[:limit]
 
@@ -231,8 +232,4 @@ def _skipped_sample(found: dict[Any, Any], sample: int) -> list[Skipped]:
 def _sink_trouble(msg: Any, since: Any) -> SinkTrouble | None:
     if msg is None:
         return None
-    return SinkTrouble(_text(msg), float(since) if since is not None else time.time())
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    return SinkTrouble(text(msg), float(since) if since is not None else time.time())

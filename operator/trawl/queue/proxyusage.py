@@ -17,6 +17,8 @@ from typing import Any
 from prometheus_client import Counter
 from redis.asyncio import Redis
 
+from trawl.redisconn.replies import text
+
 OK, FAILED, BLOCKED = "ok", "fail", "blk"
 MAX_PROXIES_ON_STATUS = 50
 
@@ -64,19 +66,19 @@ def summary(raw: Mapping[Any, Any]) -> list[dict[str, Any]]:
     outcome and its health (Failing or Blocked when the latest request was so, else Healthy)."""
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for field, value in raw.items():
-        parts = _text(field).rsplit("|", 2)
+        parts = text(field).rsplit("|", 2)
         if len(parts) != 3:
             continue
         group, proxy, kind = parts
         row = rows.setdefault((group, proxy), {"group": group, "proxy": proxy, OK: 0, FAILED: 0, BLOCKED: 0})
         if kind == "last":
             try:
-                doc = json.loads(_text(value))
+                doc = json.loads(text(value))
                 row["last"] = (str(doc["outcome"]), float(doc["time"]))
             except (ValueError, KeyError, TypeError):
                 continue
         elif kind in (OK, FAILED, BLOCKED):
-            row[kind] = int(_text(value))
+            row[kind] = int(text(value))
     out = []
     for row in rows.values():
         outcome, when = row.pop("last", ("", 0.0))
@@ -100,7 +102,3 @@ def summary(raw: Mapping[Any, Any]) -> list[dict[str, Any]]:
 
 def _iso(when: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -21,6 +21,7 @@ from trawl.operator.connections import RedisConnections, pool_queue
 from trawl.operator.secrets import redis_secret_names, secret_index_entry
 from trawl.queue import Queue, QueueUnavailable
 from trawl.queue.model import DeadLetterRecord
+from trawl.redisconn.replies import text
 from trawl.redisconn.settings import RedisConfigError, RedisUnreachable
 from trawl.sinks.redisstream import decode_entry
 
@@ -62,10 +63,6 @@ def dead_letter_json(r: DeadLetterRecord) -> dict[str, Any]:
         "time": when,
         "history": r.history,
     }
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class Store:
@@ -144,7 +141,7 @@ class Store:
             page = await job.queue.redis.xrange(job.queue.keys.results(job.uid), min=start, count=limit)
         except (RedisError, RedisClusterException, OSError) as exc:
             raise StoreError(503, f"the pool's Redis failed: {type(exc).__name__}") from None
-        return [(_text(entry_id), decode_entry(fields)) for entry_id, fields in page]
+        return [(text(entry_id), decode_entry(fields)) for entry_id, fields in page]
 
     async def dead_letters(self, job: JobTarget, limit: int) -> list[dict[str, Any]]:
         try:

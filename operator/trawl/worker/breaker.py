@@ -21,6 +21,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from trawl.redisconn.replies import text
 from trawl.redisconn.scripts import read_script
 
 
@@ -88,8 +89,8 @@ class CircuitBreaker:
             if v.state == "closed" or (v.state == "open" and v.wait(self.clock()) > 0):
                 return v
         raw = await self._check(keys=[self.key(domain)], args=[repr(self.clock()), self.worker_id])
-        verdict = Verdict(_s(raw[0]), float(_s(raw[1])), _s(raw[2]))
-        self._remember(domain, verdict, verdict.state != "closed" or _s(raw[3]) != "0")
+        verdict = Verdict(text(raw[0]), float(text(raw[1])), text(raw[2]))
+        self._remember(domain, verdict, verdict.state != "closed" or text(raw[3]) != "0")
         return verdict
 
     async def record(self, domain: str, ok: bool, reason: str = "") -> str:
@@ -108,12 +109,12 @@ class CircuitBreaker:
             self.max_open_seconds,
             int(self.max_open_seconds * 4),
         ]
-        state = _s(await self._record(keys=[self.key(domain)], args=args))
+        state = text(await self._record(keys=[self.key(domain)], args=args))
         if state == "closed":
             self._remember(domain, Verdict("closed"), not ok)  # after a failure, a count is on record
         elif state == "open":
             raw = await self.redis.hmget(self.key(domain), ["until", "reason"])  # type: ignore[misc]
-            self._remember(domain, Verdict("open", float(_s(raw[0] or 0)), _s(raw[1] or "")), True)
+            self._remember(domain, Verdict("open", float(text(raw[0] or 0)), text(raw[1] or "")), True)
         else:
             self._remember(domain, local.verdict if local else Verdict("closed"), True)
         return state
@@ -122,7 +123,3 @@ class CircuitBreaker:
         self._local[domain] = _Local(verdict, time.monotonic(), failures)
         if len(self._local) > 10_000:
             self._local.pop(next(iter(self._local)))
-
-
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

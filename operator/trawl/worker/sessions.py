@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from redis.asyncio import Redis
 
 from trawl.api.plain import SessionScope
+from trawl.redisconn.replies import text
 
 from .cookies import SessionJar
 
@@ -97,7 +98,7 @@ class SessionStore:
         key, jars = self._keys(job_id, spec, domain)
         now = time.time()
         raw = await self.redis.hgetall(key)  # type: ignore[misc]
-        fields = {_s(k): _s(v) for k, v in raw.items()}
+        fields = {text(k): text(v) for k, v in raw.items()}
         docs: dict[str, dict[str, Any]] = {}
         stale: list[str] = []
         for sid, value in fields.items():
@@ -129,7 +130,7 @@ class SessionStore:
             pipe.hget(jars, chosen)
             pipe.hincrby(key, f"{chosen}:n", 1)
             stored, uses = await pipe.execute()
-        cookies = _load_list(_s(stored)) if stored is not None else []
+        cookies = _load_list(text(stored)) if stored is not None else []
         doc = docs[chosen]
         return Session(
             chosen, key, jars, domain, str(doc.get("ua") or user_agent), str(doc.get("proxy") or ""),
@@ -158,7 +159,7 @@ class SessionStore:
                 pipe.zrange(domains, 0, -MAX_DOMAINS - 1)
             replies = await pipe.execute()
         if spec.scope == SessionScope.DOMAIN and replies[-1]:
-            dropped = [_s(d) for d in replies[-1]]
+            dropped = [text(d) for d in replies[-1]]
             base = str(self.job_key(job_id))
             await self.redis.delete(*(f"{base}:{kind}:{d}" for d in dropped for kind in ("ss", "sc")))
             await self.redis.zrem(f"{self.job_key(job_id)}:ssd", *dropped)
@@ -179,7 +180,7 @@ class SessionStore:
             replies = await pipe.execute()
         if int(replies[-1]) > MAX_COOLING:  # drop the expired ones; a flood of domains cannot grow it for ever
             raw = await self.redis.hgetall(key)  # type: ignore[misc]
-            old = [k for k, v in raw.items() if float(_s(v)) <= now] or list(raw)[: len(raw) - MAX_COOLING]
+            old = [k for k, v in raw.items() if float(text(v)) <= now] or list(raw)[: len(raw) - MAX_COOLING]
             if old:
                 await self.redis.hdel(key, *old)  # type: ignore[misc]
 
@@ -190,7 +191,7 @@ class SessionStore:
         key = f"{self.job_key(job_id)}:pc"
         until = await self.redis.hmget(key, [f"{p}|{domain}" for p in proxies])  # type: ignore[misc]
         now = time.time()
-        return {p for p, u in zip(proxies, until, strict=True) if u is not None and float(_s(u)) > now}
+        return {p for p, u in zip(proxies, until, strict=True) if u is not None and float(text(u)) > now}
 
 
 def _load(value: str) -> dict[str, Any] | None:
@@ -207,7 +208,3 @@ def _load_list(value: str) -> list[dict[str, Any]]:
     except ValueError:
         return []
     return [d for d in docs if isinstance(d, dict)] if isinstance(docs, list) else []
-
-
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
