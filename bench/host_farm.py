@@ -18,12 +18,14 @@ A request log is checked per host against both limits:
 * rate: the arrivals must conform to GCRA(T = 1 / rate, tau = ``JITTER``) (ITU-T I.371's virtual
   scheduling: an arrival earlier than its theoretical time minus tau is a violation), so arrivals that left a
   crawler exactly spaced and were bunched by the machine's scheduling by less than tau pass, while any
-  sustained excess over the rate, however small, fails. The farm timestamps an arrival when its own event
-  loop reads it; it also records its loop's stalls (a 5 ms ticker that fired late), and an arrival recorded
-  during a stall is taken as having come as early as the stall's start when it sets the next one's
-  theoretical time (:func:`uncertainty`): a gap the farm's own lateness made shorter is not the crawler's;
-* concurrency: the requests the farm was serving for the host when one arrived (itself included) must never
-  exceed the host's concurrency.
+  sustained excess over the rate, however small, fails. An arrival's time is the kernel's receive timestamp
+  of the request (bench/farm_server.py), not the time the farm's loop read it: that loop stalls under load,
+  and a request it read late made the next one look early. The farm also logs when its handler ran, so the
+  same check on the handler's clock (:func:`handler_clock`) and the handler's delay after the kernel
+  (:func:`handler_delays`) say how much a loop-clocked log would have been off;
+* concurrency: the requests the farm was serving for the host when one was handled (itself included) must
+  never exceed the host's concurrency. This count is the handler's: a request counts from its handler's
+  start to its answer, so a farm that is late counts fewer in flight, never more than the client had.
 """
 
 from __future__ import annotations
@@ -31,10 +33,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 JITTER = 0.05  # seconds of arrival jitter the rate check tolerates (tau of the GCRA)
 HOSTS_PER_OCTET = 250
-STALL_TAIL = 0.02  # after a stall the loop works off what came in meanwhile: arrivals recorded then came earlier
 
 
 @dataclass(frozen=True)
@@ -101,41 +103,33 @@ def pages_per_host(hosts: int, seconds: float, machine_cap: float) -> list[int]:
     return [max(3, math.ceil(limit_of(i).allowed * seconds * scale) + 2) for i in range(hosts)]
 
 
+class Arrival(NamedTuple):
+    """One request in the farm's log."""
+
+    at: float  # when it reached the machine: the kernel's receive timestamp (monotonic seconds)
+    in_flight: int  # the host's requests being served when it was handled, itself included
+    handled: float  # when the farm's handler got it (monotonic seconds): ``at`` plus the farm's own delay
+
+
+Log = Mapping[int, Sequence[Arrival]]
+
+
 @dataclass(frozen=True)
 class Violation:
     host: int
     what: str  # "rate" or "concurrency"
-    at: float  # arrival time (farm's monotonic clock)
+    at: float  # arrival time (monotonic seconds)
     detail: str
 
 
-def uncertainty(t: float, stalls: Sequence[tuple[float, float]]) -> float:
-    """How much earlier than its recorded time ``t`` a request may have arrived: the farm records an arrival
-    when its loop reads it, so one recorded during a stall of that loop (start, end) may have come in as
-    early as the stall's start (also one recorded within STALL_TAIL after it: the loop works off its backlog
-    after the ticker). ``stalls`` sorted by start."""
-    u = 0.0
-    for start, end in stalls:
-        if start > t:
-            break
-        if t <= end + STALL_TAIL:
-            u = max(u, t - start)
-    return u
-
-
-def rate_violations(
-    host: int, arrivals: Sequence[float], rate: float, tau: float = JITTER, stalls: Sequence[tuple[float, float]] = ()
-) -> list[Violation]:
-    """Arrivals (sorted) that do not conform to GCRA(1 / rate, tau): the virtual scheduling algorithm, each
-    earlier arrival taken at the earliest time it may have come (its recorded time less the farm's stall it
-    was recorded in, if any), so only what the farm's own scheduling cannot explain counts."""
+def rate_violations(host: int, arrivals: Sequence[float], rate: float, tau: float = JITTER) -> list[Violation]:
+    """Arrivals (sorted) that do not conform to GCRA(1 / rate, tau): the virtual scheduling algorithm."""
     period = 1.0 / rate
     out: list[Violation] = []
     tat: float | None = None  # theoretical arrival time of the next conforming request
     for t in arrivals:
         if tat is None or t >= tat - tau:
-            earliest = t - uncertainty(t, stalls)
-            tat = max(earliest, tat if tat is not None else earliest) + period
+            tat = max(t, tat if tat is not None else t) + period
         else:  # non-conforming: counted, and (as in the GCRA) it does not move the schedule
             out.append(Violation(host, "rate", t, f"{tat - t:.3f}s early at {rate:g}/s"))
     return out
@@ -146,17 +140,31 @@ def concurrency_violations(host: int, in_flight: Iterable[tuple[float, int]], li
     return [Violation(host, "concurrency", t, f"{n} in flight > {limit}") for t, n in in_flight if n > limit]
 
 
-def violations(
-    log: Mapping[int, Sequence[tuple[float, int]]], stalls: Sequence[tuple[float, float]] = ()
-) -> list[Violation]:
-    """Every violation in a farm's request log: host -> [(arrival, in flight at arrival), ...], given the
-    stalls of the farm's loop (see :func:`rate_violations`)."""
+def violations(log: Log) -> list[Violation]:
+    """Every violation in a farm's request log (host -> its arrivals) against the hosts' limits."""
     out: list[Violation] = []
     for host, entries in log.items():
         lim = limit_of(host)
-        out += rate_violations(host, sorted(t for t, _ in entries), lim.rate, stalls=stalls)
-        out += concurrency_violations(host, entries, lim.concurrency)
+        out += rate_violations(host, sorted(e.at for e in entries), lim.rate)
+        out += concurrency_violations(host, ((e.at, e.in_flight) for e in entries), lim.concurrency)
     return out
+
+
+def handler_clock(log: Log) -> dict[int, list[Arrival]]:
+    """The log as a farm that stamps arrivals in its handler would have kept it: each at its handled time."""
+    return {h: [e._replace(at=e.handled) for e in entries] for h, entries in log.items()}
+
+
+def handler_delays(log: Log) -> list[float]:
+    """How long after the kernel received each request the farm's handler got it (seconds, sorted)."""
+    return sorted(e.handled - e.at for entries in log.values() for e in entries)
+
+
+def quantile(xs: Sequence[float], q: float) -> float:
+    """The ``q`` quantile of sorted ``xs`` (nearest rank; 0.0 for none)."""
+    if not xs:
+        return 0.0
+    return xs[min(len(xs) - 1, max(0, math.ceil(q * len(xs)) - 1))]
 
 
 def send_violations(sends: Iterable[tuple[float, str]]) -> list[Violation]:
@@ -170,7 +178,7 @@ def send_violations(sends: Iterable[tuple[float, str]]) -> list[Violation]:
     return [v for i, ts in by_host.items() for v in rate_violations(i, sorted(ts), limit_of(i).rate)]
 
 
-def window_rate(log: Mapping[int, Sequence[tuple[float, int]]], start: float, end: float) -> float:
+def window_rate(log: Log, start: float, end: float) -> float:
     """Requests per second that arrived in [start, end)."""
-    n = sum(1 for entries in log.values() for t, _ in entries if start <= t < end)
+    n = sum(1 for entries in log.values() for e in entries if start <= e.at < end)
     return n / (end - start)

@@ -2,10 +2,13 @@
 """Politeness at many hosts (issue 37): does every host stay busy up to its own limit, with no host above it
 and no slow or rate-limited host holding the others back? Trawl vs Scrapy on one farm of loopback hosts.
 
-The farm (this script's ``--role farm``, an aiohttp server in its own process) listens on one port of the
-any-address and answers every host ``127.1.x.y`` of ``bench/host_farm.py`` (only loopback peers are served):
-each host's latency by its kind (fast, slow, rate-limited hard: see host_farm), a small page with an ``<h1>``,
-and a log of every request: (host, arrival time, requests of that host in flight at arrival).
+The farm (this script's ``--role farm``, in its own process: a minimal HTTP/1.1 keep-alive server,
+bench/farm_server.py) listens on one port of the any-address and answers every host ``127.1.x.y`` of
+``bench/host_farm.py`` (only loopback peers are served): each host's latency by its kind (fast, slow,
+rate-limited hard: see host_farm), a small page with an ``<h1>``, and a log of every request: (host, arrival
+time, requests of that host in flight, time its handler ran). The arrival time is the kernel's receive
+timestamp of the request (``SO_TIMESTAMPNS``, read with ``recvmsg``, on the monotonic clock), not the farm
+loop's reading of it: the farm shares the machine with the crawler and Redis, and its loop stalls.
 
 Per size (``--hosts``, default 10, 100, 1,000, 10,000) and crawler:
 
@@ -19,7 +22,9 @@ Per size (``--hosts``, default 10, 100, 1,000, 10,000) and crawler:
    ``--seconds`` at its allowed rate (scaled down where the cap binds, 3x headroom:
    host_farm.pages_per_host); the crawler is stopped ``--seconds`` after the farm saw its first request;
 3. the farm's log of the polite run gives the *achieved* pages/s (requests that arrived in the last 80 % of
-   the window: the first 20 % is start-up), the *violations* (host_farm.violations) and the TCP connections
+   the window: the first 20 % is start-up), the *violations* (host_farm.violations, on the kernel's arrival
+   times; ``violations_handler_clock``: the same check on the handler's times, what a loop-clocked log
+   counts; ``handler_delay_p99``/``_max``: how late the farm's handler was after the kernel) and the TCP connections
    the requests came on (``pages_per_connection``: keep-alive at work); Trawl's worker + Redis CPU per page
    is printed for the polite run and both cap runs (``cpu_ms_per_page``, ``cap_cpu_ms_per_page``).
 
@@ -41,8 +46,8 @@ another); where the cap binds, it also measures what politeness costs per page.
 
 Last line: ``hosts=… efficiency=… scrapy_efficiency=… violations=…`` (the largest size run; violations:
 Trawl's, over every size), with ``send_violations=…`` under ``--send-log``: the same check on Trawl's own
-send times (bench/sendlog), which tells a request the worker sent too close from one the farm recorded
-late. Exit status 1 when Trawl had a violation in the farm's log.
+send times (bench/sendlog), a cross-check of the farm's log from the other end. Exit status 1 when Trawl
+had a violation in the farm's log.
 
     .venv/bin/python bench/many_hosts.py                  # 10, 100, 1,000, 10,000 hosts (~9 min)
     .venv/bin/python bench/many_hosts.py --hosts 1000     # one size
@@ -73,12 +78,15 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from host_farm import (  # noqa: E402
     KINDS,
+    Arrival,
     address,
+    handler_clock,
+    handler_delays,
     index_of,
     kind_of,
-    limit_of,
     limit_sum,
     pages_per_host,
+    quantile,
     send_violations,
     theoretical,
     violations,
@@ -87,81 +95,21 @@ from host_farm import (  # noqa: E402
 
 PREFIX = "trawl:{bench/hosts}"
 WARMUP = 0.2  # share of the window left out of the achieved rate (start-up)
-BODY = "<html><head><title>p</title></head><body><h1>page {n} of host {h}</h1><p>{pad}</p></body></html>"
-PAD = "lorem ipsum " * 60
-TICK = 0.005  # the farm's stall ticker
 
 
 # --- the farm -------------------------------------------------------------------------------------------
 
 
 def farm_main(port_file: Path) -> None:
-    from aiohttp import web
-
-    log: dict[int, list[tuple[float, int]]] = {}
-    in_flight: Counter[int] = Counter()
-    bare: list[float] = []
-    stalls: list[tuple[float, float]] = []
-    # The TCP connections each host's requests came on (the client's address and port): a crawler that
-    # keeps its connections alive opens about one per request a host has in flight at once, not one per page.
-    conns: dict[int, set[tuple[str, int]]] = {}
-
-    async def page(request: web.Request) -> web.Response:
-        sock = request.transport.get_extra_info("sockname") if request.transport else None
-        peer = request.transport.get_extra_info("peername") if request.transport else None
-        host = index_of(sock[0]) if sock else None
-        if host is None or not peer or not peer[0].startswith("127."):
-            raise web.HTTPNotFound()
-        n = request.match_info["n"]
-        if request.match_info["kind"] == "bare":  # a cap's run: no latency, no limit, arrivals only
-            bare.append(time.monotonic())
-            return web.Response(text=BODY.format(n=n, h=host, pad=PAD), content_type="text/html")
-        in_flight[host] += 1
-        log.setdefault(host, []).append((time.monotonic(), in_flight[host]))
-        conns.setdefault(host, set()).add((peer[0], peer[1]))
-        try:
-            await asyncio.sleep(limit_of(host).latency)
-        finally:
-            in_flight[host] -= 1  # before the answer is written: a client's next request comes after it
-        return web.Response(text=BODY.format(n=n, h=host, pad=PAD), content_type="text/html")
-
-    async def control(request: web.Request) -> web.Response:
-        if request.match_info["action"] == "first":
-            firsts = [e[0][0] for e in log.values() if e] + bare[:1]
-            return web.json_response({"first": min(firsts, default=None)})
-        out = {
-            "hosts": {str(h): e for h, e in log.items()},
-            "bare": list(bare),
-            "stalls": list(stalls),
-            "connections": sum(len(c) for c in conns.values()),
-        }
-        log.clear()
-        bare.clear()
-        stalls.clear()
-        conns.clear()
-        return web.json_response(out)
-
-    async def ticker() -> None:
-        """The farm loop's stalls (start, end): a 5 ms tick that fired more than 5 ms late."""
-        while True:
-            before = time.monotonic()
-            await asyncio.sleep(TICK)
-            now = time.monotonic()
-            if now - before > 2 * TICK:
-                stalls.append((before + TICK, now))
+    from farm_server import Farm, StampedServer
 
     async def start() -> None:
-        app = web.Application()
-        app.router.add_get("/{kind:p|bare}/{n}", page)
-        app.router.add_get("/__/{action}", control)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
         # The any-address: one socket answers every 127.1.x.y (loopback on Linux); other peers get a 404.
-        site = web.TCPSite(runner, "0.0.0.0", 0, backlog=4096)
-        await site.start()
-        port_file.with_suffix(".tmp").write_text(str(runner.addresses[0][1]))
+        server = StampedServer(Farm().handle, backlog=4096)
+        port = await server.start("0.0.0.0", 0)
+        port_file.with_suffix(".tmp").write_text(str(port))
         port_file.with_suffix(".tmp").rename(port_file)
-        await ticker()  # for as long as the farm runs
+        await asyncio.Event().wait()  # for as long as the farm runs
 
     asyncio.run(start())
 
@@ -174,18 +122,16 @@ async def farm_call(port: int, action: str) -> Any:
         return await r.json()
 
 
-async def farm_log(
-    port: int,
-) -> tuple[dict[int, list[tuple[float, int]]], list[float], list[tuple[float, float]], int]:
-    """The farm's log since the last call: per host [(arrival, in flight)], the cap runs' arrivals, the farm
-    loop's stalls, and how many connections the polite requests came on."""
+async def farm_log(port: int) -> tuple[dict[int, list[Arrival]], list[float], int, int]:
+    """The farm's log since the last call: per host its arrivals, the cap runs' arrival times, how many
+    connections the polite requests came on, and how many requests came without a kernel timestamp."""
     raw = await farm_call(port, "log")
-    hosts = {int(h): [(float(t), int(n)) for t, n in e] for h, e in raw["hosts"].items()}
-    return hosts, raw["bare"], [(float(a), float(b)) for a, b in raw["stalls"]], int(raw["connections"])
+    hosts = {int(h): [Arrival(float(t), int(n), float(d)) for t, n, d in e] for h, e in raw["hosts"].items()}
+    return hosts, raw["bare"], int(raw["connections"]), int(raw["unstamped"])
 
 
 async def first_request(port: int, within: float = 120.0) -> float:
-    """The farm's monotonic time of the run's first request (waits for it)."""
+    """The run's first request's arrival (the kernel's, on the monotonic clock; waits for it)."""
     end = time.monotonic() + within
     while time.monotonic() < end:
         first = (await farm_call(port, "first"))["first"]
@@ -413,26 +359,24 @@ def cap_rate(bare: list[float], first: float, seconds: float) -> float:
     return sum(1 for t in bare if start <= t < end) / (end - start)
 
 
-def summary(
-    log: dict[int, list[tuple[float, int]]],
-    stalls: list[tuple[float, float]],
-    first: float,
-    seconds: float,
-    theory: float,
-) -> dict[str, Any]:
+def summary(log: dict[int, list[Arrival]], first: float, seconds: float, theory: float) -> dict[str, Any]:
     start, end = first + WARMUP * seconds, first + seconds
     achieved = window_rate(log, start, end)
-    bad = violations(log, stalls)
+    bad = violations(log)
     by_kind: Counter[str] = Counter()
     for h, entries in log.items():
-        by_kind[kind_of(h)] += sum(1 for t, _ in entries if start <= t < end)
+        by_kind[kind_of(h)] += sum(1 for e in entries if start <= e.at < end)
+    delays = handler_delays(log)
     return {
         "achieved": achieved,
         "efficiency": achieved / theory,
         "violations": len(bad),
         "violation_examples": [{**v.__dict__, "at": round(v.at - first, 3)} for v in bad[:5]],
-        "violations_without_stalls": len(violations(log)),  # were the farm's stalls not taken into account
-        "farm_stall_max": round(max((b - a for a, b in stalls), default=0.0), 3),
+        # The same check on the handler's clock (what the farm logged before kernel timestamps) and how late
+        # the handler was after the kernel: the farm's own lateness, now out of the check.
+        "violations_handler_clock": len(violations(handler_clock(log))),
+        "handler_delay_p99": round(quantile(delays, 0.99), 4),
+        "handler_delay_max": round(quantile(delays, 1.0), 4),
         "hosts_served": sum(1 for e in log.values() if e),
         "by_kind": {k: round(by_kind[k] / (end - start), 1) for k in KINDS},
     }
@@ -470,7 +414,7 @@ async def run_peer(peer: str, hosts: int, args: argparse.Namespace, port: int, t
             out["send_violation_examples"] = [{**v.__dict__, "at": round(v.at - first, 3)} for v in bad_sends[:5]]
     else:
         first = await asyncio.to_thread(run_child, peer, urls, args, port, tmp, True)
-    polite_log, _, stalls, connections = await farm_log(port)
+    polite_log, _, connections, unstamped = await farm_log(port)
     cap2, cap2_cpu = await peer_cap(peer, hosts, args, port, tmp)
     out["caps"], out["load_after"] = [cap, cap2], os.getloadavg()[0]
     out["cap"] = cap = max(out["caps"])
@@ -479,8 +423,8 @@ async def run_peer(peer: str, hosts: int, args: argparse.Namespace, port: int, t
         out["cap_cpu_ms_per_page"] = [round(x, 3) for x in caps_ms]
     out["theoretical"] = theoretical(hosts, cap)
     if args.logs:  # the fixture's request log of the run, for a closer look
-        write_json(Path(args.logs) / f"{peer}-{hosts}.json", {"first": first, "log": polite_log, "stalls": stalls})
-    out.update(summary(polite_log, stalls, first, args.seconds, out["theoretical"]), urls=len(urls))
+        write_json(Path(args.logs) / f"{peer}-{hosts}.json", {"first": first, "log": polite_log})
+    out.update(summary(polite_log, first, args.seconds, out["theoretical"]), urls=len(urls), unstamped=unstamped)
     pages = sum(len(e) for e in polite_log.values())
     out.update(connections=connections, pages=pages, pages_per_connection=round(pages / max(connections, 1), 2))
     if peer == "trawl" and out["achieved"] > 0:

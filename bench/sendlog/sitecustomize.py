@@ -1,12 +1,14 @@
 """A diagnostic of ``bench/many_hosts.py`` (``--send-log``): the time each request of a ``trawl worker`` left
 it, written as JSON ``[[monotonic seconds, host], ...]`` to ``$TRAWL_BENCH_SEND_LOG`` when the worker exits.
 
-The farm's request log stamps an arrival when its own loop reads it, which under load is up to ~0.4 s after
-the request left (a stall its 5 ms ticker does not always see), so a gap the farm recorded short may be the
-farm's lateness on the earlier request. The worker's send times, on the same monotonic clock, tell the two
-apart. Loaded only into the benchmark's worker process (``PYTHONPATH``), never into Trawl itself; it wraps
-the fetcher's send trace, appending a handler that runs after the politeness spacing's wait, right before
-aiohttp writes the headers.
+The farm's request log stamps an arrival with the kernel's receive timestamp (bench/farm_server.py; before,
+with its own loop's clock, up to ~0.4 s late under load, which made some correctly spaced requests look
+early). The worker's send times, on the same monotonic clock, are the same check from the other end: a
+request the worker's spacing let out too close shows here; one bunched after it (the worker's loop late
+between this handler and the socket write, on loopback the kernel stamps within that write) shows in the
+farm's log only, and that is what a site would see. Loaded only into the benchmark's worker process
+(``PYTHONPATH``), never into Trawl itself; it wraps the fetcher's send trace, appending a handler that runs
+after the politeness spacing's wait, right before aiohttp writes the headers.
 """
 
 from __future__ import annotations

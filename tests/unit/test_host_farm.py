@@ -6,16 +6,19 @@ import pytest
 
 from host_farm import (
     KINDS,
+    Arrival,
     address,
     concurrency_violations,
+    handler_clock,
+    handler_delays,
     index_of,
     limit_of,
     limit_sum,
     pages_per_host,
+    quantile,
     rate_violations,
     send_violations,
     theoretical,
-    uncertainty,
     violations,
 )
 
@@ -61,13 +64,22 @@ def test_a_burst_is_a_violation() -> None:
     assert len(rate_violations(1, [0.0, 0.1, 0.2], 2.0)) == 2
 
 
-def test_the_farms_own_stall_excuses_a_gap_it_shortened() -> None:
-    # The first request came in at 0.0 but the farm's loop stalled until 0.2 and recorded it then.
-    stalls = [(0.0, 0.2)]
-    assert uncertainty(0.2, stalls) == pytest.approx(0.2)
-    assert uncertainty(0.5, stalls) == 0.0
-    assert rate_violations(1, [0.2, 0.55], 2.0) != []
-    assert rate_violations(1, [0.2, 0.55], 2.0, stalls=stalls) == []
+def test_the_check_runs_on_kernel_arrivals_and_the_handler_clock_shows_what_the_farms_lateness_did() -> None:
+    # Sent 0.6 s apart (2/s allows 0.5); the farm's loop stalled and handled the first 0.45 s late.
+    log = {0: [Arrival(10.0, 1, 10.45), Arrival(10.6, 1, 10.601)]}
+    assert violations(log) == []
+    assert handler_clock(log) == {0: [Arrival(10.45, 1, 10.45), Arrival(10.601, 1, 10.601)]}
+    bad = violations(handler_clock(log))
+    assert [(v.host, v.what) for v in bad] == [(0, "rate")]
+    assert handler_delays(log) == pytest.approx([0.001, 0.45])
+
+
+def test_quantile_is_the_nearest_rank() -> None:
+    xs = [float(i) for i in range(1, 101)]
+    assert quantile(xs, 0.99) == 99.0
+    assert quantile(xs, 1.0) == 100.0
+    assert quantile([0.2], 0.99) == 0.2
+    assert quantile([], 0.99) == 0.0
 
 
 def test_concurrency_above_the_limit_is_a_violation() -> None:
@@ -75,9 +87,12 @@ def test_concurrency_above_the_limit_is_a_violation() -> None:
 
 
 def test_violations_reads_each_hosts_limit() -> None:
-    log = {3: [(0.0, 1), (1.0, 1)], 0: [(0.0, 1), (0.5, 2)]}  # hard host 3 at 1/s (limit 0.5/s)
-    bad = violations(log)
+    log = {3: [Arrival(0.0, 1, 0.0), Arrival(1.0, 1, 1.0)], 0: [Arrival(0.0, 1, 0.0), Arrival(0.5, 2, 0.5)]}
+    bad = violations(log)  # hard host 3 at 1/s (limit 0.5/s)
     assert [(v.host, v.what) for v in bad] == [(3, "rate")]
+    assert [(v.host, v.what) for v in violations({0: [Arrival(0.0, 1, 0.0), Arrival(0.6, 3, 0.6)]})] == [
+        (0, "concurrency")
+    ]
 
 
 def test_send_violations_check_the_senders_own_clock_per_host() -> None:
