@@ -291,7 +291,7 @@ async def test_adaptive_revisits_leave_stable_pages_alone_and_count_the_fetches_
         key = url_field(site.url + path)
         state = decode(await redis_client.hget(keys.page_state(LINEAGE), key))
         assert state is not None
-        old = replace(state, change=Change.UNCHANGED, fetched_at=now - 3600, changed_at=now - 11 * 3600)
+        old = state._replace(change=Change.UNCHANGED, fetched_at=now - 3600, changed_at=now - 11 * 3600)
         await redis_client.hset(keys.page_state(LINEAGE), key, encode(old))
     site.log.clear()
 

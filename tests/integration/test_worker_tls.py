@@ -114,6 +114,7 @@ async def main():
         else:
             print("fetched", result.status, result.body.decode())
     print("cas-after", aiohttp.connector._SSL_CONTEXT_VERIFIED.cert_store_stats()["x509_ca"])
+    print("unverified-cas", aiohttp.connector._SSL_CONTEXT_UNVERIFIED.cert_store_stats()["x509_ca"])
 
 sys.argv_url = URL
 asyncio.run(main())
@@ -142,6 +143,8 @@ async def test_a_starting_worker_defers_the_ca_load_and_verifies_with_it(tls_sit
     assert lines[0] == "deferred True", lines
     assert lines[1] == "fetched 200 <h1>over TLS</h1>", lines
     assert lines[2] == "cas-after 1", lines
+    # aiohttp's context for ssl=False verifies nothing (CERT_NONE): its store is not loaded at all.
+    assert lines[3] == "unverified-cas 0", lines
 
 
 async def test_a_certificate_the_ca_store_does_not_trust_is_refused(tls_site: tuple[str, Path], tmp_path: Path) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -174,7 +173,7 @@ async def test_a_burst_in_the_enqueue_counter_brings_a_pass_forward_without_movi
         return counter["n"]
 
     a.pass_started(key)
-    a.advise(key, POOL, replace(_signals(t, {"p0": (0, False)}), enqueued_total=100), 1, now, enqueue_counter=enqueued)
+    a.advise(key, POOL, _signals(t, {"p0": (0, False)})._replace(enqueued_total=100), 1, now, enqueue_counter=enqueued)
     clock.t += 1
     assert not a.pass_due(key, 5.0)
     assert not await a.burst_due(key)
@@ -196,14 +195,14 @@ async def test_a_burst_in_the_enqueue_counter_brings_a_pass_forward_without_movi
 
     for broken in (failing, hanging):
         a.pass_started(key)
-        a.advise(key, POOL, replace(_signals(t, {"p0": (0, False)}), enqueued_total=0), 1, now, enqueue_counter=broken)
+        a.advise(key, POOL, _signals(t, {"p0": (0, False)})._replace(enqueued_total=0), 1, now, enqueue_counter=broken)
         assert not await a.burst_due(key)
 
 
 def test_work_a_tenants_quota_holds_back_does_not_scale_the_pool() -> None:
     from trawl.autoscale.step import plan
 
-    held = replace(_signals(1000.0, {}), held=5000)  # a throttled tenant's backlog: no more workers run it
+    held = _signals(1000.0, {})._replace(held=5000)  # a throttled tenant's backlog: no more workers run it
     assert plan(POOL, held, 0).decision.desired == 0
-    runnable = replace(_signals(1000.0, {}, ready=5000), held=5000)
+    runnable = _signals(1000.0, {}, ready=5000)._replace(held=5000)
     assert plan(POOL, runnable, 0).decision.desired >= 1  # the same backlog, runnable: the pool activates

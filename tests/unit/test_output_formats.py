@@ -15,7 +15,6 @@ from trawl.api.scrapejob import ExtractSpec
 from trawl.worker.extract import ExtractOptions, Extractor
 from trawl.worker.formats import (
     Budget,
-    FormatOptions,
     FormatTimeout,
     bounded_links,
     cut_text,
@@ -29,12 +28,8 @@ URL = "https://harbour.example/log/1.html"
 
 def _formats(html: str, *formats: str, max_bytes: int = 1 << 20, **extract: object) -> dict[str, object]:
     options = ExtractOptions.from_dict({"formats": list(formats), **extract})
-    options = ExtractOptions(formats=FormatOptions(**{**_fields(options.formats), "max_bytes": max_bytes}))
+    options = ExtractOptions(formats=options.formats._replace(max_bytes=max_bytes))
     return Extractor(options).extract(html.encode(), URL).data
-
-
-def _fields(options: FormatOptions) -> dict[str, object]:
-    return {name: getattr(options, name) for name in FormatOptions.__slots__}
 
 
 def test_markdown_keeps_the_article_and_its_table_without_navigation_ads_or_footer() -> None:

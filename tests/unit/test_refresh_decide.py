@@ -64,7 +64,7 @@ def test_state_round_trips_and_stays_bounded() -> None:
     assert len(encode(worst)) <= MAX_VALUE
     with_url = PageState(TAG, Change.NEW, "f" * 16, url="https://shop.test/a")
     assert decode(encode(with_url)) == with_url
-    assert decode(encode(replace(with_url, url="u" * (MAX_URL + 1)))) == replace(with_url, url=""), "too long: not kept"
+    assert decode(encode(with_url._replace(url="u" * (MAX_URL + 1)))) == with_url._replace(url=""), "too long: not kept"
     assert decode("1\nab\nnew\nf\n\n\n1\n1") == PageState("ab", Change.NEW, "f", "", "", 1, 1), "saved before URLs"
     # a newline in a header value would split the record: it is not kept
     assert decode(encode(PageState(TAG, Change.NEW, "f", 'a"\nb', "", 1, 1))) == PageState(
@@ -191,7 +191,7 @@ def test_status_shows_the_changes() -> None:
     )
     status, _ = derive_job_status(JobFacts(generation=1, suspend=False, stats=stats), {}, now)
     assert status["changes"] == {"new": 2, "changed": 3, "unchanged": 4, "gone": 1}
-    skipped = replace(stats, changes=(0, 0, 1, 0), not_revisited=9)
+    skipped = stats._replace(changes=(0, 0, 1, 0), not_revisited=9)
     status, _ = derive_job_status(JobFacts(generation=1, suspend=False, stats=skipped), {}, now)
     assert status["changes"] == {"new": 0, "changed": 0, "unchanged": 1, "gone": 0, "notRevisited": 9}
     ScrapeJobStatus.model_validate(status)
@@ -209,8 +209,8 @@ def test_a_page_the_run_never_reached_is_gone_once_then_forgotten() -> None:
         known.url,
         NOW,
     )
-    assert decide.unlinked(replace(known, tag=TAG), TAG, NOW) is None, "this run handled it"
-    assert decide.unlinked(replace(known, url=""), TAG, NOW) is None, "no URL to name"
+    assert decide.unlinked(known._replace(tag=TAG), TAG, NOW) is None, "this run handled it"
+    assert decide.unlinked(known._replace(url=""), TAG, NOW) is None, "no URL to name"
     gone_before = outcome.state
     assert decide.unlinked(gone_before, "other-run", NOW) is None, "reported once"
     assert decide.forgotten(gone_before, "other-run") and not decide.forgotten(gone_before, TAG)
@@ -225,18 +225,18 @@ def test_adaptive_revisits_leave_a_stable_page_alone_for_half_its_stable_time_wi
     assert decide.revisit_interval(stable, settings) == 5 * hour
     skipped = decide.not_due(stable, TAG, settings, NOW)
     assert skipped is not None and skipped.change == Change.UNCHANGED and not skipped.write_record
-    assert skipped.state == replace(stable, tag=TAG), "state kept, tagged with this run (the sweep skips it)"
+    assert skipped.state == stable._replace(tag=TAG), "state kept, tagged with this run (the sweep skips it)"
     assert decide.not_due(stable, TAG, settings, NOW + 4 * hour) is None, "due once 5 hours have passed"
     # bounds: a page unchanged for months is revisited at least daily; a page stable for minutes every 2 hours
-    ancient = replace(stable, changed_at=NOW - 90 * 24 * hour)
+    ancient = stable._replace(changed_at=NOW - 90 * 24 * hour)
     assert decide.revisit_interval(ancient, settings) == 24 * hour
-    assert decide.revisit_interval(replace(stable, changed_at=NOW - hour - 60), settings) == 2 * hour
+    assert decide.revisit_interval(stable._replace(changed_at=NOW - hour - 60), settings) == 2 * hour
     # always due: changed or new at the last visit, gone, handled by this run, or revisits off
     for change in (Change.CHANGED, Change.NEW, Change.GONE):
-        assert decide.not_due(replace(stable, change=change), TAG, settings, NOW) is None
+        assert decide.not_due(stable._replace(change=change), TAG, settings, NOW) is None
     assert decide.not_due(stable, OTHER, settings, NOW) is None
     assert decide.not_due(stable, TAG, RefreshSettings("ns/l"), NOW) is None
-    ahead = replace(stable, fetched_at=NOW + 60)  # saved by a worker whose clock runs a minute ahead
+    ahead = stable._replace(fetched_at=NOW + 60)  # saved by a worker whose clock runs a minute ahead
     assert decide.not_due(ahead, TAG, RefreshSettings("ns/l"), NOW) is None, "revisits off: always due"
     assert decide.not_due(None, TAG, settings, NOW) is None
 

@@ -6,7 +6,6 @@ tests/cluster/test_tenant_priorities.py applies these rules as a tenant against 
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -292,7 +291,7 @@ def test_the_pool_status_lists_tenants_the_throttled_first() -> None:
 
 
 def test_a_tenant_whose_queue_is_full_shows_it_on_the_pool_and_on_its_waiting_job() -> None:
-    full = replace(_usage("team-b"), queued=1000, queue_full_message="1000/1000 URLs queued")
+    full = _usage("team-b")._replace(queued=1000, queue_full_message="1000/1000 URLs queued")
     [row] = tenants_status([full])
     assert row["queued"] == 1000 and row["queueFullMessage"] == "1000/1000 URLs queued"
     ScrapePoolStatus.model_validate({"tenants": [row]})
@@ -349,7 +348,7 @@ def test_a_job_with_tasks_in_flight_or_nothing_ready_is_not_shown_held() -> None
 
 
 def test_a_job_whose_seeds_wait_for_room_in_its_tenants_queue_says_so() -> None:
-    waiting = replace(_stats(0, 0), enqueue_done=False)
+    waiting = _stats(0, 0)._replace(enqueue_done=False)
     facts = JobFacts(generation=1, suspend=False, stats=waiting, tenant_queue_full="1000/1000 URLs queued")
     status, events = derive_job_status(facts, {}, NOW)
     reconciling = get_condition(status["conditions"], ConditionType.RECONCILING)
@@ -357,7 +356,7 @@ def test_a_job_whose_seeds_wait_for_room_in_its_tenants_queue_says_so() -> None:
     assert "(1000/1000 URLs queued): its seeds wait" in reconciling["message"]
     assert not [e for e in events if e.type == "Warning"]
     # Once some of its seeds are in (ready or claimed), it is queued or running as usual.
-    for stats in (replace(_stats(5, 0), enqueue_done=False), replace(_stats(0, 2), enqueue_done=False)):
+    for stats in (_stats(5, 0)._replace(enqueue_done=False), _stats(0, 2)._replace(enqueue_done=False)):
         facts = JobFacts(generation=1, suspend=False, stats=stats, tenant_queue_full="1000/1000 URLs queued")
         status, _ = derive_job_status(facts, {}, NOW)
         reconciling = get_condition(status["conditions"], ConditionType.RECONCILING)

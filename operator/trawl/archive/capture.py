@@ -4,11 +4,10 @@ at start, the writer only once a job captures)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class Capture:
+class Capture(NamedTuple):
     """What the worker fetched for one task: enough to archive it and to extract from it again."""
 
     url: str  # the task's URL

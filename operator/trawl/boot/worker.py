@@ -32,4 +32,4 @@ def prepare() -> None:
 
     from . import castore
 
-    castore.import_aiohttp()  # its CA-store loads (~90 ms) run on a thread while the rest imports
+    castore.import_aiohttp()  # its verified context's CA-store load runs on a thread while the rest imports

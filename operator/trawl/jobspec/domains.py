@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from trawl.api.plain import HARMLESS_HEADERS, RenderMode
 
@@ -53,8 +53,7 @@ class HostPoliteness:
     proxy_group: str | None = None  # the rules' proxy group (the pool rule's first; "none": direct); None: the job's
 
 
-@dataclass(frozen=True)
-class DomainRules:
+class DomainRules(NamedTuple):
     """A job's rules and its pool's, with what the job itself asked for (its ``politeness``), which a pool rule
     only lets lower."""
 

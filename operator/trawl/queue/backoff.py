@@ -6,7 +6,7 @@ from __future__ import annotations
 import email.utils
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .model import RetryPolicy
 
@@ -14,8 +14,7 @@ from .model import RetryPolicy
 RETRY_AFTER_CAP_SECONDS = 86400.0
 
 
-@dataclass(frozen=True, slots=True)
-class FailureDecision:
+class FailureDecision(NamedTuple):
     retry: bool
     delay: float  # seconds from now; 0 when not retried
     reason: str  # "retry", "retry-after", "permanent" or "exhausted"

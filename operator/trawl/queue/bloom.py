@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 MAX_BITS = 2**32  # a Redis string holds at most 512 MB
 MIN_RATE, MAX_RATE = 0.0001, 0.1
@@ -26,8 +26,7 @@ MIN_RATE, MAX_RATE = 0.0001, 0.1
 MAX_HASHES = 6
 
 
-@dataclass(frozen=True, slots=True)
-class BloomSize:
+class BloomSize(NamedTuple):
     bits: int
     hashes: int
 

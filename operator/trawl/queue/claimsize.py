@@ -24,7 +24,7 @@ is known (heartbeats keep buffered tasks leased, but a dead process holds them u
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 AUTO = 0  # claimBatch "auto"
 MAX_CLAIM = 1000  # the claim script's own bound
@@ -53,8 +53,7 @@ def parse_setting(text: str | int | None) -> int:
     return value
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimState:
+class ClaimState(NamedTuple):
     concurrency: int  # task slots of the worker
     running: int  # tasks started and not finished
     buffered: int  # claimed, waiting here for a slot

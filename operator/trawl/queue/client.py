@@ -23,7 +23,6 @@ import os
 import random
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis.asyncio as aioredis
@@ -117,7 +116,7 @@ def _parse_task(job_id: str, payload: str, deadline: float) -> Task:
 
 
 def policy_to_json(policy: RetryPolicy) -> str:
-    data = asdict(policy)
+    data = policy._asdict()
     data["retry_on"] = list(policy.retry_on)
     return json.dumps(data, separators=(",", ":"))
 

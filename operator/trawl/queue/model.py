@@ -8,13 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from .bloom import BloomSize
 
 
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
+class RetryPolicy(NamedTuple):
     """A job's resolved retry policy as the queue applies it (see trawl.api.policies.ResolvedRetry)."""
 
     max_attempts: int = 3
@@ -84,14 +83,12 @@ class Task:
     lease_deadline: float  # unix seconds
 
 
-@dataclass(frozen=True, slots=True)
-class FailOutcome:
+class FailOutcome(NamedTuple):
     dead_lettered: bool
     retry_at: float | None  # unix seconds, when rescheduled
 
 
-@dataclass(frozen=True, slots=True)
-class DeadLetterRecord:
+class DeadLetterRecord(NamedTuple):
     task_id: str
     url: str
     attempts: int
@@ -101,8 +98,7 @@ class DeadLetterRecord:
     history: list[dict[str, Any]]  # one entry per failed attempt: {attempt, errorClass, message, time}
 
 
-@dataclass(frozen=True, slots=True)
-class JobStats:
+class JobStats(NamedTuple):
     """Per-job counters, read without scanning. pending+in_flight+retrying+succeeded+dead == total."""
 
     total: int
@@ -129,8 +125,7 @@ class JobStats:
         return self.exists and self.enqueue_done and self.pending == self.in_flight == self.retrying == 0
 
 
-@dataclass(frozen=True, slots=True)
-class PoolSignals:
+class PoolSignals(NamedTuple):
     """A snapshot of a pool's queue for the autoscaler; counters are monotonic, rates are the caller's job."""
 
     ready: int
@@ -148,8 +143,7 @@ class PoolSignals:
     held: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class TenantLimits:
+class TenantLimits(NamedTuple):
     """What one tenant may use of a pool, as the claim script enforces it (None: no limit)."""
 
     weight: int = 1  # its share of claims while several tenants have ready work (work-conserving)
@@ -176,8 +170,7 @@ class TenantPolicy:
     aging_seconds: float = 300.0
 
 
-@dataclass(frozen=True, slots=True)
-class TenantUsage:
+class TenantUsage(NamedTuple):
     """One tenant's use of a pool, read from the queue (the pool's status, metrics, ``trawl top``)."""
 
     tenant: str
@@ -201,16 +194,14 @@ class TenantUsage:
     browser_seconds_today: float = 0.0
 
 
-@dataclass(frozen=True, slots=True)
-class WorkerActivity:
+class WorkerActivity(NamedTuple):
     worker_id: str
     in_flight: int
     last_seen: float
     draining: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Heartbeat:
+class Heartbeat(NamedTuple):
     """A heartbeat's reply."""
 
     held: int  # leases the worker holds afterwards

@@ -28,8 +28,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from redis.asyncio import Redis
 
@@ -42,22 +41,19 @@ SKIP_SAMPLE = 10
 BLOCKED_DOMAINS = 1000  # domains whose blocks a job counts apart
 
 
-@dataclass(frozen=True, slots=True)
-class Skipped:
+class Skipped(NamedTuple):
     url: str
     reason: str
     time: float
 
 
-@dataclass(frozen=True, slots=True)
-class Throttled:
+class Throttled(NamedTuple):
     domain: str
     reason: str
     until: float  # unix seconds
 
 
-@dataclass(frozen=True, slots=True)
-class SinkTrouble:
+class SinkTrouble(NamedTuple):
     message: str
     since: float
 
@@ -183,8 +179,7 @@ class JobNotes:
         await self.redis.delete(skipped_key(jk), throttled_key(jk), blocked_key(jk))
 
 
-@dataclass(frozen=True, slots=True)
-class NotesRead:
+class NotesRead(NamedTuple):
     """The notes of one job as one pass reads them (JobNotes.read)."""
 
     skipped: int

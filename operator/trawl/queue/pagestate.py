@@ -12,7 +12,7 @@ before its ack (trawl.worker.finish), so a page is counted once however often it
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from redis.asyncio import Redis
 
@@ -24,8 +24,7 @@ from .keys import Keys
 COUNTERS = {"new": "rn", "changed": "rc", "unchanged": "ru", "gone": "rg", "notRevisited": "rs"}
 
 
-@dataclass(frozen=True, slots=True)
-class PageSave:
+class PageSave(NamedTuple):
     """One page's state to save: its hash field, the encoded state, and its label (a key of COUNTERS)."""
 
     field: str

@@ -426,7 +426,7 @@ class ShardedQueue(Queue):
 
     async def dead_letters(self, job_id: str, limit: int = 100) -> list[DeadLetterRecord]:
         parts = await self._each(s.dead_letters(job_id, limit) for s in self.shards)
-        tagged = [replace(d, task_id=f"{d.task_id}.{i}") for i, part in enumerate(parts) for d in part]
+        tagged = [d._replace(task_id=f"{d.task_id}.{i}") for i, part in enumerate(parts) for d in part]
         return sorted(tagged, key=lambda d: d.time, reverse=True)[:limit]
 
     async def requeue_dead(self, job_id: str, task_ids: Sequence[str] | None = None) -> int:

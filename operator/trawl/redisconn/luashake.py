@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 _DEF = re.compile(r"^local function ([A-Za-z_][A-Za-z0-9_]*)\(", re.MULTILINE)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -24,8 +24,7 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NOISE = re.compile(r"--[^\n]*|'(?:\\.|[^'\\\n])*'|\"(?:\\.|[^\"\\\n])*\"")
 
 
-@dataclass(frozen=True)
-class Helper:
+class Helper(NamedTuple):
     name: str
     text: str  # its leading comment and its definition, up to the next helper's comment
 

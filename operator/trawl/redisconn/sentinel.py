@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis.asyncio as aioredis
 from redis.asyncio.sentinel import MasterNotFoundError, Sentinel
@@ -42,8 +41,7 @@ def parse_address(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-@dataclass(frozen=True)
-class SentinelTarget:
+class SentinelTarget(NamedTuple):
     """Where the master is found: the Sentinels' addresses, the master's name, the Sentinels' password."""
 
     addresses: tuple[tuple[str, int], ...]

@@ -9,16 +9,14 @@ validators, so its record can be rebuilt (the sink keeps one record per URL and 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from .state import Change, PageState
 
 GONE_STATUSES = frozenset({404, 410})
 
 
-@dataclass(frozen=True, slots=True)
-class RefreshSettings:
+class RefreshSettings(NamedTuple):
     """spec.refresh as the worker reads it from the job's settings (trawl.jobspec.wire)."""
 
     lineage: str  # "<namespace>/<lineage>": the operator sets the namespace, never the job author
@@ -46,8 +44,7 @@ class RefreshSettings:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
+class Outcome(NamedTuple):
     """A page's label, the state to save for it, and whether it writes a record."""
 
     change: Change
@@ -75,7 +72,7 @@ def not_due(old: PageState | None, tag: str, settings: RefreshSettings, now: int
         return None
     if now - old.fetched_at >= revisit_interval(old, settings):
         return None
-    return Outcome(Change.UNCHANGED, replace(old, tag=tag), settings.records_all)
+    return Outcome(Change.UNCHANGED, old._replace(tag=tag), settings.records_all)
 
 
 def conditional_headers(old: PageState | None, tag: str, settings: RefreshSettings) -> dict[str, str]:
@@ -147,7 +144,7 @@ def unlinked(old: PageState, tag: str, now: int) -> Outcome | None:
     URL kept, or one already reported gone by an earlier run (the sweep forgets those: :func:`forgotten`)."""
     if old.tag == tag or old.change == Change.GONE or not old.url:
         return None
-    state = replace(old, tag=tag, change=Change.GONE, fingerprint="", changed_at=now)
+    state = old._replace(tag=tag, change=Change.GONE, fingerprint="", changed_at=now)
     return Outcome(Change.GONE, state, True)
 
 
@@ -162,4 +159,4 @@ def writes_record(change: Change, records_all: bool) -> bool:
 
 
 def _again(old: PageState, now: int, records_all: bool) -> Outcome:
-    return Outcome(old.change, replace(old, fetched_at=now), writes_record(old.change, records_all))
+    return Outcome(old.change, old._replace(fetched_at=now), writes_record(old.change, records_all))

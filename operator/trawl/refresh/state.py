@@ -11,8 +11,8 @@ docs/architecture.md for the measured cost per URL in Redis).
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 FORMAT = "1"
 MAX_ETAG = 128  # characters; RFC 9110 sets none, real servers send 10 to 70
@@ -33,8 +33,7 @@ class Change(StrEnum):
     GONE = "gone"
 
 
-@dataclass(frozen=True, slots=True)
-class PageState:
+class PageState(NamedTuple):
     """What a run learnt of one URL. ``tag`` names the job that wrote it (:func:`job_tag`): a task that finds
     its own job's tag was redelivered after its state was saved, so its label is the one already decided."""
 

@@ -21,9 +21,8 @@ import hashlib
 import io
 import json
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from trawl.api.plain import MAX_CELL_BYTES, MAX_EXTRA_BYTES, MAX_FILE_BYTES, MAX_FILE_ROWS, FileFormat
 
@@ -41,8 +40,7 @@ class Kind(StrEnum):
     LIST = "list<string>"
 
 
-@dataclass(frozen=True, slots=True)
-class Column:
+class Column(NamedTuple):
     name: str
     kind: Kind
 
@@ -258,8 +256,7 @@ def encode(fmt: FileFormat, schema: Sequence[Column], records: Sequence[Record],
     return gzip.compress("".join(dumps(r.data) + "\n" for r in records).encode(), compresslevel=6, mtime=0)
 
 
-@dataclass(frozen=True, slots=True)
-class Part:
+class Part(NamedTuple):
     """One file of a batch: its records, its bytes, and what its name says (rows, checksum)."""
 
     records: list[Record]

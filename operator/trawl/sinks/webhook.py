@@ -13,8 +13,7 @@ import asyncio
 import json
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 from redis.asyncio import Redis
@@ -28,8 +27,7 @@ from .base import Deduped, Record, SinkError, batch_key, sign
 REDIRECT_REFUSED = "redirect refused: webhooks are POSTed to the URL given"
 
 
-@dataclass(frozen=True, slots=True)
-class Delivery:
+class Delivery(NamedTuple):
     """One POST's outcome: delivered, worth another attempt, and what a status says about it."""
 
     delivered: bool

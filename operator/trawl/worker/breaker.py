@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from redis.asyncio import Redis
 
@@ -25,8 +25,7 @@ from trawl.redisconn.replies import text
 from trawl.redisconn.scripts import read_script
 
 
-@dataclass(frozen=True, slots=True)
-class Verdict:
+class Verdict(NamedTuple):
     state: str  # closed, open (wait until ``until``), probe (this request decides)
     until: float = 0.0  # unix seconds
     reason: str = ""

@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 # click's words for booleans (BoolParamType); anything else goes to typer, which says what is wrong
 _TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})
 _FALSE = frozenset({"0", "false", "f", "no", "n", "off"})
 
 
-@dataclass(frozen=True)
-class Option:
+class Option(NamedTuple):
     param: str  # the keyword of trawl.worker.main.main
     default: str | int | float | bool  # its type is the option's type
     envvar: str

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urljoin
 
 from selectolax.lexbor import LexborHTMLParser as HTMLParser
@@ -27,8 +27,7 @@ _UTF8 = frozenset({"utf-8", "utf8"})  # w3lib's names for UTF-8 (resolved labels
 FINGERPRINT_TEXT = 2_000_000  # characters of readable text a Text fingerprint covers (a record's text: 100,000)
 
 
-@dataclass(frozen=True, slots=True)
-class FieldSpec:
+class FieldSpec(NamedTuple):
     name: str
     selector: str
     kind: str = "CSS"  # or "XPath"

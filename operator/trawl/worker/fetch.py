@@ -17,7 +17,7 @@ import time
 import zlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urljoin, urlsplit
 
 import aiohttp
@@ -78,8 +78,7 @@ class FetchError(Exception):
         return f"FetchError({self.failure_class.value}, {self.message!r})"
 
 
-@dataclass(frozen=True, slots=True)
-class FetchLimits:
+class FetchLimits(NamedTuple):
     max_bytes: int = 10 * 1024 * 1024
     max_redirects: int = 10
     connect_timeout: float = 10.0

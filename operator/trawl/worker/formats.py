@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from selectolax.lexbor import LexborHTMLParser
 
@@ -45,8 +45,7 @@ ALL_SYNTAXES = tuple(s.value for s in StructuredSyntax)
 JSON_LD_TYPES = frozenset({"application/ld+json", "application/json+ld"})
 
 
-@dataclass(frozen=True, slots=True)
-class FormatOptions:
+class FormatOptions(NamedTuple):
     """What a job asked for (hashable: the parser children key their extractors by it)."""
 
     formats: tuple[str, ...] = ()

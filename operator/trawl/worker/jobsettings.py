@@ -12,7 +12,7 @@ minio anyway). A spec that does not read raises :class:`~.specread.BadSpec`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -154,8 +154,7 @@ class OutputSettings(NamedTuple):
     files: FilesOutput | None = None
 
 
-@dataclass(frozen=True)
-class WorkerJobSpec:
+class WorkerJobSpec(NamedTuple):
     """A parsed worker spec: everything needed to process one task of the job."""
 
     request: RequestSettings
@@ -381,7 +380,7 @@ def parse_worker_spec(spec: dict[str, Any] | None) -> WorkerJobSpec:
     format_max_bytes = DEFAULT_FORMAT_BYTES  # the pool's, never the job's
     if top.raw.get("format_max_bytes"):
         format_max_bytes = top.integer("format_max_bytes", DEFAULT_FORMAT_BYTES, low=1)
-    extract_options = replace(extract_options, formats=replace(extract_options.formats, max_bytes=format_max_bytes))
+    extract_options = replace(extract_options, formats=extract_options.formats._replace(max_bytes=format_max_bytes))
     if refresh is not None and refresh.fingerprint in ("Record", "Text"):
         extract_options = replace(extract_options, fingerprint=refresh.fingerprint)
     politeness = read_politeness(top.raw.get("politeness"))

@@ -35,8 +35,7 @@ import pickle
 import signal
 import sys
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .extract import ExtractOptions, Extractor, Page
 from .sitemaps import BadSitemap, SitemapFound, SitemapRules, read_sitemap
@@ -58,8 +57,7 @@ class ParseLimit(Exception):
     """The page exceeded a parse limit (size, tags, time) or killed its parser; permanent."""
 
 
-@dataclass(frozen=True, slots=True)
-class ParseLimits:
+class ParseLimits(NamedTuple):
     seconds: float = DEFAULT_SECONDS
     max_bytes: int = DEFAULT_MAX_BYTES
     max_tags: int = DEFAULT_MAX_TAGS

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 from trawl.queue.model import Task
 from trawl.queue.pagestate import PageSave, PageStates
@@ -20,8 +20,7 @@ from trawl.refresh.state import Change, PageState, decode, encode, encoded_prefi
 from .fetch import FetchResult
 
 
-@dataclass(frozen=True, slots=True)
-class PageWrite:
+class PageWrite(NamedTuple):
     """A page's state for the finisher to save (trawl.queue.pagestate)."""
 
     lineage: str
@@ -83,8 +82,8 @@ class RefreshPage:
             self.old, self.tag, fp, _validators(result), int(time.time()), self.settings.records_all
         )
         if self.settings.changed_fields and (self.old is None or self.old.tag != self.tag):
-            state = replace(outcome.state, fields=fingerprints.field_digests(data))
-            outcome = replace(outcome, state=state)
+            state = outcome.state._replace(fields=fingerprints.field_digests(data))
+            outcome = outcome._replace(state=state)
             if outcome.change == Change.CHANGED and self.old is not None and self.old.fields:
                 self.changed_fields = fingerprints.changed_names(data, self.old.fields)
         self.outcome = outcome
@@ -98,7 +97,7 @@ class RefreshPage:
         if self.outcome is None:
             return None
         label = self.outcome.change.value if self.revisited else "notRevisited"
-        save = PageSave(self.key, encode(replace(self.outcome.state, url=self.url)), label)
+        save = PageSave(self.key, encode(self.outcome.state._replace(url=self.url)), label)
         return PageWrite(self.settings.lineage, encoded_prefix(self.tag), self.settings.retain_seconds, save)
 
 

@@ -29,9 +29,8 @@ from __future__ import annotations
 import re
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urljoin
 
 from trawl.api.patterns import Pattern, any_of
@@ -62,8 +61,7 @@ class BadSitemap(Exception):
     """The document is not a sitemap the worker will read, and why; permanent (class BadSitemap)."""
 
 
-@dataclass(frozen=True, slots=True)
-class SitemapRules:
+class SitemapRules(NamedTuple):
     """What a job takes from its sitemaps (its spec.sitemaps, and its crawl's scope)."""
 
     lastmod_after: float | None = None  # unix seconds
@@ -86,8 +84,7 @@ class SitemapRules:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class SitemapFound:
+class SitemapFound(NamedTuple):
     """What one sitemap gave: page URLs (``kind`` urlset or text) or sitemaps (``kind`` sitemapindex) to
     enqueue, and how many entries were left out by each rule (for the log)."""
 

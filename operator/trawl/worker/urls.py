@@ -11,8 +11,7 @@ import ipaddress
 import posixpath
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from trawl.api.patterns import Pattern, any_of
@@ -146,8 +145,7 @@ def host_of(url: str) -> str:
     return urlsplit(url).netloc.lower()
 
 
-@dataclass(frozen=True)
-class CrawlPolicy:
+class CrawlPolicy(NamedTuple):
     """Decides which discovered links of a crawl are followed. ``include``/``exclude``: the job's patterns,
     each list compiled as one RE2 alternation (:mod:`trawl.api.patterns`: linear time on the event loop)."""
 

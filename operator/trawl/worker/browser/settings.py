@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 # Debian's package installs a shell wrapper at /usr/bin/chromium that adds flags from /etc/chromium.d;
 # the binary itself is started directly so the flags below are the only ones.
@@ -63,8 +63,7 @@ def needs_no_sandbox() -> bool:
     return os.geteuid() == 0
 
 
-@dataclass(frozen=True)
-class BrowserSettings:
+class BrowserSettings(NamedTuple):
     executable: str | None = None  # None: found at start (find_chromium)
     pages_per_browser: int = 8  # pages rendered at once
     pages_per_context: int = 50  # pages one shared context serves before it is replaced (trawl.worker.browser.contexts)
