@@ -9,9 +9,13 @@ N), and N distinct URLs of 60-100 characters are offered through the queue clien
 ``enqueue_discovered`` -- the call a worker makes for the links it found -- in batches of ``--batch``
 links (a few pages' worth), ``--clients`` calls at a time. Measured:
 
-* bytes per seen URL: ``MEMORY USAGE`` of the job's dedupe key (the set, or the filter string) / N --
-  what stays until retention -- and the whole frontier (``used_memory`` after minus before, every URL
-  still pending in the ready list) / N;
+* bytes per seen URL: ``MEMORY USAGE key SAMPLES 1000`` of the job's dedupe key (the set, or the filter
+  string) / N -- what stays until retention -- and the whole frontier (``used_memory`` after minus before,
+  every URL still pending in the ready list) / N. A sampled figure is Redis's estimate (the table and
+  dict entries counted, the members' size taken from 1,000 of them), which for a set of equal 12-byte
+  digests is the walked figure; a set of at most 500,000 members is walked as well and the two must agree
+  within 1 %. Walking a 3.3 M-member set (``SAMPLES 0``) blocks the server for over half a second, past a
+  loaded cluster node's timeout;
 * pages skipped while filling: N minus the URLs added (0 for the exact tier), beside the job's
   ``possiblySkipped`` (the scripts' expected count, status.dedupe);
 * false-positive rate at the filter's full load: the filter is read back and ``--probes`` never-seen URLs
@@ -21,7 +25,8 @@ links (a few pages' worth), ``--clients`` calls at a time. Measured:
 
 Then (unless ``--no-crawl``) a real crawl: bench/crawl_throughput.py's static bookstore behind nginx
 and one ``trawl worker`` process, the same job with exact dedupe and with a Bloom filter at 0.0001 for
-``maxPages`` 1,000,000 (the filter a million-page crawl gets), interleaved ``--repeat`` times: pages/s.
+``maxPages`` 1,000,000 (the filter a million-page crawl gets), interleaved ``--repeat`` times, the tier that
+goes first alternating (ABBA): pages/s and CPU per page.
 
 The exact tier at 10 M needs ~2.5 GB of Redis with every URL pending; a size whose estimate does not fit in
 half the free memory (``free``) is skipped with the reason, and the exact tier's cost extrapolated.
@@ -31,13 +36,18 @@ half the free memory (``free``) is skipped with the reason, and the exact tier's
     .venv/bin/python bench/frontier.py --sizes 1000000 --no-crawl
     .venv/bin/python bench/frontier.py --crawl-only --repeat 5
     .venv/bin/python bench/frontier.py --cluster 3 --no-crawl   # one crawl over a 3-master Redis Cluster
+    .venv/bin/python bench/frontier.py --cluster 3 --no-crawl --sizes 10000000 --tiers exact 0.0001
 
 With ``--cluster N`` the same sizes and tiers run on a real Redis Cluster of N masters (no replicas; started
 and stopped per measurement), the job on a pool of N shards (``spec.redis.shards``, the queue client the
 worker uses there): the URLs spread over the shards by URL, each shard keeps its own dedupe (an exact set of
-its share, or a filter sized for the whole ``maxPages``). Bytes are summed over the masters, beside the
+its share, or a filter sized for the whole ``maxPages``). The bench's cluster has a node timeout of 15 s
+(not the test cluster's 1.5 s): with no replicas there is nothing to fail over, and a master starved of the
+CPU on a loaded machine must not be declared failed mid-run. Bytes are summed over the masters, beside the
 fullest shard's share; the false-positive rate is measured as the crawl sees it (a fresh URL tested only
-against its own shard's filter); Redis CPU is the masters' sum.
+against its own shard's filter); Redis CPU is the masters' sum. Of the URLs a Bloom tier skipped, those in no
+shard's filter were refused for the quota (never examined), not skipped as seen: printed as "refused by the
+quota" (0 expected: issue 37's fix offers them again until no shard has quota left).
 
 The last line: ``bloom_bytes_per_url_1e-4=... exact_bytes_per_url=... fp_measured=... fp_configured=...
 throughput_ratio_1M=... redis_cpu_ratio_1M=... crawl_pages_ratio=...`` (Bloom at 0.0001 at the largest size
@@ -76,6 +86,16 @@ WORDS = ("garden", "kitchen-and-dining", "outdoor-furniture", "electronics", "tr
 # Redis bytes per URL of the exact tier with every URL pending (measured: ~150 ready list + ~65 set),
 # with room for the allocator's peaks: what a size must fit in before it is run.
 EXACT_ESTIMATE_BYTES = 260
+# MEMORY USAGE samples this many members of a set (SAMPLES 0 walks all of them: 572 ms for 3.4 M members on
+# a quiet machine, which at load 6-9 blocked a cluster master past its node timeout and lost the cluster).
+# The dedupe set's members are equal 12-byte digests, so the estimate is the walked figure (checked at
+# 3.4 M members: SAMPLES 5, 1000, 10000 and 0 all give 186,331,752 bytes).
+DEDUPE_SAMPLES = 1000
+# A set of at most this many members is walked as well, and the estimate must agree with it.
+WALK_MAX_MEMBERS = 500_000
+# The bench's own Redis Cluster: no replicas, so nothing to fail over; a master starved of the CPU on a loaded
+# 2-core machine (or busy with a long command) must not be declared failed and take the cluster down mid-run.
+BENCH_NODE_TIMEOUT_MS = 15_000
 
 
 def url_of(i: int, tag: str) -> str:
@@ -112,6 +132,7 @@ class Result:
     filter_hashes: int = 0
     shards: int = 1
     fullest_share: float = 1.0  # the fullest shard's share of the dedupe bytes (1 on one server)
+    refused: int | None = None  # of the skipped, those in no filter: refused for the quota (sharded Bloom tier)
 
     @property
     def per_url(self) -> float:
@@ -129,6 +150,16 @@ async def redis_cpu(r: aioredis.Redis) -> float:
 
 async def used_memory(r: aioredis.Redis) -> int:
     return int((await r.info("memory"))["used_memory"])
+
+
+async def dedupe_usage(r: Any, key: str) -> int:
+    """Redis's memory for a dedupe key, sampled (see DEDUPE_SAMPLES); a small set is walked too, to check."""
+    sampled = int(await r.memory_usage(key, samples=DEDUPE_SAMPLES) or 0)
+    if await r.type(key) in (b"set", "set") and await r.scard(key) <= WALK_MAX_MEMBERS:
+        walked = int(await r.memory_usage(key, samples=0) or 0)
+        if abs(sampled - walked) > walked / 100:
+            raise SystemExit(f"MEMORY USAGE of {key}: {sampled} sampled, {walked} walked: the estimate is off")
+    return sampled
 
 
 async def register(q: Queue, n: int, rate: float | None) -> BloomSize | None:
@@ -182,7 +213,7 @@ async def measure(n: int, rate: float | None, args: argparse.Namespace) -> Resul
         key = q.keys.seen(JOB) if size is None else q.keys.bloom(JOB)
         stats = await q.job_stats(JOB)
         result = Result(
-            n, tier_name(rate), int(await r.memory_usage(key, samples=0) or 0), frontier, added,
+            n, tier_name(rate), await dedupe_usage(r, key), frontier, added,
             stats.possibly_skipped, seconds, cpu,
         )  # fmt: skip
         if size is not None and rate is not None:
@@ -198,7 +229,8 @@ async def measure_cluster(n: int, rate: float | None, args: argparse.Namespace) 
     """:func:`measure` on a Redis Cluster of ``args.cluster`` masters, the job on as many shards."""
     from redis.asyncio.cluster import RedisCluster
 
-    with LocalRedisCluster(masters=args.cluster, replicas_per_master=0) as cluster:
+    bench = LocalRedisCluster(masters=args.cluster, replicas_per_master=0, node_timeout_ms=BENCH_NODE_TIMEOUT_MS)
+    with bench as cluster:
         nodes = [cluster.client(port) for port in cluster.ports]
         r = RedisCluster.from_url(cluster.url)
         q = ShardedQueue(r, PREFIX, shards=args.cluster)
@@ -210,7 +242,7 @@ async def measure_cluster(n: int, rate: float | None, args: argparse.Namespace) 
         seconds, cpu = time.perf_counter() - t0, sum_cpu(nodes) - cpu0
         frontier = sum(int(c.info("memory")["used_memory"]) for c in nodes) - before
         keys = [s.keys.seen(JOB) if size is None else s.keys.bloom(JOB) for s in q.shards]
-        per_shard = [int(await r.memory_usage(key, samples=0) or 0) for key in keys]
+        per_shard = [await dedupe_usage(r, key) for key in keys]
         stats = await q.job_stats(JOB)
         result = Result(
             n, tier_name(rate), sum(per_shard), frontier, added, stats.possibly_skipped, seconds, cpu,
@@ -219,6 +251,7 @@ async def measure_cluster(n: int, rate: float | None, args: argparse.Namespace) 
         if size is not None and rate is not None:
             filters = [await r.get(key) or b"" for key in keys]
             result.fp_measured = probe_sharded(filters, size, n, args.probes)
+            result.refused = absent_from(filters, size, n, n - added)
             result.fp_configured, result.fp_predicted = rate, false_positive_rate(size, added // args.cluster)
             result.filter_hashes = size.hashes
         await r.aclose()
@@ -229,6 +262,18 @@ async def measure_cluster(n: int, rate: float | None, args: argparse.Namespace) 
 
 def sum_cpu(nodes: list[Any]) -> float:
     return sum(float(i["used_cpu_user"]) + float(i["used_cpu_sys"]) for i in (c.info("cpu") for c in nodes))
+
+
+def absent_from(filters: list[bytes], size: BloomSize, n: int, skipped: int) -> int:
+    """How many of the n offered URLs are in no shard's filter: the skipped ones the quota refused. A link the
+    cap refused is never examined (its bits are not set), one skipped as a duplicate hit its filter; a refused
+    link whose bits others set (at the shard's own rate, ~1e-6 here) would count as a duplicate."""
+    shards = len(filters)
+    urls = (url_of(i, "seen") for i in range(n))
+    absent = sum(not contains(filters[shard_of(url, shards)], url, size) for url in urls)
+    if absent > skipped:
+        raise SystemExit(f"{absent} offered URLs in no filter but {skipped} skipped: bit positions differ")
+    return absent
 
 
 def probe_sharded(filters: list[bytes], size: BloomSize, n: int, probes: int) -> float:
@@ -277,7 +322,8 @@ def print_row(res: Result) -> None:
     print(
         f"  {res.size:>10,} {res.tier:12} dedupe {res.per_url:6.2f} B/URL ({res.dedupe_bytes / 2**20:7.1f} MB),"
         f" frontier {res.frontier_bytes / res.size:6.1f} B/URL; skipped {res.size - res.added} (expected"
-        f" {res.expected_skips:.1f}); {res.urls_per_s:,.0f} URLs/s, {res.redis_cpu / res.size * 1e6:.2f} µs Redis"
+        f" {res.expected_skips:.1f}{'' if res.refused is None else f'; {res.refused} refused by the quota'});"
+        f" {res.urls_per_s:,.0f} URLs/s, {res.redis_cpu / res.size * 1e6:.2f} µs Redis"
         f" CPU/URL{fp}{'' if res.shards == 1 else f'; fullest shard {res.fullest_share:.0%} of the dedupe bytes'}",
         flush=True,
     )
@@ -286,7 +332,7 @@ def print_row(res: Result) -> None:
 def run_sizes(args: argparse.Namespace) -> list[Result]:
     results = []
     for n in args.sizes:
-        for rate in TIERS:
+        for rate in args.tiers:
             reason = fits(n) if rate is None else None
             if reason:
                 print(f"  {n:>10,} exact        skipped: {reason}", flush=True)
@@ -298,7 +344,7 @@ def run_sizes(args: argparse.Namespace) -> list[Result]:
 
 
 def crawl_ratio(args: argparse.Namespace) -> float:
-    """A real crawl (one worker, nginx, the bookstore), exact vs Bloom 0.0001 for maxPages 1 M, interleaved:
+    """A real crawl (one worker, nginx, the bookstore), exact vs Bloom 0.0001 for maxPages 1 M, interleaved ABBA:
     the median pages/s, Bloom over exact, and beside it CPU per page (worker and Redis; Redis alone), which
     a loaded machine disturbs less than the wall clock."""
     import shutil
@@ -315,8 +361,14 @@ def crawl_ratio(args: argparse.Namespace) -> float:
         nginx = Nginx(tmp / "site", tmp).start()
         try:
             base = f"http://127.0.0.1:{nginx.port}"
-            for _ in range(args.repeat):
-                for name, crawl in (("exact", None), ("bloom", {"bloomFilter": {"falsePositiveRate": 0.0001}})):
+            tiers: list[tuple[str, dict[str, Any] | None]] = [
+                ("exact", None),
+                ("bloom", {"bloomFilter": {"falsePositiveRate": 0.0001}}),
+            ]
+            for round_ in range(args.repeat):
+                # ABBA: the tier that goes first alternates, so a load that rises (or falls) through the run
+                # does not always favour the same one.
+                for name, crawl in tiers if round_ % 2 == 0 else tiers[::-1]:
                     r = asyncio.run(run_trawl(base, tmp, pages, "trawl", crawl=crawl))
                     n = r["pages"]
                     runs[name].append(
@@ -344,10 +396,11 @@ def crawl_ratio(args: argparse.Namespace) -> float:
 
 
 def summary(results: list[Result], crawl: float | None) -> str:
+    """The last line; a figure whose tier (or size) was not run (``--tiers``, ``--sizes``) is n/a."""
     bloom4 = [r for r in results if r.tier == "bloom 0.0001"]
     exact = [r for r in results if r.tier == "exact"]
-    top = max(bloom4, key=lambda r: r.size)
-    at = max((r.size for r in exact if r.size <= 1_000_000), default=None)
+    top = max(bloom4, key=lambda r: r.size, default=None)
+    at = max((r.size for r in exact if r.size <= 1_000_000 and any(b.size == r.size for b in bloom4)), default=None)
     label = "1M" if at == 1_000_000 else str(at)
     ratios = "throughput_ratio_1M=n/a"
     if at is not None:  # Bloom 0.0001 over exact: URLs/s (wall, loaded), and Redis CPU per URL
@@ -356,10 +409,10 @@ def summary(results: list[Result], crawl: float | None) -> str:
         cpu = (b.redis_cpu / b.size) / (e.redis_cpu / e.size)
         ratios = f"throughput_ratio_{label}={b.urls_per_s / e.urls_per_s:.2f} redis_cpu_ratio_{label}={cpu:.2f}"
     parts = [
-        f"bloom_bytes_per_url_1e-4={top.per_url:.2f}",
+        f"bloom_bytes_per_url_1e-4={top.per_url:.2f}" if top else "bloom_bytes_per_url_1e-4=n/a",
         f"exact_bytes_per_url={statistics.mean(r.per_url for r in exact):.1f}" if exact else "exact_bytes_per_url=n/a",
-        f"fp_measured={top.fp_measured:.2e}",
-        f"fp_configured={top.fp_configured:g}",
+        f"fp_measured={top.fp_measured:.2e}" if top else "fp_measured=n/a",
+        f"fp_configured={top.fp_configured:g}" if top else "fp_configured=n/a",
         ratios,
         f"crawl_pages_ratio={crawl:.2f}" if crawl else "crawl_pages_ratio=n/a",
     ]
@@ -377,8 +430,10 @@ def main() -> None:
     ap.add_argument("--crawl-only", action="store_true", help="Only the real crawl comparison.")
     ap.add_argument("--products", type=int, default=None, help="Products of the crawled site (default 2000).")
     ap.add_argument("--repeat", type=int, default=3, help="Interleaved crawl runs per tier (default 3).")
+    ap.add_argument("--tiers", nargs="+", default=None, help="Dedupe tiers: exact and/or Bloom rates (default all).")
     ap.add_argument("--cluster", type=int, default=0, help="Run the sizes on a Redis Cluster of N masters, N shards.")
     args = ap.parse_args()
+    args.tiers = TIERS if args.tiers is None else [None if t == "exact" else float(t) for t in args.tiers]
     args.sizes = args.sizes or ([100_000] if args.quick else [100_000, 1_000_000, 10_000_000])
     args.probes = args.probes or (100_000 if args.quick else 1_000_000)
     args.products = args.products or (400 if args.quick else 2000)
