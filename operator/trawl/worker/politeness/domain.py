@@ -29,6 +29,9 @@ class DomainState:
     # Given back while Redis did not answer: returned by the next refresh, or their leases would hold the
     # domain's slots for up to SLOT_LEASE_MS after Redis (or a promoted replica) is back.
     unreturned: set[str] = field(default_factory=set)
+    # Given back by their requests, returned to Redis by the next batch (.slots: RETURN_SECONDS): still leased
+    # (in ``slots_all``) until then, and taken again by a request of the domain here that comes meanwhile.
+    returning: list[str] = field(default_factory=list)
     waiters: int = 0
     slot_event: asyncio.Event = field(default_factory=asyncio.Event)
     slot_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
