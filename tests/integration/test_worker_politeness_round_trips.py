@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 
 from trawl.redisconn.scripts import read_script
 from trawl.worker.politeness import DomainLimiter, RateWaitTooLong
-from trawl.worker.politeness.rate import interval_us
+from trawl.worker.politeness.rate import before_send, interval_us
 from waits import wait_for_async
 
 RATE = 2.0  # strict spacing (a burst of 1): a token per request
@@ -179,3 +179,44 @@ async def test_a_prepaid_token_is_spent_once_and_not_at_a_lower_rate(
             "acquire",
             "rate",
         ]  # taken at the lower rate: the token of the faster one is not spent
+
+
+async def test_a_wait_for_the_workers_own_slot_ends_when_it_is_given_back(
+    redis_client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    limiter = DomainLimiter(redis_client, _key, "w1")
+    got: list[float] = []
+
+    async def waiter() -> None:
+        async with limiter.slot("site", 1):
+            got.append(time.monotonic())
+
+    async with limiter.slot("site", 1):
+        sent = count_commands(redis_client, monkeypatch)
+        task = asyncio.create_task(waiter())
+        await wait_for_async("the waiter to park", lambda: _true(limiter.parking.count == 1), 10, 0.01)
+        released = time.monotonic()
+    await asyncio.wait_for(task, 10)
+    assert got[0] - released < 0.5  # woken by the give-back (its wait is bounded by OWN_SLOT_WAIT, 1 s)
+    assert "acquire" not in sent  # the slot passed from one request to the next here
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def test_a_domain_is_not_forgotten_while_its_last_request_spaces_the_next(redis_client: aioredis.Redis) -> None:
+    """The heartbeat's refresh forgets idle domains; one forgotten right after a request that left late (here
+    0.1 s after its token) lost when that request left, and the next one, on time by Redis's clock, left
+    closer than the interval (bench/many_hosts.py --send-log: fast hosts' requests 0.05-0.09 s early)."""
+    limiter = DomainLimiter(redis_client, _key, "w1")
+    rate = 4.0  # a burst of 1: spaced as requests leave
+    interval = interval_us(rate) / 1_000_000
+    await limiter.rate.take_token("site", rate, adaptive=False)
+    await asyncio.sleep(0.1)  # the request leaves late (a new connection, a busy loop)
+    await before_send()
+    first = time.monotonic()
+    await limiter.refresh()  # the heartbeat's
+    await limiter.rate.take_token("site", rate, adaptive=False)
+    await before_send()
+    assert time.monotonic() - first >= interval - EARLY

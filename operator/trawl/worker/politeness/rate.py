@@ -96,6 +96,7 @@ async def before_send() -> None:
             break
         await asyncio.sleep(gap)  # and check again: another request of the domain may have left meanwhile
     state.sent_at = time.monotonic()
+    state.spaced_until = state.sent_at + interval
 
 
 class RateLimit:

@@ -38,6 +38,7 @@ SLOT_HOLD_SECONDS = 2.0
 LARGE_LIMIT = 16  # from this per-domain limit up, slots are leased in batches and kept while young
 RETURN_SECONDS = 0.005  # slots given back are returned to Redis together, this long after the first
 RETURN_BATCH = 256  # members per return call
+OWN_SLOT_WAIT = 1.0  # the longest a wait for one of this worker's own slots sleeps without looking again
 
 
 def slots_wanted(waiters: int, limit: int) -> int:
@@ -140,20 +141,25 @@ class ConcurrencySlots:
                         and time.monotonic() - state.slots_all.get(state.returning[-1], 0.0) < SLOT_HOLD_SECONDS
                     ):
                         return state.returning.pop()  # given back, not returned yet: still leased here
-                    if len(state.slots_all) >= limit:  # every slot leased here, in use: Redis would say no
-                        granted = 0
-                    else:
-                        granted = await self._lease(domain, state, limit, rate, deadline)
-                    if granted:
+                    # Every slot leased here, in use: Redis could only say no, and the wait ends when one of
+                    # them is given back (``slot_event``: kept for a waiter here, or returned by a batch).
+                    own = len(state.slots_all) >= limit
+                    if not own and await self._lease(domain, state, limit, rate, deadline):
                         return state.slots.pop()
                 if deadline is not None and time.monotonic() + pause > deadline:
                     raise RateWaitTooLong(pause)
+                # Slots of other workers are polled for (nothing tells this one when they are returned); a wait
+                # for this worker's own is woken when one comes back, OWN_SLOT_WAIT its bound.
+                wait = OWN_SLOT_WAIT if own else pause
+                if deadline is not None:
+                    wait = min(wait, deadline - time.monotonic())
                 state.slot_event.clear()
                 stay.park()
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(pause):
+                    async with asyncio.timeout(wait):
                         await state.slot_event.wait()
-                pause = min(pause * 1.5, 0.2)
+                if not own:
+                    pause = min(pause * 1.5, 0.2)
         finally:
             state.waiters -= 1
 
