@@ -8,6 +8,7 @@ sit side by side rather than in records of their own (no extra lookup per reques
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 
 from .adaptive import AdaptiveDelay
@@ -29,6 +30,9 @@ class DomainState:
     # Given back while Redis did not answer: returned by the next refresh, or their leases would hold the
     # domain's slots for up to SLOT_LEASE_MS after Redis (or a promoted replica) is back.
     unreturned: set[str] = field(default_factory=set)
+    # Given back by their requests, returned to Redis by the next batch (.slots: RETURN_SECONDS): still leased
+    # (in ``slots_all``) until then, and taken again by a request of the domain here that comes meanwhile.
+    returning: list[str] = field(default_factory=list)
     waiters: int = 0
     slot_event: asyncio.Event = field(default_factory=asyncio.Event)
     slot_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -39,13 +43,23 @@ class DomainState:
     # When the domain's last request left this worker's fetcher (monotonic): under strict spacing the next
     # one leaves one interval after it (.rate.before_send), however early Redis granted its token.
     sent_at: float = 0.0
+    # ... and when the domain's next request may leave here (sent_at plus its interval): the record is kept
+    # until then, or a new one (sent_at 0) would let the next request leave unspaced.
+    spaced_until: float = 0.0
     # The domain's tasks this worker holds, and when the next one given back is due (.backlog).
     backlog: Backlog = field(default_factory=Backlog)
 
     def idle(self) -> bool:
         """Nothing here worth keeping once no slot is leased: no one waits for a slot, no tokens are left,
-        no task of the domain is held here, and the adaptive delay has faded to nothing."""
-        return self.waiters == 0 and self.tokens <= 0 and self.backlog.held == 0 and self.adaptive.delay == 0
+        no task of the domain is held here, the adaptive delay has faded to nothing, and the send-time spacing
+        of the domain's last request here is over."""
+        return (
+            self.waiters == 0
+            and self.tokens <= 0
+            and self.backlog.held == 0
+            and self.adaptive.delay == 0
+            and self.spaced_until <= time.monotonic()
+        )
 
 
 class RateWaitTooLong(Exception):

@@ -50,7 +50,8 @@ class DomainLimiter:
 
     def hold_slot(self, domain: str, rate: float, concurrency: int, *, deadline: float | None = None) -> HeldSlot:
         """:meth:`hold` and then :meth:`slot`, for the duration of the block."""
-        return HeldSlot(self.hold(domain, rate, concurrency), self.slot(domain, concurrency, deadline=deadline))
+        held = self.hold(domain, rate, concurrency)
+        return HeldSlot(held, self.slots.slot(domain, concurrency, deadline=deadline, rate=rate))
 
     def hold(self, domain: str, rate: float, concurrency: int) -> Held:
         """Count a task of the domain as held by this worker for the duration of the block (its slot, token
@@ -74,6 +75,7 @@ class DomainLimiter:
     async def refresh(self) -> None:
         """Return idle slots that are old, extend the other leases (called from the heartbeat loop), and
         forget the domains this worker keeps nothing of."""
+        await self.slots.flush()  # slots given back and not returned yet: returned first
         now = time.monotonic()
         for domain, state in list(self._domains.items()):
             if not await self.slots.refresh(domain, state, now) and state.idle():

@@ -3,7 +3,10 @@
 A worker asks for up to ``n`` tokens at once (``n`` is 1 at low rates, so two workers sharing 5 req/s
 interleave request by request; at high rates a batch of tokens saves round trips, bounded by the burst
 the rate allows anyway). This worker's adaptive delay (:mod:`.adaptive`) spaces the domain's requests
-further, before any token is taken.
+further, before any token is taken. A token due later is reserved by the call that learns its wait (the
+task sleeps until it is due, and asks Redis nothing more), unless it is due after the task's deadline; one
+may also come with the slot of the task's request (:class:`Prepaid`, :mod:`.slots`): one round trip for
+both.
 
 Redis grants a token on its clock, but the request leaves later (a new connection, a busy event loop), so
 two requests granted one interval apart could reach the site closer together than that, or even swap
@@ -33,6 +36,7 @@ from .parking import Parking, Stay
 MAX_TOKEN_BATCH = 64
 TOKEN_MAX_AGE = 0.25  # seconds a batch of rate tokens may be held before the rest is dropped
 RATE_SAFETY = 0.95  # share of a domain's requests-per-second actually used
+RESERVE_US = 3_600_000_000  # with no deadline, a token due within this is reserved (the wait is taken anyway)
 
 
 def token_batch(rate: float) -> int:
@@ -49,6 +53,25 @@ def interval_us(rate: float) -> int:
     """The GCRA's emission interval in microseconds: spaced a little wider than the limit, as sites count
     arrivals, and network jitter can bunch requests that left exactly 1/rate apart into one window."""
     return max(1, int(1_000_000 / (rate * RATE_SAFETY)))
+
+
+class Prepaid:
+    """A rate token taken with the slot of the current task's request (:mod:`.slots`: one round trip for both),
+    spent by the task's first :meth:`RateLimit.take_token` for the domain, at its rate or a lower one, no
+    earlier than ``due`` (monotonic) and no later than TOKEN_MAX_AGE after it. Spent once, though copies
+    of the task's context (a child task) all see it."""
+
+    __slots__ = ("due", "rate", "spent", "state")
+
+    def __init__(self, state: DomainState, rate: float, due: float) -> None:
+        self.state = state
+        self.rate = rate
+        self.due = due
+        self.spent = False
+
+
+# The current task's prepaid token, if it has one (set by .slots when its slot is leased).
+PREPAID: ContextVar[Prepaid | None] = ContextVar("trawl_politeness_prepaid", default=None)
 
 
 # The domain whose request the current task is about to send, and its interval in seconds: set when its
@@ -73,6 +96,7 @@ async def before_send() -> None:
             break
         await asyncio.sleep(gap)  # and check again: another request of the domain may have left meanwhile
     state.sent_at = time.monotonic()
+    state.spaced_until = state.sent_at + interval
 
 
 class RateLimit:
@@ -134,6 +158,15 @@ class RateLimit:
                     stay.park()
                     await asyncio.sleep(start - now)
         burst = burst_for(rate)
+        prepaid = PREPAID.get()
+        if prepaid is not None and prepaid.state is state and not prepaid.spent:
+            prepaid.spent = True
+            PREPAID.set(None)
+            if rate >= prepaid.rate and time.monotonic() - prepaid.due <= TOKEN_MAX_AGE:
+                await self._spend(domain, state, rate, prepaid.due, stay)
+                SENDING.set((state, interval / 1_000_000) if burst == 1 else None)
+                return
+            # else dropped: granted at a faster rate (robots.txt's Crawl-delay), or too long ago
         if state.tokens > 0 and rate >= state.tokens_rate and time.monotonic() - state.tokens_at <= TOKEN_MAX_AGE:
             # A token granted by Redis is left, fresh and at this rate: take it without the lock (nothing
             # is awaited between the check and the take). The pool-wide rate is what Redis granted; the
@@ -147,6 +180,22 @@ class RateLimit:
                 state.token_waiters -= 1
         # strict spacing: the fetcher spaces the request from the domain's previous one as it leaves
         SENDING.set((state, interval / 1_000_000) if burst == 1 else None)
+
+    async def _spend(self, domain: str, state: DomainState, rate: float, due: float, stay: Stay) -> None:
+        """Wait until a prepaid token is due (counted among the domain's token waiters, as one waiting for
+        Redis's grant would be)."""
+        wait = due - time.monotonic()
+        if wait > 0:
+            if self.on_wait is not None:
+                self.on_wait(domain, wait)
+            state.token_waiters += 1
+            try:
+                stay.park()
+                await asyncio.sleep(wait)
+            finally:
+                state.token_waiters -= 1
+        state.tokens_at = time.monotonic()
+        state.tokens_rate = rate
 
     async def _take_locked(
         self,
@@ -166,19 +215,22 @@ class RateLimit:
             if state.tokens > 0 and rate < state.tokens_rate:
                 state.tokens = 0  # granted at a faster rate (e.g. before robots.txt's Crawl-delay was known)
             while state.tokens <= 0:
-                want = token_batch(rate)
-                granted, wait_us = await self._gcra(keys=[self.key(domain, "rate")], args=[interval, burst, want])
-                granted = int(granted)
+                # The next token is reserved when it is due before the deadline: one round trip per token,
+                # not one to learn the wait and another to take the token once it is over.
+                reserve = RESERVE_US if deadline is None else int((deadline - time.monotonic()) * 1_000_000)
+                granted, wait_us = await self._gcra(
+                    keys=[self.key(domain, "rate")], args=[interval, burst, token_batch(rate), reserve]
+                )
+                granted, wait = int(granted), int(wait_us) / 1_000_000
+                if wait > 0:
+                    if granted <= 0 and deadline is not None and time.monotonic() + wait > deadline:
+                        raise RateWaitTooLong(wait)
+                    if self.on_wait is not None:
+                        self.on_wait(domain, wait)
+                    stay.park()  # back in a place after the lock is released: no task waits for it in a place
+                    await asyncio.sleep(wait)  # a reserved token is due then: its request leaves no earlier
                 if granted > 0:
                     state.tokens += granted
                     state.tokens_at = time.monotonic()
                     state.tokens_rate = rate
-                    break
-                wait = int(wait_us) / 1_000_000
-                if deadline is not None and time.monotonic() + wait > deadline:
-                    raise RateWaitTooLong(wait)
-                if self.on_wait is not None:
-                    self.on_wait(domain, wait)
-                stay.park()  # back in a place after the lock is released: no task waits for it in a place
-                await asyncio.sleep(wait)
             state.tokens -= 1

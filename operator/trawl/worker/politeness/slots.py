@@ -4,6 +4,13 @@
 A worker leases slots, reuses them locally while it has queued requests for the domain, returns them
 when it has none, and never keeps one longer than ``SLOT_HOLD_SECONDS`` without giving other workers a
 chance. Leases expire, so a killed worker cannot hold a domain's slots for ever.
+
+Round trips are the polite path's cost per request at many hosts (issue 37: at 1,000 hosts each request
+asked Redis for a slot about 1.5 times and returned it once, beside its rate token). So a worker asks Redis
+for none while it already leases the domain's whole limit (Redis could only say no: it waits for one of its
+own), and slots given back are returned in batches, every domain's in one script call
+(``RETURN_SECONDS`` after the first: a slot is held that much longer, never more than its lease), a request
+of the domain here meanwhile taking one back instead of leasing another.
 """
 
 from __future__ import annotations
@@ -22,12 +29,16 @@ from trawl.redisconn.scripts import read_script
 
 from .domain import DomainState, RateWaitTooLong
 from .parking import Parking, Stay
+from .rate import PREPAID, RESERVE_US, Prepaid, burst_for, interval_us
 
 log = logging.getLogger("trawl.worker.politeness")
 
 SLOT_LEASE_MS = 30_000
 SLOT_HOLD_SECONDS = 2.0
 LARGE_LIMIT = 16  # from this per-domain limit up, slots are leased in batches and kept while young
+RETURN_SECONDS = 0.005  # slots given back are returned to Redis together, this long after the first
+RETURN_BATCH = 256  # members per return call
+OWN_SLOT_WAIT = 1.0  # the longest a wait for one of this worker's own slots sleeps without looking again
 
 
 def slots_wanted(waiters: int, limit: int) -> int:
@@ -35,21 +46,31 @@ def slots_wanted(waiters: int, limit: int) -> int:
     return max(1, min(waiters, 8 if limit >= LARGE_LIMIT else 1))
 
 
+def prepays(state: DomainState, rate: float) -> bool:
+    """Whether a slot's lease takes its request's token too: where the rate spaces requests strictly (a burst
+    of 1: a token per request, each a round trip of its own), this worker holds none of the domain's tokens,
+    and no adaptive delay comes before the token (it would age it)."""
+    return 0 < rate < float("inf") and burst_for(rate) == 1 and state.tokens <= 0 and state.adaptive.delay == 0
+
+
 class Slot:
     """The context manager of :meth:`ConcurrencySlots.slot`: a plain class, as it is entered once per request
     (a generator-based one costs a generator and its frames each time)."""
 
-    __slots__ = ("deadline", "domain", "limit", "member", "slots")
+    __slots__ = ("deadline", "domain", "limit", "member", "rate", "slots")
 
-    def __init__(self, slots: ConcurrencySlots, domain: str, limit: int, deadline: float | None) -> None:
+    def __init__(
+        self, slots: ConcurrencySlots, domain: str, limit: int, deadline: float | None, rate: float = 0.0
+    ) -> None:
         self.slots = slots
         self.domain = domain
         self.limit = limit
         self.deadline = deadline
+        self.rate = rate
         self.member: str | None = None
 
     async def __aenter__(self) -> None:
-        self.member = await self.slots._take(self.domain, self.limit, self.deadline)
+        self.member = await self.slots._take(self.domain, self.limit, self.deadline, self.rate)
 
     async def __aexit__(self, *exc: object) -> None:
         if self.member is not None:
@@ -75,18 +96,24 @@ class ConcurrencySlots:
         self._domains = domains  # added on first use; shared with the rate limit
         self._acquire = redis.register_script(read_script("trawl.worker", "slots_acquire"))
         self._refresh = redis.register_script(read_script("trawl.worker", "slots_refresh"))
+        self._return = redis.register_script(read_script("trawl.worker", "slots_return"))
         self._serial = itertools.count()
+        self._returning: set[str] = set()  # domains with slots waiting for the next return batch
+        self._return_timer: asyncio.TimerHandle | None = None
+        self._flushes: set[asyncio.Task[None]] = set()
 
-    def slot(self, domain: str, limit: int, *, deadline: float | None = None) -> Slot:
+    def slot(self, domain: str, limit: int, *, deadline: float | None = None, rate: float = 0.0) -> Slot:
         """Hold one of the domain's pool-wide concurrency slots for the duration of the block
-        (``async with slots.slot(...)``; given back however the block ends)."""
-        return Slot(self, domain, limit, deadline)
+        (``async with slots.slot(...)``; given back however the block ends). With the ``rate`` of the
+        block's request, a slot leased from Redis comes with that request's token where one round trip can
+        take both (:func:`prepays`)."""
+        return Slot(self, domain, limit, deadline, rate)
 
-    async def _take(self, domain: str, limit: int, deadline: float | None) -> str:
+    async def _take(self, domain: str, limit: int, deadline: float | None, rate: float = 0.0) -> str:
         """A slot's member; the task is parked while it waits for one, and back in a place on return."""
         stay = self.parking.stay()
         try:
-            member = await self._wait_take(domain, limit, deadline, stay)
+            member = await self._wait_take(domain, limit, deadline, stay, rate)
         except BaseException:
             stay.drop()
             raise
@@ -97,7 +124,7 @@ class ConcurrencySlots:
             raise
         return member
 
-    async def _wait_take(self, domain: str, limit: int, deadline: float | None, stay: Stay) -> str:
+    async def _wait_take(self, domain: str, limit: int, deadline: float | None, stay: Stay, rate: float) -> str:
         state = self._domains[domain]
         state.limit = limit
         state.waiters += 1
@@ -109,35 +136,61 @@ class ConcurrencySlots:
                 async with state.slot_lock:
                     if state.slots:
                         return state.slots.pop()
-                    want = slots_wanted(state.waiters, limit)
-                    first = next(self._serial)
-                    for _ in range(want - 1):
-                        next(self._serial)
-                    prefix = f"{self.worker_id}:"
-                    granted = int(
-                        await self._acquire(
-                            keys=[self.key(domain, "conc")], args=[limit, want, SLOT_LEASE_MS, prefix, first]
-                        )
-                    )
-                    if granted:
-                        now = time.monotonic()
-                        members = [f"{prefix}{first + i}" for i in range(granted)]
-                        for m in members:
-                            state.slots_all[m] = now
-                        state.slots.extend(members[1:])
-                        if len(members) > 1:
-                            state.slot_event.set()
-                        return members[0]
+                    if (
+                        state.returning
+                        and time.monotonic() - state.slots_all.get(state.returning[-1], 0.0) < SLOT_HOLD_SECONDS
+                    ):
+                        return state.returning.pop()  # given back, not returned yet: still leased here
+                    # Every slot leased here, in use: Redis could only say no, and the wait ends when one of
+                    # them is given back (``slot_event``: kept for a waiter here, or returned by a batch).
+                    own = len(state.slots_all) >= limit
+                    if not own and await self._lease(domain, state, limit, rate, deadline):
+                        return state.slots.pop()
                 if deadline is not None and time.monotonic() + pause > deadline:
                     raise RateWaitTooLong(pause)
+                # Slots of other workers are polled for (nothing tells this one when they are returned); a wait
+                # for this worker's own is woken when one comes back, OWN_SLOT_WAIT its bound.
+                wait = OWN_SLOT_WAIT if own else pause
+                if deadline is not None:
+                    wait = min(wait, deadline - time.monotonic())
                 state.slot_event.clear()
                 stay.park()
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(pause):
+                    async with asyncio.timeout(wait):
                         await state.slot_event.wait()
-                pause = min(pause * 1.5, 0.2)
+                if not own:
+                    pause = min(pause * 1.5, 0.2)
         finally:
             state.waiters -= 1
+
+    async def _lease(self, domain: str, state: DomainState, limit: int, rate: float, deadline: float | None) -> int:
+        """Lease up to :func:`slots_wanted` of the domain's slots from Redis, into ``state.slots``; how many.
+        With the request's token, where :func:`prepays` (the caller's :data:`~.rate.PREPAID`)."""
+        want = slots_wanted(state.waiters, limit)
+        first = next(self._serial)
+        for _ in range(want - 1):
+            next(self._serial)
+        prefix = f"{self.worker_id}:"
+        keys = [self.key(domain, "conc")]
+        args: list[int | str] = [limit, want, SLOT_LEASE_MS, prefix, first]
+        token = want == 1 and prepays(state, rate)
+        if token:
+            reserve = RESERVE_US if deadline is None else int((deadline - time.monotonic()) * 1_000_000)
+            keys.append(self.key(domain, "rate"))
+            args += [interval_us(rate), 1, reserve]
+        reply = await self._acquire(keys=keys, args=args)
+        granted = int(reply[0])
+        if granted and token and int(reply[1]):
+            PREPAID.set(Prepaid(state, rate, time.monotonic() + int(reply[2]) / 1_000_000))
+        if granted:
+            now = time.monotonic()
+            members = [f"{prefix}{first + i}" for i in range(granted)]
+            for m in members:
+                state.slots_all[m] = now
+            state.slots.extend(reversed(members))  # the caller pops members[0]
+            if len(members) > 1:
+                state.slot_event.set()
+        return granted
 
     async def _give(self, domain: str, member: str) -> None:
         state = self._domains[domain]
@@ -154,12 +207,45 @@ class ConcurrencySlots:
             state.slots.append(member)
             state.slot_event.set()
             return
-        state.slots_all.pop(member, None)
-        try:
-            await self.redis.zrem(self.key(domain, "conc"), member)
-        except Exception as exc:
-            state.unreturned.add(member)
-            log.warning("could not return slot %s of %s (retried at the next heartbeat): %s", member, domain, exc)
+        state.returning.append(member)  # returned with others by the next batch (see the module)
+        self._returning.add(domain)
+        if self._return_timer is None:
+            self._return_timer = asyncio.get_running_loop().call_later(RETURN_SECONDS, self._flush_soon)
+
+    def _flush_soon(self) -> None:
+        self._return_timer = None
+        task = asyncio.get_running_loop().create_task(self.flush())
+        self._flushes.add(task)
+        task.add_done_callback(self._flushes.discard)
+
+    async def flush(self) -> None:
+        """Return the slots given back since the last batch, every domain's in one call per RETURN_BATCH; those
+        Redis does not take back are returned by the next :meth:`refresh`."""
+        if self._return_timer is not None:
+            self._return_timer.cancel()
+            self._return_timer = None
+        batch: list[tuple[str, str]] = []
+        for domain in self._returning:
+            state = self._domains.get(domain)
+            if state is None:
+                continue
+            for member in state.returning:
+                state.slots_all.pop(member, None)
+                batch.append((domain, member))
+            state.returning.clear()
+        self._returning.clear()
+        for i in range(0, len(batch), RETURN_BATCH):
+            part = batch[i : i + RETURN_BATCH]
+            try:
+                await self._return(keys=[self.key(d, "conc") for d, _ in part], args=[m for _, m in part])
+            except Exception as exc:
+                for domain, member in part:
+                    self._domains[domain].unreturned.add(member)
+                log.warning("could not return %d slots (retried at the next heartbeat): %s", len(part), exc)
+            for domain, _ in part:  # a waiter here may lease one now
+                state = self._domains.get(domain)
+                if state is not None:
+                    state.slot_event.set()
 
     async def refresh(self, domain: str, state: DomainState, now: float) -> bool:
         """Return the domain's idle slots that are old (and those Redis did not take back before), extend the
@@ -181,8 +267,13 @@ class ConcurrencySlots:
         return True
 
     async def release_all(self) -> None:
+        if self._return_timer is not None:
+            self._return_timer.cancel()
+            self._return_timer = None
+        self._returning.clear()
         for domain, state in list(self._domains.items()):
             members = [*state.slots_all, *state.unreturned]
+            state.returning.clear()
             if members:
                 with contextlib.suppress(Exception):
                     await self.redis.zrem(self.key(domain, "conc"), *members)
