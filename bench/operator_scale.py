@@ -45,6 +45,7 @@ import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, cast
 
@@ -79,6 +80,7 @@ class JobTrack:
     queued: float | None = None
     complete: float | None = None
     complete_wall: float | None = None  # time.time() of the same instant: compared with Redis's "fin"
+    written_wall: float | None = None  # when the terminal status was written (its managedFields entry, 1 s steps)
     uid: str = ""
     phase: str | None = None
     writes: int = 0  # MODIFIED events (any write that changed the object)
@@ -170,6 +172,7 @@ class Observer:
             if track.complete is None and phase in TERMINAL:
                 track.complete = now
                 track.complete_wall = time.time()
+                track.written_wall = status_written(meta)
                 track.succeeded = int((status.get("counts") or {}).get("succeeded", 0))
 
     def counts(self) -> tuple[int, int]:
@@ -539,8 +542,31 @@ def goals_for(jobs: int) -> tuple[int, int]:
     return (30, 300) if jobs <= 1000 else (60, 600)
 
 
+def status_written(meta: dict[str, Any]) -> float | None:
+    """The newest write to the object's status subresource (managedFields' ``time``: whole seconds)."""
+    times = [
+        datetime.fromisoformat(entry["time"].replace("Z", "+00:00")).timestamp()
+        for entry in meta.get("managedFields") or ()
+        if entry.get("subresource") == "status" and entry.get("time")
+    ]
+    return max(times, default=None)
+
+
+def percentiles(prefix: str, values: list[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    values = sorted(values)
+    return {
+        f"{prefix}_p50_s": round(values[len(values) // 2], 3),
+        f"{prefix}_p95_s": round(values[min(len(values) - 1, int(len(values) * 0.95))], 3),
+        f"{prefix}_max_s": round(values[-1], 3),
+    }
+
+
 def end_lags(redis_url: str, tracks: dict[str, JobTrack]) -> dict[str, float]:
-    """From each job's end in the queue (its hash's ``fin``) to the watch seeing its status terminal."""
+    """From each job's end in the queue (its hash's ``fin``) to the watch seeing its status terminal; split
+    at the terminal status's write: ``end_write`` (the operator's part, fin to the write) and ``end_watch``
+    (the API server's and this watch's, the write to the event seen)."""
     import redis
 
     from trawl.api.naming import queue_prefix
@@ -556,13 +582,14 @@ def end_lags(redis_url: str, tracks: dict[str, JobTrack]) -> dict[str, float]:
         fins = pipe.execute()
     finally:
         client.close()
-    lags = sorted(t.complete_wall - float(fin) for t, fin in zip(done, fins, strict=True) if fin and t.complete_wall)
-    if not lags:
-        return {}
+    ended = [(t, float(fin)) for t, fin in zip(done, fins, strict=True) if fin and t.complete_wall]
+    written = [(t, fin) for t, fin in ended if t.written_wall is not None]
     return {
-        "end_lag_p50_s": round(lags[len(lags) // 2], 3),
-        "end_lag_p95_s": round(lags[min(len(lags) - 1, int(len(lags) * 0.95))], 3),
-        "end_lag_max_s": round(lags[-1], 3),
+        **percentiles("end_lag", [t.complete_wall - fin for t, fin in ended if t.complete_wall]),
+        **percentiles("end_write", [t.written_wall - fin for t, fin in written if t.written_wall]),
+        **percentiles(
+            "end_watch", [t.complete_wall - t.written_wall for t, _ in written if t.complete_wall and t.written_wall]
+        ),
     }
 
 
