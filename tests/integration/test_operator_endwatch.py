@@ -84,3 +84,43 @@ async def _blocked(client: aioredis.Redis, n: int) -> bool:
 
 async def _true(value: bool) -> bool:
     return value
+
+
+class _CountingReads:
+    """The client with its XREAD calls counted (everything else passed through)."""
+
+    def __init__(self, client: aioredis.Redis) -> None:
+        self.client = client
+        self.reads = 0
+
+    async def xread(self, *args: object, **kwargs: object) -> object:
+        self.reads += 1
+        return await self.client.xread(*args, **kwargs)  # type: ignore[arg-type]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.client, name)
+
+
+async def test_a_reader_far_behind_catches_up_in_few_reads(shared_redis: aioredis.Redis) -> None:
+    """A storm of creates writes hundreds of entries a second while each read of a busy operator takes many
+    turns of its loop: a reader taking 100 entries a read fell minutes behind (and lost what the stream's
+    bound trimmed). Here 1,500 jobs' 3,000 entries written before the reader starts are read in two reads, and
+    a third waits for more (at 100 a read: 30)."""
+    ended: list[str] = []
+    counting = _CountingReads(shared_redis)
+    queue = Queue(counting, "trawl:{test/storm}")  # type: ignore[arg-type]
+    (key,) = queue.event_keys()
+    ids = [f"job{i}" for i in range(1500)]
+    pipe = shared_redis.pipeline(transaction=False)
+    for uid in ids:
+        pipe.xadd(key, {"type": "started", "job": uid})
+        pipe.xadd(key, {"type": "finished", "job": uid})
+    await pipe.execute()
+    watch = EndWatch(ended.append, block_seconds=0.2)
+    try:
+        watch.touch(queue)
+        await wait_for_async("every end read", lambda: _true(len(ended) == len(ids)), 30, 0.02)
+        assert ended == ids
+        assert counting.reads <= 3
+    finally:
+        await watch.stop()

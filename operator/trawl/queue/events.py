@@ -21,18 +21,19 @@ from trawl.redisconn.replies import text
 
 # The stream's entries since the last one seen; "$": only those written after the first read started.
 _FROM_NOW = "$"
-COUNT = 100  # entries per read: a reader behind by more reads again at once
+COUNT = 100  # entries per read by default: a reader behind by more reads again at once
 
 
 class PoolEvents:
     """Blocking reads of the event stream ``key``, from the first read's start (or ``since``) on; none missed
     between reads."""
 
-    def __init__(self, redis: Any, key: str, *, since: float | None = None) -> None:
+    def __init__(self, redis: Any, key: str, *, since: float | None = None, count: int = COUNT) -> None:
         """``since``: a wall-clock time (epoch seconds) to read from instead of the first read's start (an
-        entry's ID is the Redis server's clock in milliseconds)."""
+        entry's ID is the Redis server's clock in milliseconds); ``count``: entries per read at most."""
         self.redis = redis
         self.key = key
+        self.count = count
         # once an entry is seen, reads continue after it
         self.last = _FROM_NOW if since is None else f"{max(0, int(since * 1000))}-0"
 
@@ -41,7 +42,7 @@ class PoolEvents:
         since the last read): ``[]`` when none came, None when the read failed (after sleeping the rest)."""
         started = time.monotonic()
         try:
-            reply = await self.redis.xread({self.key: self.last}, count=COUNT, block=max(1, round(seconds * 1000)))
+            reply = await self.redis.xread({self.key: self.last}, count=self.count, block=max(1, round(seconds * 1000)))
         except Exception:  # any failure of a best-effort read (RedisError, a cluster's errors, OSError)
             await asyncio.sleep(max(0.0, seconds - (time.monotonic() - started)))
             return None

@@ -32,6 +32,12 @@ BLOCK_SECONDS = 2.0  # one read's wait: how soon a reader notices it is idle or 
 # and its end may come before the first read blocks; the margin also covers the operator's clock running
 # ahead of Redis's (an entry's ID is Redis's time). Ends read twice only bring a pass more.
 LOOKBACK_SECONDS = 30.0
+# Entries per read. The operator reads every entry of its pools' streams (4-5 per job: registered, enqueued,
+# started, finished, ...): 10,000 jobs created in five minutes write ~150 a second, and on an operator busy
+# with those creates each read's round trip takes many turns of a crowded event loop. At 100 a read such a
+# reader can fall behind for as long as the storm lasts, and one behind by more than the stream's bound loses
+# the entries trimmed meanwhile (those ends wait for their periodic pass). A read of 2,000 is a few ms.
+READ_COUNT = 2000
 
 
 @dataclass
@@ -68,7 +74,7 @@ class EndWatch:
             reader = self.readers.get(ident)
             if reader is None or reader.task is None or reader.task.done():
                 reader = self.readers[ident] = _Reader(now)
-                events = PoolEvents(queue.redis, key, since=self.wall() - LOOKBACK_SECONDS)
+                events = PoolEvents(queue.redis, key, since=self.wall() - LOOKBACK_SECONDS, count=READ_COUNT)
                 reader.task = asyncio.create_task(self._read(ident, events, reader))
             reader.used = now
 
