@@ -45,6 +45,7 @@ class Meter:
         self.pages = 0
         self.t0 = self.t1 = self.cpu0 = self.cpu1 = 0.0
         self.peak = 0
+        self.browsers = 0  # the most browsers seen at once
         self._stop = threading.Event()
         self._extractor = Extractor(ExtractOptions.from_dict({"fields": LISTING_FIELDS}))
 
@@ -62,9 +63,12 @@ class Meter:
             self._stop.set()
 
     def _sample(self) -> None:
-        pid = procmem.find_pid(self.marker)
-        while pid is not None and not self._stop.is_set():
-            self.peak = max(self.peak, procmem.tree_pss_bytes(pid))
+        # every browser the crawler runs, summed at each sample: a crawler may run several at once
+        # (Crawlee's PlaywrightCrawler did here, seen in /proc: its first one alone undercounts it)
+        while not self._stop.is_set():
+            pids = procmem.find_pids(self.marker)
+            self.peak = max(self.peak, sum(procmem.tree_pss_bytes(pid) for pid in pids))
+            self.browsers = max(self.browsers, len(pids))
             self._stop.wait(0.2)
 
     def result(self, name: str, concurrency: int) -> dict[str, Any]:
@@ -76,6 +80,7 @@ class Meter:
             "cpu": self.cpu1 - self.cpu0,
             "peak_bytes": self.peak,
             "concurrency": concurrency,
+            "browsers": self.browsers,
         }
 
 

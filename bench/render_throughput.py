@@ -197,7 +197,7 @@ def peer_line(r: dict[str, Any]) -> str:
         f"{r['name']:<18} {r['flavour']:<4} pages={r['pages']} pages/s={r['pages'] / r['seconds']:.2f} "
         f"pages/s_per_core={r['pages'] / r['cpu']:.2f} cpu_ms/page={r['cpu'] / r['pages'] * 1000:.0f} "
         f"peak_MiB={r['peak_bytes'] / 2**20:.0f} "
-        f"MiB_per_concurrent_page={r['peak_bytes'] / r['concurrency'] / 2**20:.1f}"
+        f"MiB_per_concurrent_page={r['peak_bytes'] / r['concurrency'] / 2**20:.1f} browsers={r.get('browsers', 1)}"
         f" (load {r['load']:.1f})"
     )
 

@@ -7,8 +7,10 @@ closing the proxy with the context cuts whatever is still open. The page reads t
 window (its start to its end) and counts as its own only the refusals of destinations it asked for.
 Service workers, downloads and popups are off; navigations of the page's main frame to anything but
 http(s) are refused, and every main-frame navigation passes robots.txt and the domain's rate limit like
-a fetch hop. The job's headers are added request by request, to the requests whose origin is one of the
-job's own (``headers_for``), never to the whole context: a page's third-party subresources (an
+a fetch hop. Without job headers only documents and blocked resource types are paused for those
+decisions (:meth:`PageRenderer._intercept_navigations`); the rest go straight to the proxy. The job's
+headers are added request by request (every request routed), to the requests whose origin is one of
+the job's own (``headers_for``), never to the whole context: a page's third-party subresources (an
 analytics script, a CDN, a site of the author's choosing) get none of them, nor a redirect away from the
 origin. Which browser a page runs in, and its replacement after a crash, is the pool's business
 (:mod:`.pool`).
@@ -38,7 +40,7 @@ from .proxy import MAX_BLOCKED_KEPT, PolicyProxy
 from .settings import BrowserSettings
 
 if TYPE_CHECKING:
-    from playwright.async_api import Page, Request, Response, Route
+    from playwright.async_api import CDPSession, Page, Request, Response, Route
 
 log = logging.getLogger("trawl.worker.browser")
 
@@ -47,6 +49,8 @@ HeadersFor = Callable[[str], dict[str, str] | None]  # the headers a request to 
 CLOSE_TIMEOUT = 10.0  # closing a context, a browser or Playwright takes at most this long
 SNAPSHOT_GRACE = 5.0  # the snapshot (HTML, screenshot) of a page at its time cap gets this much longer
 MAX_AUTHORITIES = 1024  # destinations remembered per page, to tell its refusals from its siblings'
+# The blockable resource types (RenderSpec.block_resources) as Chromium's Fetch domain names them
+CDP_RESOURCE_TYPES = {"image": "Image", "font": "Font", "media": "Media", "stylesheet": "Stylesheet"}
 
 
 @dataclass
@@ -159,12 +163,16 @@ class PageRenderer:
         try:
             page.on("crash", lambda _p: state.mark_crashed())
             page.on("popup", lambda p: state.spawn(p.close()))
-            # a redirect's next request is not routed: a failed one still names the destination it was for
-            page.on("requestfailed", lambda r: state.asked(r.url))
             blocked_types = {str(r.value) for r in spec.block_resources or ()}
-            await page.route(
-                "**/*", lambda route: self._on_route(route, page, state, blocked_types, before_navigation, headers_for)
-            )
+            if headers_for is None:
+                await self._intercept_navigations(page, state, blocked_types, before_navigation)
+            else:  # the job's headers go request by request: every request of the page is routed
+                # a redirect's next request is not routed: a failed one still names the destination it was for
+                page.on("requestfailed", lambda r: state.asked(r.url))
+                await page.route(
+                    "**/*",
+                    lambda route: self._on_route(route, page, state, blocked_types, before_navigation, headers_for),
+                )
             deadline = state.deadline = started + spec.timeout_seconds
             response, timed_out = await self._navigate(page, state, url, spec, deadline)
             if not timed_out:
@@ -195,21 +203,10 @@ class PageRenderer:
                 self._aborted("resource_type")
                 await route.abort("blockedbyclient")
                 return
-            if request.is_navigation_request() and request.frame == page.main_frame:
-                if not request.url.startswith(("http://", "https://")):
-                    self._aborted("scheme")
-                    await route.abort("blockedbyclient")
-                    return
-                if state.first_navigation_seen and before_navigation is not None:
-                    # a script or meta refresh moved the page: robots.txt and the rate limit apply again
-                    try:
-                        await before_navigation(request.url)
-                    except FetchError as exc:
-                        state.navigation_error = exc
-                        self._aborted("navigation")
-                        await route.abort("blockedbyclient")
-                        return
-                state.first_navigation_seen = True
+            main_frame_navigation = request.is_navigation_request() and request.frame == page.main_frame
+            if main_frame_navigation and await self._navigation_refused(request.url, state, before_navigation):
+                await route.abort("blockedbyclient")
+                return
             extra = headers_for(request.url) if headers_for is not None else None
             if extra:
                 await self._with_headers(route, request, extra, state)
@@ -217,6 +214,76 @@ class PageRenderer:
                 await route.continue_()
         except Exception as exc:  # the page or context closed meanwhile
             log.debug("route handling ended", extra={"error": repr(exc)})
+
+    async def _intercept_navigations(
+        self, page: Page, state: _PageState, blocked_types: set[str], before_navigation: HopHook | None
+    ) -> None:
+        """Pause only what needs a decision: documents (the main frame's navigations, redirects included)
+        and the blocked resource types, through Chromium's Fetch domain with patterns by resource type.
+
+        Playwright's ``page.route`` can only filter by URL, so it pauses every request of the page (a round
+        trip Chromium -> Playwright's driver -> this process and back for each script, XHR and fetch) and
+        turns the HTTP cache off while it is set. The address policy does not need it: the context's
+        policy proxy checks every connection at connect time. What the hook adds is decided on documents
+        (a main-frame navigation's scheme, robots.txt and the rate limit) and on resource types (blocking),
+        so only those are paused; the destinations the page asks for (for its count of refusals) come from
+        its request events, which do not hold the request."""
+        session = await page.context.new_cdp_session(page)
+        page.on("request", lambda r: state.asked(r.url))  # every request, a redirect's next one included
+        blocked = {CDP_RESOURCE_TYPES[t] for t in blocked_types if t in CDP_RESOURCE_TYPES}
+        session.on(
+            "Fetch.requestPaused",
+            lambda event: state.spawn(self._on_paused(session, event, state, blocked, before_navigation)),
+        )
+        patterns = [{"urlPattern": "*", "resourceType": t, "requestStage": "Request"} for t in ("Document", *blocked)]
+        await session.send("Fetch.enable", {"patterns": patterns})
+
+    async def _on_paused(
+        self,
+        session: CDPSession,
+        event: dict[str, Any],
+        state: _PageState,
+        blocked: set[str],
+        before_navigation: HopHook | None,
+    ) -> None:
+        request_id = event["requestId"]
+        url = str(event.get("request", {}).get("url", ""))
+        state.asked(url)
+        try:
+            resource_type = event.get("resourceType")
+            refused = False
+            if resource_type in blocked:
+                self._aborted("resource_type")
+                refused = True
+            elif resource_type == "Document":
+                frame = event.get("frameId")
+                if state.main_frame is None:  # a new page's first document is its main frame's navigation
+                    state.main_frame = frame
+                if frame == state.main_frame:
+                    refused = await self._navigation_refused(url, state, before_navigation)
+            if refused:
+                await session.send("Fetch.failRequest", {"requestId": request_id, "errorReason": "BlockedByClient"})
+            else:
+                await session.send("Fetch.continueRequest", {"requestId": request_id})
+        except Exception as exc:  # the page or context closed meanwhile
+            log.debug("paused request handling ended", extra={"error": repr(exc)})
+
+    async def _navigation_refused(self, url: str, state: _PageState, before_navigation: HopHook | None) -> bool:
+        """Whether a main-frame navigation to ``url`` is refused: anything but http(s), or (after the page's
+        first) one that robots.txt or the rate limit refuses, as for a fetch's hop (``state.navigation_error``)."""
+        if not url.startswith(("http://", "https://")):
+            self._aborted("scheme")
+            return True
+        if state.first_navigation_seen and before_navigation is not None:
+            # a script, a meta refresh or a redirect moved the page: robots.txt and the rate limit apply again
+            try:
+                await before_navigation(url)
+            except FetchError as exc:
+                state.navigation_error = exc
+                self._aborted("navigation")
+                return True
+        state.first_navigation_seen = True
+        return False
 
     async def _with_headers(self, route: Route, request: Request, extra: dict[str, str], state: _PageState) -> None:
         """Send a request of the job's own origin with the job's headers, and hand the page its answer.
@@ -261,8 +328,12 @@ class PageRenderer:
         except PlaywrightError as exc:
             raise self._navigation_failure(url, state, exc) from exc
         if response is not None:
-            retry_after = parse_retry_after(await _header(response, "retry-after"))
-            failure = classify_status(response.status, retry_after)
+            status = response.status
+            # the header is read (one more round trip to the browser) only for the statuses that use it
+            retry_after = (
+                parse_retry_after(await _header(response, "retry-after")) if status == 429 or status >= 500 else None
+            )
+            failure = classify_status(status, retry_after)
             if failure is not None:
                 failure.url = url
                 raise failure
@@ -277,7 +348,9 @@ class PageRenderer:
                 await page.wait_for_load_state("networkidle", timeout=_remaining_ms(deadline))
             elif spec.wait_for == RenderWait.SELECTOR:
                 assert spec.selector is not None
-                await page.wait_for_selector(spec.selector, state="attached", timeout=_remaining_ms(deadline))
+                # a locator's wait returns nothing: no element handle adopted into the page's main world
+                # and sent here (what wait_for_selector does on success, three more round trips)
+                await page.locator(spec.selector).first.wait_for(state="attached", timeout=_remaining_ms(deadline))
             elif spec.wait_for == RenderWait.DELAY:
                 pause = min(spec.delay_seconds, max(0.0, deadline - time.monotonic()))
                 await asyncio.sleep(pause)
@@ -398,6 +471,7 @@ class _PageState:
         self.page_left_open = False
         self.crashed = False
         self.first_navigation_seen = False
+        self.main_frame: str | None = None  # the main frame's id in Chromium's Fetch events
         self.navigation_error: FetchError | None = None
         self.deadline = time.monotonic() + 30.0  # the render's time cap, once it starts
         self._tasks: set[asyncio.Task[Any]] = set()

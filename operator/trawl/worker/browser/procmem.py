@@ -15,7 +15,14 @@ PROC = Path("/proc")
 
 def find_pid(marker: str) -> int | None:
     """The browser's main process: the one whose command line carries ``marker`` and is not a child type."""
+    return next(iter(find_pids(marker)), None)
+
+
+def find_pids(marker: str) -> list[int]:
+    """The main processes of every browser whose command line carries ``marker`` (a crawler that starts
+    several browsers with the same flags has several)."""
     needle = marker.encode()
+    found = []
     for entry in PROC.iterdir():
         if not entry.name.isdigit():
             continue
@@ -24,8 +31,8 @@ def find_pid(marker: str) -> int | None:
         except OSError:
             continue
         if needle in cmd and b"--type=" not in cmd:
-            return int(entry.name)
-    return None
+            found.append(int(entry.name))
+    return found
 
 
 def _children() -> dict[int, list[int]]:
