@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -42,6 +43,7 @@ HEAVY = (
     "aiohttp_socks",  # SOCKS5 proxies: loaded with the first SOCKS5 connector
     "python_socks",
     "jwt.",  # PyJWT (redis-py's token credentials) is registered lazily: none of its submodules run
+    "http.cookiejar",  # a session's cookie jar (trawl.worker.cookies): imported with the first session job
     "cryptography.x509",
     "cryptography.hazmat.primitives.asymmetric",
     # The API's models: a worker reads its jobs' specs as plain data (trawl.worker.jobsettings; issue 38)
@@ -186,3 +188,65 @@ def test_a_plain_job_is_read_without_pydantic() -> None:
         "print('ok')"
     ).replace("SPEC", repr(spec))
     _prints_ok(code)
+
+
+def test_a_worker_imports_redis_without_importlib_metadata() -> None:
+    # redis-py read its own version six times at import through importlib.metadata (which imports zipfile,
+    # csv and parses redis-py's METADATA with email each time): a worker's run_plain imports redis-py with
+    # the version read once from its dist-info (trawl.boot.redisversion; issue 38). The worker still runs.
+    code = (
+        "import sys; sys.argv = ['trawl', 'worker', '--redis-url', 'redis://127.0.0.1:1/0']\n"
+        "import trawl.entry; from trawl.boot.worker import prepare; prepare()\n"
+        "import trawl.boot.eventloop as ev; ran = []; ev.run = lambda coro: (ran.append(1), coro.close(), 0)[2]\n"
+        "from trawl.worker.cliargs import run_plain\n"
+        "try:\n"
+        "    run_plain(sys.argv)\n"
+        "except SystemExit as e:\n"
+        "    assert e.code == 0 and ran, (e.code, ran)\n"
+        "assert 'trawl.worker.runner' in sys.modules and 'redis.asyncio.cluster' in sys.modules\n"
+        "assert 'importlib.metadata' not in sys.modules, 'redis-py imported importlib.metadata'\n"
+        "assert 'zipfile' not in sys.modules\n"
+        "print('ok')"
+    )
+    _prints_ok(code)
+
+
+def test_redis_reads_the_same_version_and_importlib_metadata_works_after() -> None:
+    code = (
+        "import sys\n"
+        "from trawl.boot.redisversion import import_redis\n"
+        "assert import_redis() and not import_redis()  # the stand-in once; loaded already the second time\n"
+        "import redis, redis.utils, redis.asyncio.connection as conn, redis.asyncio.client as client\n"
+        "assert 'importlib.metadata' not in sys.modules\n"
+        "import importlib, importlib.metadata as md\n"
+        "assert importlib.metadata is md and md is not redis.utils.metadata\n"
+        "v = md.version('redis')\n"
+        "assert redis.__version__ == v and redis.VERSION[0] >= 5 and redis.utils.get_lib_version() == v\n"
+        "assert conn.AbstractConnection.__init__.__kwdefaults__['lib_version'] == v\n"
+        "assert client.Redis.__init__.__kwdefaults__['lib_version'] == v\n"
+        "# what redis-py kept answers everything else as the real module does\n"
+        "assert redis.utils.metadata.version('aiohttp') == md.version('aiohttp')\n"
+        "assert redis.utils.metadata.PackageNotFoundError is md.PackageNotFoundError\n"
+        "print('ok')"
+    )
+    _prints_ok(code)
+
+
+def test_redis_version_from_dist_info_or_none(tmp_path: Path) -> None:
+    from trawl.boot.redisversion import dist_info_version
+
+    package = tmp_path / "redis"
+    package.mkdir()
+    assert dist_info_version(str(package)) is None  # no dist-info: redis-py imports as usual
+    info = tmp_path / "redis-5.3.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.3\nName: redis\nVersion: 5.3.1\n\nVersion: 9\n")
+    assert dist_info_version(str(package)) == "5.3.1"
+    (info / "METADATA").write_text("Metadata-Version: 2.3\nName: redis\n\nVersion: 9\n")  # not a header
+    assert dist_info_version(str(package)) is None
+    (info / "METADATA").write_text("Name: redis\nVersion: 5.3.1\n")
+    (tmp_path / "redis-4.0.0.dist-info").mkdir()  # two installs side by side: ask importlib.metadata
+    assert dist_info_version(str(package)) is None
+    (tmp_path / "redis-4.0.0.dist-info").rmdir()
+    (tmp_path / "redis_om-1.0.dist-info").mkdir()  # another distribution's name
+    assert dist_info_version(str(package)) == "5.3.1"

@@ -141,6 +141,9 @@ def run_plain(argv: list[str]) -> None:
     arguments and they pass :func:`valid`; otherwise return, for typer to parse them."""
     import os
 
+    from trawl.boot.redisversion import import_redis
+
+    import_redis()  # redis-py's version read once, not six times through importlib.metadata (its import)
     kwargs = parse(argv[2:], os.environ)
     if kwargs is None or not valid(kwargs):
         return

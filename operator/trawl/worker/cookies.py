@@ -5,17 +5,22 @@ No cookie is parsed here: ``Set-Cookie`` goes to :meth:`http.cookiejar.CookieJar
 ``Cookie`` header comes from :meth:`~http.cookiejar.CookieJar.add_cookie_header`, through the urllib
 request and response objects they expect. A cookie is stored for the host that set it (or the domain it
 named, if the policy accepts it) and sent only where that scope matches: a cookie of a.example never goes to
-b.example, and a Secure one never over plain http."""
+b.example, and a Secure one never over plain http.
+
+:mod:`http.cookiejar` is imported with the first jar (a job with sessions): every worker imports this
+module at start, and most never keep a cookie (docs/architecture.md, "Start-up")."""
 
 from __future__ import annotations
 
 import email.message
-import http.cookiejar
 import json
 import time
 import urllib.request
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import http.cookiejar
 
 MAX_COOKIES = 64  # cookies one session keeps; beyond, the largest are dropped (counted)
 MAX_JAR_BYTES = 16 * 1024  # the JSON of one session's cookies in Redis
@@ -37,6 +42,8 @@ class _Response:
 
 
 def _policy() -> http.cookiejar.DefaultCookiePolicy:
+    import http.cookiejar
+
     # Netscape/RFC 6265 cookies only (RFC 2965 is obsolete). DomainStrictNonDomain: a cookie set without a
     # Domain attribute is host-only (RFC 6265 5.3 step 6), returned to that exact host, never its subdomains.
     return http.cookiejar.DefaultCookiePolicy(
@@ -48,6 +55,8 @@ class SessionJar:
     """The cookies of one session; ``changed`` once a response set or removed one."""
 
     def __init__(self, stored: Iterable[dict[str, Any]] = ()) -> None:
+        import http.cookiejar
+
         self._jar = http.cookiejar.CookieJar(_policy())
         self.changed = False
         self.dropped = 0  # cookies not kept: over a bound
@@ -143,6 +152,8 @@ def _to_doc(cookie: http.cookiejar.Cookie) -> dict[str, Any]:
 def _from_doc(doc: dict[str, Any]) -> http.cookiejar.Cookie | None:
     """A stored cookie back (None for one that is not a well-formed document: Redis is trusted, but a bad
     entry must cost one cookie, not the session)."""
+    import http.cookiejar
+
     try:
         name, value, domain, path = (str(doc[k]) for k in ("name", "value", "domain", "path"))
         expires = doc.get("expires")
