@@ -415,6 +415,7 @@ def crawl_ratio(args: argparse.Namespace) -> float:
 # --- a crawl of a generated site of N pages (--crawl-pages) ---------------------------------------------
 
 SAMPLE_EVERY = 0.5  # seconds between the bench's samples of the job's progress and the processes' CPU
+PROGRESS_EVERY = 120  # samples (a minute) between progress lines of a crawl
 STALL_SECONDS = 180.0  # no page done for this long: the crawl is stuck, stop with the worker's log
 
 
@@ -603,6 +604,16 @@ async def crawl_site_once(n: int, rate: float | None, tmp: Any) -> SiteCrawl:
                     samples.append(sample(stats.succeeded + stats.dead))
                     if stats.finished:
                         break
+                    if len(samples) % PROGRESS_EVERY == 1:  # a long crawl's figures so far, window by window
+                        a, b = samples[-PROGRESS_EVERY - 1], samples[-1]
+                        pages = max(1, b.done - a.done)
+                        print(
+                            f"    {tier_name(rate)}: {b.done:,}/{n:,} pages, {pages / (b.at - a.at):.0f} pages/s,"
+                            f" {(b.worker - a.worker + b.redis - a.redis) / pages * 1e3:.3f} ms CPU/page worker+Redis"
+                            f" (Redis {(b.redis - a.redis) / pages * 1e3:.3f}) in the last {b.at - a.at:.0f} s;"
+                            f" load {os.getloadavg()[0]:.1f}",
+                            flush=True,
+                        )
                     if worker.poll() is not None:
                         raise SystemExit("trawl worker died:\n" + log_path.read_text()[-3000:])
                     stalled = [s for s in samples if s.at >= samples[-1].at - STALL_SECONDS]
