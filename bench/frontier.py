@@ -28,6 +28,18 @@ and one ``trawl worker`` process, the same job with exact dedupe and with a Bloo
 ``maxPages`` 1,000,000 (the filter a million-page crawl gets), interleaved ``--repeat`` times, the tier that
 goes first alternating (ABBA): pages/s and CPU per page.
 
+With ``--crawl-pages N [N ...]`` only a crawl of a generated site of N pages runs instead (bench/crawl_site.py:
+each page made from its path by a small asyncio server in its own process, ~10 links a page of which ~9 lead
+to pages already offered, product fields extracted from every page): one ``trawl worker`` process, one fresh
+``redis-server``, a ScrapeJob's job with ``crawl.maxPages`` N, exact dedupe vs a Bloom filter at 0.0001 sized
+for N (``--tiers``), ``--repeat`` rounds (default 1) interleaved ABBA. Per crawl: pages crawled (the job's
+succeeded, and the distinct pages the site served) against N and the filter's expected skips; pages/s and CPU
+ms per page of the worker, Redis and the site over the middle 80 % of the pages (from the job's counter and the
+processes' CPU, sampled every 0.5 s); Redis ``used_memory`` at the end, the dedupe key's bytes per URL and the
+job's biggest keys; the newest 200 records checked against the pages' fields. Last line: ``site_crawl_pages=N
+steady_pages_ratio=... cpu_per_page_ratio=... redis_cpu_ratio=... exact_complete=...`` (Bloom over exact, the
+largest N).
+
 The exact tier at 10 M needs ~2.5 GB of Redis with every URL pending; a size whose estimate does not fit in
 half the free memory (``free``) is skipped with the reason, and the exact tier's cost extrapolated.
 
@@ -35,6 +47,8 @@ half the free memory (``free``) is skipped with the reason, and the exact tier's
     .venv/bin/python bench/frontier.py --quick      # 100 k only, a short crawl
     .venv/bin/python bench/frontier.py --sizes 1000000 --no-crawl
     .venv/bin/python bench/frontier.py --crawl-only --repeat 5
+    .venv/bin/python bench/frontier.py --crawl-pages 10000 100000 --repeat 2   # a generated site, exact vs Bloom
+    nice -n 10 .venv/bin/python bench/frontier.py --crawl-pages 1000000         # 1 M pages: ~15 min a tier
     .venv/bin/python bench/frontier.py --cluster 3 --no-crawl   # one crawl over a 3-master Redis Cluster
     .venv/bin/python bench/frontier.py --cluster 3 --no-crawl --sizes 10000000 --tiers exact 0.0001
 
@@ -59,6 +73,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
+import json
 import os
 import statistics
 import sys
@@ -78,6 +94,7 @@ from trawl.queue.bloom import BloomSize, contains, false_positive_rate
 from trawl.queue.model import Task
 from trawl.queue.sharded import ShardedQueue, shard_of
 
+HERE = os.path.dirname(os.path.abspath(__file__))
 PREFIX = "trawl:{bench/frontier}"
 JOB = "crawl"
 TIERS: tuple[float | None, ...] = (None, 0.001, 0.0001)
@@ -395,6 +412,301 @@ def crawl_ratio(args: argparse.Namespace) -> float:
     return b_pps / e_pps
 
 
+# --- a crawl of a generated site of N pages (--crawl-pages) ---------------------------------------------
+
+SAMPLE_EVERY = 0.5  # seconds between the bench's samples of the job's progress and the processes' CPU
+PROGRESS_EVERY = 120  # samples (a minute) between progress lines of a crawl
+STALL_SECONDS = 180.0  # no page done for this long: the crawl is stuck, stop with the worker's log
+
+
+@dataclass(frozen=True)
+class Sample:
+    at: float  # monotonic seconds
+    done: int  # pages succeeded so far (the job's counter)
+    worker: float  # CPU seconds: the worker and its parser processes
+    redis: float
+    site: float
+
+
+@dataclass(frozen=True)
+class Steady:
+    pages_per_s: float
+    worker_ms: float  # CPU ms per page over the window
+    redis_ms: float
+    site_ms: float
+
+
+def crossing(samples: list[Sample], pages: float) -> Sample:
+    """The moment the job's done count reached ``pages``, every figure linear between the two samples around it."""
+    for before, after in itertools.pairwise(samples):
+        if after.done < pages:
+            continue
+        if before.done >= pages or after.done == before.done:
+            return before if before.done >= pages else after
+        w = (pages - before.done) / (after.done - before.done)
+        at, worker, redis, site = (a + (b - a) * w for a, b in zip(
+            (before.at, before.worker, before.redis, before.site),
+            (after.at, after.worker, after.redis, after.site), strict=True))  # fmt: skip
+        return Sample(at, round(pages), worker, redis, site)
+    raise ValueError(f"the samples never reach {pages} pages (last {samples[-1].done if samples else 0})")
+
+
+def steady(samples: list[Sample], total: int, lo: float = 0.10, hi: float = 0.90) -> Steady:
+    """Pages/s and CPU per page over the middle of the crawl (from lo*total to hi*total pages done): without
+    the worker's first claims and the tail where fewer pages than its concurrency are left."""
+    a, b = crossing(samples, lo * total), crossing(samples, hi * total)
+    pages = (hi - lo) * total
+    if b.at <= a.at or pages <= 0:
+        raise ValueError("an empty steady window")
+    return Steady(
+        pages / (b.at - a.at),
+        (b.worker - a.worker) / pages * 1e3,
+        (b.redis - a.redis) / pages * 1e3,
+        (b.site - a.site) / pages * 1e3,
+    )
+
+
+@dataclass
+class SiteCrawl:
+    pages: int  # N, the site's pages and the job's maxPages
+    tier: str
+    crawled: int  # the job's succeeded
+    dead: int
+    distinct: int  # distinct pages the site served
+    repeats: int  # pages the site served again
+    possibly_skipped: float
+    seconds: float  # seed enqueued to the job finished
+    steady: Steady
+    cpu_ms: float  # worker + Redis CPU ms per page over the whole crawl
+    used_memory: int  # Redis used_memory at the end (job finished, its keys not yet expired)
+    dedupe_bytes: int  # MEMORY USAGE of the job's dedupe key (the set, or the filter)
+    keys: dict[str, int]  # the job's keys (their suffix) by MEMORY USAGE, the biggest
+    load: tuple[float, float]  # 1-min load average at the start and at the end
+    records_checked: int  # records read back and compared with the page's fields
+    worker_rss_mb: float  # the worker process's peak resident memory (VmHWM; its parser processes not counted)
+
+    @property
+    def skipped(self) -> int:
+        return self.pages - self.crawled
+
+
+def crawl_spec(n: int, base: str, rate: float | None) -> ScrapeJobSpec:
+    """A ScrapeJob's spec for the generated site: crawl.maxPages n, the product fields extracted from every page,
+    robots.txt off and the limiter set high as bench/crawl_throughput.py does (one host: its politeness is not
+    measured here), exact dedupe or a Bloom filter at ``rate`` (sized by the operator for n)."""
+    from crawl_site import FIELDS
+
+    crawl: dict[str, Any] = {"maxPages": n, "maxDepth": 100}
+    if rate is not None:
+        crawl["bloomFilter"] = {"falsePositiveRate": rate}
+    return ScrapeJobSpec.model_validate(
+        {
+            "pool": "crawl",
+            "urls": [base + "/p/0"],
+            "crawl": crawl,
+            "extract": {"fields": [{"name": k, "selector": v} for k, v in FIELDS.items()], "title": False},
+            "politeness": {
+                "respectRobotsTxt": False,
+                "requestsPerSecond": 10000,
+                "maxConcurrencyPerDomain": 1000,
+                "adaptiveDelay": False,
+            },
+        }
+    )
+
+
+async def job_keys(r: aioredis.Redis, prefix: str, job_id: str) -> dict[str, int]:
+    """The job's keys by MEMORY USAGE (sampled), named by what follows the job id."""
+    out: dict[str, int] = {}
+    async for key in r.scan_iter(match=f"{prefix}*{job_id}*", count=1000):
+        out[key.decode().removeprefix(prefix).strip(":")] = int(await r.memory_usage(key, samples=DEDUPE_SAMPLES) or 0)
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def peak_rss_mb(pid: int) -> float:
+    """A live process's peak resident set (VmHWM) in MB."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def site_stats(port: int) -> dict[str, int]:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/__/stats", timeout=30) as reply:
+        stats: dict[str, int] = json.loads(reply.read())
+    return stats
+
+
+async def check_records(r: aioredis.Redis, key: str, n: int, count: int = 200) -> int:
+    """The newest ``count`` records of the job's stream against the fields of the page they came from."""
+    from urllib.parse import urlsplit
+
+    from crawl_site import fields_of, page_index
+
+    checked = 0
+    for _id, entry in await r.xrevrange(key, count=count):
+        data = json.loads(entry[b"data"])
+        i = page_index(urlsplit(data["url"]).path, n)
+        expected = fields_of(i) if i is not None else None
+        got = {k: data.get(k) for k in (expected or {})}
+        if expected is None or got != expected:
+            raise SystemExit(f"record of {data['url']}: {got} (expected {expected})")
+        checked += 1
+    return checked
+
+
+async def crawl_site_once(n: int, rate: float | None, tmp: Any) -> SiteCrawl:
+    """One crawl of the generated n-page site: its server, a fresh redis-server, one ``trawl worker`` process."""
+    from crawl_throughput import CONCURRENCY, proc_cpu, tree_cpu
+    from trawl.dev import procs
+    from trawl.queue.keys import Keys
+
+    load0 = os.getloadavg()[0]
+    port = procs.free_port()
+    site = procs.start([sys.executable, os.path.join(HERE, "crawl_site.py"), "--pages", str(n), "--port", str(port)],
+                       log_path=tmp / "site.log")  # fmt: skip
+    prefix, job_id = "trawl:{bench/sitecrawl}", f"site{n}"
+    try:
+        procs.wait_for_port("127.0.0.1", port, 15, site)
+        base = f"http://127.0.0.1:{port}"
+        with RedisServer() as server:
+            r = aioredis.Redis.from_url(server.url)
+            q = Queue(r, prefix)
+            await q.register_job(build_job_config(job_id, crawl_spec(n, base, rate), None))
+            argv = [
+                sys.executable, "-m", "trawl.cli", "worker", "--redis-url", server.url, "--prefix", prefix,
+                "--concurrency", str(CONCURRENCY), "--allowed-cidrs", "127.0.0.1/32", "--worker-id", "bench",
+                "--log-level", "WARNING", "--parse-processes", "2", "--parse-inline-max-tags", "2048",
+            ]  # fmt: skip
+            log_path = tmp / "worker.log"
+            worker = procs.start(argv, log_path=log_path, env=dict(os.environ))
+            redis_pid = server.proc.pid  # type: ignore[union-attr]
+            try:
+                deadline = time.monotonic() + 60  # the worker registers as "bench@<random>"
+                while not any(k.decode().split("@", 1)[0] == "bench" for k in await r.hkeys(Keys(prefix).worker_info)):
+                    if worker.poll() is not None or time.monotonic() > deadline:
+                        raise SystemExit("trawl worker did not start:\n" + log_path.read_text()[-3000:])
+                    await asyncio.sleep(0.05)
+
+                def sample(done: int) -> Sample:
+                    return Sample(time.monotonic(), done, tree_cpu(worker.pid), proc_cpu(redis_pid),
+                                  proc_cpu(site.pid))  # fmt: skip
+
+                samples = [sample(0)]
+                await q.enqueue(job_id, [base + "/p/0"])
+                await q.mark_enqueue_done(job_id)
+                while True:
+                    await asyncio.sleep(SAMPLE_EVERY)
+                    stats = await q.job_stats(job_id)
+                    samples.append(sample(stats.succeeded + stats.dead))
+                    if stats.finished:
+                        break
+                    if len(samples) % PROGRESS_EVERY == 1:  # a long crawl's figures so far, window by window
+                        a, b = samples[-PROGRESS_EVERY - 1], samples[-1]
+                        pages = max(1, b.done - a.done)
+                        print(
+                            f"    {tier_name(rate)}: {b.done:,}/{n:,} pages, {pages / (b.at - a.at):.0f} pages/s,"
+                            f" {(b.worker - a.worker + b.redis - a.redis) / pages * 1e3:.3f} ms CPU/page worker+Redis"
+                            f" (Redis {(b.redis - a.redis) / pages * 1e3:.3f}) in the last {b.at - a.at:.0f} s;"
+                            f" load {os.getloadavg()[0]:.1f}",
+                            flush=True,
+                        )
+                    if worker.poll() is not None:
+                        raise SystemExit("trawl worker died:\n" + log_path.read_text()[-3000:])
+                    stalled = [s for s in samples if s.at >= samples[-1].at - STALL_SECONDS]
+                    if samples[-1].at - samples[0].at > STALL_SECONDS and stalled[0].done == samples[-1].done:
+                        raise SystemExit(f"no page done in {STALL_SECONDS:.0f} s at {samples[-1].done}/{n}: {stats}")
+                end = samples[-1]
+                used = await used_memory(r)
+                keys = Keys(prefix)
+                dedupe = await dedupe_usage(r, keys.seen(job_id) if rate is None else keys.bloom(job_id))
+                by_key = await job_keys(r, prefix, job_id)
+                checked = await check_records(r, keys.results(job_id), n)
+                worker_rss = peak_rss_mb(worker.pid)
+            finally:
+                procs.stop(worker, timeout=20)
+            served = site_stats(port)
+            await r.aclose()
+    finally:
+        procs.stop(site, timeout=10)
+    return SiteCrawl(
+        n, tier_name(rate), stats.succeeded, stats.dead, served["distinct"], served["repeats"],
+        stats.possibly_skipped, end.at - samples[0].at, steady(samples, stats.succeeded + stats.dead),
+        (end.worker - samples[0].worker + end.redis - samples[0].redis) / max(1, stats.succeeded) * 1e3,
+        used, dedupe, by_key, (load0, os.getloadavg()[0]), checked, worker_rss,
+    )  # fmt: skip
+
+
+def print_site_crawl(c: SiteCrawl) -> None:
+    s = c.steady
+    top = ", ".join(f"{k} {v / 2**20:.1f} MB" for k, v in list(c.keys.items())[:4])
+    print(
+        f"  site crawl {c.pages:>9,} {c.tier:12}: {c.crawled:,} pages crawled ({c.dead} dead; site served"
+        f" {c.distinct:,} distinct, {c.repeats} again), skipped {c.skipped} (expected {c.possibly_skipped:.1f});"
+        f" {c.seconds:.1f} s; steady {s.pages_per_s:.0f} pages/s, CPU ms/page worker {s.worker_ms:.3f}"
+        f" Redis {s.redis_ms:.3f} site {s.site_ms:.3f}; whole run {c.cpu_ms:.3f} ms worker+Redis;"
+        f" Redis used_memory {c.used_memory / 2**20:.1f} MB, dedupe {c.dedupe_bytes / c.pages:.2f} B/URL"
+        f" ({c.dedupe_bytes / 2**20:.1f} MB); keys: {top}; worker peak RSS {c.worker_rss_mb:.0f} MB;"
+        f" {c.records_checked} records checked;"
+        f" load {c.load[0]:.1f} -> {c.load[1]:.1f}",
+        flush=True,
+    )
+
+
+def site_crawls(args: argparse.Namespace) -> list[SiteCrawl]:
+    """Each size of --crawl-pages, each tier, ``--repeat`` rounds interleaved ABBA (the tier that goes first
+    alternates); a table of medians and the last line (the largest size: Bloom over exact)."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from crawl_throughput import compile_bytecode
+
+    compile_bytecode()
+    runs: list[SiteCrawl] = []
+    tmp = Path(tempfile.mkdtemp(prefix="trawl-sitecrawl-"))
+    try:
+        for n in args.crawl_pages:
+            for round_ in range(args.repeat):
+                for rate in args.tiers if round_ % 2 == 0 else args.tiers[::-1]:
+                    runs.append(asyncio.run(crawl_site_once(n, rate, tmp)))
+                    print_site_crawl(runs[-1])
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(
+        "| pages | dedupe | runs | pages crawled (skipped, expected) | steady pages/s | CPU ms/page worker |"
+        " Redis | site | Redis used_memory MB | dedupe B/URL | worker peak RSS MB |"
+        "\n|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"
+    )
+    medians: dict[tuple[int, str], tuple[float, float, float]] = {}
+    for n in args.crawl_pages:
+        for rate in args.tiers:
+            rs = [c for c in runs if c.pages == n and c.tier == tier_name(rate)]
+            m = [statistics.median(f(c) for c in rs) for f in (
+                lambda c: c.steady.pages_per_s, lambda c: c.steady.worker_ms, lambda c: c.steady.redis_ms,
+                lambda c: c.steady.site_ms, lambda c: c.used_memory / 2**20, lambda c: c.dedupe_bytes / c.pages,
+                lambda c: c.worker_rss_mb,
+            )]  # fmt: skip
+            medians[n, tier_name(rate)] = (m[0], m[1] + m[2], m[2])
+            crawled = ", ".join(f"{c.crawled:,} ({c.skipped}, {c.possibly_skipped:.1f})" for c in rs)
+            print(
+                f"| {n:,} | {tier_name(rate)} | {len(rs)} | {crawled} | {m[0]:,.0f} | {m[1]:.3f} | {m[2]:.3f} |"
+                f" {m[3]:.3f} | {m[4]:.1f} | {m[5]:.2f} | {m[6]:.0f} |"
+            )
+    n = max(args.crawl_pages)
+    e, b = medians.get((n, "exact")), medians.get((n, "bloom 0.0001"))
+    complete = all(c.crawled == c.pages for c in runs if c.tier == "exact")
+    if e and b:
+        print(
+            f"site_crawl_pages={n} steady_pages_ratio={b[0] / e[0]:.2f} cpu_per_page_ratio={b[1] / e[1]:.2f}"
+            f" redis_cpu_ratio={b[2] / e[2]:.2f} exact_complete={complete}"
+        )
+    return runs
+
+
 def summary(results: list[Result], crawl: float | None) -> str:
     """The last line; a figure whose tier (or size) was not run (``--tiers``, ``--sizes``) is n/a."""
     bloom4 = [r for r in results if r.tier == "bloom 0.0001"]
@@ -429,11 +741,34 @@ def main() -> None:
     ap.add_argument("--no-crawl", action="store_true", help="Skip the real crawl comparison.")
     ap.add_argument("--crawl-only", action="store_true", help="Only the real crawl comparison.")
     ap.add_argument("--products", type=int, default=None, help="Products of the crawled site (default 2000).")
-    ap.add_argument("--repeat", type=int, default=3, help="Interleaved crawl runs per tier (default 3).")
+    ap.add_argument(
+        "--repeat", type=int, default=None, help="Interleaved crawl runs per tier (default 3; 1 with --crawl-pages)."
+    )
+    ap.add_argument(
+        "--crawl-pages",
+        type=int,
+        nargs="+",
+        default=None,
+        metavar="N",
+        help="Only crawls of a generated site of N pages (bench/crawl_site.py), crawl.maxPages N, exact vs "
+        "Bloom 0.0001 (or --tiers), --repeat rounds interleaved.",
+    )
     ap.add_argument("--tiers", nargs="+", default=None, help="Dedupe tiers: exact and/or Bloom rates (default all).")
     ap.add_argument("--cluster", type=int, default=0, help="Run the sizes on a Redis Cluster of N masters, N shards.")
     args = ap.parse_args()
-    args.tiers = TIERS if args.tiers is None else [None if t == "exact" else float(t) for t in args.tiers]
+    if args.tiers is None:
+        args.tiers = (None, 0.0001) if args.crawl_pages else TIERS
+    else:
+        args.tiers = [None if t == "exact" else float(t) for t in args.tiers]
+    args.repeat = args.repeat or (1 if args.crawl_pages else 3)
+    if args.crawl_pages:
+        load = os.getloadavg()
+        print(
+            f"site crawl: {args.crawl_pages} pages, {args.repeat} round(s); load {load[0]:.1f} on {os.cpu_count()} CPUs"
+        )
+        site_crawls(args)
+        print(f"load average (1 min) at the start {load[0]:.1f}, at the end {os.getloadavg()[0]:.1f}")
+        return
     args.sizes = args.sizes or ([100_000] if args.quick else [100_000, 1_000_000, 10_000_000])
     args.probes = args.probes or (100_000 if args.quick else 1_000_000)
     args.products = args.products or (400 if args.quick else 2000)

@@ -1,10 +1,11 @@
-"""bench/frontier.py: the dedupe key's memory is measured without walking a large set (which blocks a master)."""
+"""bench/frontier.py: the dedupe key's memory is measured without walking a large set (which blocks a master);
+a site crawl's steady window (--crawl-pages)."""
 
 from __future__ import annotations
 
 import pytest
 
-from frontier import DEDUPE_SAMPLES, WALK_MAX_MEMBERS, dedupe_usage
+from frontier import DEDUPE_SAMPLES, WALK_MAX_MEMBERS, Sample, crossing, dedupe_usage, steady
 
 
 class FakeRedis:
@@ -47,3 +48,29 @@ async def test_a_filter_string_needs_no_walk() -> None:
     r = FakeRedis(b"string", 0, sampled=33_554_480, walked=33_554_480)
     assert await dedupe_usage(r, "bloom") == 33_554_480
     assert r.samples == [DEDUPE_SAMPLES]
+
+
+def samples_of(points: list[tuple[float, int]], cpu_per_page: float = 0.001) -> list[Sample]:
+    """Samples at (seconds, pages done); the worker's CPU is ``cpu_per_page`` a page, Redis's a tenth, the site's a
+    twentieth."""
+    return [Sample(t, d, d * cpu_per_page, d * cpu_per_page / 10, d * cpu_per_page / 20) for t, d in points]
+
+
+def test_the_steady_window_leaves_out_the_start_and_the_tail() -> None:
+    # 1,000 pages: a slow start (100 pages in 10 s), then 100 pages/s, then a slow tail (100 pages in 10 s)
+    points = [(0.0, 0), (10.0, 100)] + [(10.0 + k, 100 + 100 * k) for k in range(1, 9)] + [(28.0, 1000)]
+    s = steady(samples_of(points), 1000)
+    assert s.pages_per_s == pytest.approx(100.0)
+    assert (s.worker_ms, s.redis_ms, s.site_ms) == pytest.approx((1.0, 0.1, 0.05))
+
+
+def test_the_window_is_interpolated_between_samples() -> None:
+    samples = samples_of([(0.0, 0), (4.0, 40), (6.0, 100)])  # 10/s, then 30/s; the 10 % mark at 1 s
+    assert crossing(samples, 10).at == pytest.approx(1.0)
+    assert crossing(samples, 70).at == pytest.approx(5.0)
+    assert crossing(samples, 70).worker == pytest.approx(0.07)
+    assert crossing(samples_of([(0.0, 0), (1.0, 5), (2.0, 5), (3.0, 10)]), 5).at == 1.0  # first reached
+    with pytest.raises(ValueError, match="never reach"):
+        crossing(samples, 101)
+    s = steady(samples, 100)  # pages 10 to 90: 1 s to 5 + 20/30 s
+    assert s.pages_per_s == pytest.approx(80 / (5 + 2 / 3 - 1))
