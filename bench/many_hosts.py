@@ -33,10 +33,16 @@ the crawler's cap): what a perfect scheduler with this crawler's per-page cost w
 the limits binds, efficiency measures politeness alone (every host kept at its limit, none held back by
 another); where the cap binds, it also measures what politeness costs per page.
 
-* Trawl: one real redis-server and one ``trawl worker`` process (``--concurrency``), two ScrapeJobs in one
-  pool: the fast and slow hosts' pages (``requestsPerSecond 2``, ``maxConcurrencyPerDomain 2``) and the hard
-  hosts' pages (0.5 and 1); robots.txt and the adaptive delay off, the farm's range allowed
-  (``--allowed-cidrs 127.1.0.0/16``).
+* Trawl: one real redis-server and ``--workers`` ``trawl worker`` processes (default 1; each
+  ``--concurrency``), two ScrapeJobs in one pool: the fast and slow hosts' pages (``requestsPerSecond 2``,
+  ``maxConcurrencyPerDomain 2``) and the hard hosts' pages (0.5 and 1); robots.txt and the adaptive delay
+  off, the farm's range allowed (``--allowed-cidrs 127.1.0.0/16``). With ``--workers 2`` (a pool's pods, one
+  per core of a 2-core node) the cap runs and the polite run both use every worker: the cap is the
+  machine's, not one process's, and every host's limit is shared by the workers through Redis (the
+  violations check the workers' requests together; under ``--send-log`` their send logs are merged).
+  ``--workers 1 --workers 2`` runs both per size (rows ``trawl`` and ``trawl_2w`` in the JSON). Scrapy is one
+  process whatever ``--workers`` says: its politeness is per process, so two Scrapy processes would each
+  keep a host at its limit (twice the limit together).
 * Scrapy: one spider with the same URLs, ``SCHEDULER_PRIORITY_QUEUE =
   'scrapy.pqueues.DownloaderAwarePriorityQueue'`` (the setting Scrapy's docs give for crawling many domains
   in parallel), ``CONCURRENT_REQUESTS`` = ``--concurrency``, ``CONCURRENT_REQUESTS_PER_DOMAIN 2``,
@@ -52,6 +58,7 @@ had a violation in the farm's log.
     .venv/bin/python bench/many_hosts.py                  # 10, 100, 1,000, 10,000 hosts (~9 min)
     .venv/bin/python bench/many_hosts.py --hosts 1000     # one size
     .venv/bin/python bench/many_hosts.py --quick          # 10 and 1,000 hosts, 20 s windows
+    .venv/bin/python bench/many_hosts.py --hosts 1000 --workers 1 --workers 2   # one and two worker processes
 """
 
 from __future__ import annotations
@@ -294,9 +301,11 @@ def trawl_jobs(urls: list[str], polite: bool) -> list[tuple[Any, list[str]]]:
     ]
 
 
-async def run_trawl(urls: list[str], args: argparse.Namespace, port: int, tmp: Path, polite: bool) -> dict[str, Any]:
-    """One redis-server and one ``trawl worker``; stopped ``--seconds`` (``--cap-seconds``) after the farm's
-    first request."""
+async def run_trawl(
+    urls: list[str], args: argparse.Namespace, port: int, tmp: Path, polite: bool, workers: int = 1
+) -> dict[str, Any]:
+    """One redis-server and ``workers`` ``trawl worker`` processes on it (one pool); stopped ``--seconds``
+    (``--cap-seconds``) after the farm's first request. CPU is theirs and Redis's together."""
     import redis.asyncio as aioredis
 
     from trawl.dev import procs
@@ -315,38 +324,45 @@ async def run_trawl(urls: list[str], args: argparse.Namespace, port: int, tmp: P
             for i in range(0, len(job_urls), 5000):
                 await queue.enqueue(job_id, job_urls[i : i + 5000])
             await queue.mark_enqueue_done(job_id)
-        argv = [
-            sys.executable, "-m", "trawl.cli", "worker", "--redis-url", server.url, "--prefix", PREFIX,
-            "--concurrency", str(args.concurrency), "--allowed-cidrs", "127.1.0.0/16", "--worker-id", "bench",
-            "--log-level", "WARNING",
-        ]  # fmt: skip
-        log_path = tmp / "trawl-worker.log"
         # This tree's code, not the one the venv has installed.
         paths = [str(REPO / "operator"), os.environ.get("PYTHONPATH", "")]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
-        sends_path = tmp / "sends.json"
-        if polite and args.send_log:  # the worker's own send times (bench/sendlog)
-            sends_path.unlink(missing_ok=True)
-            env.update(
-                PYTHONPATH=os.pathsep.join([str(REPO / "bench" / "sendlog"), *paths]),
-                TRAWL_BENCH_SEND_LOG=str(sends_path),
-            )
-        worker = procs.start(argv, log_path=log_path, env=env)
+        send_log = polite and args.send_log
+        started: list[tuple[Any, Path, Path]] = []  # (process, its log, its send log)
         try:
+            for n in range(workers):
+                argv = [
+                    sys.executable, "-m", "trawl.cli", "worker", "--redis-url", server.url, "--prefix", PREFIX,
+                    "--concurrency", str(args.concurrency), "--allowed-cidrs", "127.1.0.0/16",
+                    "--worker-id", "bench" if workers == 1 else f"bench-{n}", "--log-level", "WARNING",
+                ]  # fmt: skip
+                log_path, sends_path = tmp / f"trawl-worker-{n}.log", tmp / f"sends-{n}.json"
+                env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+                if send_log:  # the worker's own send times (bench/sendlog)
+                    sends_path.unlink(missing_ok=True)
+                    env.update(
+                        PYTHONPATH=os.pathsep.join([str(REPO / "bench" / "sendlog"), *paths]),
+                        TRAWL_BENCH_SEND_LOG=str(sends_path),
+                    )
+                started.append((procs.start(argv, log_path=log_path, env=env), log_path, sends_path))
+            pids = [p.pid for p, _, _ in started] + [server.proc.pid]  # type: ignore[union-attr]
             first = await first_request(port)
-            cpu0 = proc_cpu(worker.pid) + proc_cpu(server.proc.pid)  # type: ignore[union-attr]
+            cpu0 = sum(proc_cpu(pid) for pid in pids)
             while time.monotonic() < first + seconds + 0.5:
-                if worker.poll() is not None:
-                    raise SystemExit("trawl worker died:\n" + log_path.read_text()[-3000:])
+                for proc, log_path, _ in started:
+                    if proc.poll() is not None:
+                        raise SystemExit("trawl worker died:\n" + log_path.read_text()[-3000:])
                 await asyncio.sleep(0.2)
-            cpu = proc_cpu(worker.pid) + proc_cpu(server.proc.pid) - cpu0  # type: ignore[union-attr]
+            cpu = sum(proc_cpu(pid) for pid in pids) - cpu0
             memory = int((await redis.info("memory"))["used_memory"])
             for job_id in ids:
                 await queue.cancel(job_id)
         finally:
-            procs.stop(worker, timeout=30)
+            for proc, _, _ in started:
+                procs.stop(proc, timeout=30)
             await redis.aclose()
-    sends = json.loads(sends_path.read_text()) if polite and args.send_log and sends_path.exists() else None
+    sends = None
+    if send_log:  # every worker's sends together: a host's limit is the pool's, not each worker's
+        sends = [s for _, _, path in started if path.exists() for s in json.loads(path.read_text())]
     return {"first": first, "redis_memory": memory, "cpu_share": cpu / (time.monotonic() - first), "sends": sends}
 
 
@@ -382,31 +398,38 @@ def summary(log: dict[int, list[Arrival]], first: float, seconds: float, theory:
     }
 
 
-async def peer_cap(peer: str, hosts: int, args: argparse.Namespace, port: int, tmp: Path) -> tuple[float, float]:
+async def peer_cap(
+    peer: str, hosts: int, args: argparse.Namespace, port: int, tmp: Path, workers: int = 1
+) -> tuple[float, float]:
     """The peer's pages/s on this farm with no latency and no per-host limit, and (Trawl) the share of a core
     its worker and Redis used meanwhile (NaN for the others)."""
     cap_list = cap_urls(port, hosts, int(args.cap_seconds * 3000))
     await farm_log(port)  # cleared
     cpu = float("nan")
     if peer == "trawl":
-        run = await run_trawl(cap_list, args, port, tmp, polite=False)
+        run = await run_trawl(cap_list, args, port, tmp, polite=False, workers=workers)
         first, cpu = run["first"], run["cpu_share"]
     else:
         first = await asyncio.to_thread(run_child, peer, cap_list, args, port, tmp, False)
     return cap_rate((await farm_log(port))[1], first, args.cap_seconds), cpu
 
 
-async def run_peer(peer: str, hosts: int, args: argparse.Namespace, port: int, tmp: Path) -> dict[str, Any]:
+async def run_peer(
+    peer: str, hosts: int, args: argparse.Namespace, port: int, tmp: Path, workers: int = 1
+) -> dict[str, Any]:
     """The peer's own cap on this farm, its polite run, its cap again: efficiency against min(limits, the
-    larger cap) (the machine is shared: the larger of the two is the less disturbed)."""
-    cap, cap_cpu = await peer_cap(peer, hosts, args, port, tmp)
+    larger cap) (the machine is shared: the larger of the two is the less disturbed). ``workers``: Trawl's
+    worker processes, in the cap runs and the polite run alike."""
+    cap, cap_cpu = await peer_cap(peer, hosts, args, port, tmp, workers)
     out: dict[str, Any] = {"cap": cap, "load": os.getloadavg()[0]}
+    if peer == "trawl":
+        out["workers"] = workers
     if peer == "bare":
         out["theoretical"] = theoretical(hosts, cap)
         return out
     urls = url_list(port, hosts, args.seconds, cap)
     if peer == "trawl":
-        run = await run_trawl(urls, args, port, tmp, polite=True)
+        run = await run_trawl(urls, args, port, tmp, polite=True, workers=workers)
         first, out["redis_memory"], out["cpu_share"] = run["first"], run["redis_memory"], run["cpu_share"]
         if run["sends"] is not None:  # the same check on the worker's own clock: what left it too close
             bad_sends = send_violations(run["sends"])
@@ -415,7 +438,7 @@ async def run_peer(peer: str, hosts: int, args: argparse.Namespace, port: int, t
     else:
         first = await asyncio.to_thread(run_child, peer, urls, args, port, tmp, True)
     polite_log, _, connections, unstamped = await farm_log(port)
-    cap2, cap2_cpu = await peer_cap(peer, hosts, args, port, tmp)
+    cap2, cap2_cpu = await peer_cap(peer, hosts, args, port, tmp, workers)
     out["caps"], out["load_after"] = [cap, cap2], os.getloadavg()[0]
     out["cap"] = cap = max(out["caps"])
     if peer == "trawl":  # CPU (worker + Redis) per page: the cap runs' against the polite run's
@@ -423,7 +446,8 @@ async def run_peer(peer: str, hosts: int, args: argparse.Namespace, port: int, t
         out["cap_cpu_ms_per_page"] = [round(x, 3) for x in caps_ms]
     out["theoretical"] = theoretical(hosts, cap)
     if args.logs:  # the fixture's request log of the run, for a closer look
-        write_json(Path(args.logs) / f"{peer}-{hosts}.json", {"first": first, "log": polite_log})
+        name = peer if workers == 1 else f"{peer}-{workers}w"
+        write_json(Path(args.logs) / f"{name}-{hosts}.json", {"first": first, "log": polite_log})
     out.update(summary(polite_log, first, args.seconds, out["theoretical"]), urls=len(urls), unstamped=unstamped)
     pages = sum(len(e) for e in polite_log.values())
     out.update(connections=connections, pages=pages, pages_per_connection=round(pages / max(connections, 1), 2))
@@ -432,12 +456,18 @@ async def run_peer(peer: str, hosts: int, args: argparse.Namespace, port: int, t
     return out
 
 
+def trawl_key(workers: int) -> str:
+    """A Trawl run's key in a size's results: ``trawl`` for one worker process, ``trawl_2w`` for two."""
+    return "trawl" if workers == 1 else f"trawl_{workers}w"
+
+
 async def one_size(hosts: int, args: argparse.Namespace, port: int, tmp: Path) -> dict[str, Any]:
     result: dict[str, Any] = {"hosts": hosts, "limit_sum": limit_sum(hosts)}
-    for peer in ("bare", "trawl", "scrapy"):
+    runs = [("bare", "bare", 1), *((trawl_key(n), "trawl", n) for n in args.workers), ("scrapy", "scrapy", 1)]
+    for key, peer, workers in runs:
         if peer not in args.skip:
-            result[peer] = await run_peer(peer, hosts, args, port, tmp)
-            log(f"hosts={hosts} {peer}: {json.dumps(result[peer])}")
+            result[key] = await run_peer(peer, hosts, args, port, tmp, workers)
+            log(f"hosts={hosts} {key}: {json.dumps(result[key])}")
     return result
 
 
@@ -450,13 +480,14 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def table(results: list[dict[str, Any]]) -> None:
-    print("| hosts | limits sum | bare loop cap | Trawl cap | Trawl pages/s | Trawl eff. | Trawl viol. "
+def table(results: list[dict[str, Any]], workers: list[int]) -> None:
+    """One row per size and Trawl worker count (Scrapy, one process, on each row of its size)."""
+    print("| hosts | limits sum | bare loop cap | Trawl workers | Trawl cap | Trawl pages/s | Trawl eff. | Trawl viol. "
           "| Scrapy cap | Scrapy pages/s | Scrapy eff. | Scrapy viol. |")  # fmt: skip
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for r in results:
-        cells = [f"{r['hosts']:,}", f"{r['limit_sum']:.0f}", f"{r['bare']['cap']:.0f}" if "bare" in r else "-"]
-        for peer in ("trawl", "scrapy"):
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r, n in ((r, n) for r in results for n in workers):
+        cells = [f"{r['hosts']:,}", f"{r['limit_sum']:.0f}", f"{r['bare']['cap']:.0f}" if "bare" in r else "-", str(n)]
+        for peer in (trawl_key(n), "scrapy"):
             p = r.get(peer)
             cells += (
                 [f"{p['cap']:.0f}", f"{p['achieved']:.1f}", f"{p['efficiency']:.2f}", str(p["violations"])]
@@ -487,13 +518,19 @@ async def controller(args: argparse.Namespace) -> int:
             procs.stop(farm, timeout=10)
     if args.json:
         write_json(Path(args.json), results)
-    table(results)
+    table(results, args.workers)
     last = results[-1]
-    total = sum(r.get("trawl", {}).get("violations", 0) for r in results)
-    eff = {p: last.get(p, {}).get("efficiency", float("nan")) for p in ("trawl", "scrapy")}
-    at_send = [r["trawl"]["send_violations"] for r in results if "send_violations" in r.get("trawl", {})]
-    print(f"hosts={last['hosts']} efficiency={eff['trawl']:.2f} scrapy_efficiency={eff['scrapy']:.2f} "
-          f"violations={total}" + (f" send_violations={sum(at_send)}" if at_send else ""))  # fmt: skip
+    keys = [trawl_key(n) for n in args.workers]
+    trawl_runs = [r[k] for r in results for k in keys if k in r]
+    total = sum(t["violations"] for t in trawl_runs)
+    at_send = [t["send_violations"] for t in trawl_runs if "send_violations" in t]
+    # ``efficiency``: the first --workers count's (one process by default); the others beside it, by count.
+    eff = [last.get(k, {}).get("efficiency", float("nan")) for k in keys]
+    more = "".join(f" efficiency_{n}w={e:.2f}" for n, e in zip(args.workers[1:], eff[1:], strict=True))
+    scrapy = last.get("scrapy", {}).get("efficiency", float("nan"))
+    print(f"hosts={last['hosts']} efficiency={eff[0]:.2f}{more} scrapy_efficiency={scrapy:.2f} violations={total}"
+          + (f" send_violations={sum(at_send)}" if at_send else "")
+          + (f" workers={','.join(map(str, args.workers))}" if args.workers != [1] else ""))  # fmt: skip
     return 0 if total == 0 else 1
 
 
@@ -504,7 +541,9 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="10 and 1,000 hosts, 20 s windows, 8 s caps")
     p.add_argument("--seconds", type=float, default=0.0, help="each polite run's window (default 30, --quick 20)")
     p.add_argument("--cap-seconds", type=float, default=0.0, help="each cap run's window (default 10, --quick 8)")
-    p.add_argument("--concurrency", type=int, default=256, help="requests at once, every crawler")
+    p.add_argument("--concurrency", type=int, default=256, help="requests at once, every crawler (per Trawl worker)")
+    p.add_argument("--workers", type=int, action="append",
+                   help="Trawl worker processes on the pool (repeatable: each count is run; default 1)")  # fmt: skip
     p.add_argument("--skip", action="append", default=[], choices=("bare", "trawl", "scrapy"))
     p.add_argument("--json", help="write every figure there")
     p.add_argument("--logs", help="write each polite run's request log to this directory")
@@ -516,6 +555,7 @@ def main() -> int:
     args = p.parse_args()
     args.seconds = args.seconds or (20.0 if args.quick else 30.0)
     args.cap_seconds = args.cap_seconds or (8.0 if args.quick else 10.0)
+    args.workers = args.workers or [1]
     if args.role == "farm":
         farm_main(args.out)
     elif args.role == "bare":

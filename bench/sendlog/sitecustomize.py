@@ -7,8 +7,9 @@ early). The worker's send times, on the same monotonic clock, are the same check
 request the worker's spacing let out too close shows here; one bunched after it (the worker's loop late
 between this handler and the socket write, on loopback the kernel stamps within that write) shows in the
 farm's log only, and that is what a site would see. Loaded only into the benchmark's worker process
-(``PYTHONPATH``), never into Trawl itself; it wraps the fetcher's send trace, appending a handler that runs
-after the politeness spacing's wait, right before aiohttp writes the headers.
+(``PYTHONPATH``), never into Trawl itself; it wraps the fetcher's request class (``fetch.spaced_request``):
+a request's time is taken when aiohttp's ``send`` returns, after the politeness spacing's wait and the
+write of its headers, in the same step of the loop as that write (nothing is awaited between them).
 """
 
 from __future__ import annotations
@@ -28,18 +29,20 @@ if _PATH and "worker" in sys.argv:
     _OUT: str = _PATH
 
     _SENDS: list[tuple[float, str]] = []
-    _build = _fetch.Fetcher._send_trace
+    _build = _fetch.spaced_request
 
     def _with_log(before_send: Any) -> Any:
-        trace = _build(before_send)
+        base: Any = _build(before_send)
 
-        async def logged(_session: Any, _ctx: Any, params: Any) -> None:
-            _SENDS.append((time.monotonic(), params.url.host))
+        class Logged(base):  # type: ignore[misc, valid-type]
+            async def send(self, conn: Any) -> Any:
+                response = await super().send(conn)
+                _SENDS.append((time.monotonic(), self.url.host))
+                return response
 
-        trace.on_request_headers_sent.append(logged)
-        return trace
+        return Logged
 
-    _fetch.Fetcher._send_trace = staticmethod(_with_log)  # type: ignore[method-assign]
+    _fetch.spaced_request = _with_log
 
     def _dump() -> None:
         with open(_OUT, "w") as out:

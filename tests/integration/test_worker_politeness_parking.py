@@ -79,7 +79,7 @@ async def test_requests_back_from_parking_are_spaced_from_when_they_leave(redis_
 
     async def request() -> None:
         await limiter.rate.take_token("spaced", rate, adaptive=False)
-        await before_send()  # as the fetcher's trace does right before its headers are written
+        await before_send()  # as the fetcher's request does right before its headers are written
         sent.append(time.monotonic())
 
     tasks = [asyncio.create_task(request()) for _ in range(2)]

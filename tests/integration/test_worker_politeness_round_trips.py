@@ -17,6 +17,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from trawl.redisconn.scripts import read_script
+from trawl.worker.breaker import CircuitBreaker
 from trawl.worker.politeness import DomainLimiter, RateWaitTooLong
 from trawl.worker.politeness.rate import before_send, interval_us
 from waits import wait_for_async
@@ -30,7 +31,13 @@ def _key(domain: str, kind: str) -> str:
     return f"trawl:{{test/trips}}:{kind}:{domain}"
 
 
-SCRIPTS = {"slots_acquire": "acquire", "slots_return": "return", "slots_refresh": "refresh", "rate_take": "rate"}
+SCRIPTS = {
+    "slots_acquire": "acquire",
+    "slots_return": "return",
+    "slots_refresh": "refresh",
+    "rate_take": "rate",
+    "breaker_check": "breaker",
+}
 
 
 def _sha(name: str) -> str:
@@ -220,3 +227,58 @@ async def test_a_domain_is_not_forgotten_while_its_last_request_spaces_the_next(
     await limiter.rate.take_token("site", rate, adaptive=False)
     await before_send()
     assert time.monotonic() - first >= interval - EARLY
+
+
+def _breaker(redis: aioredis.Redis, worker: str, **options: Any) -> CircuitBreaker:
+    return CircuitBreaker(redis, lambda domain: _key(domain, "cb"), worker, **options)
+
+
+def _reading(limiter: DomainLimiter, breaker: CircuitBreaker) -> DomainLimiter:
+    """The limiter's slot leases read the breaker, as the worker's runner wires them."""
+    limiter.slots.breaker_key = breaker.key
+    limiter.slots.breaker_seen = breaker.seen
+    return limiter
+
+
+async def test_a_slot_lease_reads_the_breaker_so_the_check_asks_redis_nothing(
+    redis_client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = [0.0]
+    breaker = _breaker(redis_client, "w1", refresh_seconds=1.0, monotonic=lambda: now[0])
+    limiter = _reading(DomainLimiter(redis_client, _key, "w1"), breaker)
+    sent = count_commands(redis_client, monkeypatch)
+    for _ in range(4):  # a request per 1.2 s: each check past refresh_seconds after the previous check
+        assert (await breaker.check("site")).state == "closed"
+        now[0] += 0.6
+        async with limiter.slots.slot("site", 2):  # a limit under 16: leased from Redis
+            pass
+        await limiter.slots.flush()  # returned: the next request leases again
+        now[0] += 0.6
+    assert sent.count("acquire") == 4
+    assert sent.count("breaker") == 1  # the first check only (before: one per request)
+
+
+async def test_a_breaker_opened_by_another_worker_is_seen_at_the_next_lease(redis_client: aioredis.Redis) -> None:
+    mine = _breaker(redis_client, "w1", threshold=2, refresh_seconds=60.0)
+    other = _breaker(redis_client, "w2", threshold=2, refresh_seconds=60.0)
+    limiter = _reading(DomainLimiter(redis_client, _key, "w1"), mine)
+    assert (await mine.check("site")).state == "closed"  # remembered for a minute
+    for _ in range(2):
+        await other.record("site", False, "Timeout: read timed out")
+    assert (await mine.check("site")).state == "closed"  # its own read is still fresh
+    async with limiter.slots.slot("site", 2):
+        pass
+    verdict = await mine.check("site")  # the lease saw it open: read again, not in a minute
+    assert (verdict.state, verdict.reason) == ("open", "Timeout: read timed out")
+
+
+async def test_failures_a_lease_reads_make_the_next_success_clear_them(redis_client: aioredis.Redis) -> None:
+    mine = _breaker(redis_client, "w1", threshold=3, refresh_seconds=60.0)
+    other = _breaker(redis_client, "w2", threshold=3, refresh_seconds=60.0)
+    limiter = _reading(DomainLimiter(redis_client, _key, "w1"), mine)
+    assert (await mine.check("site")).state == "closed"  # no failures on record: a success writes nothing
+    await other.record("site", False, "HTTP5xx: 503")
+    async with limiter.slots.slot("site", 2):  # reads the failure on record
+        pass
+    await mine.record("site", True)  # the site answered this worker: the count is reset for the pool
+    assert not await redis_client.exists(_key("site", "cb"))

@@ -9,11 +9,15 @@ breaker, its failure opens it again for twice as long (up to ``max_open_seconds`
 
 Cheap when healthy: a worker reads a domain's state from Redis at most once per ``refresh_seconds``
 and writes only failures and the transitions they cause (a success is written only while the domain
-has failures on record), so a healthy crawl adds about one read per domain per second.
+has failures on record), so a healthy crawl adds about one read per domain per second. Where a request
+leases the domain's concurrency slot from Redis (limits under 16: every request), the lease reads the
+breaker too and hands it to :meth:`CircuitBreaker.seen`: a closed breaker read there counts as this
+read (no round trip of its own), any other state has the next check read it.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -56,6 +60,7 @@ class CircuitBreaker:
         max_open_seconds: float = 300.0,
         refresh_seconds: float = 1.0,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.redis = redis
         self.key = key
@@ -65,6 +70,7 @@ class CircuitBreaker:
         self.max_open_seconds = max_open_seconds
         self.refresh_seconds = refresh_seconds
         self.clock = clock
+        self.monotonic = monotonic  # when a domain's state was read (its age against refresh_seconds)
         self._check = redis.register_script(read_script("trawl.worker", "breaker_check"))
         self._record = redis.register_script(read_script("trawl.worker", "breaker_record"))
         self._local: dict[str, _Local] = {}
@@ -81,7 +87,7 @@ class CircuitBreaker:
     async def check(self, domain: str) -> Verdict:
         if not self.enabled:
             return _CLOSED
-        now_m = time.monotonic()
+        now_m = self.monotonic()
         local = self._local.get(domain)
         if local is not None and now_m - local.read_at < self.refresh_seconds:
             v = local.verdict
@@ -118,7 +124,21 @@ class CircuitBreaker:
             self._remember(domain, local.verdict if local else Verdict("closed"), True)
         return state
 
+    def seen(self, domain: str, state: str, fails: str) -> None:
+        """The domain's breaker state and failure count as another round trip read them (a slot's lease:
+        ``politeness.slots``). Closed is remembered as :meth:`check`'s own read would be (so the next checks
+        within ``refresh_seconds`` ask Redis nothing); any other state (open, half-open) has the next check
+        read it and decide, as that may make its request the probe."""
+        if not self.enabled:
+            return
+        if state == "closed":
+            self._remember(domain, _CLOSED, fails != "0")
+            return
+        local = self._local.get(domain)
+        if local is not None:
+            local.read_at = -math.inf
+
     def _remember(self, domain: str, verdict: Verdict, failures: bool) -> None:
-        self._local[domain] = _Local(verdict, time.monotonic(), failures)
+        self._local[domain] = _Local(verdict, self.monotonic(), failures)
         if len(self._local) > 10_000:
             self._local.pop(next(iter(self._local)))

@@ -103,9 +103,9 @@ class ProxySessions:
     """aiohttp sessions for proxied hops: one for every HTTP(S) proxy (aiohttp passes the proxy per request),
     one per SOCKS5 proxy (aiohttp_socks binds a connector to one proxy)."""
 
-    def __init__(self, trace_configs: list[aiohttp.TraceConfig] | None = None) -> None:
+    def __init__(self, request_class: type[aiohttp.ClientRequest] = aiohttp.ClientRequest) -> None:
         self._sessions: dict[str, aiohttp.ClientSession] = {}
-        self._traces = trace_configs  # the fetcher's (its politeness spacing as a request leaves)
+        self._request_class = request_class  # the fetcher's (its politeness spacing as a request leaves)
 
     def session(self, proxy: ProxyEndpoint) -> aiohttp.ClientSession:
         key = "http" if proxy.scheme in ("http", "https") else proxy.url
@@ -122,7 +122,7 @@ class ProxySessions:
                 trust_env=False,
                 cookie_jar=aiohttp.DummyCookieJar(),
                 skip_auto_headers=("User-Agent",),
-                trace_configs=self._traces,
+                request_class=self._request_class,
             )
             self._sessions[key] = session
         return session

@@ -108,6 +108,9 @@ class Worker:
             threshold=config.breaker_failures,
             open_seconds=config.breaker_open_seconds,
         )
+        if self.breaker.enabled:  # a slot's lease reads the breaker too: one round trip for both (.politeness.slots)
+            self.limiter.slots.breaker_key = self.breaker.key
+            self.limiter.slots.breaker_seen = self.breaker.seen
         self.parser = ParsePool(
             config.parse_processes,
             ParseLimits(

@@ -12,10 +12,10 @@ Redis grants a token on its clock, but the request leaves later (a new connectio
 two requests granted one interval apart could reach the site closer together than that, or even swap
 places (the first still connecting when the second leaves). Where the GCRA spaces strictly (a burst of 1,
 under 40 requests/s) a worker also spaces a domain's requests as they leave: the fetcher awaits
-:func:`before_send` from aiohttp's trace right before it writes a request's headers, which waits until one
-interval after the domain's previous request left. A late send delays the domain's next request rather than
-crowding it. Within one worker, for the fetcher's requests, direct or proxied (a browser's are spaced by
-Redis's grants alone, as two workers sharing a domain are).
+:func:`before_send` as aiohttp sends a request, right before it writes its headers (``fetch.spaced_request``),
+which waits until one interval after the domain's previous request left. A late send delays the domain's
+next request rather than crowding it. Within one worker, for the fetcher's requests, direct or proxied (a
+browser's are spaced by Redis's grants alone, as two workers sharing a domain are).
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ PREPAID: ContextVar[Prepaid | None] = ContextVar("trawl_politeness_prepaid", def
 
 
 # The domain whose request the current task is about to send, and its interval in seconds: set when its
-# token is handed out, read by :func:`before_send` (the fetcher's trace runs in the same asyncio task, so in
+# token is handed out, read by :func:`before_send` (the fetcher's request runs in the same asyncio task, so in
 # the same context).
 SENDING: ContextVar[tuple[DomainState, float] | None] = ContextVar("trawl_politeness_sending", default=None)
 

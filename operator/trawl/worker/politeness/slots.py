@@ -10,7 +10,10 @@ asked Redis for a slot about 1.5 times and returned it once, beside its rate tok
 for none while it already leases the domain's whole limit (Redis could only say no: it waits for one of its
 own), and slots given back are returned in batches, every domain's in one script call
 (``RETURN_SECONDS`` after the first: a slot is held that much longer, never more than its lease), a request
-of the domain here meanwhile taking one back instead of leasing another.
+of the domain here meanwhile taking one back instead of leasing another. A lease also reads the domain's
+circuit breaker (``breaker_key``, set by the runner) and tells it what it read (``breaker_seen``): where each
+request leases its slot, that read replaces the breaker's own round trip (~0.7 per page at 1,000 hosts),
+and it is newer than the breaker's read of up to a second before.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from collections.abc import Callable
 
 from redis.asyncio import Redis
 
+from trawl.redisconn.replies import text
 from trawl.redisconn.scripts import read_script
 
 from .domain import DomainState, RateWaitTooLong
@@ -101,6 +105,10 @@ class ConcurrencySlots:
         self._returning: set[str] = set()  # domains with slots waiting for the next return batch
         self._return_timer: asyncio.TimerHandle | None = None
         self._flushes: set[asyncio.Task[None]] = set()
+        # The domain's circuit breaker hash, read by each lease (None: not read), and who is told its state and
+        # failure count (the runner sets both to its CircuitBreaker's ``key`` and ``seen``).
+        self.breaker_key: Callable[[str], str] | None = None
+        self.breaker_seen: Callable[[str, str, str], None] = lambda domain, state, fails: None
 
     def slot(self, domain: str, limit: int, *, deadline: float | None = None, rate: float = 0.0) -> Slot:
         """Hold one of the domain's pool-wide concurrency slots for the duration of the block
@@ -172,7 +180,10 @@ class ConcurrencySlots:
             next(self._serial)
         prefix = f"{self.worker_id}:"
         keys = [self.key(domain, "conc")]
-        args: list[int | str] = [limit, want, SLOT_LEASE_MS, prefix, first]
+        args: list[int | str] = [limit, want, SLOT_LEASE_MS, prefix, first, "0"]
+        if self.breaker_key is not None:
+            keys.append(self.breaker_key(domain))
+            args[5] = "1"
         token = want == 1 and prepays(state, rate)
         if token:
             reserve = RESERVE_US if deadline is None else int((deadline - time.monotonic()) * 1_000_000)
@@ -180,6 +191,8 @@ class ConcurrencySlots:
             args += [interval_us(rate), 1, reserve]
         reply = await self._acquire(keys=keys, args=args)
         granted = int(reply[0])
+        if granted and self.breaker_key is not None:
+            self.breaker_seen(domain, text(reply[3]), text(reply[4]))
         if granted and token and int(reply[1]):
             PREPAID.set(Prepaid(state, rate, time.monotonic() + int(reply[2]) / 1_000_000))
         if granted:
