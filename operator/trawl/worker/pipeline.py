@@ -64,6 +64,14 @@ log = logging.getLogger("trawl.worker")
 # Redis (maxmemory with noeviction; the operator shows RedisOutOfMemory). The task goes back unspent.
 REDIS_TROUBLE: tuple[type[Exception], ...] = (*TRANSIENT_ERRORS, QueueUnavailable, OutOfMemoryError)
 
+
+def closed_connection(exc: BaseException) -> bool:
+    """A write on a connection that closed under it (uvloop's and asyncio's RuntimeError "unable to perform
+    operation on <transport>; the handler is closed"): redis-py's cluster client lets it through during a
+    failover where it maps socket errors to ConnectionError. Like Redis trouble, never the page's fault."""
+    return isinstance(exc, RuntimeError) and "the handler is closed" in str(exc)
+
+
 MAX_DEFERRALS = 5  # Retry-After releases of one task (seen by this worker) before its attempts are spent
 MAX_DEFERRED_TASKS = 10_000  # tasks whose Retry-After releases are remembered
 _T = TypeVar("_T")
@@ -192,16 +200,18 @@ class TaskPipeline:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.queue.release(task, self.worker_id))
             raise
-        except REDIS_TROUBLE as exc:
-            # Redis failed under the task (an outage, a cluster failover): not the page's fault, so no
-            # attempt is spent. The task goes back if Redis answers by then, else its lease expires.
-            log.warning(
-                "Redis error while handling a task; giving it back", extra={"url": task.url, "error": repr(exc)}
-            )
-            outcome = "released"
-            with contextlib.suppress(Exception):
-                await self.queue.release(task, self.worker_id, delay=1.0)
-        except Exception as exc:  # a bug must not lose the task: fail it as Internal
+        except Exception as exc:
+            if isinstance(exc, REDIS_TROUBLE) or closed_connection(exc):
+                # Redis failed under the task (an outage, a cluster failover): not the page's fault, so no
+                # attempt is spent. The task goes back if Redis answers by then, else its lease expires.
+                log.warning(
+                    "Redis error while handling a task; giving it back", extra={"url": task.url, "error": repr(exc)}
+                )
+                outcome = "released"
+                with contextlib.suppress(Exception):
+                    await self.queue.release(task, self.worker_id, delay=1.0)
+                return
+            # a bug must not lose the task: fail it as Internal
             log.exception("task crashed", extra={"worker": self.worker_id, "url": task.url})
             outcome = "failed"
             with contextlib.suppress(Exception):
