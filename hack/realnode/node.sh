@@ -117,7 +117,57 @@ record_host_state() {
   kubepods_cgroups > "$R/cgroups.before"
 }
 
+# why: the bridge is a fixed name in the host's network namespace, which a run may share with runs in other
+# containers (a CI job beside a developer's shell), and a run killed with its container leaves the bridge
+# behind with nothing to remove it. A live node says so by an abstract socket, which lives in the network
+# namespace (like the bridge) and dies with the process that holds it (unlike the bridge): from net_up to
+# the end of down.
+MARK="trawl-realnode-$BRIDGE"
+node_marked() { ss -Hlx 2>/dev/null | grep -qF "@$MARK "; }
+
+bridge_free() { # wait (bounded) for another live node's bridge to go; remove one whose node was killed
+  local waited=0 limit="${REALNODE_BUSY_WAIT:-600}"
+  while ip link show "$BRIDGE" >/dev/null 2>&1; do
+    if ! node_marked; then
+      log "$BRIDGE exists but no node holds it (its run was killed): removing what it left in the network"
+      net_down
+      return 0
+    fi
+    if (( waited >= limit )); then
+      echo "$BRIDGE belongs to another node that is still up after ${limit}s (down it first)" >&2
+      return 3
+    fi
+    (( waited == 0 )) && log "another node is up (its $BRIDGE is held): waiting up to ${limit}s for it to go"
+    sleep 2; waited=$(( waited + 2 ))
+  done
+}
+
+net_down() { # the node's network on the host: pod veths, the bridge, CNI namespaces, KUBE-/CNI- chains
+  local veth
+  rm -f /run/netns/cni-* 2>/dev/null || true
+  for veth in $(ip -o link show type veth 2>/dev/null | awk -F': ' '/master '"$BRIDGE"' /{print $2}' | cut -d@ -f1); do
+    ip link delete "$veth" 2>/dev/null || true
+  done
+  if ip link show "$BRIDGE" >/dev/null 2>&1; then ip link delete "$BRIDGE"; fi
+  # Chains of the kubelet (KUBE-*), kube-proxy (KUBE-*) and bridge CNI (CNI-*) go; everything else stays
+  # as it is (other programs on this host may change their rules meanwhile, so no blind restore).
+  local save
+  for save in iptables-save ip6tables-save; do
+    command -v "$save" >/dev/null || continue
+    local restore="${save%-save}-restore"
+    "$save" | grep -vE 'KUBE-|CNI-|cali-' | "$restore" 2>/dev/null || true
+  done
+}
+
 net_up() {
+  # The node's mark first: from here on the bridge is this node's (see bridge_free).
+  start netmark python3 -c 'import socket, signal, sys
+s = socket.socket(socket.AF_UNIX)
+s.bind("\0" + sys.argv[1])
+s.listen()
+signal.pause()' "$MARK"
+  for _ in $(seq 50); do node_marked && break; sleep 0.1; done
+  node_marked || { echo "the node mark @$MARK did not appear" >&2; return 1; }
   # why: the bridge's address is the node address, so it must exist before the API server binds to it.
   ip link add "$BRIDGE" type bridge
   ip addr add "$NODE_IP/${POD_CIDR#*/}" dev "$BRIDGE"
@@ -280,8 +330,8 @@ dns_up() {
 up() {
   [[ $EUID -eq 0 ]] || { echo "not root: a real node needs root (network, mounts, cgroups)" >&2; return 3; }
   [[ -d /sys/fs/cgroup/memory || -f /sys/fs/cgroup/cgroup.controllers ]] || { echo "no cgroup file system" >&2; return 3; }
-  if ip link show "$BRIDGE" >/dev/null 2>&1; then echo "$BRIDGE already exists: another node is up (down it first)" >&2; return 3; fi
   mkdir -p "$R"/{log,pids,etc,run}
+  bridge_free || return 3
   "$REALNODE_HACK/images.sh" > "$R/images.list"
   record_host_state
   timed "pki" pki
@@ -361,20 +411,8 @@ down() {
   # Mounts under $R (volumes, overlay snapshots, shm) and the CNI network namespaces, deepest first.
   grep -E " ($R|/run/netns/cni-|/var/run/netns/cni-)" /proc/mounts | awk '{print $2}' | sort -r |
     while read -r m; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
-  rm -f /run/netns/cni-* 2>/dev/null || true
-  local veth
-  for veth in $(ip -o link show type veth 2>/dev/null | awk -F': ' '/master '"$BRIDGE"' /{print $2}' | cut -d@ -f1); do
-    ip link delete "$veth" 2>/dev/null || true
-  done
-  if ip link show "$BRIDGE" >/dev/null 2>&1; then ip link delete "$BRIDGE"; fi
-  # Chains of the kubelet (KUBE-*), kube-proxy (KUBE-*) and bridge CNI (CNI-*) go; everything else stays
-  # as it is (other programs on this host may change their rules meanwhile, so no blind restore).
-  local save
-  for save in iptables-save ip6tables-save; do
-    command -v "$save" >/dev/null || continue
-    local restore="${save%-save}-restore"
-    "$save" | grep -vE 'KUBE-|CNI-|cali-' | "$restore" 2>/dev/null || true
-  done
+  net_down
+  stop netmark   # the bridge is gone: nothing of this node is left in the network namespace to guard
   if command -v nft >/dev/null; then
     local table
     nft list tables 2>/dev/null | sort | comm -13 "$R/nft.before" - | while read -r _ fam name; do
