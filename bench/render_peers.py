@@ -37,6 +37,44 @@ BLOCKED = ("image", "font", "media", "stylesheet")
 XHR_SELECTOR = "ol.items li.item"
 
 
+def cpu_by_kind(site_pid: int | None = None) -> dict[str, float]:
+    """CPU seconds of this process's tree by process kind: this process (``worker``: Trawl's policy
+    proxies, or the peer's crawler; Playwright's client, the extractor), Playwright's ``driver``, and
+    Chromium's processes by ``--type`` (``browser``, ``gpu-process``, utilities by sub-type such as
+    ``NetworkService``; ``renderers``: the renderers and the zygote that reaps them, whose reaped
+    children's time moves to it when a renderer ends). ``worker`` includes the bench's memory sampler."""
+    skip = set(procmem.descendants(site_pid)) if site_pid is not None else set()
+    out: dict[str, float] = {}
+    for p in procmem.descendants(os.getpid()):
+        if p in skip:
+            continue
+        try:
+            cmd = (procmem.PROC / str(p) / "cmdline").read_bytes().replace(b"\0", b" ").split()
+        except OSError:
+            continue
+        if p == os.getpid():
+            kind = "worker"
+        elif any(a.startswith(b"--type=") for a in cmd):
+            kind = next(a for a in cmd if a.startswith(b"--type=")).decode()[7:]
+            if kind in ("renderer", "zygote"):
+                kind = "renderers"
+            elif kind == "utility":
+                sub = next((a for a in cmd if a.startswith(b"--utility-sub-type=")), b"=utility")
+                kind = sub.decode().rsplit(".", 1)[-1]
+        elif cmd and b"chrom" in cmd[0]:
+            kind = "browser"
+        else:
+            kind = "driver"
+        out[kind] = out.get(kind, 0.0) + procmem.cpu_seconds(p)
+    return out
+
+
+def split_line(before: dict[str, float], after: dict[str, float], pages: int) -> str:
+    """``kind=ms`` per page, the costliest first (a process that ended counts in its parent's reaped time)."""
+    ms = {k: (v - before.get(k, 0.0)) / pages * 1000 for k, v in after.items()}
+    return " ".join(f"{k}={v:.0f}" for k, v in sorted(ms.items(), key=lambda kv: -kv[1]) if round(v))
+
+
 class Meter:
     """Counts rendered pages; times and samples the pages after the warm-up."""
 
@@ -44,6 +82,8 @@ class Meter:
         self.total, self.warmup, self.marker = total, warmup, marker
         self.pages = 0
         self.t0 = self.t1 = self.cpu0 = self.cpu1 = 0.0
+        self.kinds0: dict[str, float] = {}
+        self.split = ""
         self.peak = 0
         self.browsers = 0  # the most browsers seen at once
         self._stop = threading.Event()
@@ -57,9 +97,11 @@ class Meter:
         self.pages += 1
         if self.pages == self.warmup:
             self.t0, self.cpu0 = time.monotonic(), procmem.tree_cpu_seconds(os.getpid())
+            self.kinds0 = cpu_by_kind()
             threading.Thread(target=self._sample, daemon=True).start()
         elif self.pages == self.total:
             self.t1, self.cpu1 = time.monotonic(), procmem.tree_cpu_seconds(os.getpid())
+            self.split = split_line(self.kinds0, cpu_by_kind(), self.total - self.warmup)
             self._stop.set()
 
     def _sample(self) -> None:
@@ -81,6 +123,7 @@ class Meter:
             "peak_bytes": self.peak,
             "concurrency": concurrency,
             "browsers": self.browsers,
+            "split": self.split,
         }
 
 

@@ -46,7 +46,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from render_peers import BLOCKED, XHR_SELECTOR
+from render_peers import BLOCKED, XHR_SELECTOR, cpu_by_kind, split_line
 from trawl.api.render import RenderSpec
 from trawl.dev import procs
 from trawl.dev.bookstore import Renderer, catalog
@@ -90,6 +90,7 @@ async def bench(
     site_pid: int,
     results: list[dict[str, Any]],
     job_id: str = "bench",
+    pages_per_context: int = BrowserSettings().pages_per_context,
 ) -> list[str]:
     allowed = parse_networks([f"{HOST}/32"])
     extractor = Extractor(ExtractOptions.from_dict({"fields": LISTING_FIELDS}))
@@ -123,7 +124,7 @@ async def bench(
     )
 
     # (b) the browser path
-    pool = BrowserPool(allowed, BrowserSettings(pages_per_browser=pages))
+    pool = BrowserPool(allowed, BrowserSettings(pages_per_browser=pages, pages_per_context=pages_per_context))
     try:
         peak = 0
 
@@ -151,9 +152,11 @@ async def bench(
             extracting[:] = [0.0, 0]
             peak = idle
             sampler = asyncio.create_task(sample())
-            cpu0 = cpu(site_pid)
+            cpu0, kinds0, site0 = cpu(site_pid), cpu_by_kind(site_pid), procmem.cpu_seconds(site_pid)
             secs = await run_all(urls, pages, render_one)
             render_cpu = (cpu(site_pid) - cpu0) / len(urls)
+            split = split_line(kinds0, cpu_by_kind(site_pid), len(urls))
+            site_ms = (procmem.cpu_seconds(site_pid) - site0) / len(urls) * 1000
             sampler.cancel()
             rate = len(urls) / secs
             per_context = (peak - idle) / pages
@@ -164,9 +167,11 @@ async def bench(
                 f"browser_peak_MiB={peak / 2**20:.0f} per_context_MiB={per_context / 2**20:.1f} "
                 f"extract_ms/page={extracting[0] / max(1, extracting[1]) * 1000:.1f}"
             )
+            lines.append(f"        {flavour:<6}  cpu_ms/page by process: {split} (site, not counted: {site_ms:.0f})")
             results.append(
                 {"name": "trawl", "flavour": flavour, "pages": len(urls), "seconds": secs,
-                 "cpu": render_cpu * len(urls), "peak_bytes": peak, "concurrency": pages, "load": os.getloadavg()[0]}
+                 "cpu": render_cpu * len(urls), "split": split, "peak_bytes": peak, "concurrency": pages,
+                 "load": os.getloadavg()[0]}
             )  # fmt: skip
     finally:
         await pool.close()
@@ -198,7 +203,7 @@ def peer_line(r: dict[str, Any]) -> str:
         f"pages/s_per_core={r['pages'] / r['cpu']:.2f} cpu_ms/page={r['cpu'] / r['pages'] * 1000:.0f} "
         f"peak_MiB={r['peak_bytes'] / 2**20:.0f} "
         f"MiB_per_concurrent_page={r['peak_bytes'] / r['concurrency'] / 2**20:.1f} browsers={r.get('browsers', 1)}"
-        f" (load {r['load']:.1f})"
+        f" (load {r['load']:.1f})\n    cpu_ms/page by process: {r.get('split', '?')}"
     )
 
 
@@ -225,6 +230,12 @@ def main() -> int:
     parser.add_argument(
         "--context-per-page", action="store_true", help="Trawl renders each page in a context of its own (no job)"
     )
+    parser.add_argument(
+        "--pages-per-context",
+        type=int,
+        default=BrowserSettings().pages_per_context,
+        help="pages a shared context serves before it is replaced (TRAWL_BROWSER_PAGES_PER_CONTEXT)",
+    )
     args = parser.parse_args()
     if find_chromium() is None:
         print("no Chromium: apt-get install chromium", file=sys.stderr)
@@ -243,7 +254,9 @@ def main() -> int:
         base = f"http://{HOST}:{port}"
         results: list[dict[str, Any]] = []
         job_id = "" if args.context_per_page else "bench"
-        lines = asyncio.run(bench(base, renderer, args.concurrency, args.pages, site.pid, results, job_id))
+        lines = asyncio.run(
+            bench(base, renderer, args.concurrency, args.pages, site.pid, results, job_id, args.pages_per_context)
+        )
         for line in lines:
             print(line, flush=True)
         lines = [peer_line(r) for r in results]
