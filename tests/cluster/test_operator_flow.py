@@ -142,7 +142,7 @@ def test_delete_cancels_and_suspend_resume_completes(
     keys = Keys(f"trawl:{{{namespace}/p}}")
     assert client.exists(keys.job(uid))
     control_plane.kubectl("delete", "scrapejob/doomed", "-n", namespace, "--timeout=60s")
-    job_keys = [*keys.job_keys(uid), keys.results(uid) + ":keys"]
+    job_keys = [*keys.job_keys(uid), keys.results(uid) + ":keys", keys.results_digests(uid)]
     assert client.exists(*job_keys) == 0, [k for k in job_keys if client.exists(k)]
     fetched_after_delete = len(bookstore.entries())
     time.sleep(3)

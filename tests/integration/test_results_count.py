@@ -30,5 +30,5 @@ async def test_written_and_retained_records_of_a_trimmed_stream(redis_client: ai
     assert retained is not None and retained < written  # trimmed at maxLen (approximately)
     status = results_location(q, spec, "j", "name", written, retained)
     assert (status["count"], status["retained"]) == (300, retained)
-    await redis_client.delete(dedupe_key(q.keys.results("j")))
+    await redis_client.delete(q.keys.results_digests("j"), dedupe_key(q.keys.results("j")))
     assert (await results_written(q, spec, "j", {"results": status}))[0] == 300  # never rewound

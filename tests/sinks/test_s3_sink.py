@@ -21,9 +21,10 @@ from trawl.clitools import results
 from trawl.dev.s3_server import S3Server
 from trawl.egress.addresses import parse_networks
 from trawl.operator.job.sinkcheck import finish_sink, sink_problem
-from trawl.queue.keys import pending_key
+from trawl.queue.keys import digests_key, pending_key
 from trawl.sinks import s3 as s3sink
 from trawl.sinks.base import Record, record_key
+from trawl.sinks.digests import COUNT_FIELD
 from trawl.sinks.s3 import S3Sink, S3Target
 from trawl.sinks.tabular import Part
 
@@ -112,7 +113,7 @@ async def test_a_worker_dead_after_its_put_or_before_it_costs_no_duplicate_and_n
         await sink.close()
     assert sorted(r["url"] for r in stored(tgt, "j")) == [f"http://s.test/{i}" for i in range(4)]
     assert await redis_client.hlen(pending) == 0  # everything settled
-    assert await redis_client.scard(dedupe("j")) == 4
+    assert await redis_client.hget(digests_key(dedupe("j")), COUNT_FIELD) == b"4"  # all marked written
 
 
 async def test_manifest_results_and_acceptance(s3_server: S3Server, redis_client: aioredis.Redis) -> None:

@@ -57,7 +57,9 @@ Per-job keys (``J`` is ``P:j:<job_id>``)::
     J:u              set     URLs already enqueued, as 12-byte digests (within-job dedupe: crawl jobs, and
                              jobs whose seeds may repeat)
     J:res            stream  results written by the worker's Redis sink (deleted on cancel, expired on retention)
-    J:res:keys       set     (job, URL) record keys the sinks wrote: their dedupe (expired with the job's keys)
+    J:res:keys:d     hash    the (job, URL) records the sinks wrote, as 16-byte digests in 2-byte buckets
+                             (:mod:`trawl.sinks.digests`): their dedupe (expired with the job's keys)
+    J:res:keys       set     the same as hex keys, as workers before the digest hash wrote it: read, not written
     J:res:keys:s3pending  hash  S3 sink: record key -> object whose PUT is not known to have succeeded
     J:sk             hash    URLs skipped because robots.txt disallows them (:mod:`trawl.queue.notes`)
     J:cb             hash    domains whose circuit breaker held the job's tasks back (:mod:`trawl.queue.notes`)
@@ -116,6 +118,12 @@ def hash_tag(prefix: str) -> str:
 def dedupe_key(results_key: str) -> str:
     """The set of (job, URL) keys already written for a job, next to its results stream (``J:res:keys``)."""
     return results_key + ":keys"
+
+
+def digests_key(dedupe: str) -> str:
+    """The hash of the digests of the records the sinks wrote for a job (``J:res:keys:d``), beside the set
+    of hex keys older workers wrote (``dedupe``, read until it expires)."""
+    return dedupe + ":d"
 
 
 def pending_key(dedupe: str) -> str:
@@ -251,8 +259,13 @@ class Keys:
         return f"{self.prefix}:j:{job_id}:res"
 
     def results_written(self, job_id: str) -> str:
-        """The set of (job, URL) record keys the sinks wrote for a job (see :func:`dedupe_key`)."""
+        """The set of (job, URL) record keys older sinks wrote for a job (see :func:`dedupe_key`); the names
+        of the job's other dedupe keys derive from it."""
         return dedupe_key(self.results(job_id))
+
+    def results_digests(self, job_id: str) -> str:
+        """The hash of the digests of the records the sinks wrote for a job (see :func:`digests_key`)."""
+        return digests_key(self.results_written(job_id))
 
     def results_pending(self, job_id: str) -> str:
         """The S3 sink's record keys pending in an object not known to be stored (see :func:`pending_key`)."""

@@ -1,4 +1,4 @@
-"""What every sink shares: the record and its key, the sink protocol, and the dedupe set in Redis.
+"""What every sink shares: the record and its key, the sink protocol, and the dedupe in Redis (:mod:`.digests`).
 
 Every record carries ``key`` = a hash of (job, URL). The Redis stream sink checks and records the key
 in the same Lua script that appends the entry, so a redelivered task never produces a second entry.
@@ -12,6 +12,7 @@ carries the records of many tasks, and the tasks are acked only after it returns
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -21,7 +22,10 @@ from typing import Any, Protocol
 
 from redis.asyncio import Redis
 
-from trawl.redisconn.client import atomic_pipeline
+from trawl.queue.keys import digests_key
+from trawl.redisconn.scripts import read_script
+
+from .digests import record_digest, split, written
 
 DEDUPE_TTL_SECONDS = 8 * 86400  # outlives the default finished-job retention (7 days)
 
@@ -69,12 +73,28 @@ def dumps(data: dict[str, Any]) -> str:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
+def dedupe_script(name: str) -> str:
+    """A script that reads or writes the record of written keys, with the helpers it shares in front."""
+    return read_script("trawl.sinks", "dedupe_lib") + "\n" + read_script("trawl.sinks", name)
+
+
+def packed_digests(keys: Sequence[str]) -> bytes:
+    """The records' digests in the one argument the dedupe scripts take (16 bytes each, in order)."""
+    return b"".join(record_digest(key) for key in keys)
+
+
 class Deduped:
-    """Skip records whose key is recorded in Redis; record keys once written."""
+    """Skip records whose key is recorded in Redis; record keys once written (:mod:`.digests`: a hash of
+    digests, and the set of hex keys older workers wrote, read but not written)."""
 
     def __init__(self, redis: Redis, dedupe_key: Any) -> None:
         self.redis = redis
-        self.dedupe_key = dedupe_key  # job_id -> key
+        self.dedupe_key = dedupe_key  # job_id -> the legacy set's key; the digest hash's derives from it
+        self._mark = redis.register_script(dedupe_script("dedupe_mark"))
+
+    def _keys(self, job_id: str) -> list[str]:
+        legacy = self.dedupe_key(job_id)
+        return [digests_key(legacy), legacy]
 
     async def fresh(self, job_id: str, records: Sequence[Record]) -> list[Record]:
         unique: dict[str, Record] = {}
@@ -83,14 +103,24 @@ class Deduped:
         keys = list(unique)
         if not keys:
             return []
-        seen = await self.redis.smismember(self.dedupe_key(job_id), keys)  # type: ignore[misc]
+        digests = [record_digest(k) for k in keys]
+        fields = list(dict.fromkeys(split(d)[0] for d in digests))
+        hashed, legacy = self._keys(job_id)
+        # Plain reads, not a script: a script pays ~1 µs of Redis CPU per bucket it reads into Lua. A batch
+        # that races another worker's may pass as fresh and be written twice, as with the set before (the
+        # write and its mark are not one step: see the module's docstring).
+        values, has_legacy = await asyncio.gather(
+            self.redis.hmget(hashed, fields),  # type: ignore[arg-type]
+            self.redis.exists(legacy),
+        )
+        seen = written(digests, dict(zip(fields, values, strict=True)))
+        if has_legacy:
+            old = await self.redis.smismember(legacy, keys)  # type: ignore[misc]
+            seen = [a or bool(b) for a, b in zip(seen, old, strict=True)]
         return [unique[k] for k, s in zip(keys, seen, strict=True) if not s]
 
     async def mark(self, job_id: str, records: Sequence[Record]) -> None:
         if not records:
             return
-        key = self.dedupe_key(job_id)
-        async with atomic_pipeline(self.redis) as pipe:
-            pipe.sadd(key, *[r.key for r in records])
-            pipe.expire(key, DEDUPE_TTL_SECONDS)
-            await pipe.execute()
+        args: list[int | bytes] = [DEDUPE_TTL_SECONDS, packed_digests([r.key for r in records])]
+        await self._mark(keys=self._keys(job_id), args=args)

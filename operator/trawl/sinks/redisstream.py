@@ -1,7 +1,7 @@
 """The default sink: a Redis stream per job, bounded by ``MAXLEN ~``, expiring with the job's keys.
 
-The stream write and its dedupe are one script (``lua/stream_write.lua``), so a redelivered task never
-produces a second entry.
+The stream write and its dedupe (:mod:`.digests`) are one script (``lua/stream_write.lua``), so a
+redelivered task never produces a second entry.
 """
 
 from __future__ import annotations
@@ -12,10 +12,9 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from trawl.queue.keys import dedupe_key
-from trawl.redisconn.scripts import read_script
+from trawl.queue.keys import dedupe_key, digests_key
 
-from .base import DEDUPE_TTL_SECONDS, Record, SinkError, dumps
+from .base import DEDUPE_TTL_SECONDS, Record, SinkError, dedupe_script, dumps, packed_digests
 
 
 class RedisStreamSink:
@@ -26,15 +25,18 @@ class RedisStreamSink:
         self.stream_key = stream_key  # job_id -> key
         self.job_key = job_key  # job_id -> the queue's job hash, whose absence means cancelled
         self.max_len = max_len
-        self._script = redis.register_script(read_script("trawl.sinks", "stream_write"))
+        self._script = redis.register_script(dedupe_script("stream_write"))
 
     async def write(self, job_id: str, records: Sequence[Record], *, max_len: int | None = None) -> int:
         stream = self.stream_key(job_id)
-        args: list[Any] = [max_len or self.max_len, DEDUPE_TTL_SECONDS]
+        args: list[Any] = [max_len or self.max_len, DEDUPE_TTL_SECONDS, packed_digests([r.key for r in records])]
         for rec in records:
             args += [rec.key, rec.url, dumps(rec.data)]
+        written = dedupe_key(stream)
         try:
-            keys = [stream, dedupe_key(stream)] + ([self.job_key(job_id)] if self.job_key is not None else [])
+            keys = [stream, digests_key(written), written] + (
+                [self.job_key(job_id)] if self.job_key is not None else []
+            )
             return int(await self._script(keys=keys, args=args))
         except Exception as exc:
             raise SinkError(f"redis stream write failed: {exc}") from exc

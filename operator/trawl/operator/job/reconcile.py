@@ -469,6 +469,7 @@ async def _steer(
         if requeued:
             # The job runs again: results it already wrote keep their dedupe set past the retention
             # its first finish set (the queue's own keys lose their TTL in requeue_dead).
+            await queue.redis.persist(queue.keys.results_digests(uid))
             await queue.redis.persist(queue.keys.results_written(uid))
             await queue.redis.persist(queue.keys.skipped(uid))
         log.info("job %s: requeued %d dead letters (annotation %r)", job.name, requeued, retry_value)
@@ -520,6 +521,7 @@ async def _after_the_job(job: _Pass, new_status: dict[str, Any]) -> list[Transit
         if spec.ttl_seconds_after_finished is not None:
             retention = max(retention, spec.ttl_seconds_after_finished + 60)
         await queue.expire_job(uid, retention)
+        await queue.redis.expire(queue.keys.results_digests(uid), retention)
         await queue.redis.expire(queue.keys.results_written(uid), retention)
         await queue.redis.expire(queue.keys.results_pending(uid), retention)
         await queue.redis.expire(queue.keys.skipped(uid), retention)
@@ -616,7 +618,13 @@ async def cancel_job(
     queue = pool_queue(redis, pool_ns, pool_name, pool.spec)
     await queue.cancel(uid)
     # The sinks' record of written (job, URL) keys lives beside the results stream.
-    await redis.delete(queue.keys.results_written(uid), queue.keys.skipped(uid), queue.keys.throttled(uid))
+    await redis.delete(
+        queue.keys.results_digests(uid),
+        queue.keys.results_written(uid),
+        queue.keys.results_pending(uid),
+        queue.keys.skipped(uid),
+        queue.keys.throttled(uid),
+    )
     return "cancelled"
 
 

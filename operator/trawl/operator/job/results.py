@@ -11,6 +11,7 @@ from typing import Any
 
 from trawl.api.scrapejob import ScrapeJobSpec, SinkKind
 from trawl.queue import Queue
+from trawl.sinks.digests import COUNT_FIELD, count
 
 
 def results_location(
@@ -42,18 +43,21 @@ async def results_written(
     queue: Queue, spec: ScrapeJobSpec, uid: str, prev: Mapping[str, Any]
 ) -> tuple[int | None, int | None]:
     """Records written for the job and, for the Redis stream sink, how many the stream still holds (it
-    trims at maxLen). The Redis, JsonLines and Webhook sinks record each written (job, URL) key in one set
-    beside the stream; the PostgreSQL sink's table is its own record (None: not known here). Never below
-    what the status said already: a set that expired does not rewind the count."""
+    trims at maxLen). The Redis, JsonLines, Webhook, Files and S3 sinks record each written (job, URL) key
+    beside the stream (:mod:`trawl.sinks.digests`): the digest hash's count plus the legacy set of hex keys
+    older workers wrote (a record is in one or the other); the PostgreSQL sink's table is its own record
+    (None: not known here). Never below what the status said already: a record that expired does not
+    rewind the count."""
     sink = spec.output.sink if spec.output is not None else SinkKind.REDIS_STREAM
     if sink == SinkKind.POSTGRESQL:
         return None, None
     key = queue.keys.results(uid)
     stream = sink == SinkKind.REDIS_STREAM
     async with queue.redis.pipeline(transaction=False) as pipe:
+        pipe.hget(queue.keys.results_digests(uid), COUNT_FIELD)
         pipe.scard(queue.keys.results_written(uid))
         if stream:
             pipe.xlen(key)
         found = await pipe.execute()
     before = int(((prev.get("results") or {}).get("count")) or 0)
-    return max(int(found[0]), before), int(found[1]) if stream else None
+    return max(count(found[0]) + int(found[1]), before), int(found[2]) if stream else None
