@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from minio.error import InvalidResponseError, S3Error
 from pydantic import ValidationError
+from redis.asyncio import Redis
 
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.api.scrapepool import ScrapePoolSpec
@@ -196,7 +197,8 @@ def test_the_pools_rule_and_cleartext_choice_reach_the_workers_sinks(monkeypatch
     monkeypatch.setenv(secret_env_name("pg", "password"), "db-pass")
     monkeypatch.setenv(secret_env_name("s3", "secret"), "s3-secret")
     allowed = parse_networks(["10.20.0.0/16"])
-    sinks = JobSinks(None, Keys("trawl:{ns/p}"), allowed, None, postgres_cleartext=True)  # type: ignore[arg-type]
+    # A client that never connects: building a sink registers its scripts, it sends nothing.
+    sinks = JobSinks(Redis(), Keys("trawl:{ns/p}"), allowed, None, postgres_cleartext=True)  # type: ignore[arg-type]
     postgres = {"host": "db", "database": "d", "user": "u", "passwordSecretRef": {"name": "pg", "key": "password"}}
     pg_job = _job(output={"sink": "PostgreSQL", "postgres": postgres})
     pg = sinks.for_spec(parse_worker_spec(build_worker_spec(pg_job, None)))
