@@ -73,11 +73,6 @@ def dumps(data: dict[str, Any]) -> str:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
-def dedupe_script(name: str) -> str:
-    """A script that reads or writes the record of written keys, with the helpers it shares in front."""
-    return read_script("trawl.sinks", "dedupe_lib") + "\n" + read_script("trawl.sinks", name)
-
-
 def packed_digests(keys: Sequence[str]) -> bytes:
     """The records' digests in the one argument the dedupe scripts take (16 bytes each, in order)."""
     return b"".join(record_digest(key) for key in keys)
@@ -90,7 +85,7 @@ class Deduped:
     def __init__(self, redis: Redis, dedupe_key: Any) -> None:
         self.redis = redis
         self.dedupe_key = dedupe_key  # job_id -> the legacy set's key; the digest hash's derives from it
-        self._mark = redis.register_script(dedupe_script("dedupe_mark"))
+        self._mark = redis.register_script(read_script("trawl.sinks", "dedupe_mark", library="dedupe_lib"))
 
     def _keys(self, job_id: str) -> list[str]:
         legacy = self.dedupe_key(job_id)

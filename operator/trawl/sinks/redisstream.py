@@ -13,8 +13,9 @@ from typing import Any
 from redis.asyncio import Redis
 
 from trawl.queue.keys import dedupe_key, digests_key
+from trawl.redisconn.scripts import read_script
 
-from .base import DEDUPE_TTL_SECONDS, Record, SinkError, dedupe_script, dumps, packed_digests
+from .base import DEDUPE_TTL_SECONDS, Record, SinkError, dumps, packed_digests
 
 
 class RedisStreamSink:
@@ -25,7 +26,7 @@ class RedisStreamSink:
         self.stream_key = stream_key  # job_id -> key
         self.job_key = job_key  # job_id -> the queue's job hash, whose absence means cancelled
         self.max_len = max_len
-        self._script = redis.register_script(dedupe_script("stream_write"))
+        self._script = redis.register_script(read_script("trawl.sinks", "stream_write", library="dedupe_lib"))
 
     async def write(self, job_id: str, records: Sequence[Record], *, max_len: int | None = None) -> int:
         stream = self.stream_key(job_id)
