@@ -70,10 +70,12 @@ import json
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -168,6 +170,25 @@ def proc_cpu(pid: int) -> float:
     """CPU seconds of a process so far (user + system)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def late_sends(port: int) -> Counter[str]:
+    """A worker's ``trawl_worker_late_sends_total`` by outcome, from its metrics endpoint (politeness.rate:
+    strictly spaced requests that left too late after their token, one more rate round trip each)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    out: Counter[str] = Counter()
+    for line in text.splitlines():
+        if line.startswith("trawl_worker_late_sends_total{"):
+            labels, value = line.rsplit(" ", 1)
+            out[labels.split('outcome="', 1)[1].split('"', 1)[0]] += int(float(value))
+    return out
 
 
 def is_hard(url: str) -> bool:
@@ -328,6 +349,8 @@ async def run_trawl(
         paths = [str(REPO / "operator"), os.environ.get("PYTHONPATH", "")]
         send_log = polite and args.send_log
         started: list[tuple[Any, Path, Path]] = []  # (process, its log, its send log)
+        metrics_ports = [free_port() for _ in range(workers)] if polite else []
+        late: Counter[str] = Counter()
         try:
             for n in range(workers):
                 argv = [
@@ -335,6 +358,8 @@ async def run_trawl(
                     "--concurrency", str(args.concurrency), "--allowed-cidrs", "127.1.0.0/16",
                     "--worker-id", "bench" if workers == 1 else f"bench-{n}", "--log-level", "WARNING",
                 ]  # fmt: skip
+                if polite:  # its late sends are read before it stops
+                    argv += ["--metrics-port", str(metrics_ports[n])]
                 log_path, sends_path = tmp / f"trawl-worker-{n}.log", tmp / f"sends-{n}.json"
                 env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
                 if send_log:  # the worker's own send times (bench/sendlog)
@@ -354,6 +379,8 @@ async def run_trawl(
                 await asyncio.sleep(0.2)
             cpu = sum(proc_cpu(pid) for pid in pids) - cpu0
             memory = int((await redis.info("memory"))["used_memory"])
+            for mport in metrics_ports:
+                late += await asyncio.to_thread(late_sends, mport)
             for job_id in ids:
                 await queue.cancel(job_id)
         finally:
@@ -363,7 +390,8 @@ async def run_trawl(
     sends = None
     if send_log:  # every worker's sends together: a host's limit is the pool's, not each worker's
         sends = [s for _, _, path in started if path.exists() for s in json.loads(path.read_text())]
-    return {"first": first, "redis_memory": memory, "cpu_share": cpu / (time.monotonic() - first), "sends": sends}
+    cpu_share = cpu / (time.monotonic() - first)
+    return {"first": first, "redis_memory": memory, "cpu_share": cpu_share, "sends": sends, "late_sends": dict(late)}
 
 
 # --- main -----------------------------------------------------------------------------------------------
@@ -431,6 +459,7 @@ async def run_peer(
     if peer == "trawl":
         run = await run_trawl(urls, args, port, tmp, polite=True, workers=workers)
         first, out["redis_memory"], out["cpu_share"] = run["first"], run["redis_memory"], run["cpu_share"]
+        out["late_sends"] = run["late_sends"]  # extra rate round trips of requests that left late (by outcome)
         if run["sends"] is not None:  # the same check on the worker's own clock: what left it too close
             bad_sends = send_violations(run["sends"])
             out["send_violations"] = len(bad_sends)

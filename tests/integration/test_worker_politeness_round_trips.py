@@ -36,6 +36,7 @@ SCRIPTS = {
     "slots_return": "return",
     "slots_refresh": "refresh",
     "rate_take": "rate",
+    "rate_late": "late",
     "breaker_check": "breaker",
 }
 

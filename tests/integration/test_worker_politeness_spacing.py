@@ -97,6 +97,6 @@ async def test_only_strict_spacing_is_spaced_as_it_leaves(redis_client: aioredis
     limiter = DomainLimiter(redis_client, _key, "w1")
     await limiter.rate.take_token("slow", 2.0, adaptive=False)
     pending = SENDING.get()
-    assert pending is not None and pending[1] == pytest.approx(interval_us(2.0) / 1e6)
+    assert pending is not None and pending.interval == pytest.approx(interval_us(2.0) / 1e6)
     await limiter.rate.take_token("big", 1000.0, adaptive=False)
     assert SENDING.get() is None

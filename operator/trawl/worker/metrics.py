@@ -80,6 +80,14 @@ class WorkerMetrics:
         self.rate_waits = Counter(
             "trawl_worker_rate_limit_wait_seconds_total", "Seconds spent waiting for a domain's rate.", registry=r
         )
+        self.late_sends = Counter(
+            "trawl_worker_late_sends_total",
+            "Strictly spaced requests that left too late after their token (one more rate round trip each), by "
+            "outcome: moved (sent, the domain's timeline moved), retaken (a fresh token waited for), deferred "
+            "(given back: a fresh token past the deadline).",
+            ["outcome"],
+            registry=r,
+        )
         self.results = Counter("trawl_worker_results_written_total", "Result records written.", registry=r)
         self.refresh = Counter(
             "trawl_worker_refresh_pages_total",
@@ -136,6 +144,10 @@ class WorkerMetrics:
     def rate_waited(self, domain: str, wait: float) -> None:
         """The rate limit's ``on_wait``: a task waits ``wait`` seconds for a token of ``domain``."""
         self.rate_waits.inc(wait)
+
+    def sent_late(self, outcome: str) -> None:
+        """The rate limit's ``on_late``: a request left too late after its token (politeness.rate)."""
+        self.late_sends.labels(outcome).inc()
 
     def set_open_circuits(self, domains: Iterable[str]) -> None:
         self.circuit_open.clear()

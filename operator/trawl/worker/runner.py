@@ -90,6 +90,7 @@ class Worker:
         self.limiter = DomainLimiter(
             redis, keys.rate_limit, self.worker_id, max_wait=config.max_rate_wait, on_wait=self.metrics.rate_waited
         )
+        self.limiter.rate.on_late = self.metrics.sent_late  # the extra round trips of late requests (.rate)
         self.limiter.crowded = self._crowded  # no head-of-line blocking when places are wanted (politeness.backlog)
         self.limiter.parking.on_park = self._parked  # a task waiting for its domain gives its place (.parking)
         self.limiter.parking.place = self._place_back  # and takes one back when its wait ends

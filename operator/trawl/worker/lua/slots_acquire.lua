@@ -5,12 +5,14 @@
 -- KEYS: 1 slot zset (member -> lease deadline in ms), then the breaker hash when ARGV[6] is '1', then the
 --   rate key when ARGV[7] is given
 -- ARGV: 1 max, 2 want, 3 lease_ms, 4 member prefix, 5 first index, 6 breaker ('1' or '0');
---   with the rate key: 7 interval in microseconds, 8 burst, 9 reserve: the longest wait in microseconds
--- Returns {granted, tokens, wait, breaker, fails}: how many members were granted (prefix .. first, prefix ..
+--   with the rate key: 7 interval in microseconds, 8 burst, 9 reserve: the longest wait in microseconds, 10
+--   margin in microseconds (rate_take's)
+-- Returns {granted, tokens, wait, breaker, fails, now}: how many members were granted (prefix .. first, prefix ..
 -- first + 1, ...); with the rate key and a member granted, tokens 1 when a token was taken, due `wait`
 -- microseconds from now (0: now; tokens 0: none, its wait longer than `reserve`); with the breaker hash and
 -- a member granted, its state as breaker_check reads it ('closed', or another state: the caller reads it
--- with breaker_check) and its failure count ('' without the breaker hash).
+-- with breaker_check) and its failure count ('' without the breaker hash); with the rate key and a member
+-- granted, `now`: Redis's clock in microseconds, as rate_take returns it (the token is due at now + wait).
 -- Run as written: no shebang, no lib.lua (see trawl.redisconn.scripts).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -42,8 +44,8 @@ if tat < now_us then tat = now_us end
 local wait = 0
 if math.floor((now_us - tat + burst * interval) / interval) < 1 then
   wait = tat + interval - burst * interval - now_us
-  if wait > tonumber(ARGV[9]) then return {granted, 0, wait, st, fails} end
+  if wait > tonumber(ARGV[9]) then return {granted, 0, wait, st, fails, now_us} end
 end
-tat = tat + interval
+tat = tat + interval + tonumber(ARGV[10] or '0')
 redis.call('SET', KEYS[rk], string.format('%.0f', tat), 'PX', math.floor((tat - now_us) / 1000) + 1000)
-return {granted, 1, wait, st, fails}
+return {granted, 1, wait, st, fails, now_us}

@@ -2,6 +2,7 @@
 
 - :mod:`.robots`: robots.txt per origin, cached in the pool's Redis and in memory (one worker fetches it);
 - :mod:`.rate`: the per-domain request rate shared by the pool's workers (GCRA tokens on Redis time);
+- :mod:`.lateness`: Redis's clock on the worker's, and how late a strictly spaced request may leave;
 - :mod:`.slots`: the per-domain concurrency shared by the pool's workers (leased slots);
 - :mod:`.adaptive`: this worker's extra per-domain delay, from the site's latency and errors;
 - :mod:`.backlog`: which of a domain's tasks this worker keeps waiting, and when the others are given back;

@@ -21,6 +21,8 @@ class DomainState:
     tokens: int = 0
     tokens_at: float = 0.0
     tokens_rate: float = 0.0  # the rate the held tokens were granted at
+    tokens_due: int = 0  # when the last granted were due on Redis's clock (microseconds: .rate.before_send)
+    tokens_margin: int = 0  # ... and the margin they reserved after that (microseconds: .lateness)
     token_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     token_waiters: int = 0  # tasks waiting here for one of the domain's tokens (.backlog's estimate)
     hold: float = 0.0  # running mean of the seconds a request holds one of the domain's slots here (.backlog)

@@ -16,6 +16,7 @@ from redis.asyncio import Redis
 from .adaptive import AdaptiveDelay
 from .backlog import HOLD_WEIGHT, keeps, start_wait
 from .domain import DomainState, RateWaitTooLong
+from .lateness import RedisClock
 from .parking import Parking
 from .rate import RateLimit, interval_us
 from .slots import ConcurrencySlots, Slot
@@ -41,9 +42,10 @@ class DomainLimiter:
         # Tasks waiting for their domain here, which hold none of the worker's places (.parking; the runner
         # sets ``parking.on_park`` and ``parking.place``).
         self.parking = Parking()
-        self.rate = RateLimit(redis, key, self._domains, on_wait, self.parking)
+        clock = RedisClock()  # both halves read Redis's clock in their replies (.lateness)
+        self.rate = RateLimit(redis, key, self._domains, on_wait, self.parking, clock)
         self.crowded: Callable[[], bool] = lambda: True  # whether the worker's places are all wanted (runner)
-        self.slots = ConcurrencySlots(redis, key, worker_id, self._domains, self.parking)
+        self.slots = ConcurrencySlots(redis, key, worker_id, self._domains, self.parking, clock)
 
     def adaptive(self, domain: str) -> AdaptiveDelay:
         return self._domains[domain].adaptive

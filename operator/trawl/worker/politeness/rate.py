@@ -15,7 +15,24 @@ under 40 requests/s) a worker also spaces a domain's requests as they leave: the
 :func:`before_send` as aiohttp sends a request, right before it writes its headers (``fetch.spaced_request``),
 which waits until one interval after the domain's previous request left. A late send delays the domain's
 next request rather than crowding it. Within one worker, for the fetcher's requests, direct or proxied (a
-browser's are spaced by Redis's grants alone, as two workers sharing a domain are).
+browser's are spaced by Redis's grants alone).
+
+That spacing does not reach another worker's requests: worker A's token due at T leaving at T + 0.2 s
+(its loop busy) and worker B's due at T + I leaving on time would reach the site I - 0.2 s apart (issue
+37: two workers on one host under CPU pressure). So :func:`before_send` also checks how late the request
+leaves after its token was due on Redis's clock (every script that grants a token returns Redis's
+``now``; :class:`~.lateness.RedisClock` maps it onto this worker's clock, so a reply that sat unread
+counts as late). Each token reserves a margin after its due time for the worker's usual lateness
+(:class:`~.lateness.Lag`: a busy worker's next token of the domain comes that much later, instead of its
+requests each costing a round trip). Within ``LATE_SHARE`` of an interval after due time + margin (the
+common case) the request leaves, asking Redis nothing more; later, one ``rate_late`` call: if no later
+token of the domain was granted, it leaves now and the domain's timeline moves (the next token is due an
+interval after it); else it takes a fresh token at the end of the timeline, waits for it, and checks
+again (that reply may be read late too). So every strictly spaced request, from any worker, leaves at
+most LATE_SHARE of an interval after the latest time Redis assigned it (due time + margin), and the next
+is due an interval after that. A fresh token past the task's deadline raises :class:`RateWaitTooLong`
+(the task is given back, as for any rate wait too long). ``on_late`` counts the late requests by outcome
+(``moved``, ``retaken``, ``deferred``): the extra round trips.
 """
 
 from __future__ import annotations
@@ -31,6 +48,7 @@ from redis.asyncio import Redis
 from trawl.redisconn.scripts import read_script
 
 from .domain import DomainState, RateWaitTooLong
+from .lateness import LATE_SHARE, MAX_MARGIN, RedisClock, too_late
 from .parking import Parking, Stay
 
 MAX_TOKEN_BATCH = 64
@@ -58,15 +76,18 @@ def interval_us(rate: float) -> int:
 class Prepaid:
     """A rate token taken with the slot of the current task's request (:mod:`.slots`: one round trip for both),
     spent by the task's first :meth:`RateLimit.take_token` for the domain, at its rate or a lower one, no
-    earlier than ``due`` (monotonic) and no later than TOKEN_MAX_AGE after it. Spent once, though copies
-    of the task's context (a child task) all see it."""
+    earlier than ``due`` (monotonic) and no later than TOKEN_MAX_AGE after it; ``due_us``: the same on
+    Redis's clock, and ``margin_us`` how late after it its request may leave (:func:`before_send`). Spent
+    once, though copies of the task's context (a child task) all see it."""
 
-    __slots__ = ("due", "rate", "spent", "state")
+    __slots__ = ("due", "due_us", "margin_us", "rate", "spent", "state")
 
-    def __init__(self, state: DomainState, rate: float, due: float) -> None:
+    def __init__(self, state: DomainState, rate: float, due: float, due_us: int, margin_us: int) -> None:
         self.state = state
         self.rate = rate
         self.due = due
+        self.due_us = due_us
+        self.margin_us = margin_us
         self.spent = False
 
 
@@ -74,27 +95,66 @@ class Prepaid:
 PREPAID: ContextVar[Prepaid | None] = ContextVar("trawl_politeness_prepaid", default=None)
 
 
-# The domain whose request the current task is about to send, and its interval in seconds: set when its
-# token is handed out, read by :func:`before_send` (the fetcher's request runs in the same asyncio task, so in
-# the same context).
-SENDING: ContextVar[tuple[DomainState, float] | None] = ContextVar("trawl_politeness_sending", default=None)
+class Sending:
+    """The request the current task is about to send under strict spacing: its domain, its interval (in
+    seconds and in microseconds), when its token was due on Redis's clock and the margin it reserved after
+    that (:mod:`.lateness`), the task's deadline, and the rate limit that granted it (asked again if the
+    request leaves late: :func:`before_send`)."""
+
+    __slots__ = ("deadline", "domain", "due_us", "interval", "interval_us", "limit", "margin_us", "state")
+
+    def __init__(
+        self,
+        limit: RateLimit,
+        domain: str,
+        state: DomainState,
+        interval: int,
+        due_us: int,
+        margin_us: int,
+        deadline: float | None,
+    ) -> None:
+        self.limit = limit
+        self.domain = domain
+        self.state = state
+        self.interval_us = interval
+        self.interval = interval / 1_000_000
+        self.due_us = due_us
+        self.margin_us = margin_us
+        self.deadline = deadline
+
+
+# Set when a strictly spaced request's token is handed out, read by :func:`before_send` (the fetcher's
+# request runs in the same asyncio task, so in the same context).
+SENDING: ContextVar[Sending | None] = ContextVar("trawl_politeness_sending", default=None)
 
 
 async def before_send() -> None:
     """Called by the fetcher right before the current task's request headers are written: wait until one
-    interval after the domain's previous request left this worker, then count this one as leaving now.
+    interval after the domain's previous request left this worker, and, if the request is too late after its
+    token's due time on Redis's clock, ask Redis again (see the module); then count this one as leaving now.
     Nothing is awaited between the last check and the write, so two requests of a domain leave in the
-    order they pass here, one interval apart, however late either was (see the module)."""
+    order they pass here, one interval apart, however late either was."""
     pending = SENDING.get()
     if pending is None:
         return
     SENDING.set(None)
-    state, interval = pending
-    while True:  # at most one interval: sent_at is never ahead of the clock
-        gap = state.sent_at + interval - time.monotonic()
-        if gap <= 0:
+    state, interval = pending.state, pending.interval
+    first = True
+    while True:
+        while True:  # at most one interval: sent_at is never ahead of the clock
+            gap = state.sent_at + interval - time.monotonic()
+            if gap <= 0:
+                break
+            await asyncio.sleep(gap)  # and check again: another request of the domain may have left meanwhile
+        clock = pending.limit.clock
+        late = time.monotonic() - clock.local(pending.due_us)
+        if first:  # how late this worker's requests leave: the margin of its next tokens
+            clock.lag.seen(late)
+            first = False
+        late -= pending.margin_us / 1_000_000
+        if not too_late(late, interval):
             break
-        await asyncio.sleep(gap)  # and check again: another request of the domain may have left meanwhile
+        await pending.limit.late(pending, late)  # a new due time, waited for: checked again
     state.sent_at = time.monotonic()
     state.spaced_until = state.sent_at + interval
 
@@ -109,12 +169,16 @@ class RateLimit:
         domains: defaultdict[str, DomainState],
         on_wait: Callable[[str, float], None] | None = None,
         parking: Parking | None = None,
+        clock: RedisClock | None = None,
     ) -> None:
         self.key = key  # (domain, kind) -> redis key
         self.on_wait = on_wait
+        self.on_late: Callable[[str], None] | None = None  # a request left late: the outcome (before_send)
+        self.clock = clock or RedisClock()  # Redis's clock on this worker's (shared with the slots)
         self.parking = parking or Parking()  # a task waiting here gives its place to another (.parking)
         self._domains = domains  # added on first use; shared with the slots
         self._gcra = redis.register_script(read_script("trawl.worker", "rate_take"))
+        self._late = redis.register_script(read_script("trawl.worker", "rate_late"))
 
     async def take_token(
         self, domain: str, rate: float, *, adaptive: bool = True, deadline: float | None = None
@@ -164,7 +228,10 @@ class RateLimit:
             PREPAID.set(None)
             if rate >= prepaid.rate and time.monotonic() - prepaid.due <= TOKEN_MAX_AGE:
                 await self._spend(domain, state, rate, prepaid.due, stay)
-                SENDING.set((state, interval / 1_000_000) if burst == 1 else None)
+                if burst == 1:
+                    SENDING.set(Sending(self, domain, state, interval, prepaid.due_us, prepaid.margin_us, deadline))
+                else:
+                    SENDING.set(None)
                 return
             # else dropped: granted at a faster rate (robots.txt's Crawl-delay), or too long ago
         if state.tokens > 0 and rate >= state.tokens_rate and time.monotonic() - state.tokens_at <= TOKEN_MAX_AGE:
@@ -179,7 +246,10 @@ class RateLimit:
             finally:
                 state.token_waiters -= 1
         # strict spacing: the fetcher spaces the request from the domain's previous one as it leaves
-        SENDING.set((state, interval / 1_000_000) if burst == 1 else None)
+        if burst == 1:
+            SENDING.set(Sending(self, domain, state, interval, state.tokens_due, state.tokens_margin, deadline))
+        else:
+            SENDING.set(None)
 
     async def _spend(self, domain: str, state: DomainState, rate: float, due: float, stay: Stay) -> None:
         """Wait until a prepaid token is due (counted among the domain's token waiters, as one waiting for
@@ -218,9 +288,11 @@ class RateLimit:
                 # The next token is reserved when it is due before the deadline: one round trip per token,
                 # not one to learn the wait and another to take the token once it is over.
                 reserve = RESERVE_US if deadline is None else int((deadline - time.monotonic()) * 1_000_000)
-                granted, wait_us = await self._gcra(
-                    keys=[self.key(domain, "rate")], args=[interval, burst, token_batch(rate), reserve]
+                margin = self.clock.lag.margin_us(interval / 1_000_000) if burst == 1 else 0
+                granted, wait_us, now_us = await self._gcra(
+                    keys=[self.key(domain, "rate")], args=[interval, burst, token_batch(rate), reserve, margin]
                 )
+                self.clock.observe(int(now_us), time.monotonic())
                 granted, wait = int(granted), int(wait_us) / 1_000_000
                 if wait > 0:
                     if granted <= 0 and deadline is not None and time.monotonic() + wait > deadline:
@@ -233,4 +305,36 @@ class RateLimit:
                     state.tokens += granted
                     state.tokens_at = time.monotonic()
                     state.tokens_rate = rate
+                    state.tokens_due = int(now_us) + int(wait_us)
+                    state.tokens_margin = margin
             state.tokens -= 1
+
+    async def late(self, sending: Sending, late: float) -> None:
+        """The request of ``sending`` leaves ``late`` seconds after its token's due time, too late
+        (:func:`before_send`): one ``rate_late`` call, which either lets it leave now or gives it a fresh
+        token, waited for here; ``sending.due_us`` is then the new due time (the request is checked against it
+        again). Raises :class:`RateWaitTooLong` instead of waiting past the task's deadline."""
+        deadline = sending.deadline
+        reserve = RESERVE_US if deadline is None else int((deadline - time.monotonic()) * 1_000_000)
+        if reserve < 0:
+            raise RateWaitTooLong(sending.interval)
+        # A loop this late will likely read the reply late too: the request may leave that much after Redis
+        # moved the timeline (the next token waits for it), or a busy loop would ask again at every reply.
+        margin = int(min(max(late, LATE_SHARE * sending.interval), sending.interval * MAX_MARGIN) * 1_000_000)
+        due = sending.due_us + sending.margin_us  # the timeline's next token is due an interval after this
+        granted, wait_us, now_us, due_us = await self._late(
+            keys=[self.key(sending.domain, "rate")], args=[sending.interval_us, due, reserve, margin]
+        )
+        read = time.monotonic()
+        self.clock.observe(int(now_us), read)
+        wait = int(wait_us) / 1_000_000
+        if self.on_late is not None:
+            self.on_late(("moved" if wait == 0 else "retaken") if int(granted) else "deferred")
+        if not int(granted):
+            raise RateWaitTooLong(wait)
+        sending.due_us = int(due_us)
+        sending.margin_us = 0  # the new due time is the latest the request may leave (rate_late's margin in it)
+        if wait > 0:
+            if self.on_wait is not None:
+                self.on_wait(sending.domain, wait)
+            await asyncio.sleep(read + wait - time.monotonic())  # from the read: never before it is due

@@ -32,6 +32,7 @@ from trawl.redisconn.replies import text
 from trawl.redisconn.scripts import read_script
 
 from .domain import DomainState, RateWaitTooLong
+from .lateness import RedisClock
 from .parking import Parking, Stay
 from .rate import PREPAID, RESERVE_US, Prepaid, burst_for, interval_us
 
@@ -92,8 +93,10 @@ class ConcurrencySlots:
         worker_id: str,
         domains: defaultdict[str, DomainState],
         parking: Parking | None = None,
+        clock: RedisClock | None = None,
     ) -> None:
         self.redis = redis
+        self.clock = clock or RedisClock()  # Redis's clock on this worker's: a lease's token reply sets it too
         self.parking = parking or Parking()  # a task waiting here gives its place to another (.parking)
         self.key = key  # (domain, kind) -> redis key
         self.worker_id = worker_id
@@ -185,16 +188,22 @@ class ConcurrencySlots:
             keys.append(self.breaker_key(domain))
             args[5] = "1"
         token = want == 1 and prepays(state, rate)
+        margin = 0
         if token:
             reserve = RESERVE_US if deadline is None else int((deadline - time.monotonic()) * 1_000_000)
             keys.append(self.key(domain, "rate"))
-            args += [interval_us(rate), 1, reserve]
+            margin = self.clock.lag.margin_us(interval_us(rate) / 1_000_000)
+            args += [interval_us(rate), 1, reserve, margin]
         reply = await self._acquire(keys=keys, args=args)
         granted = int(reply[0])
         if granted and self.breaker_key is not None:
             self.breaker_seen(domain, text(reply[3]), text(reply[4]))
-        if granted and token and int(reply[1]):
-            PREPAID.set(Prepaid(state, rate, time.monotonic() + int(reply[2]) / 1_000_000))
+        if granted and token:
+            read = time.monotonic()
+            self.clock.observe(int(reply[5]), read)
+            if int(reply[1]):
+                due_us = int(reply[5]) + int(reply[2])
+                PREPAID.set(Prepaid(state, rate, read + int(reply[2]) / 1_000_000, due_us, margin))
         if granted:
             now = time.monotonic()
             members = [f"{prefix}{first + i}" for i in range(granted)]
