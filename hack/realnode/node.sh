@@ -109,6 +109,13 @@ pki() {
 
 kubepods_cgroups() { find /sys/fs/cgroup -maxdepth 2 -name kubepods -type d 2>/dev/null | sort; }
 
+network_ours() { # this run marked the network (net_up), and no other node holds the mark now
+  # why: after this run was killed, another node may have removed its bridge and made its own.
+  [[ -f "$R/pids/netmark.pid" ]] || return 1
+  kill -0 "$(cat "$R/pids/netmark.pid")" 2>/dev/null || ! node_marked
+}
+owns_host() { [[ -f "$R/sysctl.before" ]]; }   # set by record_host_state, once the bridge was free
+
 record_host_state() {
   # What was there before, so `down` restores exactly that.
   for k in "${SYSCTLS[@]}"; do v="$(sysctl -n "$k" 2>/dev/null)" && echo "$k=$v"; done > "$R/sysctl.before"
@@ -165,9 +172,18 @@ net_up() {
 s = socket.socket(socket.AF_UNIX)
 s.bind("\0" + sys.argv[1])
 s.listen()
+print("bound", flush=True)
 signal.pause()' "$MARK"
-  for _ in $(seq 50); do node_marked && break; sleep 0.1; done
-  node_marked || { echo "the node mark @$MARK did not appear" >&2; return 1; }
+  # why: the mark must be this run's own. Another node that took the bridge since bridge_free holds the
+  # name, so this run's holder fails to bind and exits; its pid file goes (stop), and `down` then leaves the
+  # network alone (it only removes a network this run marked).
+  local pid; pid="$(cat "$R/pids/netmark.pid")"
+  for _ in $(seq 300); do grep -q bound "$R/log/netmark.log" && break; kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  if ! grep -q bound "$R/log/netmark.log" || ! kill -0 "$pid" 2>/dev/null; then
+    stop netmark
+    echo "the node mark @$MARK is not this run's (another node took $BRIDGE meanwhile?)" >&2
+    return 1
+  fi
   # why: the bridge's address is the node address, so it must exist before the API server binds to it.
   ip link add "$BRIDGE" type bridge
   ip addr add "$NODE_IP/${POD_CIDR#*/}" dev "$BRIDGE"
@@ -379,6 +395,10 @@ down() {
   # Best effort, every step: one failing cleanup must not skip the others.
   set +e
   [[ -d "$R" ]] || return 0
+  # A run refused before it recorded the host's state (another node was up) started nothing and owns
+  # nothing on the host: the bridge, CNI namespaces, chains, cgroups and host paths there are another
+  # node's, and removing them would break it.
+  owns_host || { log "this run never took the host: nothing of it to remove"; return 0; }
   local K=("$KUBECTL" --kubeconfig "$R/admin.kubeconfig" --request-timeout=10s)
   # Pods first, while the kubelet still runs and can stop them (and unmount their volumes) cleanly.
   if [[ -f "$R/pids/kubelet.pid" && -f "$R/admin.kubeconfig" ]] && "${K[@]}" get --raw=/readyz >/dev/null 2>&1; then
@@ -411,7 +431,7 @@ down() {
   # Mounts under $R (volumes, overlay snapshots, shm) and the CNI network namespaces, deepest first.
   grep -E " ($R|/run/netns/cni-|/var/run/netns/cni-)" /proc/mounts | awk '{print $2}' | sort -r |
     while read -r m; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
-  net_down
+  network_ours && net_down
   stop netmark   # the bridge is gone: nothing of this node is left in the network namespace to guard
   if command -v nft >/dev/null; then
     local table
@@ -450,6 +470,7 @@ leftovers() {
   local f
   for f in "$R"/pids/*.pid; do [[ -f "$f" ]] && kill -0 "$(cat "$f")" 2>/dev/null && echo "process $(basename "$f" .pid) $(cat "$f")"; done
   pgrep -af "(containerd-shim-runc-v2 .*-address $CSOCK|$R/)" | grep -v pgrep | sed 's/^/process /' || true
+  owns_host || return 0   # what is on the host is another node's (see down)
   grep -E " ($R|/run/netns/cni-|/var/run/netns/cni-)" /proc/mounts | awk '{print "mount " $2}'
   ip link show "$BRIDGE" >/dev/null 2>&1 && echo "link $BRIDGE"
   # The bridge plugin's host-side veths are veth + 8 hex digits.

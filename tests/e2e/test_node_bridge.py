@@ -101,3 +101,43 @@ def test_a_live_node_that_goes_down_meanwhile_is_waited_for() -> None:
     assert "free=0" in out.stdout, out
     assert "waiting up to 600s" in out.stderr, out
     assert "no node holds it" not in out.stderr, out
+
+
+def test_a_refused_runs_down_leaves_the_live_nodes_network_alone() -> None:
+    # Run folder $R is the live node; $R/other is a run whose `up` was refused (it never recorded the
+    # host's state). Its `down` and `leftovers` must not touch or report the live node's bridge.
+    out = in_own_netns(
+        """
+        net_up
+        mkdir -p "$R/other/pids" "$R/other/log"
+        (R="$R/other"; down; echo "leftovers: $(leftovers | tr '\\n' ' ')")
+        ip link show cni0 >/dev/null 2>&1 && echo "bridge kept"
+        node_marked && echo "still marked"
+        """
+    )
+    assert out.stdout.splitlines() == ["leftovers: ", "bridge kept", "still marked"], out
+    assert "never took the host" in out.stderr, out
+
+
+def test_a_run_takes_down_only_a_network_it_still_marks() -> None:
+    # network_ours decides whether `down` removes the bridge: this run's mark alive, or its holder dead
+    # and no one else's mark (a killed run's own leftovers), but never a bridge another node now marks.
+    out = in_own_netns(
+        """
+        mkdir -p "$R/killed/pids" "$R/killed/log"
+        sleep 0 & echo $! > "$R/killed/pids/netmark.pid"; wait
+        (R="$R/killed"; network_ours && echo "killed, no mark: ours" || echo "killed, no mark: not ours")
+        net_up
+        network_ours && echo "live: ours" || echo "live: not ours"
+        (R="$R/killed"; network_ours && echo "killed, other's mark: ours" || echo "killed, other's mark: not ours")
+        (R="$R/killed"; rc=0; net_up 2>/dev/null || rc=$?; echo "second net_up=$rc"
+         [[ -f "$R/pids/netmark.pid" ]] && echo "second mark pid kept")
+        """
+    )
+    lines = out.stdout.splitlines()
+    assert lines == [
+        "killed, no mark: ours",
+        "live: ours",
+        "killed, other's mark: not ours",
+        "second net_up=1",
+    ], out
