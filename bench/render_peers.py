@@ -12,9 +12,10 @@ on the same URL list as Trawl's browser path, with what Trawl's browser mode use
 
 What differs is stated in docs/benchmarks.md: each peer renders its pages as its docs recommend, in
 one shared browser context (Trawl: one per job and identity, here one for the bench's job), with no
-address policy proxy (Trawl: every connection through its context's). The first ``2 * pages`` renders
-are the warm-up; the clock, CPU (this process and its descendants: Playwright's driver, Chromium) and
-the browser's peak PSS cover the rest.
+address policy proxy (Trawl: every connection through its context's). Every renderer, Trawl's included,
+is measured the same way (:class:`Meter` over :func:`stream`): ``2 * pages`` warm-up renders, then the
+clock, CPU (this process and its descendants: Playwright's driver, Chromium) and the browser's peak PSS
+cover the measured pages, with ``pages`` pages in flight at both ends of the window.
 """
 
 from __future__ import annotations
@@ -78,8 +79,10 @@ def split_line(before: dict[str, float], after: dict[str, float], pages: int) ->
 class Meter:
     """Counts rendered pages; times and samples the pages after the warm-up."""
 
-    def __init__(self, total: int, warmup: int, marker: str) -> None:
+    def __init__(self, total: int, warmup: int, marker: str, tail: int = 0, exclude: int | None = None) -> None:
         self.total, self.warmup, self.marker = total, warmup, marker
+        self.end = total - tail  # the completion that closes the window; ``tail`` pages still run after it
+        self.exclude = exclude  # a process tree not counted (the site, when it is this process's child)
         self.pages = 0
         self.t0 = self.t1 = self.cpu0 = self.cpu1 = 0.0
         self.kinds0: dict[str, float] = {}
@@ -96,13 +99,16 @@ class Meter:
     def page_done(self) -> None:
         self.pages += 1
         if self.pages == self.warmup:
-            self.t0, self.cpu0 = time.monotonic(), procmem.tree_cpu_seconds(os.getpid())
-            self.kinds0 = cpu_by_kind()
+            self.t0, self.cpu0 = time.monotonic(), self._cpu()
+            self.kinds0 = cpu_by_kind(self.exclude)
             threading.Thread(target=self._sample, daemon=True).start()
-        elif self.pages == self.total:
-            self.t1, self.cpu1 = time.monotonic(), procmem.tree_cpu_seconds(os.getpid())
-            self.split = split_line(self.kinds0, cpu_by_kind(), self.total - self.warmup)
+        elif self.pages == self.end:
+            self.t1, self.cpu1 = time.monotonic(), self._cpu()
+            self.split = split_line(self.kinds0, cpu_by_kind(self.exclude), self.end - self.warmup)
             self._stop.set()
+
+    def _cpu(self) -> float:
+        return procmem.tree_cpu_seconds(os.getpid(), exclude={self.exclude} if self.exclude is not None else None)
 
     def _sample(self) -> None:
         # every browser the crawler runs, summed at each sample: a crawler may run several at once
@@ -114,7 +120,7 @@ class Meter:
             self._stop.wait(0.2)
 
     def result(self, name: str, concurrency: int) -> dict[str, Any]:
-        measured = self.total - self.warmup
+        measured = self.end - self.warmup
         return {
             "name": name,
             "pages": measured,
@@ -125,6 +131,14 @@ class Meter:
             "browsers": self.browsers,
             "split": self.split,
         }
+
+
+def stream(measured: list[str], pages: int) -> list[str]:
+    """The URLs one renderer loads in one go: ``2 * pages`` warm-up pages, the measured ones, and a tail of
+    ``pages`` more. The window runs from the warm-up's last completion to the measured pages' last, so at
+    both ends ``pages`` pages are in flight (a steady state): without the tail the window would hold the
+    drain at the end and not the partial pages at the start, and undercount a page's cost."""
+    return measured[: 2 * pages] + measured + measured[:pages]
 
 
 def launch_options(marker: str) -> dict[str, Any]:
@@ -238,9 +252,8 @@ def main() -> None:
     peer, flavour, pages_arg, out = sys.argv[1:5]
     pages = int(pages_arg)
     measured = sys.argv[5:]
-    warm = measured[: 2 * pages]
-    urls = warm + measured
-    meter = Meter(len(urls), len(warm), f"bench-{uuid.uuid4().hex[:8]}")
+    urls = stream(measured, pages)
+    meter = Meter(len(urls), 2 * pages, f"bench-{uuid.uuid4().hex[:8]}", tail=pages)
     run = crawlee_main if peer == "crawlee" else scrapy_main
     result = run(flavour, pages, urls, meter)
     if meter.pages != len(urls):

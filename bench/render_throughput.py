@@ -17,6 +17,9 @@ same extraction rules (``LISTING_FIELDS``) and the same checks that every page y
 CPU: seconds of user + system time per page, of this process and its descendants (Playwright's
 driver, every Chromium process; reaped renderers count through their parent), the site excluded. On
 a shared machine pages/s follows the load; CPU per page does not, so the ratio to compare is that one.
+Every renderer (Trawl's and each peer's) is measured the same way, by ``render_peers.Meter`` over
+``render_peers.stream``: warm-up pages, then a window from the warm-up's last completion to the measured
+pages' last with as many pages in flight at its end as at its start (a tail of pages follows).
 
 (c) peers: Crawlee's ``PlaywrightCrawler`` and scrapy-playwright (``bench/render_peers.py``, each in its
             own process) on the same two flavours, with the same Chromium binary and flags, the same
@@ -43,10 +46,11 @@ import resource
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
-from render_peers import BLOCKED, XHR_SELECTOR, cpu_by_kind, split_line
+from render_peers import BLOCKED, XHR_SELECTOR, Meter, stream
 from trawl.api.render import RenderSpec
 from trawl.dev import procs
 from trawl.dev.bookstore import Renderer, catalog
@@ -124,16 +128,12 @@ async def bench(
     )
 
     # (b) the browser path
-    pool = BrowserPool(allowed, BrowserSettings(pages_per_browser=pages, pages_per_context=pages_per_context))
+    marker = f"bench-{uuid.uuid4().hex[:8]}"  # finds the browser in /proc, as for the peers (Chromium ignores it)
+    settings = BrowserSettings(
+        pages_per_browser=pages, pages_per_context=pages_per_context, extra_args=(f"--trawl-bench={marker}",)
+    )
+    pool = BrowserPool(allowed, settings)
     try:
-        peak = 0
-
-        async def sample() -> None:
-            nonlocal peak
-            while True:
-                peak = max(peak, await pool.memory_bytes())
-                await asyncio.sleep(0.2)
-
         for flavour, spec in (
             ("js", RenderSpec(mode="Browser", block_resources=list(BLOCKED))),
             (
@@ -142,37 +142,36 @@ async def bench(
             ),
         ):
             urls = [base + p for p in listing_paths(renderer, flavour)]
+            await run_all(urls[: 2 * pages], pages, lambda u, spec=spec: pool.render(u, spec, job_id=job_id))
+            idle = await pool.memory_bytes()  # the browser started, its context open, no page in flight
+            # measured as the peers are (render_peers.Meter): one stream of warm-up, measured pages and a tail
+            order = stream(urls, pages)
+            meter = Meter(len(order), 2 * pages, marker, tail=pages, exclude=site_pid)
+            extracting[:] = [0.0, 0]
+            site0 = procmem.cpu_seconds(site_pid)
 
-            async def render_one(u: str, spec: RenderSpec = spec) -> None:
+            async def render_one(u: str, spec: RenderSpec = spec, meter: Meter = meter) -> None:
                 result = await pool.render(u, spec, job_id=job_id)  # one job: its pages share a context
                 check(result.fetch.body, u)
+                meter.page_done()
 
-            await run_all(urls[: 2 * pages], pages, render_one)  # warm-up: browser started, caches warm
-            idle = await pool.memory_bytes()
-            extracting[:] = [0.0, 0]
-            peak = idle
-            sampler = asyncio.create_task(sample())
-            cpu0, kinds0, site0 = cpu(site_pid), cpu_by_kind(site_pid), procmem.cpu_seconds(site_pid)
-            secs = await run_all(urls, pages, render_one)
-            render_cpu = (cpu(site_pid) - cpu0) / len(urls)
-            split = split_line(kinds0, cpu_by_kind(site_pid), len(urls))
-            site_ms = (procmem.cpu_seconds(site_pid) - site0) / len(urls) * 1000
-            sampler.cancel()
-            rate = len(urls) / secs
-            per_context = (peak - idle) / pages
+            await run_all(order, pages, render_one)
+            r = meter.result("trawl", pages)
+            render_cpu = r["cpu"] / r["pages"]
+            site_ms = (procmem.cpu_seconds(site_pid) - site0) / len(order) * 1000
+            rate = r["pages"] / r["seconds"]
+            per_context = (r["peak_bytes"] - idle) / pages
             lines.append(
-                f"render  {flavour:<6}  pages={len(urls)} contexts={pages} seconds={secs:.2f} pages/s={rate:.1f} "
-                f"ratio_vs_fetch={rate / fetch_rate:.3f} cpu_ms/page={render_cpu * 1000:.0f} "
+                f"render  {flavour:<6}  pages={r['pages']} contexts={pages} seconds={r['seconds']:.2f} "
+                f"pages/s={rate:.1f} ratio_vs_fetch={rate / fetch_rate:.3f} cpu_ms/page={render_cpu * 1000:.0f} "
                 f"cpu_ratio={render_cpu / max(fetch_cpu, 1e-6):.0f}x browser_idle_MiB={idle / 2**20:.0f} "
-                f"browser_peak_MiB={peak / 2**20:.0f} per_context_MiB={per_context / 2**20:.1f} "
+                f"browser_peak_MiB={r['peak_bytes'] / 2**20:.0f} per_context_MiB={per_context / 2**20:.1f} "
                 f"extract_ms/page={extracting[0] / max(1, extracting[1]) * 1000:.1f}"
             )
-            lines.append(f"        {flavour:<6}  cpu_ms/page by process: {split} (site, not counted: {site_ms:.0f})")
-            results.append(
-                {"name": "trawl", "flavour": flavour, "pages": len(urls), "seconds": secs,
-                 "cpu": render_cpu * len(urls), "split": split, "peak_bytes": peak, "concurrency": pages,
-                 "load": os.getloadavg()[0]}
-            )  # fmt: skip
+            lines.append(
+                f"        {flavour:<6}  cpu_ms/page by process: {r['split']} (site, not counted: {site_ms:.0f})"
+            )
+            results.append({**r, "flavour": flavour, "load": os.getloadavg()[0]})
     finally:
         await pool.close()
     lines.append(f"worker process max RSS MiB={rss_mib():.0f} (Python side of both paths)")
