@@ -399,6 +399,9 @@ down() {
   # nothing on the host: the bridge, CNI namespaces, chains, cgroups and host paths there are another
   # node's, and removing them would break it.
   owns_host || { log "this run never took the host: nothing of it to remove"; return 0; }
+  # The node network (bridge, CNI namespaces) only if it is still this run's: see network_ours.
+  local net=" ($R)"
+  network_ours && net=" ($R|/run/netns/cni-|/var/run/netns/cni-)"
   local K=("$KUBECTL" --kubeconfig "$R/admin.kubeconfig" --request-timeout=10s)
   # Pods first, while the kubelet still runs and can stop them (and unmount their volumes) cleanly.
   if [[ -f "$R/pids/kubelet.pid" && -f "$R/admin.kubeconfig" ]] && "${K[@]}" get --raw=/readyz >/dev/null 2>&1; then
@@ -429,9 +432,9 @@ down() {
   local pid
   for pid in $(pgrep -f "containerd-shim-runc-v2 .*-address $CSOCK" || true); do kill "$pid" 2>/dev/null || true; done
   # Mounts under $R (volumes, overlay snapshots, shm) and the CNI network namespaces, deepest first.
-  grep -E " ($R|/run/netns/cni-|/var/run/netns/cni-)" /proc/mounts | awk '{print $2}' | sort -r |
+  grep -E "$net" /proc/mounts | awk '{print $2}' | sort -r |
     while read -r m; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
-  network_ours && net_down
+  [[ "$net" == *cni-* ]] && net_down
   stop netmark   # the bridge is gone: nothing of this node is left in the network namespace to guard
   if command -v nft >/dev/null; then
     local table
