@@ -228,10 +228,7 @@ class RateLimit:
             PREPAID.set(None)
             if rate >= prepaid.rate and time.monotonic() - prepaid.due <= TOKEN_MAX_AGE:
                 await self._spend(domain, state, rate, prepaid.due, stay)
-                if burst == 1:
-                    SENDING.set(Sending(self, domain, state, interval, prepaid.due_us, prepaid.margin_us, deadline))
-                else:
-                    SENDING.set(None)
+                self._sending(domain, state, interval, burst, prepaid.due_us, prepaid.margin_us, deadline)
                 return
             # else dropped: granted at a faster rate (robots.txt's Crawl-delay), or too long ago
         if state.tokens > 0 and rate >= state.tokens_rate and time.monotonic() - state.tokens_at <= TOKEN_MAX_AGE:
@@ -245,11 +242,21 @@ class RateLimit:
                 await self._take_locked(domain, state, rate, interval, burst, deadline, stay)
             finally:
                 state.token_waiters -= 1
-        # strict spacing: the fetcher spaces the request from the domain's previous one as it leaves
-        if burst == 1:
-            SENDING.set(Sending(self, domain, state, interval, state.tokens_due, state.tokens_margin, deadline))
-        else:
-            SENDING.set(None)
+        self._sending(domain, state, interval, burst, state.tokens_due, state.tokens_margin, deadline)
+
+    def _sending(
+        self,
+        domain: str,
+        state: DomainState,
+        interval: int,
+        burst: int,
+        due_us: int,
+        margin_us: int,
+        deadline: float | None,
+    ) -> None:
+        """Strict spacing (burst 1): the fetcher spaces the request from the domain's previous one as it
+        leaves, and checks it against its token's due time (:func:`before_send`); none otherwise."""
+        SENDING.set(Sending(self, domain, state, interval, due_us, margin_us, deadline) if burst == 1 else None)
 
     async def _spend(self, domain: str, state: DomainState, rate: float, due: float, stay: Stay) -> None:
         """Wait until a prepaid token is due (counted among the domain's token waiters, as one waiting for
