@@ -35,6 +35,11 @@ class DomainState:
     # Given back by their requests, returned to Redis by the next batch (.slots: RETURN_SECONDS): still leased
     # (in ``slots_all``) until then, and taken again by a request of the domain here that comes meanwhile.
     returning: list[str] = field(default_factory=list)
+    # Given back by requests abandoned after they left (their tasks cancelled), with how long (milliseconds)
+    # their host likely still answers them: the next batch cuts their leases to that instead (.slots: linger).
+    lingering: list[tuple[str, int]] = field(default_factory=list)
+    # Running mean of the seconds from a request leaving here to its answer read (.slots: linger).
+    answer: float = 0.0
     waiters: int = 0
     slot_event: asyncio.Event = field(default_factory=asyncio.Event)
     slot_lock: asyncio.Lock = field(default_factory=asyncio.Lock)

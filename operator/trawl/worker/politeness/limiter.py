@@ -140,11 +140,11 @@ class HeldSlot:
             raise
         self.since = time.monotonic()
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         state = self.held.state
         seconds = time.monotonic() - self.since  # the slot's hold: its token wait and the request
         state.hold = seconds if state.hold == 0 else state.hold + HOLD_WEIGHT * (seconds - state.hold)
         try:
-            await self.slot.__aexit__(*exc)
+            await self.slot.__aexit__(exc_type, *exc)
         finally:
-            await self.held.__aexit__(*exc)
+            await self.held.__aexit__(exc_type, *exc)

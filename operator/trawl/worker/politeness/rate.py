@@ -42,6 +42,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from contextvars import ContextVar
+from typing import Protocol
 
 from redis.asyncio import Redis
 
@@ -128,6 +129,17 @@ class Sending:
 SENDING: ContextVar[Sending | None] = ContextVar("trawl_politeness_sending", default=None)
 
 
+class Holding(Protocol):
+    """What the current task's slot (:class:`~.slots.Slot`) keeps of its request: when it last left (0: not yet)."""
+
+    sent: float
+
+
+# Set while the current task holds a domain's slot, so the fetcher's send (:func:`before_send`) can note when
+# its request left: a request abandoned after that still occupies its host (.slots: linger).
+HOLDING: ContextVar[Holding | None] = ContextVar("trawl_politeness_holding", default=None)
+
+
 async def before_send() -> None:
     """Called by the fetcher right before the current task's request headers are written: wait until one
     interval after the domain's previous request left this worker, and, if the request is too late after its
@@ -136,6 +148,7 @@ async def before_send() -> None:
     order they pass here, one interval apart, however late either was."""
     pending = SENDING.get()
     if pending is None:
+        mark_sent()
         return
     SENDING.set(None)
     state, interval = pending.state, pending.interval
@@ -157,6 +170,14 @@ async def before_send() -> None:
         await pending.limit.late(pending, late)  # a new due time, waited for: checked again
     state.sent_at = time.monotonic()
     state.spaced_until = state.sent_at + interval
+    mark_sent()
+
+
+def mark_sent() -> None:
+    """Note on the current task's slot, if it holds one, that its request leaves now."""
+    holding = HOLDING.get()
+    if holding is not None:
+        holding.sent = time.monotonic()
 
 
 class RateLimit:

@@ -14,6 +14,12 @@ of the domain here meanwhile taking one back instead of leasing another. A lease
 circuit breaker (``breaker_key``, set by the runner) and tells it what it read (``breaker_seen``): where each
 request leases its slot, that read replaces the breaker's own round trip (~0.7 per page at 1,000 hosts),
 and it is newer than the breaker's read of up to a second before.
+
+A request abandoned after it left (its task cancelled: the job deleted, the worker stopping) still occupies
+its host, which answers it anyway. Its slot therefore *lingers*: the return batch cuts its lease to the time
+the host likely still needs (the domain's mean answer time here less what has passed, :func:`linger`)
+instead of removing it, so no request of any worker takes its place meanwhile. Returned at once, it let a
+pool's other worker send a third request to a host limited to two (bench/many_hosts.py --workers 2, issue 37).
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from trawl.redisconn.scripts import read_script
 from .domain import DomainState, RateWaitTooLong
 from .lateness import RedisClock
 from .parking import Parking, Stay
-from .rate import PREPAID, RESERVE_US, Prepaid, burst_for, interval_us
+from .rate import HOLDING, PREPAID, RESERVE_US, Prepaid, burst_for, interval_us
 
 log = logging.getLogger("trawl.worker.politeness")
 
@@ -44,6 +50,16 @@ LARGE_LIMIT = 16  # from this per-domain limit up, slots are leased in batches a
 RETURN_SECONDS = 0.005  # slots given back are returned to Redis together, this long after the first
 RETURN_BATCH = 256  # members per return call
 OWN_SLOT_WAIT = 1.0  # the longest a wait for one of this worker's own slots sleeps without looking again
+ANSWER_WEIGHT = 0.2  # weight of one request in the running mean of a domain's answer time
+LINGER_UNKNOWN = SLOT_HOLD_SECONDS  # an abandoned request's linger at a domain with no answer time yet
+LINGER_MAX = 10.0  # the longest an abandoned request's slot lingers
+
+
+def linger(answer: float, elapsed: float) -> float:
+    """Seconds an abandoned request's slot stays leased: its host's mean answer time (``answer``; 0: none
+    known yet) less the ``elapsed`` seconds since the request left, within 0..LINGER_MAX."""
+    expected = answer if answer > 0 else LINGER_UNKNOWN
+    return min(LINGER_MAX, max(0.0, expected - elapsed))
 
 
 def slots_wanted(waiters: int, limit: int) -> int:
@@ -62,7 +78,7 @@ class Slot:
     """The context manager of :meth:`ConcurrencySlots.slot`: a plain class, as it is entered once per request
     (a generator-based one costs a generator and its frames each time)."""
 
-    __slots__ = ("deadline", "domain", "limit", "member", "rate", "slots")
+    __slots__ = ("deadline", "domain", "limit", "member", "rate", "sent", "slots")
 
     def __init__(
         self, slots: ConcurrencySlots, domain: str, limit: int, deadline: float | None, rate: float = 0.0
@@ -73,14 +89,19 @@ class Slot:
         self.deadline = deadline
         self.rate = rate
         self.member: str | None = None
+        self.sent = 0.0  # when the block's request last left (rate.before_send), 0: not yet
 
     async def __aenter__(self) -> None:
         self.member = await self.slots._take(self.domain, self.limit, self.deadline, self.rate)
+        HOLDING.set(self)  # a task holds one slot at a time
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         if self.member is not None:
             member, self.member = self.member, None
-            await self.slots._give(self.domain, member)
+            if HOLDING.get() is self:
+                HOLDING.set(None)
+            abandoned = exc_type is not None and issubclass(exc_type, asyncio.CancelledError)
+            await self.slots._give(self.domain, member, self.sent, abandoned=abandoned)
 
 
 class ConcurrencySlots:
@@ -214,8 +235,17 @@ class ConcurrencySlots:
                 state.slot_event.set()
         return granted
 
-    async def _give(self, domain: str, member: str) -> None:
+    async def _give(self, domain: str, member: str, sent: float = 0.0, *, abandoned: bool = False) -> None:
         state = self._domains[domain]
+        if sent:
+            elapsed = time.monotonic() - sent
+            if abandoned:
+                if (seconds := linger(state.answer, elapsed)) > 0:  # see the module
+                    state.lingering.append((member, int(seconds * 1000)))
+                    self._return_soon(domain)
+                    return
+            else:
+                state.answer = elapsed if state.answer == 0 else state.answer + ANSWER_WEIGHT * (elapsed - state.answer)
         leased = state.slots_all.get(member)
         # Keep the slot for the next local request while it is young: always when someone here waits, and
         # also idle when the limit is large (returning and re-leasing each slot would cost two round trips
@@ -230,6 +260,9 @@ class ConcurrencySlots:
             state.slot_event.set()
             return
         state.returning.append(member)  # returned with others by the next batch (see the module)
+        self._return_soon(domain)
+
+    def _return_soon(self, domain: str) -> None:
         self._returning.add(domain)
         if self._return_timer is None:
             self._return_timer = asyncio.get_running_loop().call_later(RETURN_SECONDS, self._flush_soon)
@@ -246,25 +279,33 @@ class ConcurrencySlots:
         if self._return_timer is not None:
             self._return_timer.cancel()
             self._return_timer = None
-        batch: list[tuple[str, str]] = []
+        batch: list[tuple[str, str, int]] = []  # (domain, member, linger in ms: 0 to remove it now)
         for domain in self._returning:
             state = self._domains.get(domain)
             if state is None:
                 continue
             for member in state.returning:
                 state.slots_all.pop(member, None)
-                batch.append((domain, member))
+                batch.append((domain, member, 0))
+            for member, ms in state.lingering:
+                state.slots_all.pop(member, None)
+                batch.append((domain, member, ms))
             state.returning.clear()
+            state.lingering.clear()
         self._returning.clear()
         for i in range(0, len(batch), RETURN_BATCH):
             part = batch[i : i + RETURN_BATCH]
+            args: list[str | int] = [m for _, m, _ in part]
+            if any(ms for _, _, ms in part):
+                args += [ms for _, _, ms in part]
             try:
-                await self._return(keys=[self.key(d, "conc") for d, _ in part], args=[m for _, m in part])
+                await self._return(keys=[self.key(d, "conc") for d, _, _ in part], args=args)
             except Exception as exc:
-                for domain, member in part:
-                    self._domains[domain].unreturned.add(member)
+                for domain, member, ms in part:  # a lingering one's lease ends by itself: never sooner
+                    if not ms:
+                        self._domains[domain].unreturned.add(member)
                 log.warning("could not return %d slots (retried at the next heartbeat): %s", len(part), exc)
-            for domain, _ in part:  # a waiter here may lease one now
+            for domain, _, _ in part:  # a waiter here may lease one now
                 state = self._domains.get(domain)
                 if state is not None:
                     state.slot_event.set()
@@ -289,6 +330,8 @@ class ConcurrencySlots:
         return True
 
     async def release_all(self) -> None:
+        with contextlib.suppress(Exception):  # the batch first: lingering slots keep their linger
+            await self.flush()
         if self._return_timer is not None:
             self._return_timer.cancel()
             self._return_timer = None
