@@ -81,6 +81,7 @@ class Finisher:
         *,
         max_batch: int = 512,
         on_finished: Callable[[int], None] | None = None,
+        on_refused: Callable[[], None] | None = None,
         notes: JobNotes | None = None,
         pages: PageStates | None = None,
         sink_retry_seconds: float = SINK_RETRY_SECONDS,
@@ -91,6 +92,7 @@ class Finisher:
         self.metrics = metrics
         self.max_batch = max_batch
         self.on_finished = on_finished
+        self.on_refused = on_refused  # called when Redis refuses an ack: the job cancelled, or the lease lost
         self.notes = notes
         self.pages = pages
         self.sink_retry_seconds = sink_retry_seconds
@@ -376,6 +378,8 @@ class Finisher:
         self.metrics.outcomes.labels("acked").inc(n)
         if n < len(tasks):
             self.metrics.outcomes.labels("lease_lost").inc(len(tasks) - n)
+            if self.on_refused is not None:
+                self.on_refused()
 
 
 def _lane_of(item: Finish) -> int:

@@ -49,8 +49,10 @@ __all__ = ["Worker", "WorkerConfig", "default_worker_id"]
 
 log = logging.getLogger("trawl.worker")
 
-# How often in-flight tasks are checked against cancelled (deleted) jobs.
+# How often in-flight tasks are checked against cancelled (deleted) jobs; an ack Redis refused (the job's keys
+# gone, or a lease lost) brings the next check forward, at most one such check per CANCEL_CHECK_MIN_SECONDS.
 CANCEL_CHECK_SECONDS = 1.0
+CANCEL_CHECK_MIN_SECONDS = 0.05
 BROWSER_TIME_FLUSH_SECONDS = FLUSH_SECONDS
 
 
@@ -133,6 +135,7 @@ class Worker:
         self._lease_lock = asyncio.Lock()
         self._evicted = False
         self._wake = asyncio.Event()  # new local work (links enqueued) or stop: poll the queue now
+        self._cancel_soon = asyncio.Event()  # an ack was refused: look for cancelled jobs now
         self.pool_events = PoolEvents(redis, keys.events)  # a job's event: an idle worker polls now (wakeup)
         self.stopping = False
         self.cordoned = False  # the autoscaler wants this pod to empty: claim nothing new (claim or heartbeat)
@@ -145,6 +148,7 @@ class Worker:
             self.worker_id,
             self.metrics,
             on_finished=self._finished,
+            on_refused=self._cancel_soon.set,
             notes=self.notes,
             pages=self.pages,
             sink_retry_seconds=config.sink_retry_seconds,
@@ -370,9 +374,18 @@ class Worker:
         """Stop work on jobs that were cancelled (deleted) while their tasks are in flight here.
 
         Cancellation removes a job's keys; its in-flight tasks would otherwise still be fetched (an ack
-        is discarded, but the site is hit). One EXISTS per distinct in-flight job, once a second."""
+        is discarded, but the site is hit). One EXISTS per distinct in-flight job, once a second, and sooner
+        after an ack Redis refused: the first task of a deleted job to finish here tells (its ack is refused),
+        and its job's other requests stop then rather than up to a second later."""
         while True:
-            await asyncio.sleep(CANCEL_CHECK_SECONDS)
+            try:
+                async with asyncio.timeout(CANCEL_CHECK_SECONDS):
+                    await self._cancel_soon.wait()
+            except TimeoutError:
+                pass
+            else:
+                await asyncio.sleep(CANCEL_CHECK_MIN_SECONDS)  # acks refused together: one check
+            self._cancel_soon.clear()
             jobs = sorted({t.job_id for t in (*self._inflight.values(), *self._buffer)})
             if not jobs:
                 continue
