@@ -13,6 +13,7 @@ import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
 
+from sites import serve_handler
 from trawl.api.scrapejob import ScrapeJobSpec
 from trawl.jobspec.wire import build_job_config
 from trawl.queue import Queue
@@ -46,17 +47,12 @@ async def site() -> AsyncIterator[Site]:
         await asyncio.sleep(ANSWER)
         return web.Response(text="<h1>ok</h1>", content_type="text/html")
 
-    app = web.Application()
-    app.router.add_get("/{n}", page)
-    app_runner = web.AppRunner(app, access_log=None)
-    await app_runner.setup()
-    await web.TCPSite(app_runner, HOST, 0).start()
-    s.url = f"http://{HOST}:{app_runner.addresses[0][1]}/"
     try:
-        yield s
+        async with serve_handler(page, "/{n}", HOST) as url:
+            s.url = url
+            yield s
     finally:
         s.gate.set()
-        await app_runner.cleanup()
 
 
 async def test_a_deleted_jobs_claimed_tasks_are_dropped_at_its_first_refused_ack(

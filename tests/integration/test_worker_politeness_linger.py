@@ -14,6 +14,7 @@ import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
 
+from sites import serve_handler
 from trawl.egress.addresses import parse_networks
 from trawl.worker.fetch import Fetcher
 from trawl.worker.politeness import DomainLimiter
@@ -54,17 +55,9 @@ async def site() -> AsyncIterator[Site]:
             s.answered += 1
         return web.Response(text="<h1>ok</h1>", content_type="text/html")
 
-    app = web.Application()
-    app.router.add_get("/", page)
-    # handler_cancellation off (aiohttp's default): a handler runs on after its client went away.
-    runner = web.AppRunner(app, access_log=None, handler_cancellation=False)
-    await runner.setup()
-    await web.TCPSite(runner, HOST, 0).start()
-    s.url = f"http://{HOST}:{runner.addresses[0][1]}/"
-    try:
+    async with serve_handler(page, host=HOST) as url:
+        s.url = url
         yield s
-    finally:
-        await runner.cleanup()
 
 
 async def _fetch_in_slot(limiter: DomainLimiter, fetcher: Fetcher, url: str) -> None:

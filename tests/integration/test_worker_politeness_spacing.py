@@ -12,6 +12,7 @@ import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
 
+from sites import serve_handler
 from trawl.egress.addresses import parse_networks
 from trawl.worker.fetch import Fetcher
 from trawl.worker.politeness import DomainLimiter
@@ -34,15 +35,8 @@ async def site() -> AsyncIterator[tuple[str, list[float]]]:
         arrivals.append(time.monotonic())
         return web.Response(text="<h1>ok</h1>", content_type="text/html")
 
-    app = web.Application()
-    app.router.add_get("/", page)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, HOST, 0).start()
-    try:
-        yield f"http://{HOST}:{runner.addresses[0][1]}/", arrivals
-    finally:
-        await runner.cleanup()
+    async with serve_handler(page, host=HOST) as url:
+        yield url, arrivals
 
 
 async def _two_requests(redis: aioredis.Redis, url: str, *, first_late: float, together: bool = False) -> None:
