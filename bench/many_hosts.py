@@ -178,16 +178,21 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def late_sends(port: int) -> Counter[str]:
-    """A worker's ``trawl_worker_late_sends_total`` by outcome, from its metrics endpoint (politeness.rate:
-    strictly spaced requests that left too late after their token, one more rate round trip each)."""
+def worker_counters(port: int) -> dict[str, Counter[str]]:
+    """A worker's ``trawl_worker_late_sends_total`` (politeness.rate: strictly spaced requests that left too late
+    after their token, one more rate round trip each) and ``trawl_worker_task_outcomes_total`` (``released``:
+    tasks given back to the queue, each a release and a claim more), by outcome, from its metrics endpoint."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
         text = reply.read().decode()
-    out: Counter[str] = Counter()
-    for line in text.splitlines():
-        if line.startswith("trawl_worker_late_sends_total{"):
-            labels, value = line.rsplit(" ", 1)
-            out[labels.split('outcome="', 1)[1].split('"', 1)[0]] += int(float(value))
+    out: dict[str, Counter[str]] = {"late_sends": Counter(), "outcomes": Counter()}
+    for name, metric in (
+        ("late_sends", "trawl_worker_late_sends_total{"),
+        ("outcomes", "trawl_worker_task_outcomes_total{"),
+    ):
+        for line in text.splitlines():
+            if line.startswith(metric):
+                labels, value = line.rsplit(" ", 1)
+                out[name][labels.split('outcome="', 1)[1].split('"', 1)[0]] += int(float(value))
     return out
 
 
@@ -351,6 +356,7 @@ async def run_trawl(
         started: list[tuple[Any, Path, Path]] = []  # (process, its log, its send log)
         metrics_ports = [free_port() for _ in range(workers)] if polite else []
         late: Counter[str] = Counter()
+        outcomes: Counter[str] = Counter()
         try:
             for n in range(workers):
                 argv = [
@@ -380,7 +386,9 @@ async def run_trawl(
             cpu = sum(proc_cpu(pid) for pid in pids) - cpu0
             memory = int((await redis.info("memory"))["used_memory"])
             for mport in metrics_ports:
-                late += await asyncio.to_thread(late_sends, mport)
+                counters = await asyncio.to_thread(worker_counters, mport)
+                late += counters["late_sends"]
+                outcomes += counters["outcomes"]
             for job_id in ids:
                 await queue.cancel(job_id)
         finally:
@@ -391,7 +399,14 @@ async def run_trawl(
     if send_log:  # every worker's sends together: a host's limit is the pool's, not each worker's
         sends = [s for _, _, path in started if path.exists() for s in json.loads(path.read_text())]
     cpu_share = cpu / (time.monotonic() - first)
-    return {"first": first, "redis_memory": memory, "cpu_share": cpu_share, "sends": sends, "late_sends": dict(late)}
+    return {
+        "first": first,
+        "redis_memory": memory,
+        "cpu_share": cpu_share,
+        "sends": sends,
+        "late_sends": dict(late),
+        "outcomes": dict(outcomes),
+    }
 
 
 # --- main -----------------------------------------------------------------------------------------------
@@ -460,6 +475,7 @@ async def run_peer(
         run = await run_trawl(urls, args, port, tmp, polite=True, workers=workers)
         first, out["redis_memory"], out["cpu_share"] = run["first"], run["redis_memory"], run["cpu_share"]
         out["late_sends"] = run["late_sends"]  # extra rate round trips of requests that left late (by outcome)
+        out["outcomes"] = run["outcomes"]  # the workers' task outcomes over the whole run (released: given back)
         if run["sends"] is not None:  # the same check on the worker's own clock: what left it too close
             bad_sends = send_violations(run["sends"])
             out["send_violations"] = len(bad_sends)
