@@ -83,7 +83,7 @@ async def test_a_deleted_jobs_claimed_tasks_are_dropped_at_its_first_refused_ack
         # The rest claimed, waiting for a place (each a request to the site once started).
         await wait_for_async(
             "the claim's other tasks in the buffer",
-            lambda: len(worker._buffer) + len(worker._inflight) == CLAIM and len(worker._buffer) >= CLAIM // 2,
+            lambda: len(worker._buffer) + len(worker._inflight) == CLAIM and len(worker._buffer) > 2 * CONCURRENCY,
             BOUND,
         )
         started = len(worker._inflight)  # running, or parked for their domain
