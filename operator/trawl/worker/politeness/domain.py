@@ -69,6 +69,11 @@ class DomainState:
         )
 
 
+def running_mean(mean: float, sample: float, weight: float) -> float:
+    """An exponentially weighted mean of a domain's timings (``mean`` 0: no sample yet, so the first is it)."""
+    return sample if mean == 0 else mean + weight * (sample - mean)
+
+
 class RateWaitTooLong(Exception):
     """The domain's rate limit would keep the task waiting longer than the worker holds a lease for it."""
 

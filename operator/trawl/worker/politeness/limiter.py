@@ -15,7 +15,7 @@ from redis.asyncio import Redis
 
 from .adaptive import AdaptiveDelay
 from .backlog import HOLD_WEIGHT, keeps, start_wait
-from .domain import DomainState, RateWaitTooLong
+from .domain import DomainState, RateWaitTooLong, running_mean
 from .lateness import RedisClock
 from .parking import Parking
 from .rate import RateLimit, interval_us
@@ -143,7 +143,7 @@ class HeldSlot:
     async def __aexit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         state = self.held.state
         seconds = time.monotonic() - self.since  # the slot's hold: its token wait and the request
-        state.hold = seconds if state.hold == 0 else state.hold + HOLD_WEIGHT * (seconds - state.hold)
+        state.hold = running_mean(state.hold, seconds, HOLD_WEIGHT)
         try:
             await self.slot.__aexit__(exc_type, *exc)
         finally:

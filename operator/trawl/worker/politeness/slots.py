@@ -37,7 +37,7 @@ from redis.asyncio import Redis
 from trawl.redisconn.replies import text
 from trawl.redisconn.scripts import read_script
 
-from .domain import DomainState, RateWaitTooLong
+from .domain import DomainState, RateWaitTooLong, running_mean
 from .lateness import RedisClock
 from .parking import Parking, Stay
 from .rate import HOLDING, PREPAID, RESERVE_US, Prepaid, burst_for, interval_us
@@ -245,7 +245,7 @@ class ConcurrencySlots:
                     self._return_soon(domain)
                     return
             else:
-                state.answer = elapsed if state.answer == 0 else state.answer + ANSWER_WEIGHT * (elapsed - state.answer)
+                state.answer = running_mean(state.answer, elapsed, ANSWER_WEIGHT)
         leased = state.slots_all.get(member)
         # Keep the slot for the next local request while it is young: always when someone here waits, and
         # also idle when the limit is large (returning and re-leasing each slot would cost two round trips
