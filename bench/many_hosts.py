@@ -377,13 +377,14 @@ async def run_trawl(
                 started.append((procs.start(argv, log_path=log_path, env=env), log_path, sends_path))
             pids = [p.pid for p, _, _ in started] + [server.proc.pid]  # type: ignore[union-attr]
             first = await first_request(port)
-            cpu0 = sum(proc_cpu(pid) for pid in pids)
+            cpu0 = [proc_cpu(pid) for pid in pids]
             while time.monotonic() < first + seconds + 0.5:
                 for proc, log_path, _ in started:
                     if proc.poll() is not None:
                         raise SystemExit("trawl worker died:\n" + log_path.read_text()[-3000:])
                 await asyncio.sleep(0.2)
-            cpu = sum(proc_cpu(pid) for pid in pids) - cpu0
+            spent = [proc_cpu(pid) - before for pid, before in zip(pids, cpu0, strict=True)]
+            cpu, worker_cpu = sum(spent), sum(spent[:-1])  # pids: the workers, then Redis
             memory = int((await redis.info("memory"))["used_memory"])
             for mport in metrics_ports:
                 counters = await asyncio.to_thread(worker_counters, mport)
@@ -398,8 +399,10 @@ async def run_trawl(
     sends = None
     if send_log:  # every worker's sends together: a host's limit is the pool's, not each worker's
         sends = [s for _, _, path in started if path.exists() for s in json.loads(path.read_text())]
-    cpu_share = cpu / (time.monotonic() - first)
+    window = time.monotonic() - first
+    cpu_share = cpu / window
     return {
+        "worker_cpu_share": worker_cpu / window,  # the workers' alone (their sum; one process is at most 1)
         "first": first,
         "redis_memory": memory,
         "cpu_share": cpu_share,
@@ -474,6 +477,7 @@ async def run_peer(
     if peer == "trawl":
         run = await run_trawl(urls, args, port, tmp, polite=True, workers=workers)
         first, out["redis_memory"], out["cpu_share"] = run["first"], run["redis_memory"], run["cpu_share"]
+        out["worker_cpu_share"] = round(run["worker_cpu_share"], 3)  # near 1 per worker: it is CPU-bound
         out["late_sends"] = run["late_sends"]  # extra rate round trips of requests that left late (by outcome)
         out["outcomes"] = run["outcomes"]  # the workers' task outcomes over the whole run (released: given back)
         if run["sends"] is not None:  # the same check on the worker's own clock: what left it too close
@@ -492,7 +496,8 @@ async def run_peer(
     out["theoretical"] = theoretical(hosts, cap)
     if args.logs:  # the fixture's request log of the run, for a closer look
         name = peer if workers == 1 else f"{peer}-{workers}w"
-        write_json(Path(args.logs) / f"{name}-{hosts}.json", {"first": first, "log": polite_log})
+        sends = run["sends"] if peer == "trawl" else None  # the workers' own send times, under --send-log
+        write_json(Path(args.logs) / f"{name}-{hosts}.json", {"first": first, "log": polite_log, "sends": sends})
     out.update(summary(polite_log, first, args.seconds, out["theoretical"]), urls=len(urls), unstamped=unstamped)
     pages = sum(len(e) for e in polite_log.values())
     out.update(connections=connections, pages=pages, pages_per_connection=round(pages / max(connections, 1), 2))
@@ -591,7 +596,7 @@ def main() -> int:
                    help="Trawl worker processes on the pool (repeatable: each count is run; default 1)")  # fmt: skip
     p.add_argument("--skip", action="append", default=[], choices=("bare", "trawl", "scrapy"))
     p.add_argument("--json", help="write every figure there")
-    p.add_argument("--logs", help="write each polite run's request log to this directory")
+    p.add_argument("--logs", help="write each polite run's request log (and Trawl's send log) to this directory")
     p.add_argument("--send-log", action="store_true",
                    help="also check Trawl's own send times (bench/sendlog): send_violations in the JSON")  # fmt: skip
     p.add_argument("--out", type=Path)

@@ -5,8 +5,9 @@ site closer than its limit). On a real Redis, the worker's real fetcher and a re
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
 import redis.asyncio as aioredis
@@ -16,6 +17,7 @@ from sites import serve_handler
 from trawl.egress.addresses import parse_networks
 from trawl.worker.fetch import Fetcher
 from trawl.worker.politeness import DomainLimiter
+from trawl.worker.fetch import BeforeSend, Leaving
 from trawl.worker.politeness.rate import SENDING, before_send, burst_for, interval_us
 
 HOST = "127.0.0.1"
@@ -25,6 +27,17 @@ JITTER = 0.15  # seconds an arrival may be recorded late by the server on a load
 
 def _key(domain: str, kind: str) -> str:
     return f"trawl:{{test/spacing}}:{kind}:{domain}"
+
+
+@pytest.fixture
+def collecting() -> Iterator[None]:
+    """The cyclic collector on, as in a running worker (another test of the session may have turned it off:
+    trawl.cli does while a worker imports), and back as it was after."""
+    was = gc.isenabled()
+    gc.enable()
+    yield
+    if not was:
+        gc.disable()
 
 
 @pytest.fixture
@@ -39,7 +52,14 @@ async def site() -> AsyncIterator[tuple[str, list[float]]]:
         yield url, arrivals
 
 
-async def _two_requests(redis: aioredis.Redis, url: str, *, first_late: float, together: bool = False) -> None:
+async def _two_requests(
+    redis: aioredis.Redis,
+    url: str,
+    *,
+    first_late: float,
+    together: bool = False,
+    send_hook: BeforeSend = before_send,
+) -> None:
     """Two requests of one domain, each in a task of its own as the worker's tasks run: the first leaves
     ``first_late`` seconds after its token (a new connection, a busy loop). ``together``: the second starts
     at once, so its token comes while the first has not left yet; else once the first is done."""
@@ -52,7 +72,7 @@ async def _two_requests(redis: aioredis.Redis, url: str, *, first_late: float, t
 
         return before_hop
 
-    async with Fetcher(allowed=parse_networks([f"{HOST}/32"]), before_send=before_send) as f:
+    async with Fetcher(allowed=parse_networks([f"{HOST}/32"]), before_send=send_hook) as f:
         first = asyncio.create_task(f.fetch(url, before_hop=hop(first_late)))
         if together:
             await asyncio.sleep(0.05)  # the first has its token
@@ -82,6 +102,45 @@ async def test_a_request_still_connecting_does_not_leave_right_behind_the_next(
     await _two_requests(redis_client, url, first_late=0.8, together=True)
     assert len(arrivals) == 2
     assert arrivals[1] - arrivals[0] >= interval_us(RATE) / 1e6 - JITTER, arrivals
+
+
+async def test_a_stall_after_the_check_spaces_the_next_request_from_the_write(
+    redis_client: aioredis.Redis, site: tuple[str, list[float]], collecting: None
+) -> None:
+    """The process stalls 0.3 s between the spacing's last check and the write of the headers (a cyclic
+    collection of a busy worker took up to 220 ms there): the domain's next request is spaced from when the
+    first was written, not from its stamp before the stall (0.23 s after its arrival before the fix)."""
+    url, arrivals = site
+    enabled: list[bool] = []
+
+    async def stalled() -> Leaving | None:
+        leaving = await before_send()
+        enabled.append(gc.isenabled())
+        if len(enabled) == 1:  # the first request only: the second's own stall would space it anyway
+            time.sleep(0.3)  # blocks the loop, as a collection does
+        return leaving
+
+    await _two_requests(redis_client, url, first_late=0.0, send_hook=stalled)
+    assert len(arrivals) == 2
+    assert arrivals[1] - arrivals[0] >= interval_us(RATE) / 1e6 - JITTER, arrivals
+    # No automatic collection runs from the check to the write; it is back once the headers are out.
+    assert enabled == [False, False] and gc.isenabled()
+
+
+async def test_a_request_not_strictly_spaced_leaves_the_collector_alone(
+    site: tuple[str, list[float]], collecting: None
+) -> None:
+    url, arrivals = site
+    seen: list[tuple[bool, bool]] = []
+
+    async def noted() -> Leaving | None:
+        leaving = await before_send()
+        seen.append((leaving is None, gc.isenabled()))
+        return leaving
+
+    async with Fetcher(allowed=parse_networks([f"{HOST}/32"]), before_send=noted) as f:
+        await f.fetch(url)  # no token taken: nothing to space
+    assert seen == [(True, True)] and len(arrivals) == 1
 
 
 async def test_only_strict_spacing_is_spaced_as_it_leaves(redis_client: aioredis.Redis) -> None:

@@ -17,7 +17,7 @@ import time
 import zlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 from urllib.parse import urljoin, urlsplit
 
 import aiohttp
@@ -54,18 +54,32 @@ MAX_RETRY_AFTER = 24 * 3600.0
 HTML_TYPES = ("text/html", "application/xhtml+xml", "text/plain", "text/xml", "application/xml")
 
 
-def spaced_request(before_send: Callable[[], Awaitable[None]]) -> type[aiohttp.ClientRequest]:
+class Leaving(Protocol):
+    """What ``before_send`` may return: told once the request's headers are written (or its send failed)."""
+
+    def written(self) -> None: ...
+
+
+BeforeSend = Callable[[], Awaitable[Leaving | None]]
+
+
+def spaced_request(before_send: BeforeSend) -> type[aiohttp.ClientRequest]:
     """aiohttp's request class with ``before_send`` awaited as the request is sent, right before its headers are
     serialised and written: aiohttp's ``send`` awaits nothing before that write (its ``write_headers`` awaits
     only a trace's ``on_request_headers_sent``, and the sessions have no trace), so what waits here delays the
-    request itself, not only its bookkeeping. A request class, not a trace: a session with a trace builds a
-    trace and its parameters for every event of every request (start, connection reuse, headers, end), 5 %
-    of the worker's CPU at 1,000 hosts (bench/many_hosts.py, issue 37) for the one hook it needs."""
+    request itself, not only its bookkeeping; what it returns is told once ``send`` is back (the headers are
+    out by then). A request class, not a trace: a session with a trace builds a trace and its parameters for
+    every event of every request (start, connection reuse, headers, end), 5 % of the worker's CPU at 1,000
+    hosts (bench/many_hosts.py, issue 37) for the one hook it needs."""
 
     class SpacedRequest(aiohttp.ClientRequest):
         async def send(self, conn: Connection) -> aiohttp.ClientResponse:
-            await before_send()
-            return await super().send(conn)
+            leaving = await before_send()
+            try:
+                return await super().send(conn)
+            finally:
+                if leaving is not None:
+                    leaving.written()
 
     return SpacedRequest
 
@@ -241,7 +255,7 @@ class Fetcher:
         allowed: Sequence[IPNetwork] = (),
         max_connections: int = 256,
         user_agent: str = DEFAULT_USER_AGENT,
-        before_send: Callable[[], Awaitable[None]] | None = None,
+        before_send: BeforeSend | None = None,
     ) -> None:
         """``before_send``: awaited right before each request's headers are written, direct or proxied
         (the worker's politeness spaces a domain's requests there: politeness.rate.before_send)."""
