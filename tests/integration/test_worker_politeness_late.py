@@ -139,3 +139,62 @@ async def test_a_busy_workers_token_reserves_its_lateness_so_its_late_request_as
     assert outcomes == []
     await other.rate.take_token(DOMAIN, RATE, adaptive=False)
     assert time.monotonic() - due >= interval + 0.05 - JITTER / 2
+
+
+async def _late_with_the_next_token_taken(redis: aioredis.Redis, next_taker: str) -> tuple[list[str], list[float]]:
+    """Worker w1's request A takes a token; the domain's next token is then reserved by another task of w1 or
+    by another worker (``next_taker``), which sends when it is due; A leaves LATE late. Returns w1's late
+    outcomes and both send times (A's first)."""
+    w1 = DomainLimiter(redis, _key, "w1")
+    taker = w1 if next_taker == "w1" else DomainLimiter(redis, _key, next_taker)
+    outcomes: list[str] = []
+    w1.rate.on_late = outcomes.append
+    taker.rate.on_late = outcomes.append
+    sends: list[float] = []
+    reserved = asyncio.Event()
+
+    async def b() -> None:
+        wait = taker.rate.take_token(DOMAIN, RATE, adaptive=False)
+        task = asyncio.ensure_future(wait)
+        while await redis.get(_key(DOMAIN, "rate")) == tat_after_a:  # noqa: ASYNC110  (B's grant moves TAT)
+            await asyncio.sleep(0.005)
+        reserved.set()
+        await task
+        await before_send()
+        sends.append(time.monotonic())
+
+    await w1.rate.take_token(DOMAIN, RATE, adaptive=False)
+    tat_after_a = await redis.get(_key(DOMAIN, "rate"))
+    other = asyncio.create_task(b())
+    await asyncio.wait_for(reserved.wait(), 10)
+    _busy(LATE)
+    await before_send()
+    sends.insert(0, time.monotonic())
+    await asyncio.wait_for(other, 10)
+    return outcomes, sends
+
+
+async def test_a_late_request_whose_later_token_is_its_own_workers_leaves_at_once(
+    redis_client: aioredis.Redis,
+) -> None:
+    """The token after the late request's went to another task of the same worker: that one is spaced from
+    when this one leaves (before_send), so this one leaves now instead of waiting for a fresh token at the
+    end of the timeline (issue 37: such retakes cost a busy worker's hosts an interval each); the other,
+    late in turn against its own due time, is checked again and leaves one interval after it."""
+    outcomes, sends = await _late_with_the_next_token_taken(redis_client, "w1")
+    interval = interval_us(RATE) / 1_000_000
+    assert outcomes[0] == "moved", outcomes
+    assert sends[1] - sends[0] >= interval - JITTER, sends
+    # another worker's next token comes an interval after the last of them
+    await DomainLimiter(redis_client, _key, "w2").rate.take_token(DOMAIN, RATE, adaptive=False)
+    assert time.monotonic() - sends[1] >= interval - JITTER
+
+
+async def test_a_late_request_whose_later_token_is_another_workers_takes_a_fresh_one(
+    redis_client: aioredis.Redis,
+) -> None:
+    """The token after the late request's went to another worker, which sends on time: the late one takes a
+    fresh token at the end of the timeline and leaves an interval after the other's request."""
+    outcomes, sends = await _late_with_the_next_token_taken(redis_client, "w2")
+    assert outcomes[0] == "retaken", outcomes
+    assert sends[0] - sends[1] >= interval_us(RATE) / 1e6 - JITTER, sends

@@ -23,6 +23,9 @@ class DomainState:
     tokens_rate: float = 0.0  # the rate the held tokens were granted at
     tokens_due: int = 0  # when the last granted were due on Redis's clock (microseconds: .rate.before_send)
     tokens_margin: int = 0  # ... and the margin they reserved after that (microseconds: .lateness)
+    # Where this worker's latest strict grant left the domain's GCRA timeline (TAT, Redis's clock, µs): while
+    # Redis's TAT is no later, every token granted after a late request's is this worker's (.rate: rate_late).
+    timeline_us: int = 0
     token_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     token_waiters: int = 0  # tasks waiting here for one of the domain's tokens (.backlog's estimate)
     hold: float = 0.0  # running mean of the seconds a request holds one of the domain's slots here (.backlog)
@@ -55,6 +58,11 @@ class DomainState:
     spaced_until: float = 0.0
     # The domain's tasks this worker holds, and when the next one given back is due (.backlog).
     backlog: Backlog = field(default_factory=Backlog)
+
+    def granted(self, due_us: int, interval_us: int, margin_us: int) -> None:
+        """Redis granted this worker a strict token of the domain due at ``due_us``: the timeline now ends an
+        interval plus the token's margin after it (rate_take, slots_acquire and rate_late set TAT so)."""
+        self.timeline_us = max(self.timeline_us, due_us + interval_us + margin_us)
 
     def idle(self) -> bool:
         """Nothing here worth keeping once no slot is leased: no one waits for a slot, no tokens are left,

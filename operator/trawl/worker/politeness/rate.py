@@ -26,13 +26,14 @@ counts as late). Each token reserves a margin after its due time for the worker'
 (:class:`~.lateness.Lag`: a busy worker's next token of the domain comes that much later, instead of its
 requests each costing a round trip). Within ``LATE_SHARE`` of an interval after due time + margin (the
 common case) the request leaves, asking Redis nothing more; later, one ``rate_late`` call: if no later
-token of the domain was granted, it leaves now and the domain's timeline moves (the next token is due an
-interval after it); else it takes a fresh token at the end of the timeline, waits for it, and checks
-again (that reply may be read late too). So every strictly spaced request, from any worker, leaves at
-most LATE_SHARE of an interval after the latest time Redis assigned it (due time + margin), and the next
-is due an interval after that. A fresh token past the task's deadline raises :class:`RateWaitTooLong`
-(the task is given back, as for any rate wait too long). ``on_late`` counts the late requests by outcome
-(``moved``, ``retaken``, ``deferred``): the extra round trips.
+token of the domain was granted, or only to this worker (``DomainState.timeline_us``: its own later requests
+are spaced from this one as they leave, and checked in turn), it leaves now and the domain's timeline moves
+(the next token is due an interval after it); else it takes a fresh token at the end of the timeline,
+waits for it, and checks again (that reply may be read late too). So every strictly spaced request, from
+any worker, leaves at most LATE_SHARE of an interval after the latest time Redis assigned it (due time +
+margin), and the next is due an interval after that. A fresh token past the task's deadline raises
+:class:`RateWaitTooLong` (the task is given back, as for any rate wait too long). ``on_late`` counts the
+late requests by outcome (``moved``, ``retaken``, ``deferred``): the extra round trips.
 """
 
 from __future__ import annotations
@@ -356,6 +357,8 @@ class RateLimit:
                 )
                 self.clock.observe(int(now_us), time.monotonic())
                 granted, wait = int(granted), int(wait_us) / 1_000_000
+                if granted > 0 and burst == 1:  # one token: TAT is now its due time + interval + margin
+                    state.granted(int(now_us) + int(wait_us), interval, margin)
                 if wait > 0:
                     if granted <= 0 and deadline is not None and time.monotonic() + wait > deadline:
                         raise RateWaitTooLong(wait)
@@ -385,7 +388,8 @@ class RateLimit:
         margin = int(min(max(late, LATE_SHARE * sending.interval), sending.interval * MAX_MARGIN) * 1_000_000)
         due = sending.due_us + sending.margin_us  # the timeline's next token is due an interval after this
         granted, wait_us, now_us, due_us = await self._late(
-            keys=[self.key(sending.domain, "rate")], args=[sending.interval_us, due, reserve, margin]
+            keys=[self.key(sending.domain, "rate")],
+            args=[sending.interval_us, due, reserve, margin, sending.state.timeline_us],
         )
         read = time.monotonic()
         self.clock.observe(int(now_us), read)
@@ -396,6 +400,7 @@ class RateLimit:
             raise RateWaitTooLong(wait)
         sending.due_us = int(due_us)
         sending.margin_us = 0  # the new due time is the latest the request may leave (rate_late's margin in it)
+        sending.state.granted(sending.due_us, sending.interval_us, 0)
         if wait > 0:
             if self.on_wait is not None:
                 self.on_wait(sending.domain, wait)

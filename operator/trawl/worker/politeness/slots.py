@@ -224,6 +224,7 @@ class ConcurrencySlots:
             self.clock.observe(int(reply[5]), read)
             if int(reply[1]):
                 due_us = int(reply[5]) + int(reply[2])
+                state.granted(due_us, interval_us(rate), margin)
                 PREPAID.set(Prepaid(state, rate, read + int(reply[2]) / 1_000_000, due_us, margin))
         if granted:
             now = time.monotonic()
