@@ -15,14 +15,18 @@ from aiohttp import web
 
 from sites import serve_handler
 from trawl.egress.addresses import parse_networks
-from trawl.worker.fetch import Fetcher
+from trawl.worker.fetch import BeforeSend, Fetcher, Leaving
 from trawl.worker.politeness import DomainLimiter
-from trawl.worker.fetch import BeforeSend, Leaving
 from trawl.worker.politeness.rate import SENDING, before_send, burst_for, interval_us
 
 HOST = "127.0.0.1"
 RATE = 2.0  # strict spacing: a burst of 1
 JITTER = 0.15  # seconds an arrival may be recorded late by the server on a loaded machine
+
+
+def _stall(seconds: float) -> None:
+    """Block the calling event loop for ``seconds``, as a cyclic collection does."""
+    time.sleep(seconds)
 
 
 def _key(domain: str, kind: str) -> str:
@@ -117,7 +121,7 @@ async def test_a_stall_after_the_check_spaces_the_next_request_from_the_write(
         leaving = await before_send()
         enabled.append(gc.isenabled())
         if len(enabled) == 1:  # the first request only: the second's own stall would space it anyway
-            time.sleep(0.3)  # blocks the loop, as a collection does
+            _stall(0.3)
         return leaving
 
     await _two_requests(redis_client, url, first_late=0.0, send_hook=stalled)
