@@ -64,6 +64,13 @@ class DomainState:
         interval plus the token's margin after it (rate_take, slots_acquire and rate_late set TAT so)."""
         self.timeline_us = max(self.timeline_us, due_us + interval_us + margin_us)
 
+    def left(self, now: float, interval: float) -> None:
+        """A request of the domain left this worker at ``now`` (monotonic): the next leaves ``interval``
+        seconds after it. Never moves the stamp back (a request stamped again once written, .rate.Leaving)."""
+        if now > self.sent_at:
+            self.sent_at = now
+            self.spaced_until = now + interval
+
     def idle(self) -> bool:
         """Nothing here worth keeping once no slot is leased: no one waits for a slot, no tokens are left,
         no task of the domain is held here, the adaptive delay has faded to nothing, and the send-time spacing

@@ -167,10 +167,7 @@ class Leaving:
         next request is spaced from now if that is later than the stamp."""
         if self.collect:
             gc.enable()
-        state, now = self.state, time.monotonic()
-        if now > state.sent_at:
-            state.sent_at = now
-            state.spaced_until = now + self.interval
+        self.state.left(time.monotonic(), self.interval)
 
 
 async def before_send() -> Leaving | None:
@@ -202,8 +199,7 @@ async def before_send() -> Leaving | None:
         if not too_late(late, interval):
             break
         await pending.limit.late(pending, late)  # a new due time, waited for: checked again
-    state.sent_at = time.monotonic()
-    state.spaced_until = state.sent_at + interval
+    state.left(time.monotonic(), interval)
     mark_sent()
     return Leaving(state, interval)
 
